@@ -1,0 +1,190 @@
+"""Family IR -> a Python function per family: sizes in, a numeric digit table out.
+
+The symbolic digit table of each grid case is printed once as straight-line Python
+(integers only, every division checked exact) and compiled with `compile`. The
+runtime then never touches sympy, lark or Z3: instantiating a family for a
+configuration is one call of plain Python.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import sympy
+
+from . import params
+from .errors import LayoutalgError
+from .family import Family, Guard, Variant
+
+
+class GuardFailed(LayoutalgError):
+    """The family does not apply to this configuration; the layer fails closed."""
+
+
+class Instance(NamedTuple):
+    """A family at one configuration: every size and stride as an int."""
+
+    family: str
+    local: tuple        # ((extent, local stride, canonical stride), ...) for each local digit
+    ranks: tuple        # ((extent, rank stride, canonical stride, replica), ...)
+    canonical_base: int
+    local_page: int
+    canonical_page: int
+    world: int
+    agnostic: bool
+    element: int
+    tensor_shape: tuple   # extents of the tensor's dims after the block dim
+    tensor_strides: tuple  # their strides in elements
+    targets: tuple        # ((canonical extent, base, ((scale, digit extent), ...)), ...)
+    local_names: tuple
+    rank_names: tuple
+
+
+def _exact(a, b, k):
+    if b == 0 or a % b:
+        raise _AtomFailed(k, a, b)
+    return a // b
+
+
+def _floor(a, b, k):
+    if b == 0:
+        raise _AtomFailed(k, a, b)
+    return a // b
+
+
+def _mod(a, b, k):
+    if b == 0:
+        raise _AtomFailed(k, a, b)
+    return a % b
+
+
+class _AtomFailed(Exception):
+    def __init__(self, k, a, b):
+        self.k, self.a, self.b = k, a, b
+
+
+_REL = {"==": "==", "!=": "!=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
+
+
+class _Printer:
+    def __init__(self, family: Family):
+        self.atoms = list(family.atoms.by_symbol.values())
+        self.index = {a.symbol: k for k, a in enumerate(self.atoms)}
+        self.fn = {"/": "_exact", "//": "_floor", "%": "_mod"}
+
+    def __call__(self, e) -> str:
+        if e is sympy.true or e is True:
+            return "True"
+        if e is sympy.false or e is False:
+            return "False"
+        if isinstance(e, (int,)) or getattr(e, "is_Integer", False):
+            return str(int(e))
+        if isinstance(e, sympy.Symbol):
+            if e in self.index:
+                a = self.atoms[self.index[e]]
+                return f"{self.fn[a.op]}({self(a.num)}, {self(a.den)}, {self.index[e]})"
+            if e.name not in params.RUNTIME:
+                raise LayoutalgError(f"internal: unbound symbol {e}")
+            return e.name
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            return "(" + " * ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+            return f"({self(e.base)} ** {int(e.exp)})"
+        if isinstance(e, sympy.core.relational.Relational):
+            return f"({self(e.lhs)} {_REL[e.rel_op]} {self(e.rhs)})"
+        if isinstance(e, sympy.And):
+            return "(" + " and ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Or):
+            return "(" + " or ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Not):
+            return f"(not {self(e.args[0])})"
+        raise LayoutalgError(f"internal: cannot print {e!r} ({type(e).__name__})")
+
+
+def _tup(items) -> str:
+    return "(" + "".join(f"{x}, " for x in items) + ")"
+
+
+def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
+    lines = [f"def _variant_{k}(P):"]
+    lines += [f"    {n} = P[{n!r}]" for n in params.NAMES]
+    for c in v.cases:
+        lines.append(f"    if not {pr(c.cond)}: return None")
+    for j, g in enumerate(v.guards):
+        lines.append(f"    if not {pr(g.cond)}: raise _Guard({k}, {j})")
+    local = [d for d in v.digits if not d.is_rank]
+    ranks = [d for d in v.digits if d.is_rank]
+    loc = _tup(_tup((pr(d.extent), pr(d.local), pr(d.canonical))) for d in local)
+    rk = _tup(_tup((pr(d.extent), pr(d.rank), pr(d.canonical), str(d.replica))) for d in ranks)
+    tensor = v.local.tensor or ()
+    pos = {n: i for i, n in enumerate(v.local.indices)}
+    shape = _tup(pr(v.local.extents[pos[n]]) for n in tensor)
+    strides = _tup(pr(v.local.coefficients[pos[n]]) for n in tensor)
+    names = {d.name: i for i, d in enumerate(v.digits)}
+    targets = _tup(
+        _tup((pr(t.extent), pr(t.sum.base),
+              _tup(_tup((pr(c), pr(v.digits[names[_digit_name(v, sp)]].extent))) for sp, c in t.sum.terms)))
+        for t in v.targets)
+    lines.append("    return _Instance(" + ", ".join([
+        repr(v.family), loc, rk, pr(v.canonical_base), pr(v.local.size_bytes()),
+        pr(v.canonical.size_bytes()), pr(v.world), f"bool({pr(v.agnostic)})", pr(v.local.element),
+        shape, strides, targets, repr(tuple(d.name for d in local)),
+        repr(tuple(d.name for d in ranks))]) + ")")
+    return "\n".join(lines)
+
+
+def _digit_name(v: Variant, sp) -> str:
+    from .family import _label  # the digit naming rule lives with the digits
+    chain = [s for t in v.targets for s, _ in t.sum.terms if s.source == sp.source]
+    return _label(sp, chain)
+
+
+@dataclass
+class CompiledFamily:
+    """A family ready for the runtime: `evaluate(sizes)` gives its `Instance`."""
+
+    family: Family
+    source: str
+    _variants: tuple
+    _guards: tuple  # per variant, the guards in order
+    _atoms: tuple
+
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+    def evaluate(self, sizes: dict) -> Instance:
+        """The numeric digit table at `sizes` (every name in `params.NAMES`).
+
+        Raises `GuardFailed` naming the spec line of the first guard that fails.
+        """
+        for k, fn in enumerate(self._variants):
+            try:
+                out = fn(sizes)
+            except _Guard as g:
+                guard: Guard = self._guards[g.variant][g.index]
+                raise GuardFailed(f"{guard.span}: {guard.text} does not hold") from None
+            except _AtomFailed as a:
+                atom = self._atoms[a.k]
+                what = {"/": "is not a whole number", "//": "divides by zero", "%": "divides by zero"}[atom.op]
+                raise GuardFailed(f"{atom.span}: {atom.text} = {a.a} {atom.op} {a.b} {what}") from None
+            if out is not None:
+                return out
+        raise GuardFailed(f"{self.family.span}: no case of the grid holds for family '{self.name}'")
+
+
+class _Guard(Exception):
+    def __init__(self, variant, index):
+        self.variant, self.index = variant, index
+
+
+def compile_family(family: Family) -> CompiledFamily:
+    """Print and compile the family's variants into Python functions."""
+    pr = _Printer(family)
+    src = "\n\n".join(_variant_source(v, k, pr) for k, v in enumerate(family.variants))
+    env = {"_exact": _exact, "_floor": _floor, "_mod": _mod, "_Guard": _Guard, "_Instance": Instance}
+    exec(compile(src, f"<layoutalg family {family.name}>", "exec"), env)
+    fns = tuple(env[f"_variant_{k}"] for k in range(len(family.variants)))
+    return CompiledFamily(family, src, fns, tuple(v.guards for v in family.variants), tuple(pr.atoms))

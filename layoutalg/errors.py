@@ -1,0 +1,56 @@
+"""Errors a user can act on.
+
+`SpecError` points into a spec file (file, line, column, the line itself and a caret);
+`LayoutMismatch` names a runtime tensor, its dimension and the expected versus actual
+stride or size. Neither ever surfaces as a traceback from the command line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """A position in a spec file (1-based line and column)."""
+
+    file: str
+    line: int
+    column: int
+    text: str = ""  # the whole source line, for the caret
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class LayoutalgError(Exception):
+    """Base of every error layoutalg raises on purpose."""
+
+
+class SpecError(LayoutalgError):
+    """A spec file is malformed or meaningless; says where, what and why.
+
+    Examples:
+        >>> e = SpecError("unknown name 'Q'", Span("a.lal", 3, 12, "    offset Q * d"))
+        >>> print(e)
+        a.lal:3:12: unknown name 'Q'
+            offset Q * d
+                   ^
+    """
+
+    def __init__(self, message: str, span: Span | None = None):
+        self.message = message
+        self.span = span
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.span is None:
+            return self.message
+        out = f"{self.span}: {self.message}"
+        if self.span.text:
+            out += "\n" + self.span.text.rstrip("\n")
+            out += "\n" + " " * (self.span.column - 1) + "^"
+        return out
+
+
+class LayoutMismatch(LayoutalgError):
+    """A runtime tensor does not have the layout a spec describes."""

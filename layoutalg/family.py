@@ -1,0 +1,371 @@
+"""Name tables -> family IR: each family as symbolic digit tables, one per grid case.
+
+A family joins a local layout, a canonical layout and a shard map over a rank grid.
+Resolving it cuts every index and rank digit into mixed-radix digits (`itersum`) and
+gives each digit three strides, all sympy sizes:
+
+    local      bytes it moves in the rank's page
+    canonical  bytes it moves in the canonical page
+    rank       how much it adds to the rank id
+
+After that every map is linear: "compose with the inverse" is a re-sort of the same
+digits by another stride (see `algebra.invert_and_compose`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import sympy
+
+from .errors import Span, SpecError
+from .itersum import IterSum, Split, digits_of, expand_call, normalise
+from .library import Library
+from .sizes import Atoms, Scope
+from .syntax import (Agnostic, BinOp, Call, Case, Cond, Expr, FamilyDef, Fn, LayoutDef, Let,
+                     Name, Neg, Ranks, Replica, Require, World)
+
+SERVES = ("attention", "mla", "fallback")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A condition that must hold for the family to apply (fail closed otherwise)."""
+
+    cond: object  # sympy boolean
+    text: str
+    span: Span | None
+
+
+@dataclass(frozen=True)
+class LayoutIR:
+    """A layout instantiated with sizes: index extents and element offsets."""
+
+    name: str
+    indices: tuple[str, ...]
+    extents: tuple[sympy.Expr, ...]
+    coefficients: tuple[sympy.Expr, ...]  # element stride of each index
+    base: sympy.Expr
+    element: sympy.Expr  # bytes per element
+    tensor: tuple[str, ...] | None
+    span: Span
+
+    def size_bytes(self) -> sympy.Expr:
+        return sympy.expand(self.element * prod(self.extents))
+
+
+@dataclass(frozen=True)
+class Digit:
+    """One mixed-radix digit with its extent and its three strides."""
+
+    name: str
+    extent: sympy.Expr
+    local: sympy.Expr
+    canonical: sympy.Expr
+    rank: sympy.Expr
+    is_rank: bool
+    replica: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    """One canonical index as a normal form over the digits."""
+
+    index: str
+    extent: sympy.Expr
+    sum: IterSum
+
+
+@dataclass
+class Variant:
+    """A family under one combination of grid cases: guards and a digit table."""
+
+    family: str
+    cases: tuple[Guard, ...]
+    guards: tuple[Guard, ...]
+    local: LayoutIR
+    canonical: LayoutIR
+    digits: tuple[Digit, ...]
+    rank_digits: tuple[str, ...]
+    canonical_base: sympy.Expr
+    targets: tuple[Target, ...]
+    world: sympy.Expr
+    agnostic: object  # sympy boolean
+    lets: dict[str, sympy.Expr]
+
+
+@dataclass
+class Family:
+    name: str
+    serves: str
+    order: int
+    path: str
+    span: Span
+    atoms: Atoms
+    variants: list[Variant] = field(default_factory=list)
+
+    @property
+    def tensor(self) -> tuple[str, ...] | None:
+        return self.variants[0].local.tensor
+
+
+def _text(span: Span | None) -> str:
+    """The statement as written, without its comment."""
+    return span.text.split("#")[0].strip().rstrip(":") if span and span.text else ""
+
+
+@dataclass
+class _State:
+    scope: Scope
+    index_lets: dict[str, Expr]
+    cases: list[Guard]
+    guards: list[Guard]
+    ranks: Ranks | None = None
+    replicas: tuple[str, ...] = ()
+    world: sympy.Expr | None = None
+    agnostic: object = sympy.false
+
+    def copy(self) -> "_State":
+        return _State(self.scope.child({}), dict(self.index_lets), list(self.cases), list(self.guards),
+                      self.ranks, self.replicas, self.world, self.agnostic)
+
+
+def _names(e) -> set[str]:
+    if isinstance(e, Name):
+        return {e.id}
+    if isinstance(e, BinOp):
+        return _names(e.left) | _names(e.right)
+    if isinstance(e, Call):
+        return set().union(*(_names(a) for a in e.args)) if e.args else set()
+    if hasattr(e, "arg"):
+        return _names(e.arg)
+    return set()
+
+
+def _run(stmts, state: _State, where: str) -> list[_State]:
+    """Execute grid/family statements; `case` groups fork the state."""
+    states = [state]
+    i = 0
+    while i < len(stmts):
+        if isinstance(stmts[i], Case):
+            group = []
+            while i < len(stmts) and isinstance(stmts[i], Case):
+                group.append(stmts[i])
+                i += 1
+            forked = []
+            for s in states:
+                for case in group:
+                    c = s.copy()
+                    c.cases.append(Guard(c.scope.cond(case.cond), _text(case.span), case.span))
+                    forked.extend(_run(case.body, c, where))
+            states = forked
+            continue
+        for s in states:
+            _step(stmts[i], s, where)
+        i += 1
+    return states
+
+
+def _step(stmt, s: _State, where: str) -> None:
+    if isinstance(stmt, Let):
+        rank_names = {d.name for d in s.ranks.digits} if s.ranks else set()
+        if _names(stmt.value) & (rank_names | set(s.index_lets) | {"rank"}):
+            s.index_lets[stmt.name] = stmt.value
+        else:
+            s.scope.names[stmt.name] = s.scope.size(stmt.value, f"'let {stmt.name}'")
+    elif isinstance(stmt, Require):
+        s.guards.append(Guard(s.scope.cond(stmt.cond), _text(stmt.span), stmt.span))
+    elif isinstance(stmt, Fn):
+        s.scope.fns[stmt.name] = stmt
+    elif isinstance(stmt, World):
+        s.world = s.scope.size(stmt.size, "world size")
+    elif isinstance(stmt, Ranks):
+        if s.ranks is not None:
+            raise SpecError(f"{where} declares its ranks twice", stmt.span)
+        seen = set()
+        for d in stmt.digits:
+            if d.name in seen or d.name in s.scope.names:
+                raise SpecError(f"rank digit '{d.name}' is declared twice or shadows a size", d.span)
+            seen.add(d.name)
+        s.ranks = stmt
+        rank = Name(stmt.digits[0].name, stmt.digits[0].span)
+        for d in stmt.digits[1:]:
+            rank = BinOp("+", BinOp("*", rank, d.extent, d.span), Name(d.name, d.span), d.span)
+        s.index_lets["rank"] = rank
+    elif isinstance(stmt, Replica):
+        s.replicas = s.replicas + stmt.names
+    elif isinstance(stmt, Agnostic):
+        s.agnostic = s.scope.cond(stmt.cond)
+    else:  # pragma: no cover - the grammar admits nothing else
+        raise TypeError(stmt)
+
+
+def instantiate(lib: Library, use, scope: Scope, role: str) -> LayoutIR:
+    """A layout definition applied to size arguments."""
+    call: Call = use.call
+    ldef: LayoutDef | None = lib.layouts.get(call.fn)
+    if ldef is None:
+        raise SpecError(f"unknown layout '{call.fn}'" + (f"; known: {', '.join(sorted(lib.layouts))}"
+                                                         if lib.layouts else ""), call.span)
+    if len(call.args) != len(ldef.params):
+        raise SpecError(f"layout '{ldef.name}' takes {len(ldef.params)} size(s) "
+                        f"({', '.join(ldef.params)}), given {len(call.args)}", call.span)
+    bound = {p: scope.size(a, f"argument '{p}' of {role} layout") for p, a in zip(ldef.params, call.args)}
+    inner = Scope(scope.atoms, bound)
+    names, extents = [], []
+    for d in ldef.indices:
+        if d.name in names:
+            raise SpecError(f"index '{d.name}' is declared twice in layout '{ldef.name}'", d.span)
+        if d.name in bound:
+            raise SpecError(f"index '{d.name}' has the name of a parameter of layout '{ldef.name}'", d.span)
+        names.append(d.name)
+        extents.append(inner.size(d.extent, f"extent of index '{d.name}'"))
+    iters = dict(zip(names, extents))
+    off = normalise(ldef.offset, iters, inner)
+    coef = {n: sympy.Integer(0) for n in names}
+    for split, c in off.terms:
+        if split.lower != 1 or not scope.atoms.equal(split.extent, iters[split.source]):
+            raise SpecError(f"layout offsets are affine in whole indices: '{split.source}' is split "
+                            f"with // or %", ldef.span)
+        coef[split.source] = c
+    element = inner.size(ldef.element, "element size") if ldef.element is not None else sympy.Integer(1)
+    tensor = None
+    if ldef.tensor is not None:
+        tensor = []
+        for n in ldef.tensor:
+            if n.id not in iters:
+                raise SpecError(f"tensor dimension '{n.id}' is not an index of layout '{ldef.name}'", n.span)
+            if n.id in tensor:
+                raise SpecError(f"index '{n.id}' is used twice in the tensor of layout '{ldef.name}'", n.span)
+            tensor.append(n.id)
+        tensor = tuple(tensor)
+    return LayoutIR(ldef.name, tuple(names), tuple(extents), tuple(coef[n] for n in names), off.base,
+                    element, tensor, ldef.span)
+
+
+def resolve(lib: Library, name: str) -> Family:
+    """The family IR of `name`: one `Variant` per combination of grid cases."""
+    fdef: FamilyDef = lib.families[name]
+    where = f"family '{name}'"
+    if fdef.serves not in SERVES:
+        raise SpecError(f"{where} serves '{fdef.serves}'; a family serves one of {', '.join(SERVES)}",
+                        fdef.span)
+    for clause in ("grid", "local", "canonical", "shard"):
+        if getattr(fdef, clause) is None:
+            raise SpecError(f"{where} has no '{clause}' clause", fdef.span)
+    gdef = lib.grids.get(fdef.grid.id)
+    if gdef is None:
+        raise SpecError(f"unknown grid '{fdef.grid.id}'" + (f"; known: {', '.join(sorted(lib.grids))}"
+                                                            if lib.grids else ""), fdef.grid.span)
+    atoms = Atoms()
+    top = Scope(atoms, fns=dict(lib.fns))
+    for let in lib.lets.values():
+        top.names[let.name] = top.size(let.value, f"'let {let.name}'")
+    fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms)
+    start = _State(top, {}, [], [])
+    for s in _run(gdef.body, start, f"grid '{gdef.name}'"):
+        if s.ranks is None:
+            raise SpecError(f"grid '{gdef.name}' has no 'ranks' line", gdef.span)
+        if s.world is None:
+            raise SpecError(f"grid '{gdef.name}' has no 'world' line", gdef.span)
+        for v in _run(fdef.body, s, where):
+            fam.variants.append(_variant(lib, fdef, v))
+    return fam
+
+
+def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
+    scope = s.scope
+    local = instantiate(lib, fdef.local, scope, "local")
+    canon = instantiate(lib, fdef.canonical, scope, "canonical")
+    if not scope.atoms.equal(local.element, canon.element):
+        raise SpecError(f"local elements are {local.element} bytes but canonical ones "
+                        f"{canon.element}; the shard map moves whole elements", fdef.canonical.span)
+    if not scope.atoms.equal(local.base, 0):
+        raise SpecError(f"layout '{local.name}' starts at element {local.base}, not 0", local.span)
+    shard = fdef.shard
+    srcs = tuple(n.id for n in shard.sources)
+    if srcs != local.indices:
+        raise SpecError(f"shard names ({', '.join(srcs)}) but the local layout '{local.name}' has "
+                        f"indices ({', '.join(local.indices)})", shard.span)
+    if len(shard.targets) != len(canon.indices):
+        raise SpecError(f"shard gives {len(shard.targets)} canonical indices but layout "
+                        f"'{canon.name}' has {len(canon.indices)} ({', '.join(canon.indices)})", shard.span)
+    rank_decl = s.ranks.digits
+    rank_ext = [scope.size(d.extent, f"extent of rank digit '{d.name}'") for d in rank_decl]
+    for r in s.replicas:
+        if r not in {d.name for d in rank_decl}:
+            raise SpecError(f"replica '{r}' is not a rank digit", s.ranks.span)
+    iters = dict(zip(local.indices, local.extents))
+    iters.update({d.name: e for d, e in zip(rank_decl, rank_ext)})
+    clash = set(local.indices) & {d.name for d in rank_decl}
+    if clash:
+        raise SpecError(f"index '{sorted(clash)[0]}' has the name of a rank digit", shard.span)
+    idx_scope = _IndexScope(scope, s.index_lets, iters)
+    targets = tuple(Target(ci, ce, idx_scope.normalise(t))
+                    for ci, ce, t in zip(canon.indices, canon.extents, shard.targets))
+    e = local.element
+    splits: dict[str, list[tuple[Split, list]]] = {}
+    for t in targets:
+        for sp, _ in t.sum.terms:
+            splits.setdefault(sp.source, []).append(sp)
+    digits = [Digit("byte", e, sympy.Integer(1), sympy.Integer(1), sympy.Integer(0), False)]
+    coef_l = dict(zip(local.indices, local.coefficients))
+    coef_c = dict(zip(canon.indices, canon.coefficients))
+
+    def canonical_stride(sp: Split) -> sympy.Expr:
+        return sympy.expand(e * sum(coef_c[t.index] * dict(t.sum.terms).get(sp, 0) for t in targets))
+
+    for name, ext in zip(local.indices, local.extents):
+        chain = digits_of(name, ext, splits.get(name, []), scope.atoms.equal, shard.span)
+        for sp in chain:
+            digits.append(Digit(_label(sp, chain), sp.extent, sympy.expand(e * coef_l[name] * sp.lower),
+                                canonical_stride(sp), sympy.Integer(0), False))
+    rank_stride = sympy.Integer(1)
+    rank_strides = {}
+    for d, ext in reversed(list(zip(rank_decl, rank_ext))):
+        rank_strides[d.name] = rank_stride
+        rank_stride = sympy.expand(rank_stride * ext)
+    for d, ext in zip(rank_decl, rank_ext):
+        used = splits.get(d.name, [])
+        chain = digits_of(d.name, ext, used, scope.atoms.equal, shard.span) if used else \
+            [Split(d.name, sympy.Integer(1), ext)]
+        for sp in chain:
+            digits.append(Digit(_label(sp, chain), sp.extent, sympy.Integer(0),
+                                canonical_stride(sp) if used else sympy.Integer(0),
+                                sympy.expand(rank_strides[d.name] * sp.lower), True, d.name in s.replicas))
+    base = sympy.expand(e * (canon.base + sum(coef_c[t.index] * t.sum.base for t in targets)))
+    return Variant(fdef.name, tuple(s.cases), tuple(s.guards), local, canon, tuple(digits),
+                   tuple(d.name for d in rank_decl), base, targets, s.world, s.agnostic,
+                   dict(scope.names))
+
+
+def _label(sp: Split, chain: list[Split]) -> str:
+    if len(chain) == 1:
+        return sp.source
+    if sp.lower == 1:
+        return f"{sp.source}%{sp.extent}"
+    return f"{sp.source}//{sp.lower}"
+
+
+class _IndexScope:
+    """Normalises shard targets: iterators, index-valued `let`s and `fn`s."""
+
+    def __init__(self, scope: Scope, index_lets: dict[str, Expr], iters: dict[str, sympy.Expr]):
+        self.scope, self.index_lets, self.iters = scope, index_lets, iters
+
+    def normalise(self, e: Expr) -> IterSum:
+        return normalise(self.inline(e), self.iters, self.scope)
+
+    def inline(self, e: Expr, depth: int = 0) -> Expr:
+        """Expand `fn` calls and index-valued `let`s (they may use rank digits)."""
+        if depth > 32:
+            raise SpecError("functions or lets refer to each other without end", getattr(e, "span", None))
+        if isinstance(e, Name) and e.id in self.index_lets and e.id not in self.iters:
+            return self.inline(self.index_lets[e.id], depth + 1)
+        if isinstance(e, Call):
+            return self.inline(expand_call(e, self.scope), depth + 1)
+        if isinstance(e, BinOp):
+            return BinOp(e.op, self.inline(e.left, depth), self.inline(e.right, depth), e.span)
+        if isinstance(e, Neg):
+            return Neg(self.inline(e.arg, depth), e.span)
+        return e

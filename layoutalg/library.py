@@ -1,0 +1,81 @@
+"""Syntax tree -> name tables: load spec files (following `import`s) into a `Library`.
+
+A library is a set of files whose definitions share one namespace; a name defined
+twice is an error that points at the second definition.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._resources import specs_dir
+from .errors import SpecError
+from .syntax import FamilyDef, Fn, GridDef, LayoutDef, Let, Module, parse_file
+
+
+@dataclass
+class Library:
+    """Every layout, grid, family and shared `let`/`fn` of a set of spec files.
+
+    Each kind has a namespace of its own, so a family may share its layout's name.
+    """
+
+    modules: list[Module] = field(default_factory=list)
+    layouts: dict[str, LayoutDef] = field(default_factory=dict)
+    grids: dict[str, GridDef] = field(default_factory=dict)
+    families: dict[str, FamilyDef] = field(default_factory=dict)
+    lets: dict[str, Let] = field(default_factory=dict)
+    fns: dict[str, Fn] = field(default_factory=dict)
+
+    def add(self, module: Module) -> None:
+        if any(m.path == module.path for m in self.modules):
+            return
+        self.modules.append(module)
+        for imp in module.imports:
+            target = Path(module.path).parent / imp.path
+            if not target.is_file():
+                raise SpecError(f"imported file '{imp.path}' not found (looked for {target})", imp.span)
+            self.add(parse_file(target))
+        for table, items in ((self.layouts, module.layouts), (self.grids, module.grids),
+                             (self.families, module.families), (self.lets, module.lets),
+                             (self.fns, module.fns)):
+            for item in items:
+                prior = table.get(item.name)
+                if prior is not None:
+                    raise SpecError(f"'{item.name}' is already defined at {prior.span}", item.span)
+                table[item.name] = item
+
+    def family_path(self, name: str) -> str:
+        return self.families[name].span.file
+
+
+def spec_files(paths) -> list[Path]:
+    """The .lal files named by `paths` (files, or folders searched non-recursively)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(p.glob("*.lal")))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise SpecError(f"no such spec file or folder: {p}")
+    return out
+
+
+def load(paths) -> Library:
+    """Load spec files and folders into one library."""
+    lib = Library()
+    for f in spec_files(paths):
+        lib.add(parse_file(f.resolve()))
+    return lib
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(key: tuple[str, ...]) -> Library:
+    return load(key)
+
+
+def load_default(spec_dir: str | Path | None = None) -> Library:
+    """The shipped spec library (or `spec_dir`), loaded once per process."""
+    return _load_cached((str(Path(spec_dir or specs_dir()).resolve()),))

@@ -1,0 +1,102 @@
+"""Lowering: a numeric digit table (`compile.Instance`) -> every rank's copy runs.
+
+    copy map  C = coalesce(invert_and_compose(canonical, local))
+
+C's modes come in order of increasing local stride. Its first mode, when it has
+canonical stride 1, is the contiguous fragment; the largest remaining mode becomes
+the run's stride; the rest are enumerated, one run per combination. The runs do not
+depend on the rank: a rank only shifts every canonical offset by its base.
+
+Before any run is emitted, `certify` checks the stride chains that make the result an
+exact tiling (each a handful of integer comparisons, never an enumeration of bytes).
+"""
+from __future__ import annotations
+
+from itertools import product
+
+from .algebra import NotCompact, coalesce, invert_and_compose, right_inverse
+from .compile import Instance
+from .errors import LayoutalgError
+from .layout import Layout
+from .mapping import CanonicalPageMapping, CopyRun
+
+
+class TilingError(LayoutalgError):
+    """A family's instance is not an exact tiling: the spec is wrong for this configuration."""
+
+
+def certify(inst: Instance) -> None:
+    """Raise `TilingError` unless the instance tiles exactly.
+
+    1. local digits form a compact layout of the local page (every byte exactly once);
+    2. rank digits form a compact layout of [0, world) (every rank exactly once);
+    3. every canonical index stays inside its extent;
+    4. local digits and non-replica rank digits form a compact layout of the canonical
+       page (with the replicas factored out, every canonical byte has one owner).
+    """
+    local = Layout(tuple(d[0] for d in inst.local), tuple(d[1] for d in inst.local))
+    ranks = Layout(tuple(r[0] for r in inst.ranks), tuple(r[1] for r in inst.ranks))
+    owners = [(d[0], d[2]) for d in inst.local] + [(r[0], r[2]) for r in inst.ranks if not r[3]]
+    canon = Layout(tuple(n for n, _ in owners), tuple(s for _, s in owners))
+    for what, lay, size in (("local page", local, inst.local_page), ("rank grid", ranks, inst.world),
+                            ("canonical page", canon, inst.canonical_page)):
+        try:
+            right_inverse(lay)
+        except NotCompact as e:
+            raise TilingError(f"{inst.family}: the {what} is not tiled exactly: {e}") from None
+        if lay.size() != size:
+            raise TilingError(f"{inst.family}: the {what} has {size} slots but its digits "
+                              f"cover {lay.size()}")
+    for k, (extent, base, terms) in enumerate(inst.targets):
+        lo = base + sum(min(0, s * (n - 1)) for s, n in terms)
+        hi = base + sum(max(0, s * (n - 1)) for s, n in terms)
+        if lo < 0 or hi >= extent:
+            raise TilingError(f"{inst.family}: canonical index {k} ranges over [{lo}, {hi}] "
+                              f"outside [0, {extent})")
+
+
+def copy_map(inst: Instance) -> Layout:
+    """`C`: local byte offset -> canonical byte offset (relative to the rank's base)."""
+    local = Layout(tuple(d[0] for d in inst.local), tuple(d[1] for d in inst.local))
+    canon = Layout(local.shape, tuple(d[2] for d in inst.local))
+    return coalesce(invert_and_compose(canon, local))
+
+
+def run_plan(C: Layout) -> tuple[list[tuple[int, int]], int, int, int, int]:
+    """`(offsets, fragment, count, local stride, canonical stride)` of the runs of `C`.
+
+    `offsets` lists each run's (local, canonical) start, sorted by local offset.
+    """
+    modes = [(n, ls, cs) for (n, cs), ls in zip(C.modes(), C.index_strides()) if n != 1]
+    fragment = 1
+    if modes and modes[0][1] == 1 and modes[0][2] == 1:
+        fragment = modes.pop(0)[0]
+    if not modes:
+        return [(0, 0)], fragment, 1, fragment, fragment
+    k = max(range(len(modes)), key=lambda j: (modes[j][0], -j))
+    count, ls, cs = modes.pop(k)
+    offsets = sorted((sum(i * m[1] for i, m in zip(idx, modes)), sum(i * m[2] for i, m in zip(idx, modes)))
+                     for idx in product(*(range(m[0]) for m in modes)))
+    return offsets, fragment, count, ls, cs
+
+
+def lower(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
+    """Every rank's mapping, rank = mixed radix of the grid's rank digits."""
+    certify(inst)
+    offsets, fs, nf, ls, cs = run_plan(copy_map(inst))
+    num_writers = 1
+    for n, _, _, replica in inst.ranks:
+        if replica:
+            num_writers *= n
+    out = []
+    for rank in range(inst.world):
+        base, writer = inst.canonical_base, 0
+        for n, rs, c, replica in inst.ranks:
+            v = (rank // rs) % n
+            base += v * c
+            if replica:
+                writer = writer * n + v
+        runs = tuple(CopyRun(lo, co + base, fs, nf, ls, cs) for lo, co in offsets)
+        out.append(CanonicalPageMapping(inst.canonical_page, inst.local_page, runs, num_writers,
+                                        writer, inst.agnostic))
+    return tuple(out)

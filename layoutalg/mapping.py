@@ -1,0 +1,70 @@
+"""The runtime data types, with the reference's field names.
+
+`CopyRun`: for i < num_fragments, local bytes [local_offset + i*local_stride, +fragment_size)
+are canonical bytes [canonical_offset + i*canonical_stride, +fragment_size).
+`CanonicalPageMapping`: one rank's runs for one layer, and who stores which block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class CopyRun(NamedTuple):
+    """A strided run of equal fragments.
+
+    Examples:
+        >>> list(CopyRun(0, 100, 4, 3, 8, 16).triples())
+        [(0, 100, 4), (8, 116, 4), (16, 132, 4)]
+    """
+
+    local_offset: int
+    canonical_offset: int
+    fragment_size: int
+    num_fragments: int
+    local_stride: int
+    canonical_stride: int
+
+    def triples(self):
+        """The fragments as (local offset, canonical offset, size)."""
+        for i in range(self.num_fragments):
+            yield (self.local_offset + i * self.local_stride,
+                   self.canonical_offset + i * self.canonical_stride, self.fragment_size)
+
+
+@dataclass(frozen=True)
+class CanonicalPageMapping:
+    """How one rank's page of one layer maps onto the canonical page.
+
+    Examples:
+        >>> m = CanonicalPageMapping(256, 128, (CopyRun(0, 0, 128, 1, 128, 128),), 2, 1, True)
+        >>> [m.is_writer(b) for b in range(4)]
+        [False, True, False, True]
+    """
+
+    canonical_page_size_bytes: int
+    local_page_size_bytes: int
+    runs: tuple[CopyRun, ...]
+    num_writers: int
+    writer_index: int
+    parallelism_agnostic: bool
+
+    def is_writer(self, block_id: int) -> bool:
+        """Whether this rank stores block `block_id` (writers take turns by block id)."""
+        return block_id % self.num_writers == self.writer_index
+
+
+def merged_triples(runs) -> list[tuple[int, int, int]]:
+    """The byte map of `runs`: fragments sorted by local offset, merged where contiguous in both.
+
+    Examples:
+        >>> merged_triples([CopyRun(4, 14, 4, 1, 4, 4), CopyRun(0, 10, 4, 1, 4, 4)])
+        [(0, 10, 8)]
+    """
+    out: list[list[int]] = []
+    for lo, co, n in sorted(t for r in runs for t in r.triples()):
+        if out and out[-1][0] + out[-1][2] == lo and out[-1][1] + out[-1][2] == co:
+            out[-1][2] += n
+        else:
+            out.append([lo, co, n])
+    return [tuple(t) for t in out]

@@ -1,0 +1,145 @@
+"""IR of sizes: spec expressions without indices, as sympy polynomials over atoms.
+
+A size is a polynomial with integer coefficients in *atoms*: runtime parameters
+(`tp`, `block_size`, ...) and one fresh atom per division that is not exact as a
+polynomial (`tp / total_heads` becomes `q0` with `q0 * total_heads == tp`). Keeping
+sizes polynomial makes them exact to evaluate with Python integers, easy to compare
+symbolically and direct to state to Z3 (each atom brings its defining equation).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from . import params
+from .errors import SpecError, Span
+from .syntax import BinOp, BoolOp, Call, Compare, Cond, Expr, Name, Neg, Not, Num
+
+
+def param(name: str) -> sympy.Symbol:
+    """The sympy symbol of a runtime parameter (`params.NAMES`)."""
+    return sympy.Symbol(name, integer=True)
+
+
+@dataclass(frozen=True)
+class Atom:
+    """A size that is not a polynomial: `num / den` (exact), `num // den` or `num % den`."""
+
+    symbol: sympy.Symbol
+    op: str  # "/", "//", "%"
+    num: sympy.Expr
+    den: sympy.Expr
+    span: Span | None = field(default=None, compare=False)
+
+    @property
+    def text(self) -> str:
+        return f"({self.num}) {self.op} ({self.den})"
+
+
+class Atoms:
+    """The atoms of one compilation unit, shared so that equal divisions share a symbol."""
+
+    def __init__(self) -> None:
+        self.by_symbol: dict[sympy.Symbol, Atom] = {}
+        self._by_key: dict[tuple, Atom] = {}
+
+    def make(self, op: str, num: sympy.Expr, den: sympy.Expr, span: Span | None) -> sympy.Expr:
+        if op == "/":
+            q = sympy.cancel(num / den)
+            n, d = sympy.fraction(q)
+            if d == 1 and _int_poly(n):
+                return sympy.expand(n)
+        if num.is_Integer and den.is_Integer:
+            if den == 0:
+                raise SpecError(f"division by zero in '{num} {op} {den}'", span)
+            a, b = int(num), int(den)
+            if op == "/":
+                raise SpecError(f"{a} / {b} is not an integer", span)
+            return sympy.Integer(a // b if op == "//" else a % b)
+        key = (op, num, den)
+        if key not in self._by_key:
+            prefix = {"/": "_q", "//": "_f", "%": "_m"}[op]
+            sym = sympy.Symbol(f"{prefix}{len(self._by_key)}", integer=True)
+            atom = Atom(sym, op, num, den, span)
+            self._by_key[key] = atom
+            self.by_symbol[sym] = atom
+        return self._by_key[key].symbol
+
+    def expand(self, e: sympy.Expr) -> sympy.Expr:
+        """Replace exact-division atoms by rational functions (for symbolic comparison)."""
+        subs = {}
+        for sym, atom in self.by_symbol.items():
+            if atom.op == "/" and sym in e.free_symbols:
+                subs[sym] = self.expand(atom.num) / self.expand(atom.den)
+        return e.xreplace(subs) if subs else e
+
+    def equal(self, a, b) -> bool:
+        """True when `a == b` for every value of the parameters (divisions taken as exact)."""
+        if a == b:
+            return True
+        return sympy.cancel(self.expand(sympy.sympify(a) - sympy.sympify(b))) == 0
+
+
+def _int_poly(e: sympy.Expr) -> bool:
+    if not e.free_symbols:
+        return e.is_Integer
+    try:
+        return all(c.is_Integer for c in sympy.Poly(e, *sorted(e.free_symbols, key=str)).coeffs())
+    except sympy.PolynomialError:
+        return False
+
+
+class Scope:
+    """Names visible to size expressions: runtime parameters, `let`s and layout parameters."""
+
+    def __init__(self, atoms: Atoms, names: dict[str, sympy.Expr] | None = None,
+                 fns: dict | None = None):
+        self.atoms = atoms
+        self.names = dict(names) if names is not None else {n: param(n) for n in params.NAMES}
+        self.fns = dict(fns or {})
+
+    def child(self, extra: dict[str, sympy.Expr]) -> "Scope":
+        s = Scope(self.atoms, {**self.names, **extra}, self.fns)
+        return s
+
+    def size(self, e: Expr, what: str = "size") -> sympy.Expr:
+        """Convert a spec expression that has no index into a sympy size."""
+        if isinstance(e, Num):
+            if "." in e.value:
+                raise SpecError(f"{what} {e.value} is not an integer", e.span)
+            return sympy.Integer(int(e.value))
+        if isinstance(e, Name):
+            if e.id not in self.names:
+                raise SpecError(f"unknown name '{e.id}' in {what}; known here: "
+                                + ", ".join(sorted(self.names)), e.span)
+            return self.names[e.id]
+        if isinstance(e, Neg):
+            return -self.size(e.arg, what)
+        if isinstance(e, BinOp):
+            a, b = self.size(e.left, what), self.size(e.right, what)
+            if e.op == "+":
+                return sympy.expand(a + b)
+            if e.op == "-":
+                return sympy.expand(a - b)
+            if e.op == "*":
+                return sympy.expand(a * b)
+            return self.atoms.make(e.op, a, b, e.span)
+        if isinstance(e, Call):
+            if e.fn == "max" or e.fn == "min":
+                raise SpecError(f"'{e.fn}' is not supported; state the cases with 'case'", e.span)
+            raise SpecError(f"function '{e.fn}' cannot be used in a {what}", e.span)
+        raise TypeError(e)  # pragma: no cover
+
+    def cond(self, c: Cond):
+        """Convert a condition into a sympy boolean over sizes."""
+        if isinstance(c, Compare):
+            a, b = self.size(c.left, "condition"), self.size(c.right, "condition")
+            return {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge,
+                    "<": sympy.Lt, ">": sympy.Gt}[c.op](a, b, evaluate=False)
+        if isinstance(c, BoolOp):
+            parts = [self.cond(x) for x in c.args]
+            return (sympy.And if c.op == "and" else sympy.Or)(*parts, evaluate=False)
+        if isinstance(c, Not):
+            return sympy.Not(self.cond(c.arg), evaluate=False)
+        raise TypeError(c)  # pragma: no cover

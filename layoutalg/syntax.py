@@ -1,0 +1,475 @@
+"""Grammar -> syntax tree: parse a .lal file with lark into plain dataclasses.
+
+Every node keeps the `Span` it came from, so later passes can point at the exact
+spot of a problem. Parse errors are turned into `SpecError`s that name the file, line
+and column, show the line with a caret and say what was expected.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.indenter import Indenter
+
+from ._resources import grammar_path
+from .errors import Span, SpecError
+
+# ---- expressions and conditions -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Num:
+    value: str  # as written; integrality is checked by the IR
+    span: Span = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+    span: Span = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # + - * / // %
+    left: "Expr"
+    right: "Expr"
+    span: Span = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Neg:
+    arg: "Expr"
+    span: Span = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Call:
+    fn: str
+    args: tuple["Expr", ...]
+    span: Span = field(compare=False, repr=False)
+
+
+Expr = Union[Num, Name, BinOp, Neg, Call]
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str  # == != <= >= < >
+    left: Expr
+    right: Expr
+    span: Span = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # and / or
+    args: tuple["Cond", ...]
+    span: Span = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Not:
+    arg: "Cond"
+    span: Span = field(compare=False, repr=False)
+
+
+Cond = Union[Compare, BoolOp, Not]
+
+# ---- statements and definitions -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexDecl:
+    name: str
+    extent: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Require:
+    cond: Cond
+    span: Span
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Fn:
+    name: str
+    params: tuple[str, ...]
+    body: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class World:
+    size: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Ranks:
+    digits: tuple[IndexDecl, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Replica:
+    names: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Agnostic:
+    cond: Cond
+    span: Span
+
+
+@dataclass(frozen=True)
+class Case:
+    cond: Cond
+    body: tuple
+    span: Span
+
+
+@dataclass(frozen=True)
+class LayoutDef:
+    name: str
+    params: tuple[str, ...]
+    indices: tuple[IndexDecl, ...]
+    offset: Expr
+    element: Expr | None
+    tensor: tuple[Name, ...] | None  # the index of each dimension after the block dimension
+    span: Span
+
+
+@dataclass(frozen=True)
+class GridDef:
+    name: str
+    body: tuple
+    span: Span
+
+
+@dataclass(frozen=True)
+class LayoutUse:
+    call: Call
+    span: Span
+
+
+@dataclass(frozen=True)
+class Shard:
+    sources: tuple[Name, ...]
+    targets: tuple[Expr, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class FamilyDef:
+    name: str
+    serves: str
+    order: int
+    grid: Name | None
+    local: LayoutUse | None
+    canonical: LayoutUse | None
+    shard: Shard | None
+    body: tuple  # requires and lets, in order
+    span: Span
+
+
+@dataclass(frozen=True)
+class Import:
+    path: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Module:
+    """One parsed .lal file."""
+
+    path: str
+    imports: tuple[Import, ...]
+    layouts: tuple[LayoutDef, ...]
+    grids: tuple[GridDef, ...]
+    families: tuple[FamilyDef, ...]
+    lets: tuple[Let, ...]
+    fns: tuple[Fn, ...]
+
+
+# ---- the parser -------------------------------------------------------------------------
+
+
+class _Indenter(Indenter):
+    NL_type = "_NL"
+    OPEN_PAREN_types = ["LPAR"]
+    CLOSE_PAREN_types = ["RPAR"]
+    INDENT_type = "_INDENT"
+    DEDENT_type = "_DEDENT"
+    tab_len = 4
+
+
+def grammar_text() -> str:
+    """The grammar shipped with the package (grammar/layoutalg.lark in the repository)."""
+    return grammar_path().read_text()
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(grammar_text(), parser="lalr", postlex=_Indenter(), propagate_positions=True,
+                maybe_placeholders=True)
+
+
+_TOKEN_WORDS = {
+    "_NL": "end of line", "_INDENT": "an indented block", "_DEDENT": "end of block",
+    "NAME": "a name", "NUMBER": "a number", "STRING": "a quoted path", "CMP": "a comparison",
+    "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "COLON": "':'", "LESSTHAN": "'<'",
+    "EQUAL": "'='", "PLUS": "'+'", "MINUS": "'-'", "STAR": "'*'", "SLASH": "'/'",
+    "PERCENT": "'%'", "__ANON_0": "'->'", "$END": "end of file",
+}
+
+
+def _describe_expected(expected) -> str:
+    words = sorted({_TOKEN_WORDS.get(t, repr(t.lower()) if t.isupper() else t) for t in expected})
+    if len(words) > 8:
+        words = words[:8] + ["..."]
+    return ", ".join(words)
+
+
+def parse(text: str, path: str = "<spec>") -> Module:
+    """Parse spec text into a `Module`; raises `SpecError` with a caret on bad input.
+
+    Examples:
+        >>> m = parse("layout row(R):\\n    index b < R\\n    offset b\\n")
+        >>> m.layouts[0].name, [i.name for i in m.layouts[0].indices]
+        ('row', ['b'])
+    """
+    lines = text.splitlines()
+    if not text.endswith("\n"):
+        text += "\n"
+
+    def span(line: int, column: int) -> Span:
+        src = lines[line - 1] if 0 < line <= len(lines) else ""
+        return Span(path, line, column, src)
+
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedToken as e:
+        if e.token.type == "_DEDENT" or e.token.type == "$END":
+            where = span(e.line if e.line > 0 else len(lines), max(e.column, 1))
+        else:
+            where = span(e.line, e.column)
+        got = "end of line" if e.token.type == "_NL" else repr(str(e.token))
+        raise SpecError(f"unexpected {got}; expected {_describe_expected(e.expected)}", where) from None
+    except UnexpectedCharacters as e:
+        raise SpecError(f"unexpected character {text[e.pos_in_stream]!r}", span(e.line, e.column)) from None
+    except UnexpectedEOF as e:
+        raise SpecError(f"unexpected end of file; expected {_describe_expected(e.expected)}",
+                        span(len(lines), 1)) from None
+    except UnexpectedInput as e:  # pragma: no cover - other lark errors carry a position too
+        raise SpecError(str(e).splitlines()[0], span(e.line, e.column)) from None
+    try:
+        return _Build(path, span).transform(tree)
+    except VisitError as e:
+        if isinstance(e.orig_exc, SpecError):
+            raise e.orig_exc from None
+        raise
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_cached(path: str, text: str) -> Module:
+    return parse(text, path)
+
+
+def parse_file(path: str | Path) -> Module:
+    """Parse a file once per process (keyed by path and content)."""
+    p = Path(path)
+    return _parse_cached(str(p), p.read_text())
+
+
+@v_args(meta=True)
+class _Build(Transformer):
+    """Lark tree -> dataclasses. Each method receives the node's meta for its span."""
+
+    def __init__(self, path: str, span):
+        super().__init__()
+        self._path = path
+        self._span = span
+
+    def _at(self, meta) -> Span:
+        return self._span(getattr(meta, "line", 1), getattr(meta, "column", 1))
+
+    def _tok(self, tok: Token) -> Span:
+        return self._span(tok.line, tok.column)
+
+    # expressions
+    def number(self, meta, c):
+        return Num(str(c[0]), self._tok(c[0]))
+
+    def name(self, meta, c):
+        return Name(str(c[0]), self._tok(c[0]))
+
+    def _bin(self, op, meta, c):
+        return BinOp(op, c[0], c[1], self._at(meta))
+
+    def add(self, meta, c):
+        return self._bin("+", meta, c)
+
+    def sub(self, meta, c):
+        return self._bin("-", meta, c)
+
+    def mul(self, meta, c):
+        return self._bin("*", meta, c)
+
+    def div(self, meta, c):
+        return self._bin("/", meta, c)
+
+    def floordiv(self, meta, c):
+        return self._bin("//", meta, c)
+
+    def mod(self, meta, c):
+        return self._bin("%", meta, c)
+
+    def neg(self, meta, c):
+        return Neg(c[0], self._at(meta))
+
+    def call(self, meta, c):
+        return Call(str(c[0]), tuple(c[1] or ()), self._tok(c[0]))
+
+    def exprs(self, meta, c):
+        return tuple(c)
+
+    def names(self, meta, c):
+        return tuple(Name(str(t), self._tok(t)) for t in c)
+
+    # conditions
+    def compare(self, meta, c):
+        return Compare(str(c[1]), c[0], c[2], self._at(meta))
+
+    def or_cond(self, meta, c):
+        return BoolOp("or", tuple(c), self._at(meta))
+
+    def and_cond(self, meta, c):
+        return BoolOp("and", tuple(c), self._at(meta))
+
+    def not_(self, meta, c):
+        return Not(c[0], self._at(meta))
+
+    # statements
+    def index_decl(self, meta, c):
+        return IndexDecl(str(c[0]), c[1], self._tok(c[0]))
+
+    def require_stmt(self, meta, c):
+        return Require(c[0], self._at(meta))
+
+    def binding(self, meta, c):
+        return Let(str(c[0]), c[1], self._tok(c[0]))
+
+    def let_stmt(self, meta, c):
+        return tuple(c)
+
+    def fn_stmt(self, meta, c):
+        return Fn(str(c[0]), tuple(n.id for n in c[1]), c[2], self._tok(c[0]))
+
+    def world_stmt(self, meta, c):
+        return World(c[0], self._at(meta))
+
+    def ranks_stmt(self, meta, c):
+        return Ranks(tuple(c), self._at(meta))
+
+    def replica_stmt(self, meta, c):
+        return Replica(tuple(n.id for n in c[0]), self._at(meta))
+
+    def agnostic_stmt(self, meta, c):
+        return Agnostic(c[0], self._at(meta))
+
+    def case_stmt(self, meta, c):
+        return Case(c[0], _flatten(c[1:]), self._at(meta))
+
+    # layouts
+    def index_clause(self, meta, c):
+        return ("index", tuple(c), self._at(meta))
+
+    def offset_clause(self, meta, c):
+        return ("offset", c[0], self._at(meta))
+
+    def element_clause(self, meta, c):
+        return ("element", c[0], self._at(meta))
+
+    def tensor_clause(self, meta, c):
+        return ("tensor", tuple(Name(str(t), self._tok(t)) for t in c[1:]), self._at(meta))
+
+    def layout_def(self, meta, c):
+        name, params, items = str(c[0]), c[1], c[2:]
+        where = self._at(meta)
+        found: dict[str, tuple] = {}
+        for kind, value, at in items:
+            if kind in found:
+                raise SpecError(f"layout '{name}' has a second '{kind}' clause", at)
+            found[kind] = (value, at)
+        for required in ("index", "offset"):
+            if required not in found:
+                raise SpecError(f"layout '{name}' has no '{required}' clause", where)
+        return LayoutDef(
+            name, tuple(n.id for n in params or ()), found["index"][0], found["offset"][0],
+            found.get("element", (None,))[0], found.get("tensor", (None,))[0], where)
+
+    # grids and families
+    def grid_def(self, meta, c):
+        return GridDef(str(c[0]), _flatten(c[1:]), self._at(meta))
+
+    def grid_ref(self, meta, c):
+        return ("grid", Name(str(c[0]), self._tok(c[0])), self._at(meta))
+
+    def local_stmt(self, meta, c):
+        return ("local", LayoutUse(c[0], self._at(meta)), self._at(meta))
+
+    def canonical_stmt(self, meta, c):
+        return ("canonical", LayoutUse(c[0], self._at(meta)), self._at(meta))
+
+    def shard_stmt(self, meta, c):
+        return ("shard", Shard(c[0], c[1], self._at(meta)), self._at(meta))
+
+    def family_def(self, meta, c):
+        name, serves, order, items = str(c[0]), str(c[1]), c[2], c[3:]
+        where = self._at(meta)
+        found: dict[str, object] = {}
+        body = []
+        for item in _flatten(items):
+            if isinstance(item, tuple):
+                kind, value, at = item
+                if kind in found:
+                    raise SpecError(f"family '{name}' has a second '{kind}' clause", at)
+                found[kind] = value
+            else:
+                body.append(item)
+        return FamilyDef(name, serves, int(order) if order is not None else 0, found.get("grid"),
+                         found.get("local"), found.get("canonical"), found.get("shard"),
+                         tuple(body), where)
+
+    def import_def(self, meta, c):
+        return Import(str(c[0])[1:-1], self._at(meta))
+
+    def start(self, meta, c):
+        items = _flatten(c)
+        pick = lambda t: tuple(i for i in items if isinstance(i, t))  # noqa: E731
+        return Module(self._path, pick(Import), pick(LayoutDef), pick(GridDef), pick(FamilyDef),
+                      pick(Let), pick(Fn))
+
+
+def _flatten(items) -> tuple:
+    out = []
+    for item in items:
+        if isinstance(item, tuple) and item and isinstance(item[0], Let):
+            out.extend(item)
+        else:
+            out.append(item)
+    return tuple(out)
