@@ -70,6 +70,8 @@ def right_inverse(L: Layout, eq=operator.eq) -> Layout:
         ('(3,2):(2,1)', [0, 1, 2, 3, 4, 5])
     """
     index_strides = L.index_strides()
+    if eq is operator.eq and all(type(d) is int for d in L.stride):
+        return _right_inverse_int(L, index_strides)
     left = [k for k, n in enumerate(L.shape) if not _is_one(n, eq)]
     shape, stride, run = [], [], 1
     while left:
@@ -84,6 +86,19 @@ def right_inverse(L: Layout, eq=operator.eq) -> Layout:
     if not shape:
         return Layout((1,), (0,))
     return Layout(tuple(shape), tuple(stride))
+
+
+def _right_inverse_int(L: Layout, index_strides: tuple) -> Layout:
+    """`right_inverse` for integer strides: sort by stride, then check the chain."""
+    modes = sorted((d, n, s) for n, d, s in zip(L.shape, L.stride, index_strides) if n != 1)
+    run = 1
+    for d, n, _ in modes:
+        if d != run:
+            raise NotCompact(f"layout {L} is not compact: no mode has stride {run}")
+        run *= n
+    if not modes:
+        return Layout((1,), (0,))
+    return Layout(tuple(m[1] for m in modes), tuple(m[2] for m in modes))
 
 
 def compose(B: Layout, A: Layout, eq=operator.eq) -> Layout:
@@ -102,10 +117,15 @@ def compose(B: Layout, A: Layout, eq=operator.eq) -> Layout:
     """
     index_strides = B.index_strides()
     shape, stride = [], []
+    fast = {s: k for k, s in enumerate(index_strides) if B.shape[k] != 1} if eq is operator.eq else None
     for n, d in A.modes():
         if _is_one(n, eq):
             continue
-        k = next((k for k, s in enumerate(index_strides) if eq(s, d) and eq(B.shape[k], n)), None)
+        if fast is not None:
+            k = fast.get(d)
+            k = k if k is not None and B.shape[k] == n else None
+        else:
+            k = next((k for k, s in enumerate(index_strides) if eq(s, d) and eq(B.shape[k], n)), None)
         if k is None:
             raise ValueError(f"compose: mode {n}:{d} of {A} selects no whole mode of {B}")
         shape.append(n)

@@ -7,60 +7,12 @@ configuration is one call of plain Python.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
-
 import sympy
 
 from . import params
+from .compiled import CompiledFamily
 from .errors import LayoutalgError
-from .family import Family, Guard, Variant
-
-
-class GuardFailed(LayoutalgError):
-    """The family does not apply to this configuration; the layer fails closed."""
-
-
-class Instance(NamedTuple):
-    """A family at one configuration: every size and stride as an int."""
-
-    family: str
-    local: tuple        # ((extent, local stride, canonical stride), ...) for each local digit
-    ranks: tuple        # ((extent, rank stride, canonical stride, replica), ...)
-    canonical_base: int
-    local_page: int
-    canonical_page: int
-    world: int
-    agnostic: bool
-    element: int
-    tensor_shape: tuple   # extents of the tensor's dims after the block dim
-    tensor_strides: tuple  # their strides in elements
-    targets: tuple        # ((canonical extent, base, ((scale, digit extent), ...)), ...)
-    local_names: tuple
-    rank_names: tuple
-
-
-def _exact(a, b, k):
-    if b == 0 or a % b:
-        raise _AtomFailed(k, a, b)
-    return a // b
-
-
-def _floor(a, b, k):
-    if b == 0:
-        raise _AtomFailed(k, a, b)
-    return a // b
-
-
-def _mod(a, b, k):
-    if b == 0:
-        raise _AtomFailed(k, a, b)
-    return a % b
-
-
-class _AtomFailed(Exception):
-    def __init__(self, k, a, b):
-        self.k, self.a, self.b = k, a, b
+from .family import Family, Variant
 
 
 _REL = {"==": "==", "!=": "!=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
@@ -141,50 +93,10 @@ def _digit_name(v: Variant, sp) -> str:
     return _label(sp, chain)
 
 
-@dataclass
-class CompiledFamily:
-    """A family ready for the runtime: `evaluate(sizes)` gives its `Instance`."""
-
-    family: Family
-    source: str
-    _variants: tuple
-    _guards: tuple  # per variant, the guards in order
-    _atoms: tuple
-
-    @property
-    def name(self) -> str:
-        return self.family.name
-
-    def evaluate(self, sizes: dict) -> Instance:
-        """The numeric digit table at `sizes` (every name in `params.NAMES`).
-
-        Raises `GuardFailed` naming the spec line of the first guard that fails.
-        """
-        for k, fn in enumerate(self._variants):
-            try:
-                out = fn(sizes)
-            except _Guard as g:
-                guard: Guard = self._guards[g.variant][g.index]
-                raise GuardFailed(f"{guard.span}: {guard.text} does not hold") from None
-            except _AtomFailed as a:
-                atom = self._atoms[a.k]
-                what = {"/": "is not a whole number", "//": "divides by zero", "%": "divides by zero"}[atom.op]
-                raise GuardFailed(f"{atom.span}: {atom.text} = {a.a} {atom.op} {a.b} {what}") from None
-            if out is not None:
-                return out
-        raise GuardFailed(f"{self.family.span}: no case of the grid holds for family '{self.name}'")
-
-
-class _Guard(Exception):
-    def __init__(self, variant, index):
-        self.variant, self.index = variant, index
-
-
 def compile_family(family: Family) -> CompiledFamily:
     """Print and compile the family's variants into Python functions."""
     pr = _Printer(family)
     src = "\n\n".join(_variant_source(v, k, pr) for k, v in enumerate(family.variants))
-    env = {"_exact": _exact, "_floor": _floor, "_mod": _mod, "_Guard": _Guard, "_Instance": Instance}
-    exec(compile(src, f"<layoutalg family {family.name}>", "exec"), env)
-    fns = tuple(env[f"_variant_{k}"] for k in range(len(family.variants)))
-    return CompiledFamily(family, src, fns, tuple(v.guards for v in family.variants), tuple(pr.atoms))
+    guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
+    atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
+    return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms, family)

@@ -211,7 +211,14 @@ def instantiate(lib: Library, use, scope: Scope, role: str) -> LayoutIR:
         raise SpecError(f"layout '{ldef.name}' takes {len(ldef.params)} size(s) "
                         f"({', '.join(ldef.params)}), given {len(call.args)}", call.span)
     bound = {p: scope.size(a, f"argument '{p}' of {role} layout") for p, a in zip(ldef.params, call.args)}
-    inner = Scope(scope.atoms, bound)
+    return layout_ir(ldef, bound, scope.atoms)
+
+
+def layout_ir(ldef: LayoutDef, bound: dict, atoms: Atoms) -> LayoutIR:
+    """A layout definition with its parameters bound to sizes; checks the definition."""
+    if len(set(ldef.params)) != len(ldef.params):
+        raise SpecError(f"layout '{ldef.name}' names a parameter twice", ldef.span)
+    inner = Scope(atoms, bound)
     names, extents = [], []
     for d in ldef.indices:
         if d.name in names:
@@ -224,7 +231,7 @@ def instantiate(lib: Library, use, scope: Scope, role: str) -> LayoutIR:
     off = normalise(ldef.offset, iters, inner)
     coef = {n: sympy.Integer(0) for n in names}
     for split, c in off.terms:
-        if split.lower != 1 or not scope.atoms.equal(split.extent, iters[split.source]):
+        if split.lower != 1 or not atoms.equal(split.extent, iters[split.source]):
             raise SpecError(f"layout offsets are affine in whole indices: '{split.source}' is split "
                             f"with // or %", ldef.span)
         coef[split.source] = c
@@ -241,6 +248,12 @@ def instantiate(lib: Library, use, scope: Scope, role: str) -> LayoutIR:
         tensor = tuple(tensor)
     return LayoutIR(ldef.name, tuple(names), tuple(extents), tuple(coef[n] for n in names), off.base,
                     element, tensor, ldef.span)
+
+
+def check_layouts(lib: Library) -> None:
+    """Check every layout definition on its own, its parameters taken as free sizes."""
+    for ldef in lib.layouts.values():
+        layout_ir(ldef, {p: sympy.Symbol(p, integer=True, positive=True) for p in ldef.params}, Atoms())
 
 
 def resolve(lib: Library, name: str) -> Family:

@@ -13,9 +13,10 @@ exact tiling (each a handful of integer comparisons, never an enumeration of byt
 from __future__ import annotations
 
 from itertools import product
+from math import prod
 
 from .algebra import NotCompact, coalesce, invert_and_compose, right_inverse
-from .compile import Instance
+from .compiled import Instance
 from .errors import LayoutalgError
 from .layout import Layout
 from .mapping import CanonicalPageMapping, CopyRun
@@ -25,34 +26,40 @@ class TilingError(LayoutalgError):
     """A family's instance is not an exact tiling: the spec is wrong for this configuration."""
 
 
-def certify(inst: Instance) -> None:
-    """Raise `TilingError` unless the instance tiles exactly.
+def certify(inst: Instance) -> Layout:
+    """Check that the instance tiles exactly and return its copy map (see `copy_map`).
 
-    1. local digits form a compact layout of the local page (every byte exactly once);
-    2. rank digits form a compact layout of [0, world) (every rank exactly once);
+    1. the local digits form a compact layout of the local page: every local byte once
+       (checked by `invert_and_compose`, which inverts the local layout);
+    2. the rank digits count every rank once: their layout is mixed radix by
+       construction, so its size must be the grid's world size;
     3. every canonical index stays inside its extent;
-    4. local digits and non-replica rank digits form a compact layout of the canonical
-       page (with the replicas factored out, every canonical byte has one owner).
+    4. the local digits and the non-replica rank digits form a compact layout of the
+       canonical page: with replicas factored out, every canonical byte has one owner.
+    Raises `TilingError` naming the violated condition.
     """
-    local = Layout(tuple(d[0] for d in inst.local), tuple(d[1] for d in inst.local))
-    ranks = Layout(tuple(r[0] for r in inst.ranks), tuple(r[1] for r in inst.ranks))
+    try:
+        C = copy_map(inst)
+    except NotCompact as e:
+        raise TilingError(f"{inst.family}: the local page is not tiled exactly: {e}") from None
     owners = [(d[0], d[2]) for d in inst.local] + [(r[0], r[2]) for r in inst.ranks if not r[3]]
-    canon = Layout(tuple(n for n, _ in owners), tuple(s for _, s in owners))
-    for what, lay, size in (("local page", local, inst.local_page), ("rank grid", ranks, inst.world),
-                            ("canonical page", canon, inst.canonical_page)):
-        try:
-            right_inverse(lay)
-        except NotCompact as e:
-            raise TilingError(f"{inst.family}: the {what} is not tiled exactly: {e}") from None
-        if lay.size() != size:
-            raise TilingError(f"{inst.family}: the {what} has {size} slots but its digits "
-                              f"cover {lay.size()}")
+    canon = Layout(tuple(n for n, _ in owners), tuple(c for _, c in owners))
+    try:
+        right_inverse(canon)
+    except NotCompact as e:
+        raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: {e}") from None
+    for what, have, want in (("local page", C.size(), inst.local_page),
+                             ("rank grid", prod(r[0] for r in inst.ranks), inst.world),
+                             ("canonical page", canon.size(), inst.canonical_page)):
+        if have != want:
+            raise TilingError(f"{inst.family}: the {what} has {want} slots but its digits cover {have}")
     for k, (extent, base, terms) in enumerate(inst.targets):
         lo = base + sum(min(0, s * (n - 1)) for s, n in terms)
         hi = base + sum(max(0, s * (n - 1)) for s, n in terms)
         if lo < 0 or hi >= extent:
             raise TilingError(f"{inst.family}: canonical index {k} ranges over [{lo}, {hi}] "
                               f"outside [0, {extent})")
+    return C
 
 
 def copy_map(inst: Instance) -> Layout:
@@ -82,21 +89,21 @@ def run_plan(C: Layout) -> tuple[list[tuple[int, int]], int, int, int, int]:
 
 def lower(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
     """Every rank's mapping, rank = mixed radix of the grid's rank digits."""
-    certify(inst)
-    offsets, fs, nf, ls, cs = run_plan(copy_map(inst))
+    offsets, fs, nf, ls, cs = run_plan(certify(inst))
     num_writers = 1
     for n, _, _, replica in inst.ranks:
         if replica:
             num_writers *= n
     out = []
+    ranks = [r for r in inst.ranks if r[0] != 1]
     for rank in range(inst.world):
         base, writer = inst.canonical_base, 0
-        for n, rs, c, replica in inst.ranks:
+        for n, rs, c, replica in ranks:
             v = (rank // rs) % n
             base += v * c
             if replica:
                 writer = writer * n + v
-        runs = tuple(CopyRun(lo, co + base, fs, nf, ls, cs) for lo, co in offsets)
+        runs = tuple([CopyRun(lo, co + base, fs, nf, ls, cs) for lo, co in offsets])
         out.append(CanonicalPageMapping(inst.canonical_page, inst.local_page, runs, num_writers,
                                         writer, inst.agnostic))
     return tuple(out)

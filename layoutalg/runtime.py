@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compile import CompiledFamily, GuardFailed, Instance
+from .compiled import CompiledFamily, GuardFailed, Instance
 from .lower import lower
 from .mapping import CanonicalPageMapping
 
@@ -78,8 +78,8 @@ class Deriver:
     def __init__(self, spec_dir: str | Path | None = None):
         self.families = compiled_library(str(spec_dir) if spec_dir else None)
         self._by_kind: dict[str, list[CompiledFamily]] = {}
-        for cf in sorted(self.families.values(), key=lambda f: (f.family.order, f.name)):
-            self._by_kind.setdefault(cf.family.serves, []).append(cf)
+        for cf in sorted(self.families.values(), key=lambda f: (f.order, f.name)):
+            self._by_kind.setdefault(cf.serves, []).append(cf)
         fallback = self._by_kind.get("fallback", [])
         if len(fallback) != 1:
             raise ValueError(f"a spec library needs exactly one 'fallback' family, found {len(fallback)}")
@@ -141,9 +141,17 @@ def _mismatch(inst: Instance, layer: LayerSpec, tensor: TensorLayout | None, num
 
 @functools.lru_cache(maxsize=8)
 def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
-    """Parse, resolve and compile every family of a library, once per process."""
+    """Every family of a library, compiled once per process (or loaded precompiled)."""
+    from . import cache
+    from ._resources import specs_dir
+    folder = Path(spec_dir or specs_dir()).resolve()
+    key, data = cache.load("library", folder)
+    if data is not None:
+        return {d["name"]: CompiledFamily.from_json(d) for d in data}
     from .compile import compile_family
     from .family import resolve
     from .library import load_default
-    lib = load_default(spec_dir)
-    return {name: compile_family(resolve(lib, name)) for name in lib.families}
+    lib = load_default(folder)
+    out = {name: compile_family(resolve(lib, name)) for name in lib.families}
+    cache.store("library", key, [m.path for m in lib.modules], [cf.to_json() for cf in out.values()])
+    return out

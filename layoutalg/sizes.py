@@ -107,7 +107,7 @@ class Scope:
         """Convert a spec expression that has no index into a sympy size."""
         if isinstance(e, Num):
             if "." in e.value:
-                raise SpecError(f"{what} {e.value} is not an integer", e.span)
+                raise SpecError(f"{what} must be an integer, not {e.value}", e.span)
             return sympy.Integer(int(e.value))
         if isinstance(e, Name):
             if e.id not in self.names:

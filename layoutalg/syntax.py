@@ -263,6 +263,11 @@ def parse(text: str, path: str = "<spec>") -> Module:
     try:
         tree = _parser().parse(text)
     except UnexpectedToken as e:
+        if e.token.type == "_INDENT":
+            nxt = e.line + 1
+            src = lines[nxt - 1] if nxt <= len(lines) else ""
+            raise SpecError("unexpected indentation; a block opens only after a line ending in ':'",
+                            span(nxt, len(src) - len(src.lstrip()) + 1)) from None
         if e.token.type == "_DEDENT" or e.token.type == "$END":
             where = span(e.line if e.line > 0 else len(lines), max(e.column, 1))
         else:

@@ -1,0 +1,193 @@
+"""The `layoutalg` command line."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from .errors import LayoutalgError
+
+_EPILOG = """\
+examples:
+  layoutalg check specs/                       parse, derive and check every shipped family
+  layoutalg runs specs/split_nhd.lal --tp 4 --heads 8
+  layoutalg runs specs/mla.lal --tp 2 --dcp 2 --interleave 2 --page-size 9216
+  layoutalg explain specs/split_hnd.lal         the family's digits, strides as formulas
+  layoutalg derive-corpus tests/data/vllm_reference.jsonl.gz > out.jsonl
+  layoutalg prove specs/                        prove every family with Z3
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="layoutalg", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
+        description="Describe sharded KV-cache page layouts in spec files (.lal), derive the byte "
+                    "copy runs between each rank's page and the canonical page, and check or prove "
+                    "that the ranks tile the canonical page exactly.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("check", help="parse specs, derive runs and verify tiling by enumeration")
+    c.add_argument("specs", nargs="+", help="spec files or folders")
+
+    r = sub.add_parser("runs", help="print every rank's copy runs for one configuration")
+    r.add_argument("spec", help="spec file (or folder) holding the family")
+    r.add_argument("--family", help="family name (default: the first one defined in SPEC)")
+    r.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
+    r.add_argument("--pcp", type=int, default=1, help="prefill context-parallel ranks (default 1)")
+    r.add_argument("--dcp", type=int, default=1, help="decode context-parallel ranks (default 1)")
+    r.add_argument("--interleave", type=int, default=1, help="CP token interleave (default 1)")
+    r.add_argument("--heads", type=int, default=8, help="KV heads of the whole model (default 8)")
+    r.add_argument("--local-heads", type=int, help="KV heads per rank (default max(1, heads // tp))")
+    r.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
+    r.add_argument("--head-size", type=int, default=128, help="elements per head (default 128)")
+    r.add_argument("--dtype-bytes", type=int, default=2, help="bytes per element (default 2)")
+    r.add_argument("--page-size", type=int, help="page bytes (default: what the local layout holds; "
+                                                 "MLA: block_size * 1152)")
+
+    e = sub.add_parser("explain", help="show a family's digit table with symbolic strides")
+    e.add_argument("spec", help="spec file (or folder)")
+    e.add_argument("--family", help="family name (default: every family defined in SPEC)")
+
+    d = sub.add_parser("derive-corpus", help="derive the mappings of a conformance corpus (JSON lines)")
+    d.add_argument("corpus", help="IN.jsonl or IN.jsonl.gz")
+    d.add_argument("--specs", help="spec library folder (default: the shipped specs)")
+
+    pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
+    pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
+    pr.add_argument("--timeout", type=float, default=20.0, help="seconds per fully symbolic query")
+    pr.add_argument("--jobs", type=int, default=1, help="families proved in parallel")
+    pr.add_argument("--no-cache", action="store_true", help="ignore cached proofs")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
+                "prove": _prove}[args.cmd](args)
+    except LayoutalgError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
+        return 0
+
+
+def _families_in(spec: str, wanted: str | None):
+    from .library import load
+    from .runtime import compiled_library
+    lib = load([spec])
+    own = [f for f in lib.families if lib.families[f].span.file.endswith(spec.rstrip("/").split("/")[-1])]
+    names = [wanted] if wanted else (own or list(lib.families))
+    for n in names:
+        if n not in lib.families:
+            raise LayoutalgError(f"no family '{n}' in {spec}; families: {', '.join(lib.families)}")
+    return lib, names
+
+
+def _check(args) -> int:
+    from .check import DEFAULT_DOMAIN, check_family
+    from .compile import compile_family
+    from .family import check_layouts, resolve
+    from .library import load
+    lib = load(args.specs)
+    check_layouts(lib)
+    compiled = {name: compile_family(resolve(lib, name)) for name in lib.families}
+    print(f"{len(lib.layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
+          f"in {len(lib.modules)} file(s)\n")
+    print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
+    bad = 0
+    for name, cf in compiled.items():
+        t = time.perf_counter()
+        rep = check_family(lib, cf)
+        status = "ok" if not rep.errors else f"{len(rep.errors)} error(s)"
+        print(f"{name:<12} {rep.certified:>9} {rep.failed_closed:>11} {rep.oracle_checked:>6}  {status} "
+              f"({time.perf_counter() - t:.2f} s)")
+        for err in rep.errors[:5]:
+            print(f"    {err}")
+        bad += bool(rep.errors)
+    n = 1
+    for v in DEFAULT_DOMAIN.values():
+        n *= len(v)
+    print(f"\n{n} configurations per family; oracle = configurations also compared byte for byte "
+          f"with a direct reading of the spec")
+    return 1 if bad else 0
+
+
+def _runs(args) -> int:
+    from .compile import compile_family
+    from .compiled import GuardFailed
+    from .family import resolve
+    from .lower import lower
+    lib, names = _families_in(args.spec, args.family)
+    cf = compile_family(resolve(lib, names[0]))
+    sizes = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave,
+             "total_heads": args.heads, "heads": args.local_heads or max(1, args.heads // args.tp),
+             "block_size": args.block_size, "head_size": args.head_size, "dtype_bytes": args.dtype_bytes,
+             "per_token_head_quant": 0, "compress_ratio": 1}
+    page = args.page_size
+    if page is None:
+        page = args.block_size * 1152 if cf.serves == "mla" else 0
+        if not page:
+            try:
+                page = cf.evaluate({**sizes, "page_size": 0}).local_page
+            except GuardFailed:
+                page = 0
+    try:
+        inst = cf.evaluate({**sizes, "page_size": page})
+    except GuardFailed as e:
+        print(f"{cf.name} does not apply (the layer would fail closed): {e}")
+        return 1
+    maps = lower(inst)
+    print(f"family {cf.name}: local page {inst.local_page} B, canonical page {inst.canonical_page} B, "
+          f"{len(maps)} rank(s), {maps[0].num_writers} writer(s) per block, "
+          f"agnostic={maps[0].parallelism_agnostic}")
+    for rank, m in enumerate(maps):
+        digits, rest = [], rank
+        for (n, rs, _, _), name in zip(inst.ranks, inst.rank_names):
+            digits.append(f"{name}={(rank // rs) % n}")
+        print(f"\nrank {rank} ({', '.join(digits)}), writer {m.writer_index} of {m.num_writers}, "
+              f"{len(m.runs)} run(s)")
+        print(f"  {'local':>8} {'canonical':>10} {'fragment':>9} {'count':>6} {'l.stride':>9} {'c.stride':>9}")
+        for r in m.runs:
+            print(f"  {r.local_offset:>8} {r.canonical_offset:>10} {r.fragment_size:>9} {r.num_fragments:>6} "
+                  f"{r.local_stride:>9} {r.canonical_stride:>9}")
+    return 0
+
+
+def _explain(args) -> int:
+    from .family import resolve
+    lib, names = _families_in(args.spec, args.family)
+    for name in names:
+        fam = resolve(lib, name)
+        print(f"family {name} (serves {fam.serves}) from {os.path.relpath(fam.path)}")
+        for v in fam.variants:
+            cases = " and ".join(c.text.removeprefix("case ") for c in v.cases) or "always"
+            print(f"\n  when {cases}:")
+            for g in v.guards:
+                print(f"    {g.text}")
+            print(f"    {'digit':<16} {'extent':<22} {'local stride':<26} {'canonical stride':<34} rank stride")
+            for d in v.digits:
+                tag = " (replica)" if d.replica else ""
+                print(f"    {d.name + tag:<16} {str(d.extent):<22} {str(d.local):<26} {str(d.canonical):<34} "
+                      f"{d.rank}")
+        atoms = fam.atoms.by_symbol.values()
+        if atoms:
+            print("\n  where " + ", ".join(f"{a.symbol} = {a.text}" for a in atoms))
+        print()
+    return 0
+
+
+def _corpus(args) -> int:
+    from .corpus import derive_corpus
+    derive_corpus(args.corpus, sys.stdout, args.specs)
+    return 0
+
+
+def _prove(args) -> int:
+    from .prove.cli import prove_command
+    return prove_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

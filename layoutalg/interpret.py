@@ -1,0 +1,230 @@
+"""A direct reading of a family's syntax tree: the independent oracle.
+
+`Reading` evaluates a family straight from the spec text, with no normal form, no
+digits and no algebra: a local index and a rank go in, the canonical byte comes out,
+with `//` and `%` taken literally. The arithmetic is pluggable (`Ops`): Python ints
+for enumeration checks, Z3 terms for proofs. Lowering bugs cannot hide from it
+because it shares no code with `itersum`, `family`, `algebra` or `lower`.
+"""
+from __future__ import annotations
+
+import itertools
+import operator
+from dataclasses import dataclass, field
+
+from .itersum import expand_call, substitute
+from .library import Library
+from .sizes import Scope
+from .syntax import (Agnostic, BinOp, BoolOp, Call, Case, Compare, Fn, LayoutDef, Let, Name, Neg, Not,
+                     Num, Ranks, Replica, Require, World)
+
+
+class Ops:
+    """Integer arithmetic for `Reading` (Python ints); `/` must divide exactly."""
+
+    add, sub, mul = operator.add, operator.sub, operator.mul
+    cmp = {"==": operator.eq, "!=": operator.ne, "<=": operator.le, ">=": operator.ge,
+           "<": operator.lt, ">": operator.gt}
+
+    def floordiv(self, a, b):
+        return a // b
+
+    def mod(self, a, b):
+        return a % b
+
+    def exact(self, a, b):
+        if a % b:
+            raise ArithmeticError(f"{a} / {b} is not exact")
+        return a // b
+
+    def and_(self, xs):
+        return all(xs)
+
+    def or_(self, xs):
+        return any(xs)
+
+    def not_(self, x):
+        return not x
+
+
+@dataclass
+class Reading:
+    """A family at one path through its grid's cases, over some arithmetic."""
+
+    lib: Library
+    family: str
+    sizes: dict
+    ops: Ops = field(default_factory=Ops)
+    path: tuple = ()  # which case of each case group (None: choose by evaluating, ints only)
+    env: dict = field(default_factory=dict)
+    fns: dict = field(default_factory=dict)
+    cases: list = field(default_factory=list)   # (condition value, text) taken
+    guards: list = field(default_factory=list)  # (condition value, text)
+    ranks: list = field(default_factory=list)   # (name, extent)
+    replicas: tuple = ()
+    world: object = None
+    agnostic: object = False
+
+    def __post_init__(self):
+        self.env = dict(self.sizes)
+        self.fns = dict(self.lib.fns)
+        for let in self.lib.lets.values():
+            self.env[let.name] = self.expr(let.value)
+        fdef = self.lib.families[self.family]
+        self.fdef = fdef
+        self._path = list(self.path)
+        self._run(self.lib.grids[fdef.grid.id].body)
+        self._run(fdef.body)
+
+    # -- statements
+    def _run(self, stmts):
+        i = 0
+        while i < len(stmts):
+            if isinstance(stmts[i], Case):
+                group = []
+                while i < len(stmts) and isinstance(stmts[i], Case):
+                    group.append(stmts[i])
+                    i += 1
+                pick = self._path.pop(0) if self._path else None
+                if pick is None:
+                    pick = next((k for k, c in enumerate(group) if self.cond(c.cond)), None)
+                    if pick is None:
+                        raise LookupError("no case holds")
+                case = group[pick]
+                self.cases.append((self.cond(case.cond), case.span))
+                self._run(case.body)
+                continue
+            self._step(stmts[i])
+            i += 1
+
+    def _step(self, s):
+        if isinstance(s, Let):
+            self.env[s.name] = _Lazy(s.value)
+        elif isinstance(s, Require):
+            self.guards.append((self.cond(s.cond), s.span))
+        elif isinstance(s, Fn):
+            self.fns[s.name] = s
+        elif isinstance(s, World):
+            self.world = self.expr(s.size)
+        elif isinstance(s, Ranks):
+            self.ranks = [(d.name, d.extent) for d in s.digits]
+        elif isinstance(s, Replica):
+            self.replicas += s.names
+        elif isinstance(s, Agnostic):
+            self.agnostic = self.cond(s.cond)
+
+    # -- expressions
+    def expr(self, e, env=None):
+        env = self.env if env is None else env
+        o = self.ops
+        if isinstance(e, Num):
+            return int(e.value)
+        if isinstance(e, Name):
+            v = env[e.id]
+            if isinstance(v, _Lazy):
+                v = self.expr(v.e, env)
+            return v
+        if isinstance(e, Neg):
+            return o.sub(0, self.expr(e.arg, env))
+        if isinstance(e, Call):
+            return self.expr(expand_call(e, Scope(None, {}, self.fns)), env)
+        a, b = self.expr(e.left, env), self.expr(e.right, env)
+        return {"+": o.add, "-": o.sub, "*": o.mul, "//": o.floordiv, "%": o.mod, "/": o.exact}[e.op](a, b)
+
+    def cond(self, c, env=None):
+        o = self.ops
+        if isinstance(c, Compare):
+            return o.cmp[c.op](self.expr(c.left, env), self.expr(c.right, env))
+        if isinstance(c, BoolOp):
+            parts = [self.cond(x, env) for x in c.args]
+            return o.and_(parts) if c.op == "and" else o.or_(parts)
+        if isinstance(c, Not):
+            return o.not_(self.cond(c.arg, env))
+        raise TypeError(c)
+
+    # -- the family's maps
+    def layout(self, role: str):
+        """(definition, bound parameters) of the local or canonical layout."""
+        use = getattr(self.fdef, role)
+        ldef: LayoutDef = self.lib.layouts[use.call.fn]
+        bound = {p: self.expr(a) for p, a in zip(ldef.params, use.call.args)}
+        return ldef, bound
+
+    def extents(self, role: str) -> dict:
+        ldef, bound = self.layout(role)
+        return {d.name: self.expr(d.extent, bound) for d in ldef.indices}
+
+    def offset(self, role: str, index: dict):
+        """Byte offset of `index` (name -> value) in the local or canonical layout."""
+        ldef, bound = self.layout(role)
+        elem = self.expr(ldef.element, bound) if ldef.element is not None else 1
+        return self.ops.mul(elem, self.expr(ldef.offset, {**bound, **index}))
+
+    def page(self, role: str):
+        ldef, bound = self.layout(role)
+        elem = self.expr(ldef.element, bound) if ldef.element is not None else 1
+        out = elem
+        for d in ldef.indices:
+            out = self.ops.mul(out, self.expr(d.extent, bound))
+        return out
+
+    def rank_extents(self) -> list:
+        return [(n, self.expr(e)) for n, e in self.ranks]
+
+    def shard(self, index: dict, rank_digits: dict) -> dict:
+        """Canonical index of local `index` on the rank with these digit values."""
+        env = {**self.env, **rank_digits, **index}
+        canon, _ = self.layout("canonical")
+        rank = 0
+        for n, ext in self.rank_extents():
+            rank = self.ops.add(self.ops.mul(rank, ext), rank_digits[n])
+        env["rank"] = rank
+        targets = [substitute(t, {}) for t in self.fdef.shard.targets]
+        return {d.name: self.expr(t, env) for d, t in zip(canon.indices, targets)}
+
+
+@dataclass
+class _Lazy:
+    e: object
+
+
+def paths(lib: Library, family: str) -> list[tuple]:
+    """Every path through the case groups of a family (grid, then family)."""
+    fdef = lib.families[family]
+
+    def walk(stmts) -> list[tuple]:
+        # case bodies may nest groups; enumerate depth-first in execution order
+        result = [()]
+        i = 0
+        while i < len(stmts):
+            if isinstance(stmts[i], Case):
+                g = []
+                while i < len(stmts) and isinstance(stmts[i], Case):
+                    g.append(stmts[i])
+                    i += 1
+                result = [r + (k,) + sub for r in result for k, c in enumerate(g) for sub in walk(c.body)]
+            else:
+                i += 1
+        return result
+
+    return [a + b for a in walk(lib.grids[fdef.grid.id].body) for b in walk(fdef.body)]
+
+
+def byte_map(r: Reading, rank: int) -> dict[int, int]:
+    """local byte -> canonical byte on one rank, by enumerating every element (ints only)."""
+    rext = r.rank_extents()
+    digits, rest = {}, rank
+    for n, ext in reversed(rext):
+        digits[n] = rest % ext
+        rest //= ext
+    ldef, bound = r.layout("local")
+    ext = r.extents("local")
+    elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
+    out = {}
+    names = list(ext)
+    for values in itertools.product(*(range(ext[n]) for n in names)):
+        index = dict(zip(names, values))
+        lo, co = r.offset("local", index), r.offset("canonical", r.shard(index, digits))
+        for b in range(elem):
+            out[lo + b] = co + b
+    return out

@@ -1,0 +1,44 @@
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "layoutalg.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_help_lists_commands():
+    out = run("--help").stdout
+    for cmd in ("check", "runs", "explain", "derive-corpus", "prove"):
+        assert cmd in out
+
+
+def test_check_shipped_specs():
+    proc = run("check", "specs/")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for fam in ("split_nhd", "split_hnd", "packed_nhd", "packed_hnd", "mla", "opaque"):
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(fam + " "))
+        assert " ok " in line
+
+
+def test_runs_prints_every_rank():
+    proc = run("runs", "specs/split_nhd.lal", "--tp", "4", "--heads", "8", "--block-size", "4",
+               "--head-size", "8", "--dtype-bytes", "1")
+    assert proc.returncode == 0
+    out = proc.stdout
+    assert out.count("\nrank ") == 4
+    assert "rank 3 (pcp_rank=0, head_shard=3, writer=0, dcp_rank=0)" in out
+    # rank 3 holds heads 6, 7: 16 B of each token row, at canonical byte 48 of each 64 B row
+    assert "         0         48        16      8        16        64" in out
+
+
+def test_runs_explains_a_configuration_that_fails_closed():
+    proc = run("runs", "specs/split_nhd.lal", "--tp", "3", "--heads", "2")
+    assert proc.returncode == 1 and "does not apply" in proc.stdout and "tp % total_heads == 0" in proc.stdout
+
+
+def test_explain_shows_symbolic_strides():
+    out = run("explain", "specs/split_nhd.lal").stdout
+    assert "when total_heads >= tp and cp > 1" in out
+    assert "t//interleave" in out and "writer (replica)" in out

@@ -1,0 +1,40 @@
+"""run_plan: the runs of a copy map, checked against the map itself."""
+from layoutalg.algebra import coalesce, invert_and_compose
+from layoutalg.layout import Layout
+from layoutalg.lower import run_plan
+from layoutalg.mapping import CopyRun, merged_triples
+from layouts import random_compact
+
+
+def run_plan_post(C: Layout, plan) -> None:
+    """The runs cover [0, C.size()) once, send each byte where C does, and are maximal."""
+    offsets, fs, nf, ls, cs = plan
+    runs = [CopyRun(lo, co, fs, nf, ls, cs) for lo, co in offsets]
+    got = {lo + b: co + b for r in runs for lo, co, n in r.triples() for b in range(n)}
+    assert got == {x: C(x) for x in range(C.size())}
+    assert sum(n for r in runs for _, _, n in r.triples()) == C.size()
+    assert [lo for lo, _ in offsets] == sorted(lo for lo, _ in offsets)
+    # maximal fragments: no two fragments would merge
+    triples = [t for r in runs for t in r.triples()]
+    assert len(merged_triples(runs)) == len(triples) or fs == 1 and C.size() == 1
+
+
+def test_run_plan_random(rng):
+    for _ in range(400):
+        A = random_compact(rng)
+        B = Layout(A.shape, tuple(rng.choice((1, 2, 3, 4, 24)) for _ in A.shape))
+        C = coalesce(invert_and_compose(B, A))
+        if sorted(C(i) for i in range(C.size())) != list(range(C.size())):
+            continue  # run_plan describes bijective copy maps
+        run_plan_post(C, run_plan(C))
+
+
+def test_whole_page_is_one_run():
+    offsets, fs, nf, ls, cs = run_plan(coalesce(Layout((4, 8), (1, 4))))
+    assert (offsets, fs, nf) == ([(0, 0)], 32, 1)
+
+
+def test_strided_fragments_become_one_run():
+    # 4 local rows of 16 bytes go to every 64th canonical byte: a single strided run
+    offsets, fs, nf, ls, cs = run_plan(Layout((16, 4), (1, 64)))
+    assert (offsets, fs, nf, ls, cs) == ([(0, 0)], 16, 4, 16, 64)
