@@ -55,8 +55,10 @@ def _parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
-    pr.add_argument("--timeout", type=float, default=20.0, help="seconds per fully symbolic query")
-    pr.add_argument("--jobs", type=int, default=1, help="families proved in parallel")
+    pr.add_argument("--timeout", type=float, default=5.0,
+                    help="seconds per fully symbolic query before falling back to configurations (default 5)")
+    pr.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                    help="families proved in parallel (default: up to 4, one per core)")
     pr.add_argument("--no-cache", action="store_true", help="ignore cached proofs")
     return p
 

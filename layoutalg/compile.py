@@ -99,4 +99,5 @@ def compile_family(family: Family) -> CompiledFamily:
     src = "\n\n".join(_variant_source(v, k, pr) for k, v in enumerate(family.variants))
     guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
-    return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms, family)
+    return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
+                          len(family.tensor or ()), family)

@@ -64,6 +64,7 @@ class Reading:
     replicas: tuple = ()
     world: object = None
     agnostic: object = False
+    taken: list = field(default_factory=list)  # the case chosen in each group, in order
 
     def __post_init__(self):
         self.env = dict(self.sizes)
@@ -91,6 +92,7 @@ class Reading:
                     if pick is None:
                         raise LookupError("no case holds")
                 case = group[pick]
+                self.taken.append(pick)
                 self.cases.append((self.cond(case.cond), case.span))
                 self._run(case.body)
                 continue

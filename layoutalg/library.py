@@ -33,7 +33,7 @@ class Library:
             return
         self.modules.append(module)
         for imp in module.imports:
-            target = Path(module.path).parent / imp.path
+            target = (Path(module.path).parent / imp.path).resolve()
             if not target.is_file():
                 raise SpecError(f"imported file '{imp.path}' not found (looked for {target})", imp.span)
             self.add(parse_file(target))

@@ -87,9 +87,63 @@ def run_plan(C: Layout) -> tuple[list[tuple[int, int]], int, int, int, int]:
     return offsets, fragment, count, ls, cs
 
 
+def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
+    """`copy_map` and `certify` in one pass over integer tuples: C's modes as (extent, canonical stride).
+
+    The same algebra as `coalesce(invert_and_compose(...))` plus the checks of `certify`,
+    specialised to ints for the runtime's hot path (the tests hold the two to each other).
+    """
+    modes = sorted((ls, n, cs) for n, ls, cs in inst.local if n != 1)
+    run, out = 1, []
+    for ls, n, cs in modes:
+        if ls != run:
+            raise TilingError(f"{inst.family}: the local page is not tiled exactly: "
+                              f"no digit has local stride {run}")
+        run *= n
+        if out and out[-1][1] * out[-1][0] == cs:
+            out[-1] = (out[-1][0] * n, out[-1][1])
+        else:
+            out.append((n, cs))
+    owners = sorted([(cs, n) for n, _, cs in inst.local if n != 1]
+                    + [(cs, n) for n, _, cs, replica in inst.ranks if n != 1 and not replica])
+    size = 1
+    for cs, n in owners:
+        if cs != size:
+            raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: "
+                              f"no digit has canonical stride {size}")
+        size *= n
+    world = 1
+    for r in inst.ranks:
+        world *= r[0]
+    if run != inst.local_page or size != inst.canonical_page or world != inst.world:
+        return None  # let `certify` name the mismatch
+    for extent, base, terms in inst.targets:
+        hi = lo = base
+        for sc, n in terms:
+            if sc > 0:
+                hi += sc * (n - 1)
+            else:
+                lo += sc * (n - 1)
+        if lo < 0 or hi >= extent:
+            return None
+    return out or [(1, 0)]
+
+
 def lower(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
-    """Every rank's mapping, rank = mixed radix of the grid's rank digits."""
-    offsets, fs, nf, ls, cs = run_plan(certify(inst))
+    """Every rank's mapping, rank = mixed radix of the grid's rank digits (certified first)."""
+    modes = fast_copy_map(inst)
+    C = Layout(tuple(n for n, _ in modes), tuple(c for _, c in modes)) if modes else certify(inst)
+    return emit(inst, C)
+
+
+def lower_uncertified(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
+    """The runs of an instance that may not tile: for diagnosing a broken spec, never for copying."""
+    return emit(inst, copy_map(inst))
+
+
+def emit(inst: Instance, C: Layout) -> tuple[CanonicalPageMapping, ...]:
+    """Every rank's runs from the copy map `C`."""
+    offsets, fs, nf, ls, cs = run_plan(C)
     num_writers = 1
     for n, _, _, replica in inst.ranks:
         if replica:

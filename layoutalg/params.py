@@ -27,3 +27,10 @@ RUNTIME = {**PARALLEL, **LAYER}
 """Every runtime name with its meaning, in a fixed order."""
 
 NAMES = tuple(RUNTIME)
+
+DOMAIN = {
+    "tp": (1, 1024), "pcp": (1, 64), "dcp": (1, 64), "interleave": (1, 1024), "total_heads": (1, 1024),
+    "heads": (1, 1024), "block_size": (1, 4096), "head_size": (1, 4096), "dtype_bytes": (1, 8),
+    "page_size": (1, 1 << 31), "per_token_head_quant": (0, 1), "compress_ratio": (1, 64),
+}
+"""The declared parameter domain the prover quantifies over (inclusive bounds)."""

@@ -94,6 +94,9 @@ class Deriver:
             return LayerResult(NO_MAPPINGS, None, (), (f"world size {world} != tp * pcp",))
         reasons = []
         for cf in self._by_kind.get(layer.kind, []):
+            if cf.tensor_dims and (tensor is None or len(tensor.shape) != cf.tensor_dims + 1):
+                reasons.append(f"{cf.name}: needs a KV tensor of {cf.tensor_dims + 1} dimensions")
+                continue
             try:
                 inst = cf.evaluate(sizes)
             except GuardFailed as e:

@@ -38,3 +38,23 @@ def test_strided_fragments_become_one_run():
     # 4 local rows of 16 bytes go to every 64th canonical byte: a single strided run
     offsets, fs, nf, ls, cs = run_plan(Layout((16, 4), (1, 64)))
     assert (offsets, fs, nf, ls, cs) == ([(0, 0)], 16, 4, 16, 64)
+
+
+def test_fast_path_equals_the_algebra(corpus_rows):
+    """lower's integer fast path computes exactly coalesce(invert_and_compose(...))."""
+    from layoutalg.corpus import layer_of
+    from layoutalg.lower import copy_map, fast_copy_map
+    from layoutalg.runtime import Deriver, _sizes
+    deriver = Deriver()
+    seen = 0
+    for row in corpus_rows[::7]:
+        layer, tensor, par, _ = layer_of(row)
+        for cf in deriver._by_kind.get(layer.kind, []) + [deriver.fallback]:
+            try:
+                inst = cf.evaluate(_sizes(layer, tensor, par))
+            except Exception:
+                continue
+            C = copy_map(inst)
+            assert fast_copy_map(inst) == list(zip(C.shape, C.stride)) or C == Layout((1,), (0,))
+            seen += 1
+    assert seen > 1000

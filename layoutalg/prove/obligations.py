@@ -1,0 +1,204 @@
+"""A family's proof obligations as Z3 queries over the spec's direct reading.
+
+Every query asks for a *violation* ("exists a collision", "exists an index out of
+range"), quantifier-free: unsat proves the obligation, sat gives a counterexample,
+anything else is unknown. Sizes are either Z3 variables over the declared domain
+(fully symbolic) or ints (one configuration); the rank is always symbolic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import z3
+
+from .. import params
+from ..interpret import Reading
+from ..library import Library
+from .z3ops import Z3Ops
+
+OBLIGATIONS = {
+    "local-bijective": "the local layout maps its index box one-to-one onto [0, page)",
+    "canonical-bijective": "the canonical layout maps its index box one-to-one onto [0, page)",
+    "shard-in-range": "every rank sends every local index into the canonical box",
+    "shard-injective": "no rank sends two local indices to one canonical index",
+    "writers-disjoint": "two ranks that store the same block never write the same canonical byte",
+    "writers-cover": "the writers of a block hold, together, exactly the canonical page",
+    "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
+    "runs-match-spec": "the emitted runs send each local byte where the spec says",
+    "runs-cover-local": "each rank's runs cover its local page exactly once",
+}
+SYMBOLIC = ("local-bijective", "canonical-bijective", "shard-in-range", "shard-injective",
+            "writers-disjoint", "writers-cover", "single-rank-identity")
+PER_CONFIGURATION = ("runs-match-spec", "runs-cover-local")
+
+
+@dataclass
+class Outcome:
+    status: str  # proved | refuted | unknown
+    detail: str = ""
+
+
+class Model:
+    """One case path of one family, with sizes as Z3 variables or ints."""
+
+    def __init__(self, lib: Library, family: str, path: tuple, sizes: dict | None = None,
+                 bounds: dict | None = None):
+        self.lib, self.family, self.path = lib, family, path
+        self.ops = Z3Ops()
+        self.symbolic = sizes is None
+        self.bounds = bounds or params.DOMAIN
+        self.sizes = {n: z3.Int(n) for n in params.NAMES} if sizes is None else dict(sizes)
+        self.r = Reading(lib, family, self.sizes, self.ops, path)
+        self.fdef = lib.families[family]
+        self._n = 0
+
+    # -- assumptions
+    def assumptions(self) -> list:
+        a = []
+        if self.symbolic:
+            for n, (lo, hi) in self.bounds.items():
+                a += [self.sizes[n] >= lo, self.sizes[n] <= hi]
+        a += [c for c, _ in self.r.cases] + [g for g, _ in self.r.guards]
+        return a
+
+    def solve(self, violation, timeout_s: float, seeds: int = 1) -> tuple[str, z3.ModelRef | None]:
+        """sat (with a model), unsat, or unknown. Nonlinear queries are sensitive to the
+        solver's random seed, so the budget may be shared by a small portfolio of seeds."""
+        for seed in range(seeds):
+            s = z3.Solver()
+            s.set("timeout", max(1, int(timeout_s / seeds * 1000)))
+            s.set("random_seed", seed)
+            s.add(*self.assumptions())
+            s.add(violation)
+            s.add(*self.ops.side)  # after the violation: its terms may add definitions
+            res = s.check()
+            if res == z3.sat:
+                return "sat", s.model()
+            if res == z3.unsat:
+                return "unsat", None
+        return "unknown", None
+
+    # -- variables
+    def fresh(self, name: str):
+        self._n += 1
+        return z3.Int(f"{name}@{self._n}")
+
+    def index(self, role: str, tag: str):
+        ext = self.r.extents(role)
+        idx = {n: self.fresh(f"{n}{tag}") for n in ext}
+        return idx, [z3.And(v >= 0, v < ext[n]) for n, v in idx.items()]
+
+    def digits(self, tag: str):
+        rext = self.r.rank_extents()
+        d = {n: self.fresh(f"{n}{tag}") for n, _ in rext}
+        return d, [z3.And(d[n] >= 0, d[n] < e) for n, e in rext]
+
+    def rank_of(self, digits: dict):
+        r = 0
+        for n, e in self.r.rank_extents():
+            r = r * e + digits[n]
+        return r
+
+    def canonical_byte(self, idx: dict, digits: dict):
+        return self.r.offset("canonical", self.r.shard(idx, digits))
+
+    def element(self):
+        ldef, bound = self.r.layout("local")
+        return self.r.expr(ldef.element, bound) if ldef.element is not None else 1
+
+
+def _distinct(a: dict, b: dict):
+    return z3.Or(*[a[n] != b[n] for n in a]) if a else z3.BoolVal(False)
+
+
+def query(m: Model, name: str):
+    """(violation formula, what each witness variable means) for obligation `name`."""
+    if name in ("local-bijective", "canonical-bijective"):
+        role = name.split("-")[0]
+        i, ci = m.index(role, "")
+        j, cj = m.index(role, "'")
+        ldef, bound = m.r.layout(role)
+        off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
+        size = prod(m.r.extents(role).values()) if not m.symbolic else _prod(m.r.extents(role).values())
+        clash = z3.And(*ci, *cj, _distinct(i, j), off(i) == off(j))
+        out = z3.And(*ci, z3.Or(off(i) < 0, off(i) >= size))
+        return z3.Or(clash, out), {"i": i, "j": j, "role": role, "clash": clash, "size": size}
+    d, cd = m.digits("")
+    if name == "shard-in-range":
+        i, ci = m.index("local", "")
+        ext = m.r.extents("canonical")
+        c = m.r.shard(i, d)
+        return z3.And(*ci, *cd, z3.Or(*[z3.Or(c[n] < 0, c[n] >= ext[n]) for n in c])), {"i": i, "d": d, "c": c}
+    if name == "shard-injective":
+        i, ci = m.index("local", "")
+        j, cj = m.index("local", "'")
+        ci_, cj_ = m.r.shard(i, d), m.r.shard(j, d)
+        same = z3.And(*[ci_[n] == cj_[n] for n in ci_])
+        return z3.And(*ci, *cj, *cd, _distinct(i, j), same), {"i": i, "j": j, "d": d}
+    if name == "writers-disjoint":
+        e, ce = m.digits("'")
+        i, ci = m.index("local", "")
+        j, cj = m.index("local", "'")
+        same_writer = z3.And(*[d[n] == e[n] for n in m.r.replicas]) if m.r.replicas else z3.BoolVal(True)
+        # at index level: with canonical-bijective and shard-in-range, two canonical bytes
+        # coincide exactly when their canonical indices (and byte in the element) do
+        a, b = m.r.shard(i, d), m.r.shard(j, e)
+        hit = z3.And(*[a[n] == b[n] for n in a])
+        return z3.And(*cd, *ce, *ci, *cj, _distinct(d, e), same_writer, hit), {"i": i, "j": j, "d": d, "e": e}
+    if name == "writers-cover":
+        rext = dict(m.r.rank_extents())
+        world_digits = _prod(rext.values())
+        writers = _prod(rext[n] for n in m.r.replicas)
+        local, canon = m.r.page("local"), m.r.page("canonical")
+        bad = z3.Or(world_digits != m.r.world, world_digits * local != writers * canon)
+        return bad, {"world": world_digits, "writers": writers, "local": local, "canon": canon}
+    if name == "single-rank-identity":
+        i, ci = m.index("local", "")
+        one = z3.And(*[e == 1 for _, e in m.r.rank_extents()])
+        zero = {n: 0 for n in d}
+        differs = m.r.offset("local", i) != m.canonical_byte(i, zero)
+        return z3.And(one, *ci, differs), {"i": i}
+    raise KeyError(name)
+
+
+def _prod(xs):
+    out = 1
+    for x in xs:
+        out = out * x
+    return out
+
+
+def value(model: z3.ModelRef, x) -> int:
+    return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
+
+
+# ---- per configuration: the runs the lowering emits, against the spec ------------------
+
+def runs_query(m: Model, name: str, inst, offsets, fs, nf, ls, cs):
+    """Violation of a runs obligation at one configuration (sizes are ints), symbolic rank."""
+    page = inst.local_page
+    LO, CO, i, k = m.fresh("run_lo"), m.fresh("run_co"), m.fresh("i"), m.fresh("k")
+    pick = z3.Or(*[z3.And(LO == lo, CO == co) for lo, co in offsets])
+    frag = z3.And(pick, i >= 0, i < nf, k >= 0, k < fs)
+    x = LO + i * ls + k
+    if name == "runs-cover-local":
+        LO2, i2, k2 = m.fresh("run_lo"), m.fresh("i"), m.fresh("k")
+        pick2 = z3.Or(*[LO2 == lo for lo, _ in offsets])
+        frag2 = z3.And(pick2, i2 >= 0, i2 < nf, k2 >= 0, k2 < fs)
+        overlap = z3.And(frag, frag2, z3.Or(LO != LO2, i != i2, k != k2), x == LO2 + i2 * ls + k2)
+        outside = z3.And(frag, z3.Or(x < 0, x >= page))
+        total = len(offsets) * nf * fs
+        return z3.Or(overlap, outside, z3.BoolVal(total != page)), {"x": x, "total": total}
+    d, cd = m.digits("")
+    rank = m.rank_of(d)
+    base = inst.canonical_base
+    for n, rs, c, _ in inst.ranks:
+        base = base + m.ops.mod(m.ops.floordiv(rank, rs), n) * c
+    idx, ci = m.index("local", "")
+    e = m.element()
+    b = m.fresh("b")
+    here = z3.And(b >= 0, b < e, x == m.r.offset("local", idx) + b)
+    claimed = CO + base + i * cs + k
+    return z3.And(frag, *cd, *ci, here, claimed != m.canonical_byte(idx, d) + b), \
+        {"i": idx, "d": d, "x": x, "claimed": claimed, "b": b}

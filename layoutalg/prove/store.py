@@ -1,0 +1,69 @@
+"""Cached proof results, keyed by what they depend on. Imports no Z3."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from importlib import metadata
+from pathlib import Path
+
+from .. import cache
+from . import PROVER_VERSION
+
+
+def proof_key(lib, family: str) -> str:
+    """What a cached proof depends on: the family's spec files, the prover, Z3.
+
+    Only definite results are cached (all proved, or a refutation), so the timeout
+    is not part of the key.
+    """
+    texts = sorted((p, Path(p).read_text()) for p in dependencies(lib, family))
+    parts = [PROVER_VERSION, cache.compiler_fingerprint(), metadata.version("z3-solver"), family,
+             repr(texts), _prover_fingerprint()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def dependencies(lib, family: str) -> set[str]:
+    """The family's file and every file it imports, transitively."""
+    by_path = {m.path: m for m in lib.modules}
+    todo, seen = [lib.families[family].span.file], set()
+    while todo:
+        p = todo.pop()
+        if p in seen or p not in by_path:
+            continue
+        seen.add(p)
+        todo += [str((Path(p).parent / i.path).resolve()) for i in by_path[p].imports]
+    return seen
+
+
+def _prover_fingerprint() -> str:
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+
+
+def _cache_file(key: str) -> Path | None:
+    d = cache.cache_dir()
+    return d / f"proof-{key[:32]}.json" if d else None
+
+
+def read(key: str):
+    p = _cache_file(key)
+    try:
+        return json.loads(p.read_text()) if p and p.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def write(key: str, data) -> None:
+    p = _cache_file(key)
+    if p is None:
+        return
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, p)
+    except OSError:
+        pass
+
+

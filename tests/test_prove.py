@@ -1,0 +1,111 @@
+"""The prover: shipped specs proved, every mutant refuted with a counterexample, honest unknowns."""
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from layoutalg.library import load
+from layoutalg.prove import obligations
+from layoutalg.prove.runner import prove_family
+
+from conftest import ROOT
+
+MUTANTS = sorted((ROOT / "tests" / "mutants").glob("m*.lal"))
+EQUIVALENT = sorted((ROOT / "tests" / "mutants" / "equivalent").glob("e*.lal"))
+
+
+def _own_families(lib, path):
+    return [n for n in lib.families if lib.families[n].span.file == str(Path(path).resolve())]
+
+
+def _quick(path):
+    lib = load([path])
+    return [r for n in _own_families(lib, path) for r in prove_family(lib, n, timeout=3, quick=True)]
+
+
+@pytest.fixture(scope="module")
+def mutant_rows():
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        return dict(zip(MUTANTS + EQUIVALENT, pool.map(_quick, MUTANTS + EQUIVALENT)))
+
+
+def test_there_are_at_least_30_mutants():
+    assert len(MUTANTS) >= 30
+
+
+@pytest.mark.parametrize("path", MUTANTS, ids=[p.stem for p in MUTANTS])
+def test_mutant_is_refuted_with_a_counterexample(mutant_rows, path):
+    rows = mutant_rows[path]
+    refuted = [r for r in rows if r.status == "refuted"]
+    assert refuted, f"{path.name} was not refuted: {[(r.obligation, r.status) for r in rows]}"
+    detail = refuted[0].detail
+    assert re.match(r"^\S+\.lal:\d+: ", detail), detail        # file and line
+    assert "tp=" in detail and "with " in detail                 # the parameter values
+    expected = re.search(r"Expected: refuted \(([\w-]+)\)", path.read_text()).group(1)
+    assert expected in obligations.OBLIGATIONS
+
+
+@pytest.mark.parametrize("path", EQUIVALENT, ids=[p.stem for p in EQUIVALENT])
+def test_equivalent_mutant_is_not_refuted(mutant_rows, path):
+    assert path.read_text().startswith("# Equivalent")             # argued in a comment
+    assert not [r for r in mutant_rows[path] if r.status == "refuted"]
+
+
+def test_writers_counterexample_names_ranks_block_index_and_byte(mutant_rows):
+    detail = next(r.detail for r in mutant_rows[ROOT / "tests" / "mutants" / "m03.lal"] if r.status == "refuted")
+    assert re.search(r"m03\.lal:\d+: ranks \d+ and \d+ both write canonical byte \d+ of block \d+ "
+                     r"\(kv=\d+, t=\d+, h=\d+, d=\d+\) with tp=\d+", detail), detail
+
+
+def test_gap_is_named_in_bytes(mutant_rows):
+    rows = mutant_rows[ROOT / "tests" / "mutants" / "m08.lal"]
+    detail = next(r.detail for r in rows if r.status == "refuted")
+    assert re.search(r"canonical page: bytes \[\d+, \d+\) are not covered", detail), detail
+
+
+def test_shipped_family_is_proved_for_all_sizes():
+    lib = load([ROOT / "specs" / "mla.lal"])
+    rows = prove_family(lib, "mla", timeout=10)
+    assert {r.status for r in rows} == {"proved"}
+    symbolic = [r.obligation for r in rows if "all sizes" in r.method]
+    assert set(obligations.SYMBOLIC) <= set(symbolic) and "structure" in symbolic
+
+
+def test_unknown_is_never_proved(monkeypatch):
+    monkeypatch.setattr(obligations.Model, "solve", lambda self, v, t, seeds=1: ("unknown", None))
+    lib = load([ROOT / "specs" / "opaque.lal"])
+    rows = prove_family(lib, "opaque", timeout=1)
+    by = {r.obligation: r for r in rows}
+    assert all(by[n].status == "unknown" for n in obligations.SYMBOLIC + obligations.PER_CONFIGURATION)
+    assert by["structure"].status == "proved"  # the sympy certificate does not use Z3
+
+
+def test_prove_command_caches_and_fails_on_refutation(tmp_path):
+    env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path)}
+    cmd = [sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal", "--timeout", "5", "--jobs", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "10 obligations: 8 proved for all sizes, 2 proved on enumerated configurations" in first.stdout
+    second = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert second.returncode == 0 and "cached" in second.stdout
+    bad = subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", "tests/mutants/m21.lal", "--timeout", "2"],
+                         capture_output=True, text=True, cwd=ROOT, env=env)
+    assert bad.returncode == 1 and "refuted" in bad.stdout and "m21.lal:" in bad.stdout
+
+
+def test_runtime_asks_coverage_without_z3(tmp_path):
+    env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path)}
+    subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal", "--timeout", "5"],
+                   capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    code = ("import sys\nfrom layoutalg.coverage import coverage\n"
+            "c = coverage('opaque', dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=4, heads=2, block_size=16,"
+            " head_size=128, dtype_bytes=2, page_size=16384, per_token_head_quant=0, compress_ratio=1))\n"
+            "print(sorted(c.proved)[:2], sorted(c.not_covered), 'z3' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                         check=True).stdout
+    assert out.strip().endswith("False")                  # never imported z3
+    assert "['runs-cover-local', 'runs-match-spec']" in out  # runs are proved on enumerated configurations only
