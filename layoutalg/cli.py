@@ -77,7 +77,6 @@ def main(argv=None) -> int:
 
 def _families_in(spec: str, wanted: str | None):
     from .library import load
-    from .runtime import compiled_library
     lib = load([spec])
     own = [f for f in lib.families if lib.families[f].span.file.endswith(spec.rstrip("/").split("/")[-1])]
     names = [wanted] if wanted else (own or list(lib.families))
@@ -145,7 +144,7 @@ def _runs(args) -> int:
           f"{len(maps)} rank(s), {maps[0].num_writers} writer(s) per block, "
           f"agnostic={maps[0].parallelism_agnostic}")
     for rank, m in enumerate(maps):
-        digits, rest = [], rank
+        digits = []
         for (n, rs, _, _), name in zip(inst.ranks, inst.rank_names):
             digits.append(f"{name}={(rank // rs) % n}")
         print(f"\nrank {rank} ({', '.join(digits)}), writer {m.writer_index} of {m.num_writers}, "

@@ -100,4 +100,4 @@ def compile_family(family: Family) -> CompiledFamily:
     guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
-                          len(family.tensor or ()), family)
+                          tuple(family.tensor or ()), family)

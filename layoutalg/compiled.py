@@ -78,7 +78,7 @@ class CompiledFamily:
     source: str
     guards: tuple
     atoms: tuple
-    tensor_dims: int = 0  # dims of the tensor the family recognises, after the block dim (0: none)
+    tensor: tuple = ()  # index of each dim of the tensor the family recognises, after the block dim
     family: object = None  # the family IR, when compiled in this process
 
     def __post_init__(self):
@@ -88,13 +88,17 @@ class CompiledFamily:
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                           "tensor_dims")}
+                                           "tensor")}
 
     @staticmethod
     def from_json(d: dict) -> "CompiledFamily":
         return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
-                              tuple(tuple(a) for a in d["atoms"]), d["tensor_dims"])
+                              tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]))
+
+    @property
+    def tensor_dims(self) -> int:
+        return len(self.tensor)
 
     def evaluate(self, sizes: dict) -> Instance:
         """The numeric digit table at `sizes` (every name in `params.NAMES`).

@@ -6,11 +6,9 @@ those. The answer is only as fresh as the last `layoutalg prove` on the same spe
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache
 
 
 @dataclass(frozen=True)

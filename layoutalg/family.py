@@ -22,7 +22,7 @@ from .errors import Span, SpecError
 from .itersum import IterSum, Split, digits_of, expand_call, normalise
 from .library import Library
 from .sizes import Atoms, Scope
-from .syntax import (Agnostic, BinOp, Call, Case, Cond, Expr, FamilyDef, Fn, LayoutDef, Let,
+from .syntax import (Agnostic, BinOp, Call, Case, Expr, FamilyDef, Fn, LayoutDef, Let,
                      Name, Neg, Ranks, Replica, Require, World)
 
 SERVES = ("attention", "mla", "fallback")

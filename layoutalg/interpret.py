@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .itersum import expand_call, substitute
 from .library import Library
 from .sizes import Scope
-from .syntax import (Agnostic, BinOp, BoolOp, Call, Case, Compare, Fn, LayoutDef, Let, Name, Neg, Not,
+from .syntax import (Agnostic, BoolOp, Call, Case, Compare, Fn, LayoutDef, Let, Name, Neg, Not,
                      Num, Ranks, Replica, Require, World)
 
 

@@ -102,7 +102,7 @@ class Deriver:
             except GuardFailed as e:
                 reasons.append(f"{cf.name}: {e}")
                 continue
-            why = _mismatch(inst, layer, tensor, num_blocks)
+            why = _mismatch(inst, cf.tensor, layer, tensor, num_blocks)
             if why:
                 reasons.append(f"{cf.name}: {why}")
                 continue
@@ -125,18 +125,19 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
     }
 
 
-def _mismatch(inst: Instance, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:
+def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:
     """Why the instance does not describe this layer ('' when it does)."""
     if inst.tensor_shape:  # the family reads a tensor: recognise it by shape and strides
         if tensor is None:
             return "no KV tensor to recognise"
         blocks = num_blocks if num_blocks is not None else (tensor.shape[0] if tensor.shape else None)
         expected = (blocks,) + inst.tensor_shape
+        dims = ", ".join(("block",) + names)
         if tensor.shape != expected:
-            return f"tensor shape {tensor.shape} is not {expected}"
-        for dim, (want, got) in enumerate(zip(inst.tensor_strides, tensor.stride[1:]), start=1):
+            return f"KV tensor shape {tensor.shape} is not {expected} = ({dims})"
+        for dim, (name, want, got) in enumerate(zip(names, inst.tensor_strides, tensor.stride[1:]), start=1):
             if want != got:
-                return f"tensor dimension {dim} has stride {got}, expected {want}"
+                return f"KV tensor dimension {dim} ({name}) has stride {got}, expected {want} (elements)"
     if inst.local_page != layer.page_size_bytes:
         return f"layout holds {inst.local_page} bytes but the page is {layer.page_size_bytes}"
     return ""

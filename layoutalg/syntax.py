@@ -224,8 +224,9 @@ def grammar_text() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
+    # cache=True keeps the LALR tables in a temporary file keyed by the grammar's hash
     return Lark(grammar_text(), parser="lalr", postlex=_Indenter(), propagate_positions=True,
-                maybe_placeholders=True)
+                maybe_placeholders=True, cache=True)
 
 
 _TOKEN_WORDS = {

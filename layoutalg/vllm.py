@@ -5,10 +5,13 @@ vLLM's own unit tests build them with mocks); imports nothing from vLLM.
 """
 from __future__ import annotations
 
+import logging
+
 from .mapping import CanonicalPageMapping
 from .runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 _DERIVERS: dict = {}
+_log = logging.getLogger("layoutalg")
 
 
 def _deriver(specs) -> Deriver:
@@ -80,6 +83,8 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             layer = layer_spec(per_layer.get(name, group_spec))
             tensor = TensorLayout.of(kv_caches.get(name))
             result = deriver.derive(layer, tensor, parallel, num_blocks)
+            if result.result != "certified":
+                _log.info("layer %s: %s (%s)", name, result.result, "; ".join(result.reasons) or "no family")
             if result.mappings:
                 out[name] = result.mappings[rank]
     return out

@@ -1,5 +1,4 @@
 """The acceptance bar: every layer of the reference corpus, byte for byte."""
-import io
 import json
 import subprocess
 import sys

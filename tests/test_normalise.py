@@ -17,7 +17,7 @@ def expr(text):
 
 def evaluate(e, env):
     """Direct integer evaluation of an expression syntax tree."""
-    from layoutalg.syntax import BinOp, Name, Neg, Num
+    from layoutalg.syntax import Name, Neg, Num
     if isinstance(e, Num):
         return int(e.value)
     if isinstance(e, Name):

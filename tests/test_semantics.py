@@ -169,3 +169,13 @@ def test_store_under_tp2_load_under_tp4(deriver, make, hdim):
         got = make(n, bs, 1, d, dtype=torch.int16)
         load(canonical, got, m)
         assert torch.equal(got, want)
+
+
+def test_unrecognised_tensor_says_which_dimension_and_stride(deriver):
+    t = split_nhd(2, 4, 2, 8)
+    tensor = TensorLayout.of(t)
+    bad = TensorLayout(tensor.shape, (tensor.stride[0], tensor.stride[1], 16, 16, 1), 2)
+    res = deriver.derive(attention(t, 4, 2, 8), bad, ParallelConfig(tp=2, total_kv_heads=4), 2)
+    assert res.result == "opaque"
+    assert "split_nhd: KV tensor dimension 3 (h) has stride 16, expected 8 (elements)" in res.reasons
+    assert "packed_nhd: needs a KV tensor of 4 dimensions" in res.reasons

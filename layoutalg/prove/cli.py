@@ -6,22 +6,20 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from ..family import check_layouts
 from ..library import load, spec_files
-from .runner import Row, describe, prove_family, to_json
-from .store import proof_key, read as _read, write as _write
+from .store import Row, describe, proof_key, read as _read, write as _write
 
 
 def _prove_one(args) -> tuple[str, list[dict], float]:
+    from .runner import prove_family, to_json  # Z3 and sympy load only when something is proved
     paths, family, timeout = args
     lib = load(paths)
     t = time.perf_counter()
     return family, to_json(prove_family(lib, family, timeout)), time.perf_counter() - t
 
 
-def prove_paths(paths, timeout: float = 5.0, jobs: int = 1, use_cache: bool = True, out=sys.stdout) -> list[Row]:
+def prove_paths(paths, timeout: float = 5.0, jobs: int = 1, use_cache: bool = True, out=sys.stdout) -> list:
     lib = load(paths)
-    check_layouts(lib)
     files = [str(f.resolve()) for f in spec_files(paths)]
     todo, rows, cached = [], {}, set()
     for fam in lib.families:
@@ -32,6 +30,9 @@ def prove_paths(paths, timeout: float = 5.0, jobs: int = 1, use_cache: bool = Tr
             cached.add(fam)
         else:
             todo.append((fam, key))
+    if todo:
+        from ..family import check_layouts
+        check_layouts(lib)
     args = [(files, fam, timeout) for fam, _ in todo]
     if jobs > 1 and len(args) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -48,7 +49,7 @@ def prove_paths(paths, timeout: float = 5.0, jobs: int = 1, use_cache: bool = Tr
     return out_rows
 
 
-def _table(rows: list[Row], cached: set, out) -> None:
+def _table(rows: list, cached: set, out) -> None:
     print(f"{'spec':<22} {'family':<11} {'obligation':<21} {'result':<8} {'time':>7}  method", file=out)
     for r in rows:
         spec = os.path.relpath(r.spec) if os.path.isabs(r.spec) else r.spec

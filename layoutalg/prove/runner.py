@@ -16,7 +16,7 @@ import itertools
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 from .. import params
 from ..check import instantiate
@@ -29,7 +29,8 @@ from ..library import Library
 from ..lower import TilingError, lower_uncertified, run_plan, certify as certify_instance
 import z3
 
-from .obligations import OBLIGATIONS, PER_CONFIGURATION, SYMBOLIC, Model, query, runs_query, value
+from .obligations import PER_CONFIGURATION, SYMBOLIC, Model, query, runs_query, value
+from .store import Row
 from .structural import certify
 
 SMALL = {n: (lo, min(hi, 8)) for n, (lo, hi) in params.DOMAIN.items()}
@@ -39,18 +40,6 @@ CONFIG_DOMAIN = {
     "per_token_head_quant": (0,), "compress_ratio": (1,),
 }
 """Configurations for the fallback and the runs obligations (page_size fitted to each)."""
-
-
-@dataclass
-class Row:
-    spec: str
-    family: str
-    obligation: str
-    status: str  # proved | refuted | unknown
-    method: str
-    seconds: float
-    detail: str = ""
-    configurations: list = field(default_factory=list)  # proved configurations, where not all sizes
 
 
 def configurations(lib: Library, family: str, limit: int = 48) -> dict[tuple, list[dict]]:
@@ -277,5 +266,3 @@ def to_json(rows: list[Row]) -> list[dict]:
     return [asdict(r) for r in rows]
 
 
-def describe() -> str:
-    return "\n".join(f"  {k:<22} {v}" for k, v in OBLIGATIONS.items())

@@ -4,11 +4,40 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
 from .. import cache
 from . import PROVER_VERSION
+
+OBLIGATIONS = {
+    "local-bijective": "the local layout maps its index box one-to-one onto [0, page)",
+    "canonical-bijective": "the canonical layout maps its index box one-to-one onto [0, page)",
+    "shard-in-range": "every rank sends every local index into the canonical box",
+    "shard-injective": "no rank sends two local indices to one canonical index",
+    "writers-disjoint": "two ranks that store the same block never write the same canonical byte",
+    "writers-cover": "the writers of a block hold, together, exactly the canonical page",
+    "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
+    "runs-match-spec": "the emitted runs send each local byte where the spec says",
+    "runs-cover-local": "each rank's runs cover its local page exactly once",
+}
+
+
+def describe() -> str:
+    return "\n".join(f"  {k:<22} {v}" for k, v in OBLIGATIONS.items())
+
+
+@dataclass
+class Row:
+    spec: str
+    family: str
+    obligation: str
+    status: str  # proved | refuted | unknown
+    method: str
+    seconds: float
+    detail: str = ""
+    configurations: list = field(default_factory=list)  # proved configurations, where not all sizes
 
 
 def proof_key(lib, family: str) -> str:

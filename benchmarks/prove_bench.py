@@ -1,0 +1,68 @@
+"""Prover speed: the whole shipped library from a cold cache, one configuration, a warm cache.
+
+    python benchmarks/prove_bench.py
+
+Runs `layoutalg prove` in fresh processes with a private cache folder, so "cold"
+really compiles and proves everything and "warm" only reads the cache.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def prove(env, *args) -> tuple[float, str]:
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", *args], capture_output=True, text=True,
+                         cwd=ROOT, env=env).stdout
+    return time.perf_counter() - t, out
+
+
+def one_configuration() -> float:
+    """All obligations of split HND at one configuration (tp=8, pcp=2, dcp=2, 8 KV heads), symbolic rank."""
+    from layoutalg.interpret import Reading
+    from layoutalg.library import load_default
+    from layoutalg.prove.obligations import SYMBOLIC, Model, query
+    lib = load_default()
+    sizes = dict(tp=8, pcp=2, dcp=2, interleave=4, total_heads=8, heads=1, block_size=16, head_size=128,
+                 dtype_bytes=2, page_size=2 * 16 * 128 * 2, per_token_head_quant=0, compress_ratio=1)
+    path = tuple(Reading(lib, "split_hnd", sizes).taken)
+    t = time.perf_counter()
+    for name in SYMBOLIC:
+        m = Model(lib, "split_hnd", path, sizes=sizes)
+        v, _ = query(m, name)
+        status, _ = m.solve(v, 10)
+        assert status == "unsat", (name, status)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "LAYOUTALG_CACHE": cache}
+        cold, out = prove(env, "specs/", "--jobs", "2")
+        warm, _ = prove(env, "specs/")
+    summary = next(line for line in out.splitlines() if "obligations:" in line and "proved" in line)
+    print("| what | time |\n|---|---|")
+    print(f"| `layoutalg prove specs/ --jobs 2`, cold cache | {cold:.1f} s |")
+    print(f"| the same, warm cache | {warm:.2f} s |")
+    print(f"| 7 obligations of split HND at one configuration, symbolic rank | {one_configuration():.2f} s |")
+    print(f"\n{summary}")
+    fams = {}
+    for line in out.splitlines():
+        m = re.match(r"^\S+\s+(\w+)\s+[\w-]+\s+\w+\s+([\d.]+)s", line)
+        if m:
+            fams[m.group(1)] = fams.get(m.group(1), 0.0) + float(m.group(2))
+    print("\n| family | prover time (all obligations) |\n|---|---|")
+    for f, t in fams.items():
+        print(f"| {f} | {t:.1f} s |")
+
+
+if __name__ == "__main__":
+    main()
