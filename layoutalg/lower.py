@@ -148,16 +148,14 @@ def emit(inst: Instance, C: Layout) -> tuple[CanonicalPageMapping, ...]:
     for n, _, _, replica in inst.ranks:
         if replica:
             num_writers *= n
-    out = []
-    ranks = [r for r in inst.ranks if r[0] != 1]
-    for rank in range(inst.world):
-        base, writer = inst.canonical_base, 0
-        for n, rs, c, replica in ranks:
-            v = (rank // rs) % n
-            base += v * c
-            if replica:
-                writer = writer * n + v
-        runs = tuple([CopyRun(lo, co + base, fs, nf, ls, cs) for lo, co in offsets])
-        out.append(CanonicalPageMapping(inst.canonical_page, inst.local_page, runs, num_writers,
-                                        writer, inst.agnostic))
-    return tuple(out)
+    # (canonical base, writer index) of every rank in rank order: the rank digits are a
+    # mixed radix, so expanding them most significant first enumerates ranks in order
+    ranks = [(0, inst.canonical_base, 0)]
+    for n, rs, c, replica in sorted(inst.ranks, key=lambda r: -r[1]):
+        ranks = [(rank + v * rs, base + v * c, writer * n + v if replica else writer)
+                 for rank, base, writer in ranks for v in range(n)]
+    make = CopyRun._make
+    return tuple(CanonicalPageMapping(inst.canonical_page, inst.local_page,
+                                      tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),
+                                      num_writers, writer, inst.agnostic)
+                 for _, base, writer in ranks)
