@@ -22,8 +22,8 @@ from .errors import Span, SpecError
 from .itersum import IterSum, Split, digits_of, expand_call, normalise
 from .library import Library
 from .sizes import Atoms, Scope
-from .syntax import (Agnostic, BinOp, Call, Case, Expr, FamilyDef, Fn, LayoutDef, Let,
-                     Name, Neg, Ranks, Replica, Require, World)
+from .syntax import (Agnostic, BinOp, Call, Expr, FamilyDef, Fn, LayoutDef, Let,
+                     Name, Neg, Ranks, Replica, Require, World, grouped)
 
 SERVES = ("attention", "mla", "fallback")
 
@@ -145,24 +145,18 @@ def _names(e) -> set[str]:
 def _run(stmts, state: _State, where: str) -> list[_State]:
     """Execute grid/family statements; `case` groups fork the state."""
     states = [state]
-    i = 0
-    while i < len(stmts):
-        if isinstance(stmts[i], Case):
-            group = []
-            while i < len(stmts) and isinstance(stmts[i], Case):
-                group.append(stmts[i])
-                i += 1
+    for item in grouped(stmts):
+        if isinstance(item, list):
             forked = []
             for s in states:
-                for case in group:
+                for case in item:
                     c = s.copy()
                     c.cases.append(Guard(c.scope.cond(case.cond), _text(case.span), case.span))
                     forked.extend(_run(case.body, c, where))
             states = forked
-            continue
-        for s in states:
-            _step(stmts[i], s, where)
-        i += 1
+        else:
+            for s in states:
+                _step(item, s, where)
     return states
 
 

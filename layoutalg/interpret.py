@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from .itersum import expand_call, substitute
 from .library import Library
 from .sizes import Scope
-from .syntax import (Agnostic, BoolOp, Call, Case, Compare, Fn, LayoutDef, Let, Name, Neg, Not,
-                     Num, Ranks, Replica, Require, World)
+from .syntax import (Agnostic, BoolOp, Call, Compare, Fn, LayoutDef, Let, Name, Neg, Not,
+                     Num, Ranks, Replica, Require, World, grouped)
 
 
 class Ops:
@@ -79,25 +79,19 @@ class Reading:
 
     # -- statements
     def _run(self, stmts):
-        i = 0
-        while i < len(stmts):
-            if isinstance(stmts[i], Case):
-                group = []
-                while i < len(stmts) and isinstance(stmts[i], Case):
-                    group.append(stmts[i])
-                    i += 1
-                pick = self._path.pop(0) if self._path else None
-                if pick is None:
-                    pick = next((k for k, c in enumerate(group) if self.cond(c.cond)), None)
-                    if pick is None:
-                        raise LookupError("no case holds")
-                case = group[pick]
-                self.taken.append(pick)
-                self.cases.append((self.cond(case.cond), case.span))
-                self._run(case.body)
+        for item in grouped(stmts):
+            if not isinstance(item, list):
+                self._step(item)
                 continue
-            self._step(stmts[i])
-            i += 1
+            pick = self._path.pop(0) if self._path else None
+            if pick is None:
+                pick = next((k for k, c in enumerate(item) if self.cond(c.cond)), None)
+                if pick is None:
+                    raise LookupError("no case holds")
+            case = item[pick]
+            self.taken.append(pick)
+            self.cases.append((self.cond(case.cond), case.span))
+            self._run(case.body)
 
     def _step(self, s):
         if isinstance(s, Let):
@@ -197,16 +191,9 @@ def paths(lib: Library, family: str) -> list[tuple]:
     def walk(stmts) -> list[tuple]:
         # case bodies may nest groups; enumerate depth-first in execution order
         result = [()]
-        i = 0
-        while i < len(stmts):
-            if isinstance(stmts[i], Case):
-                g = []
-                while i < len(stmts) and isinstance(stmts[i], Case):
-                    g.append(stmts[i])
-                    i += 1
+        for g in grouped(stmts):
+            if isinstance(g, list):
                 result = [r + (k,) + sub for r in result for k, c in enumerate(g) for sub in walk(c.body)]
-            else:
-                i += 1
         return result
 
     return [a + b for a in walk(lib.grids[fdef.grid.id].body) for b in walk(fdef.body)]

@@ -142,6 +142,23 @@ class Case:
     span: Span
 
 
+def grouped(stmts) -> list:
+    """Statements in order, each run of consecutive `case`s gathered into one list (a case group).
+
+    Examples:
+        >>> m = parse("grid g:\\n    case tp == 1:\\n        let a = 1\\n    case tp > 1:\\n        let a = 2\\n    world tp\\n")
+        >>> [type(x).__name__ for x in grouped(m.grids[0].body)]
+        ['list', 'World']
+    """
+    out: list = []
+    for s in stmts:
+        if isinstance(s, Case) and out and isinstance(out[-1], list):
+            out[-1].append(s)
+        else:
+            out.append([s] if isinstance(s, Case) else s)
+    return out
+
+
 @dataclass(frozen=True)
 class LayoutDef:
     name: str
