@@ -74,10 +74,9 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
     pos = {n: i for i, n in enumerate(v.local.indices)}
     shape = _tup(pr(v.local.extents[pos[n]]) for n in tensor)
     strides = _tup(pr(v.local.coefficients[pos[n]]) for n in tensor)
-    names = {d.name: i for i, d in enumerate(v.digits)}
     targets = _tup(
         _tup((pr(t.extent), pr(t.sum.base),
-              _tup(_tup((pr(c), pr(v.digits[names[_digit_name(v, sp)]].extent))) for sp, c in t.sum.terms)))
+              _tup(_tup((pr(c), pr(sp.extent))) for sp, c in t.sum.terms)))
         for t in v.targets)
     lines.append("    return _Instance(" + ", ".join([
         repr(v.family), loc, rk, pr(v.canonical_base), pr(v.local.size_bytes()),
@@ -85,12 +84,6 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
         shape, strides, targets, repr(tuple(d.name for d in local)),
         repr(tuple(d.name for d in ranks))]) + ")")
     return "\n".join(lines)
-
-
-def _digit_name(v: Variant, sp) -> str:
-    from .family import _label  # the digit naming rule lives with the digits
-    chain = [s for t in v.targets for s, _ in t.sum.terms if s.source == sp.source]
-    return _label(sp, chain)
 
 
 def compile_family(family: Family) -> CompiledFamily:

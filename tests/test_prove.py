@@ -109,3 +109,15 @@ def test_runtime_asks_coverage_without_z3(tmp_path):
                          check=True).stdout
     assert out.strip().endswith("False")                  # never imported z3
     assert "['runs-cover-local', 'runs-match-spec']" in out  # runs are proved on enumerated configurations only
+
+
+@pytest.mark.parametrize("path", MUTANTS + EQUIVALENT, ids=[p.stem for p in MUTANTS + EQUIVALENT])
+def test_mutant_is_a_well_formed_spec(path):
+    """A mutant must be wrong, not malformed: it parses, resolves and compiles."""
+    from layoutalg.compile import compile_family
+    from layoutalg.family import check_layouts, resolve
+    lib = load([path])
+    check_layouts(lib)
+    for name in _own_families(lib, path):
+        assert lib.families[name].serves in ("attention", "mla", "fallback")
+        compile_family(resolve(lib, name))

@@ -82,8 +82,7 @@ def certify(family: Family, v: Variant) -> Certificate:
         if not eq(prod(lay.shape), size):
             return Certificate("unknown", f"{what}: digits cover {prod(lay.shape)}, not {size}")
     for t in v.targets:
-        top = t.sum.base + sum(c * (next(d.extent for d in v.digits if _same(d, sp, v)) - 1)
-                               for sp, c in t.sum.terms)
+        top = t.sum.base + sum(c * (sp.extent - 1) for sp, c in t.sum.terms)
         if not eq(top, t.extent - 1) or not _nonneg(norm(t.sum.base)) or \
                 any(not _nonneg(norm(c)) for _, c in t.sum.terms):
             return Certificate("unknown", f"canonical index {t.index}: range [base, {top}] not shown "
@@ -95,7 +94,3 @@ def _nonneg(x) -> bool:
     return bool(x.is_nonnegative) or all(c > 0 for c in sympy.Poly(sympy.numer(x)).coeffs()) \
         if x.free_symbols else x >= 0
 
-
-def _same(d, sp, v) -> bool:
-    from ..compile import _digit_name
-    return d.name == _digit_name(v, sp) and d.extent == sp.extent
