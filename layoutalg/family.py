@@ -65,6 +65,7 @@ class Digit:
     rank: sympy.Expr
     is_rank: bool
     replica: bool = False
+    split: Split | None = None  # which index (or rank digit) it is a digit of; None: byte in element
 
 
 @dataclass(frozen=True)
@@ -326,7 +327,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
         chain = digits_of(name, ext, splits.get(name, []), scope.atoms.equal, shard.span)
         for sp in chain:
             digits.append(Digit(_label(sp, chain), sp.extent, sympy.expand(e * coef_l[name] * sp.lower),
-                                canonical_stride(sp), sympy.Integer(0), False))
+                                canonical_stride(sp), sympy.Integer(0), False, False, sp))
     rank_stride = sympy.Integer(1)
     rank_strides = {}
     for d, ext in reversed(list(zip(rank_decl, rank_ext))):
@@ -339,7 +340,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
         for sp in chain:
             digits.append(Digit(_label(sp, chain), sp.extent, sympy.Integer(0),
                                 canonical_stride(sp) if used else sympy.Integer(0),
-                                sympy.expand(rank_strides[d.name] * sp.lower), True, d.name in s.replicas))
+                                sympy.expand(rank_strides[d.name] * sp.lower), True, d.name in s.replicas, sp))
     base = sympy.expand(e * (canon.base + sum(coef_c[t.index] * t.sum.base for t in targets)))
     return Variant(fdef.name, tuple(s.cases), tuple(s.guards), local, canon, tuple(digits),
                    tuple(d.name for d in rank_decl), base, targets, s.world, s.agnostic,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+import sympy
 import z3
 
 from .. import params
@@ -19,7 +20,7 @@ from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and 
 from .z3ops import Z3Ops
 
 SYMBOLIC = ("local-bijective", "canonical-bijective", "shard-in-range", "shard-injective",
-            "writers-disjoint", "writers-cover", "single-rank-identity")
+            "writers-disjoint", "writers-cover", "single-rank-identity", "digits-match-spec")
 PER_CONFIGURATION = ("runs-match-spec", "runs-cover-local")
 
 
@@ -102,8 +103,15 @@ def _distinct(a: dict, b: dict):
     return z3.Or(*[a[n] != b[n] for n in a]) if a else z3.BoolVal(False)
 
 
-def query(m: Model, name: str):
-    """(violation formula, what each witness variable means) for obligation `name`."""
+def query(m: Model, name: str, variant=None, atoms=None):
+    """(violation formula, what each witness variable means) for obligation `name`.
+
+    `digits-match-spec` checks the family IR (`variant`, a `family.Variant`, with the
+    family's `atoms`) against the spec's direct reading: translation validation of the
+    normal form, for all sizes.
+    """
+    if name == "digits-match-spec":
+        return _digits_query(m, variant, atoms)
     if name in ("local-bijective", "canonical-bijective"):
         role = name.split("-")[0]
         i, ci = m.index(role, "")
@@ -150,6 +158,48 @@ def query(m: Model, name: str):
         differs = m.r.offset("local", i) != m.canonical_byte(i, zero)
         return z3.And(one, *ci, differs), {"i": i}
     raise KeyError(name)
+
+
+def _digits_query(m: Model, v, atoms):
+    idx, ci = m.index("local", "")
+    d, cd = m.digits("")
+    e, b = m.element(), m.fresh("b")
+    local, canon = 0, size_to_z3(m, atoms, v.canonical_base)
+    for dg in v.digits:
+        if dg.split is None:
+            val = b
+        else:
+            src = d[dg.split.source] if dg.is_rank else idx[dg.split.source]
+            val = m.ops.mod(m.ops.floordiv(src, size_to_z3(m, atoms, dg.split.lower)),
+                            size_to_z3(m, atoms, dg.split.extent))
+        if not dg.is_rank:
+            local = local + val * size_to_z3(m, atoms, dg.local)
+        canon = canon + val * size_to_z3(m, atoms, dg.canonical)
+    want_local, want_canon = m.r.offset("local", idx) + b, m.canonical_byte(idx, d) + b
+    bad = z3.Or(local != want_local, canon != want_canon)
+    return z3.And(*ci, *cd, b >= 0, b < e, bad), {"i": idx, "d": d, "local": local, "canon": canon,
+                                                  "want_local": want_local, "want_canon": want_canon}
+
+
+def size_to_z3(m: Model, atoms, e):
+    """A sympy size of the IR (polynomial over parameters and division atoms) as a Z3 term."""
+    if isinstance(e, int) or e.is_Integer:
+        return int(e)
+    if isinstance(e, sympy.Symbol):
+        if e in atoms.by_symbol:
+            a = atoms.by_symbol[e]
+            op = {"/": m.ops.exact, "//": m.ops.floordiv, "%": m.ops.mod}[a.op]
+            return op(size_to_z3(m, atoms, a.num), size_to_z3(m, atoms, a.den))
+        return m.sizes[e.name]
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        parts = [size_to_z3(m, atoms, x) for x in e.args]
+        out = parts[0]
+        for x in parts[1:]:
+            out = out + x if isinstance(e, sympy.Add) else out * x
+        return out
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return _prod([size_to_z3(m, atoms, e.base)] * int(e.exp))
+    raise TypeError(f"not a polynomial size: {e}")
 
 
 def _prod(xs):

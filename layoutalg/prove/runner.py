@@ -132,6 +132,11 @@ def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> s
                 f"{spec_byte}, with {sizes}")
     if name == "runs-cover-local":
         return f"{where}: the runs cover some local byte twice or not at all, with {sizes}"
+    if name == "digits-match-spec":
+        vals = {k: value(model, w[k]) for k in ("local", "want_local", "canon", "want_canon")}
+        return (f"{where}: on rank {rank(w['d'])}, local ({idx(w['i'])}) is at local byte {vals['local']} and "
+                f"canonical byte {vals['canon']} by the digit table, but at {vals['want_local']} and "
+                f"{vals['want_canon']} by the spec, with {sizes}")
     return f"{where}: counterexample with {sizes}"
 
 
@@ -148,17 +153,22 @@ def _gap_text(lib, family, m, model) -> str:
 
 
 def prove_obligation(lib: Library, family: str, name: str, by_path: dict, timeout: float,
-                     quick: bool = False) -> Row:
+                     quick: bool = False, fam=None) -> Row:
     t0 = time.perf_counter()
     spec = lib.families[family].span.file
     methods, proved_configs, unknown = [], [], []
-    for path in paths(lib, family):
+    all_paths = paths(lib, family)
+    if name == "digits-match-spec" and fam is None:
+        return Row(spec, family, name, "unknown", "not in normal form", 0.0)
+    for k, path in enumerate(all_paths):
+        extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         # 1. small sizes: hunt for a counterexample; 2. the whole domain: prove it
-        for bounds, budget in ((SMALL, min(timeout, 1.0)), (None, timeout)):
+        # quick mode (counterexample hunting) gives the small sizes the whole budget
+        for bounds, budget in ((SMALL, timeout if quick else min(timeout, 1.0)), (None, timeout)):
             if quick and bounds is None:
                 break
             m = Model(lib, family, path, bounds=bounds)
-            v, w = query(m, name)
+            v, w = query(m, name, *extra)
             status, model = m.solve(v, budget, seeds=1 if bounds is SMALL else 3)
             if status == "sat":
                 return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
@@ -171,7 +181,7 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, timeou
             configs = by_path.get(path, [])
             for sizes in configs:
                 m = Model(lib, family, path, sizes=sizes)
-                v, w = query(m, name)
+                v, w = query(m, name, *extra)
                 status, model = m.solve(v, timeout)
                 if status == "sat":
                     return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
@@ -247,7 +257,7 @@ def prove_family(lib: Library, family: str, timeout: float = 5.0, quick: bool = 
     for name in SYMBOLIC:
         if by_path is None and not quick:
             by_path = configurations(lib, family, 48) if fam is not None else {}
-        rows.append(prove_obligation(lib, family, name, by_path or {}, timeout, quick))
+        rows.append(prove_obligation(lib, family, name, by_path or {}, timeout, quick, fam))
         if quick and rows[-1].status == "refuted":
             return rows
     if by_path is None:

@@ -19,6 +19,7 @@ OBLIGATIONS = {
     "writers-disjoint": "two ranks that store the same block never write the same canonical byte",
     "writers-cover": "the writers of a block hold, together, exactly the canonical page",
     "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
+    "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
     "runs-match-spec": "the emitted runs send each local byte where the spec says",
     "runs-cover-local": "each rank's runs cover its local page exactly once",
 }
