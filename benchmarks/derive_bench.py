@@ -99,7 +99,7 @@ def main() -> None:
     wall, in_proc, n, lines = bench_corpus()
     print(f"\n| public corpus ({n} layers) | time |\n|---|---|")
     print(f"| `layoutalg derive-corpus`, whole process, output included | {wall:.2f} s |")
-    print(f"| derivation + JSON in a warm process | {in_proc:.2f} s |")
+    print(f"| derivation + JSON in a warm process (one worker per core) | {in_proc:.2f} s |")
 
 
 if __name__ == "__main__":
