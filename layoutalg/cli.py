@@ -157,7 +157,7 @@ def _runs(args) -> int:
 
 
 def _explain(args) -> int:
-    from .family import resolve
+    from .family import resolve, symbolic_copy_map
     lib, names = _families_in(args.spec, args.family)
     for name in names:
         fam = resolve(lib, name)
@@ -172,6 +172,11 @@ def _explain(args) -> int:
                 tag = " (replica)" if d.replica else ""
                 print(f"    {d.name + tag:<16} {str(d.extent):<22} {str(d.local):<26} {str(d.canonical):<34} "
                       f"{d.rank}")
+            C = symbolic_copy_map(fam, v)
+            if C is not None:
+                print("    copy map, local order (extent : canonical stride):")
+                for n, c in C.modes():
+                    print(f"      {str(n):<40} : {c}")
         atoms = fam.atoms.by_symbol.values()
         if atoms:
             print("\n  where " + ", ".join(f"{a.symbol} = {a.text}" for a in atoms))

@@ -347,6 +347,73 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
                    dict(scope.names))
 
 
+def _rewrites(v: Variant, atoms) -> dict:
+    """Substitutions implied by equality guards and cases: `x == e` with x a parameter."""
+    subs = {}
+    for g in list(v.cases) + list(v.guards):
+        for c in _conjuncts(g.cond):
+            if isinstance(c, sympy.Eq) and c.rhs == 0 and c.lhs in atoms.by_symbol:
+                a = atoms.by_symbol[c.lhs]
+                if a.op == "%" and a.num == 1 and isinstance(a.den, sympy.Symbol):
+                    subs[a.den] = sympy.Integer(1)  # a positive divisor of 1 is 1
+            if isinstance(c, sympy.Eq):
+                lhs, rhs = atoms.expand(c.lhs), atoms.expand(c.rhs)
+                if isinstance(lhs, sympy.Symbol) and lhs not in rhs.free_symbols:
+                    subs[lhs] = rhs
+                elif rhs == 1 and isinstance(lhs, sympy.Mul) and all(isinstance(f, sympy.Symbol) for f in lhs.args):
+                    subs.update({f: sympy.Integer(1) for f in lhs.args})  # positive ints: all are 1
+    return subs
+
+
+def _conjuncts(c):
+    return list(c.args) if isinstance(c, sympy.And) else [c]
+
+
+def guarded_equality(family: Family, v: Variant):
+    """`(norm, eq)` for sizes of a variant: equal for every size where its guards hold.
+
+    Equality guards and cases become rewrite rules (`heads == total_heads / shards`
+    replaces `heads`), exact divisions become rational functions; `eq` compares the
+    results exactly. False means "not shown", not "different".
+    """
+    atoms, subs = family.atoms, _rewrites(v, family.atoms)
+
+    def norm(x):
+        x = atoms.expand(sympy.sympify(x))
+        for _ in range(4):
+            y = x.subs(subs)
+            if y == x:
+                break
+            x = y
+        return sympy.cancel(x)
+
+    def eq(a, b):
+        return norm(a) == norm(b) or sympy.cancel(norm(a) - norm(b)) == 0
+
+    return norm, eq
+
+
+def symbolic_copy_map(family: Family, v: Variant):
+    """The copy map `canonical o local^-1` of a variant as a layout of formulas, or None.
+
+    Its modes, in order of local stride, are (extent, canonical stride); the first is the
+    contiguous fragment when its canonical stride is 1. Digits whose extent may be 1 are
+    kept, so this is the generic shape of the runs (`lower.run_plan` drops such modes at
+    a concrete configuration).
+    """
+    from .algebra import NotCompact, coalesce, invert_and_compose
+    from .layout import Layout
+    norm, eq = guarded_equality(family, v)
+    local = [d for d in v.digits if not d.is_rank]
+    ext = tuple(d.extent for d in local)
+    try:
+        C = coalesce(invert_and_compose(Layout(ext, tuple(d.canonical for d in local)),
+                                        Layout(ext, tuple(d.local for d in local)), eq), eq)
+    except NotCompact:
+        return None
+    return Layout(tuple(norm(n) for n in C.shape), tuple(norm(s) for s in C.stride))
+
+
 def _label(sp: Split, chain: list[Split]) -> str:
     if len(chain) == 1:
         return sp.source

@@ -16,7 +16,7 @@ from math import prod
 import sympy
 
 from ..algebra import NotCompact, right_inverse
-from ..family import Family, Variant
+from ..family import Family, Variant, guarded_equality
 from ..layout import Layout
 
 
@@ -26,43 +26,8 @@ class Certificate:
     detail: str
 
 
-def _rules(v: Variant, atoms) -> dict:
-    """Substitutions implied by equality guards and cases: `x == e` with x a parameter."""
-    subs = {}
-    for g in list(v.cases) + list(v.guards):
-        for c in _conjuncts(g.cond):
-            if isinstance(c, sympy.Eq) and c.rhs == 0 and c.lhs in atoms.by_symbol:
-                a = atoms.by_symbol[c.lhs]
-                if a.op == "%" and a.num == 1 and isinstance(a.den, sympy.Symbol):
-                    subs[a.den] = sympy.Integer(1)  # a positive divisor of 1 is 1
-            if isinstance(c, sympy.Eq):
-                lhs, rhs = atoms.expand(c.lhs), atoms.expand(c.rhs)
-                if isinstance(lhs, sympy.Symbol) and lhs not in rhs.free_symbols:
-                    subs[lhs] = rhs
-                elif rhs == 1 and isinstance(lhs, sympy.Mul) and all(isinstance(f, sympy.Symbol) for f in lhs.args):
-                    subs.update({f: sympy.Integer(1) for f in lhs.args})  # positive ints: all are 1
-    return subs
-
-
-def _conjuncts(c):
-    return list(c.args) if isinstance(c, sympy.And) else [c]
-
-
 def certify(family: Family, v: Variant) -> Certificate:
-    atoms = family.atoms
-    subs = _rules(v, atoms)
-
-    def norm(x):
-        x = atoms.expand(sympy.sympify(x))
-        for _ in range(4):
-            y = x.subs(subs)
-            if y == x:
-                break
-            x = y
-        return sympy.cancel(x)
-
-    def eq(a, b):
-        return norm(a) == norm(b) or sympy.cancel(norm(a) - norm(b)) == 0
+    norm, eq = guarded_equality(family, v)
 
     local = [d for d in v.digits if not d.is_rank]
     ranks = [d for d in v.digits if d.is_rank]
