@@ -8,21 +8,34 @@ from __future__ import annotations
 
 import torch
 
+from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping, CopyRun
 
 
-def page_bytes(pages: torch.Tensor, page_size: int) -> torch.Tensor:
+def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages") -> torch.Tensor:
     """The memory of `pages` (dim 0 is the block) as a (num_blocks, page_size) uint8 view.
 
     Reads the storage itself, so the page keeps its physical byte order whatever the
     strides of the other dimensions (a transposed HND view stays HND in memory).
+    Raises `LayoutMismatch` when the blocks overlap or run past the storage.
     """
+    if pages.dim() == 0:
+        raise LayoutMismatch(f"{name} tensor has no block dimension (it is a scalar)")
     elem = pages.element_size()
-    if pages.dim() and pages.shape[0] > 1 and pages.stride(0) * elem < page_size:
-        raise ValueError(f"blocks are {pages.stride(0) * elem} bytes apart, less than a {page_size}-byte page")
+    held = pages[0].numel() * elem if pages.shape[0] else page_size
+    if held != page_size:
+        raise LayoutMismatch(f"{name} tensor: one block is {tuple(pages.shape[1:])} elements of {elem} bytes = "
+                             f"{held} bytes, expected a {page_size}-byte page")
+    step = pages.stride(0) * elem
+    if pages.shape[0] > 1 and step < page_size:
+        raise LayoutMismatch(f"{name} tensor, dimension 0 (block): stride {pages.stride(0)} elements "
+                             f"({step} bytes), expected at least {page_size} bytes, one page")
+    end = pages.storage_offset() * elem + (pages.shape[0] - 1) * step + page_size
+    if end > pages.untyped_storage().nbytes():
+        raise LayoutMismatch(f"{name} tensor: {pages.shape[0]} pages of {page_size} bytes, {step} bytes apart, "
+                             f"need {end} bytes of storage; it has {pages.untyped_storage().nbytes()}")
     raw = torch.empty(0, dtype=torch.uint8, device=pages.device).set_(pages.untyped_storage())
-    return raw.as_strided((pages.shape[0], page_size), (pages.stride(0) * elem if pages.dim() else page_size, 1),
-                          pages.storage_offset() * elem)
+    return raw.as_strided((pages.shape[0], page_size), (step, 1), pages.storage_offset() * elem)
 
 
 def _view(b: torch.Tensor, run: CopyRun, local: bool) -> torch.Tensor:
@@ -38,7 +51,8 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
     `local` is (num_blocks, ...) with `m.local_page_size_bytes` bytes per block and
     `canonical` (num_blocks, canonical_page_size_bytes) uint8; `blocks` selects block ids.
     """
-    lb, cb = page_bytes(local, m.local_page_size_bytes), page_bytes(canonical, m.canonical_page_size_bytes)
+    lb = page_bytes(local, m.local_page_size_bytes, "local")
+    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical")
     ids = torch.arange(lb.shape[0]) if blocks is None else blocks
     mine = ids[(ids % m.num_writers) == m.writer_index]
     if mine.numel() == 0:
@@ -52,6 +66,7 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
 
 def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) -> None:
     """Fill this rank's local pages from canonical pages (every block, every rank)."""
-    lb, cb = page_bytes(local, m.local_page_size_bytes), page_bytes(canonical, m.canonical_page_size_bytes)
+    lb = page_bytes(local, m.local_page_size_bytes, "local")
+    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical")
     for run in m.runs:
         _view(lb, run, local=True).copy_(_view(cb, run, local=False))

@@ -179,3 +179,25 @@ def test_unrecognised_tensor_says_which_dimension_and_stride(deriver):
     assert res.result == "opaque"
     assert "split_nhd: KV tensor dimension 3 (h) has stride 16, expected 8 (elements)" in res.reasons
     assert "packed_nhd: needs a KV tensor of 4 dimensions" in res.reasons
+
+
+def test_copies_reject_pages_that_do_not_fit(deriver):
+    from layoutalg.errors import LayoutMismatch
+    t = split_nhd(2, 4, 2, 8)
+    m = derive(deriver, t, 4, 2, 8, tp=2, total_kv_heads=4).mappings[0]
+    small = torch.zeros(2, m.canonical_page_size_bytes - 1, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match=r"canonical tensor: one block is \(511,\) elements of 1 bytes = 511 bytes, "
+                                             r"expected a 512-byte page"):
+        store(t, small, m)
+    overlapping = torch.zeros(768, dtype=torch.uint8).as_strided((2, 512), (256, 1))
+    with pytest.raises(LayoutMismatch, match=r"canonical tensor, dimension 0 \(block\): stride 256 elements "
+                                             r"\(256 bytes\), expected at least 512 bytes"):
+        store(t, overlapping, m)
+    with pytest.raises(LayoutMismatch, match=r"local tensor: one block is \(1, 4, 2, 8\) elements of 2 bytes = "
+                                             r"128 bytes, expected a 256-byte page"):
+        load(torch.zeros(2, 512, dtype=torch.uint8), t[:, :1], m)
+    offset_view = torch.zeros(2 * 128 + 64, dtype=torch.float16)[64:].view(2, 2, 4, 2, 8)
+    load(torch.zeros(2, 512, dtype=torch.uint8), offset_view, m)  # a view at an offset is fine
+    with pytest.raises(LayoutMismatch, match="need 528 bytes of storage; it has 512"):
+        load(torch.zeros(2, 512, dtype=torch.uint8), torch.zeros(256, dtype=torch.float16).as_strided(
+            (2, 2, 4, 2, 8), (128, 64, 16, 8, 1), 8), m)
