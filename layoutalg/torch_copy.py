@@ -17,7 +17,8 @@ def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages") -> torc
 
     Reads the storage itself, so the page keeps its physical byte order whatever the
     strides of the other dimensions (a transposed HND view stays HND in memory).
-    Raises `LayoutMismatch` when the blocks overlap or run past the storage.
+    Raises `LayoutMismatch` when a block does not hold one page or the blocks overlap
+    (torch keeps every view inside its storage, so the pages are then in bounds).
     """
     if pages.dim() == 0:
         raise LayoutMismatch(f"{name} tensor has no block dimension (it is a scalar)")
@@ -30,10 +31,6 @@ def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages") -> torc
     if pages.shape[0] > 1 and step < page_size:
         raise LayoutMismatch(f"{name} tensor, dimension 0 (block): stride {pages.stride(0)} elements "
                              f"({step} bytes), expected at least {page_size} bytes, one page")
-    end = pages.storage_offset() * elem + (pages.shape[0] - 1) * step + page_size
-    if end > pages.untyped_storage().nbytes():
-        raise LayoutMismatch(f"{name} tensor: {pages.shape[0]} pages of {page_size} bytes, {step} bytes apart, "
-                             f"need {end} bytes of storage; it has {pages.untyped_storage().nbytes()}")
     raw = torch.empty(0, dtype=torch.uint8, device=pages.device).set_(pages.untyped_storage())
     return raw.as_strided((pages.shape[0], page_size), (step, 1), pages.storage_offset() * elem)
 
