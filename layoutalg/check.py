@@ -83,6 +83,11 @@ def instantiate(cf: CompiledFamily, sizes: dict):
     raise last or GuardFailed("no page size fits the local layout")
 
 
+def _variety(maps) -> tuple:
+    """How much an example shows: distinct rank mappings, then ranks."""
+    return len({m.runs for m in maps}), len(maps)
+
+
 @dataclass
 class FamilyReport:
     family: str
@@ -90,6 +95,7 @@ class FamilyReport:
     failed_closed: int = 0
     oracle_checked: int = 0
     errors: list = field(default_factory=list)
+    example: tuple | None = None  # (sizes, mappings): the configuration whose ranks differ most
 
 
 def check_family(lib: Library, cf: CompiledFamily, domain: dict = DEFAULT_DOMAIN,
@@ -109,6 +115,8 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict = DEFAULT_DOMAIN
             rep.errors.append(f"{where}: {e}")
             continue
         rep.certified += 1
+        if rep.example is None or _variety(maps) > _variety(rep.example[1]):
+            rep.example = (sizes, maps)
         rep.errors += [f"{where}: {e}" for e in tiling_errors(maps)]
         if rep.oracle_checked < oracle_limit:
             rep.oracle_checked += 1

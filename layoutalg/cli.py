@@ -27,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
                     "that the ranks tile the canonical page exactly.")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("check", help="parse specs, derive runs and verify tiling by enumeration")
+    c = sub.add_parser("check", help="parse specs, derive runs and verify tiling by enumeration; "
+                                     "print each family's runs for an example configuration")
     c.add_argument("specs", nargs="+", help="spec files or folders")
 
     r = sub.add_parser("runs", help="print every rank's copy runs for one configuration")
@@ -97,7 +98,7 @@ def _check(args) -> int:
     print(f"{len(lib.layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
           f"in {len(lib.modules)} file(s)\n")
     print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
-    bad = 0
+    bad, examples = 0, {}
     for name, cf in compiled.items():
         t = time.perf_counter()
         rep = check_family(lib, cf)
@@ -107,11 +108,22 @@ def _check(args) -> int:
         for err in rep.errors[:5]:
             print(f"    {err}")
         bad += bool(rep.errors)
+        examples[name] = rep.example
     n = 1
     for v in DEFAULT_DOMAIN.values():
         n *= len(v)
     print(f"\n{n} configurations per family; oracle = configurations also compared byte for byte "
           f"with a direct reading of the spec")
+    for name, example in examples.items():
+        if example is None:
+            continue
+        sizes, maps = example
+        shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k not in ("per_token_head_quant", "compress_ratio"))
+        print(f"\n{name}, example with {shown}: {len(maps)} ranks, runs as (local, canonical, fragment, count, "
+              f"local stride, canonical stride)")
+        for rank, m in enumerate(maps):
+            print(f"  rank {rank} (writer {m.writer_index} of {m.num_writers}): "
+                  + " ".join(str(tuple(r)) for r in m.runs))
     return 1 if bad else 0
 
 

@@ -20,6 +20,8 @@ def test_check_shipped_specs():
     for fam in ("split_nhd", "split_hnd", "packed_nhd", "packed_hnd", "mla", "opaque"):
         line = next(x for x in proc.stdout.splitlines() if x.startswith(fam + " "))
         assert " ok " in line
+        assert f"\n{fam}, example with tp=" in proc.stdout
+    assert "  rank 0 (writer 0 of " in proc.stdout
 
 
 def test_runs_prints_every_rank():
