@@ -53,13 +53,24 @@ def certify(inst: Instance) -> Layout:
                              ("canonical page", canon.size(), inst.canonical_page)):
         if have != want:
             raise TilingError(f"{inst.family}: the {what} has {want} slots but its digits cover {have}")
-    for k, (extent, base, terms) in enumerate(inst.targets):
-        lo = base + sum(min(0, s * (n - 1)) for s, n in terms)
-        hi = base + sum(max(0, s * (n - 1)) for s, n in terms)
-        if lo < 0 or hi >= extent:
-            raise TilingError(f"{inst.family}: canonical index {k} ranges over [{lo}, {hi}] "
-                              f"outside [0, {extent})")
+    why = _target_out_of_range(inst)
+    if why:
+        raise TilingError(f"{inst.family}: {why}")
     return C
+
+
+def _target_out_of_range(inst: Instance) -> str:
+    """'' when every canonical index stays inside its extent, else which one leaves it."""
+    for k, (extent, base, terms) in enumerate(inst.targets):
+        lo = hi = base
+        for s, n in terms:
+            if s > 0:
+                hi += s * (n - 1)
+            else:
+                lo += s * (n - 1)
+        if lo < 0 or hi >= extent:
+            return f"canonical index {k} ranges over [{lo}, {hi}] outside [0, {extent})"
+    return ""
 
 
 def copy_map(inst: Instance) -> Layout:
@@ -115,17 +126,9 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     world = 1
     for r in inst.ranks:
         world *= r[0]
-    if run != inst.local_page or size != inst.canonical_page or world != inst.world:
+    if run != inst.local_page or size != inst.canonical_page or world != inst.world \
+            or _target_out_of_range(inst):
         return None  # let `certify` name the mismatch
-    for extent, base, terms in inst.targets:
-        hi = lo = base
-        for sc, n in terms:
-            if sc > 0:
-                hi += sc * (n - 1)
-            else:
-                lo += sc * (n - 1)
-        if lo < 0 or hi >= extent:
-            return None
     return out or [(1, 0)]
 
 
@@ -150,12 +153,11 @@ def emit(inst: Instance, C: Layout) -> tuple[CanonicalPageMapping, ...]:
             num_writers *= n
     # (canonical base, writer index) of every rank in rank order: the rank digits are a
     # mixed radix, so expanding them most significant first enumerates ranks in order
-    ranks = [(0, inst.canonical_base, 0)]
-    for n, rs, c, replica in sorted(inst.ranks, key=lambda r: -r[1]):
-        ranks = [(rank + v * rs, base + v * c, writer * n + v if replica else writer)
-                 for rank, base, writer in ranks for v in range(n)]
+    ranks = [(inst.canonical_base, 0)]
+    for n, _, c, replica in sorted(inst.ranks, key=lambda r: -r[1]):
+        ranks = [(base + v * c, writer * n + v if replica else writer) for base, writer in ranks for v in range(n)]
     make = CopyRun._make
     return tuple(CanonicalPageMapping(inst.canonical_page, inst.local_page,
                                       tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),
                                       num_writers, writer, inst.agnostic)
-                 for _, base, writer in ranks)
+                 for base, writer in ranks)
