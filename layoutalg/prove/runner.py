@@ -42,9 +42,8 @@ CONFIG_DOMAIN = {
 """Configurations for the fallback and the runs obligations (page_size fitted to each)."""
 
 
-def configurations(lib: Library, family: str, limit: int = 48) -> dict[tuple, list[dict]]:
-    """Enumerated configurations where the family applies, grouped by case path."""
-    cf = compile_family(resolve(lib, family))
+def configurations(lib: Library, family: str, cf, limit: int = 48) -> dict[tuple, list[dict]]:
+    """Enumerated configurations where the compiled family `cf` applies, grouped by case path."""
     out: dict[tuple, list[dict]] = {}
     seen = set()
     names = list(CONFIG_DOMAIN)
@@ -194,21 +193,20 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, timeou
     elapsed = time.perf_counter() - t0
     if unknown:
         return Row(spec, family, name, "unknown", f"timeout on {len(unknown)} configuration(s)", elapsed)
+    if quick:  # quick mode only hunts counterexamples: finding none proves nothing
+        return Row(spec, family, name, "unknown", "quick mode: no counterexample on small sizes", elapsed)
     n_paths = len(methods)
     sym = methods.count("symbolic")
     if sym == n_paths:
         return Row(spec, family, name, "proved", "symbolic: all sizes, all ranks", elapsed)
-    if quick:
-        return Row(spec, family, name, "unknown", "quick mode: no counterexample on small sizes", elapsed)
     return Row(spec, family, name, "proved",
                f"symbolic in {sym} of {n_paths} cases; symbolic rank on {len(proved_configs)} configurations "
                f"for the rest", elapsed, configurations=proved_configs)
 
 
-def prove_runs(lib: Library, family: str, name: str, by_path: dict, timeout: float) -> Row:
+def prove_runs(lib: Library, family: str, name: str, by_path: dict, timeout: float, cf) -> Row:
     t0 = time.perf_counter()
     spec = lib.families[family].span.file
-    cf = compile_family(resolve(lib, family))
     n, proved = 0, []
     for path, configs in by_path.items():
         for sizes in configs:
@@ -248,6 +246,7 @@ def prove_family(lib: Library, family: str, timeout: float = 5.0, quick: bool = 
         rows.append(Row(lib.families[family].span.file, family, "structure", "unknown",
                         "stride chains (sympy): all sizes", time.perf_counter() - t0,
                         f"not in normal form: {e.message}"))
+    cf = compile_family(fam) if fam is not None else None
     if fam is not None and not quick:
         certs = [certify(fam, v) for v in fam.variants]
         bad = [c.detail for c in certs if c.status != "proved"]
@@ -256,17 +255,17 @@ def prove_family(lib: Library, family: str, timeout: float = 5.0, quick: bool = 
     by_path = None
     for name in SYMBOLIC:
         if by_path is None and not quick:
-            by_path = configurations(lib, family, 48) if fam is not None else {}
+            by_path = configurations(lib, family, cf, 48) if fam is not None else {}
         rows.append(prove_obligation(lib, family, name, by_path or {}, timeout, quick, fam))
         if quick and rows[-1].status == "refuted":
             return rows
     if by_path is None:
-        by_path = configurations(lib, family, 6 if quick else 48) if fam is not None else {}
+        by_path = configurations(lib, family, cf, 6 if quick else 48) if fam is not None else {}
     for name in PER_CONFIGURATION:
         if fam is None:
             rows.append(Row(lib.families[family].span.file, family, name, "unknown", "not lowered", 0.0))
             continue
-        rows.append(prove_runs(lib, family, name, by_path, timeout))
+        rows.append(prove_runs(lib, family, name, by_path, timeout, cf))
         if quick and rows[-1].status == "refuted":
             return rows
     return rows
