@@ -10,19 +10,17 @@ Two independent checks per configuration:
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 
+from . import params
 from .compiled import CompiledFamily, GuardFailed
 from .interpret import Reading, byte_map
 from .library import Library
 from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping
 
-DEFAULT_DOMAIN = {
-    "tp": (1, 2, 4), "pcp": (1, 2), "dcp": (1, 2), "interleave": (1, 2), "total_heads": (1, 2, 4),
-    "heads": (1, 2), "block_size": (4,), "head_size": (4,), "dtype_bytes": (1, 2),
-    "per_token_head_quant": (0,), "compress_ratio": (1,),
-}
+DEFAULT_DOMAIN = params.SAMPLES
 """The configurations `check` enumerates (page_size is derived per configuration)."""
 
 
@@ -96,34 +94,89 @@ class FamilyReport:
     oracle_checked: int = 0
     errors: list = field(default_factory=list)
     example: tuple | None = None  # (sizes, mappings): the configuration whose ranks differ most
+    witnesses: int = 0  # configurations found by Z3 from the family's guards (none of the samples applied)
+
+    @property
+    def ok(self) -> bool:
+        """Checked something and found nothing wrong: certified on no configuration is not a pass."""
+        return not self.errors and self.certified > 0
+
+
+def spec_line(lib: Library, family: str, what: str) -> str:
+    """`file:line` of the statement a finding is about: the local layout, the grid, the shard map."""
+    f = lib.families[family]
+    span = f.span
+    if "local" in what and f.local is not None:
+        span = f.local.span
+    elif "rank" in what and f.grid is not None and f.grid.id in lib.grids:
+        span = lib.grids[f.grid.id].span
+    elif ("canonical" in what or "shard" in what) and f.shard is not None:
+        span = f.shard.span
+    return f"{os.path.relpath(span.file)}:{span.line}"
+
+
+def _checkable(inst) -> str:
+    """'' when the pages are small enough to enumerate byte by byte, else why not."""
+    big = max(inst.local_page, inst.canonical_page)
+    if big > params.CHECK_PAGE_LIMIT:
+        return (f"a page of {big} bytes is beyond what check enumerates ({params.CHECK_PAGE_LIMIT} bytes) at "
+                f"the sample sizes: an index extent is out of proportion (use `layoutalg prove`)")
+    return ""
+
+
+def _configs(lib: Library, cf: CompiledFamily, domain: dict, rep: FamilyReport):
+    """The sample configurations, then (if none applied) Z3's models of the family's guards."""
+    yield from configurations(domain)
+    if rep.certified or rep.errors:
+        return
+    from .interpret import paths
+    from .prove.runner import Budgets, witnesses
+    for path in paths(lib, cf.name):
+        found, _ = witnesses(lib, cf.name, path, 4, Budgets.of().config)
+        rep.witnesses += len(found)
+        yield from found
 
 
 def check_family(lib: Library, cf: CompiledFamily, domain: dict = DEFAULT_DOMAIN,
                  oracle_limit: int = 40) -> FamilyReport:
+    """Lower the family on each configuration and check tiling and the direct reading.
+
+    Findings name the spec line they are about. A family certified on no configuration
+    (none of the samples satisfies its guards and Z3 finds no other) is reported as an
+    error: a check that checks nothing does not pass.
+    """
     rep = FamilyReport(cf.name)
-    for sizes in configurations(domain):
+    for sizes in _configs(lib, cf, domain, rep):
         try:
             inst, sizes = instantiate(cf, sizes)
-        except GuardFailed:
+        except (GuardFailed, ArithmeticError):
             rep.failed_closed += 1
             continue
         where = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in ("tp", "pcp", "dcp", "interleave",
                                                                        "total_heads", "heads", "dtype_bytes"))
+        too_big = _checkable(inst)
+        if too_big:
+            rep.errors.append(f"{spec_line(lib, cf.name, 'local')}: {too_big}, with {where}")
+            break
         try:
             maps = lower(inst)
         except TilingError as e:
-            rep.errors.append(f"{where}: {e}")
+            rep.errors.append(f"{spec_line(lib, cf.name, str(e))}: {e}, with {where}")
             continue
         rep.certified += 1
         if rep.example is None or _variety(maps) > _variety(rep.example[1]):
             rep.example = (sizes, maps)
-        rep.errors += [f"{where}: {e}" for e in tiling_errors(maps)]
+        rep.errors += [f"{spec_line(lib, cf.name, e)}: {e}, with {where}" for e in tiling_errors(maps)]
         if rep.oracle_checked < oracle_limit:
             rep.oracle_checked += 1
             reading = Reading(lib, cf.name, sizes)
             for rank, m in enumerate(maps):
                 got = {lo + b: co + b for r in m.runs for lo, co, n in r.triples() for b in range(n)}
                 if got != byte_map(reading, rank):
-                    rep.errors.append(f"{where}: rank {rank}: runs differ from the spec's direct reading")
+                    rep.errors.append(f"{spec_line(lib, cf.name, 'shard')}: rank {rank}: runs differ from the "
+                                      f"spec's direct reading, with {where}")
                     break
+    if not rep.certified and not rep.errors:
+        rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: none of the "
+                          f"samples satisfies the family's guards and Z3 found no configuration that does")
     return rep

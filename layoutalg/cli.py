@@ -56,24 +56,83 @@ def _parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
-    pr.add_argument("--timeout", type=float, default=5.0,
-                    help="seconds per fully symbolic query before falling back to configurations (default 5)")
-    pr.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+    pr.add_argument("--rlimit", type=_positive, default=None,
+                    help="Z3 resource units per symbolic query before falling back to configurations "
+                         "(default 40000000; deterministic: the same verdict on every machine)")
+    pr.add_argument("--timeout", type=_positive_float, default=None,
+                    help="seconds after which one query is abandoned whatever its budget (a last guard, "
+                         "default 120; a verdict reached under it is reported but never cached)")
+    pr.add_argument("--jobs", type=_positive, default=min(4, os.cpu_count() or 1),
                     help="families proved in parallel (default: up to 4, one per core)")
     pr.add_argument("--no-cache", action="store_true", help="ignore cached proofs")
     return p
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {n}")
+    return n
+
+
+def _positive_float(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not x > 0 or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text}")
+    return x
+
+
+class _QuietWhenClosed:
+    """stdout that stops writing once the reader has gone (`layoutalg prove | head`).
+
+    The command still runs to the end, so its exit status says what it found, not that
+    the pipe closed: a refuted row exits 1 even when nobody read it.
+    """
+
+    def __init__(self, stream):
+        self._stream, self.closed_by_reader = stream, False
+
+    def write(self, text):
+        if not self.closed_by_reader:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self.closed_by_reader = True
+        return len(text)
+
+    def flush(self):
+        if not self.closed_by_reader:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self.closed_by_reader = True
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    real, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
     try:
         return {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
                 "prove": _prove}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
-        return 0
+    finally:
+        closed, sys.stdout = sys.stdout.closed_by_reader, real
+        if closed:  # keep Python from reporting the broken pipe again at exit
+            try:
+                sys.stdout = open(os.devnull, "w")
+            except OSError:
+                pass
 
 
 def _families_in(spec: str, wanted: str | None):
@@ -93,27 +152,33 @@ def _check(args) -> int:
     from .family import check_layouts, resolve
     from .library import load
     lib = load(args.specs)
+    if not lib.families:
+        raise LayoutalgError(f"nothing to check: no family in {', '.join(args.specs)} ({len(lib.modules)} file(s), "
+                             f"{len(lib.grids)} grid(s), {len(lib.layouts)} layout(s))")
     check_layouts(lib)
     compiled = {name: compile_family(resolve(lib, name)) for name in lib.families}
     print(f"{len(lib.layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
           f"in {len(lib.modules)} file(s)\n")
     print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
     bad, examples = 0, {}
-    for name, cf in compiled.items():
+    for n, (name, cf) in enumerate(compiled.items(), 1):
         t = time.perf_counter()
         rep = check_family(lib, cf)
-        status = "ok" if not rep.errors else f"{len(rep.errors)} error(s)"
+        status = "ok" if rep.ok else f"{len(rep.errors)} error(s)"
+        note = f", {rep.witnesses} configuration(s) from Z3" if rep.witnesses else ""
         print(f"{name:<12} {rep.certified:>9} {rep.failed_closed:>11} {rep.oracle_checked:>6}  {status} "
-              f"({time.perf_counter() - t:.2f} s)")
+              f"({time.perf_counter() - t:.2f} s{note})", flush=True)
+        print(f"[{n}/{len(compiled)}] {name}: {status}", file=sys.stderr, flush=True)
         for err in rep.errors[:5]:
             print(f"    {err}")
-        bad += bool(rep.errors)
+        bad += not rep.ok
         examples[name] = rep.example
     n = 1
     for v in DEFAULT_DOMAIN.values():
         n *= len(v)
-    print(f"\n{n} configurations per family; oracle = configurations also compared byte for byte "
-          f"with a direct reading of the spec")
+    print(f"\n{n} sample configurations per family. certified: the family applies and its runs tile; "
+          f"fail-closed: its guards reject the configuration (the runtime would try the next family); "
+          f"oracle: also compared byte for byte with a direct reading of the spec")
     for name, example in examples.items():
         if example is None:
             continue
@@ -121,9 +186,11 @@ def _check(args) -> int:
         shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k not in ("per_token_head_quant", "compress_ratio"))
         print(f"\n{name}, example with {shown}: {len(maps)} ranks, runs as (local, canonical, fragment, count, "
               f"local stride, canonical stride)")
-        for rank, m in enumerate(maps):
+        for rank, m in enumerate(maps[:8]):
             print(f"  rank {rank} (writer {m.writer_index} of {m.num_writers}): "
-                  + " ".join(str(tuple(r)) for r in m.runs))
+                  + " ".join(str(tuple(r)) for r in m.runs[:8]) + (" ..." if len(m.runs) > 8 else ""))
+        if len(maps) > 8:
+            print(f"  ... and {len(maps) - 8} more ranks (`layoutalg runs` prints them all)")
     return 1 if bad else 0
 
 

@@ -54,3 +54,10 @@ class SpecError(LayoutalgError):
 
 class LayoutMismatch(LayoutalgError):
     """A runtime tensor does not have the layout a spec describes."""
+
+
+class ConfigError(LayoutalgError):
+    """A runtime input (parallel configuration, layer sizes, block ids) is malformed or out of range.
+
+    The message names the field, the value received and what would be valid.
+    """

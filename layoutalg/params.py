@@ -1,36 +1,66 @@
-"""The names a spec may use for the quantities the runtime knows.
+"""The names a spec may use for the quantities the runtime knows: one table for all.
 
 A spec never invents a runtime quantity: every free name in a family, grid or `let`
-is one of these, a `let` it defined, a rank digit or a layout index.
+is one of these, a `let` it defined, a rank digit or a layout index. Each name has its
+meaning, the bounds the prover quantifies over (`DOMAIN`) and the sample values that
+`layoutalg check` and the prover's per-configuration steps start from (`SAMPLES`);
+both come from this table and nowhere else.
 """
 from __future__ import annotations
 
-PARALLEL = {
-    "tp": "tensor-parallel ranks",
-    "pcp": "prefill context-parallel ranks",
-    "dcp": "decode context-parallel ranks (they subdivide TP)",
-    "interleave": "tokens per context-parallel chunk",
-    "total_heads": "KV heads of the whole model",
+from typing import NamedTuple
+
+
+class Param(NamedTuple):
+    meaning: str
+    lo: int          # prover bounds, inclusive
+    hi: int
+    samples: tuple   # values `check` enumerates (page_size: fitted per configuration)
+
+
+TABLE = {
+    "tp": Param("tensor-parallel ranks", 1, 1024, (1, 2, 4)),
+    "pcp": Param("prefill context-parallel ranks", 1, 64, (1, 2)),
+    "dcp": Param("decode context-parallel ranks (they subdivide TP)", 1, 64, (1, 2)),
+    "interleave": Param("tokens per context-parallel chunk", 1, 1024, (1, 2)),
+    "total_heads": Param("KV heads of the whole model", 1, 1024, (1, 2, 4)),
+    "heads": Param("KV heads this rank holds (the layer spec's num_kv_heads)", 1, 1024, (1, 2)),
+    "block_size": Param("tokens per block", 1, 4096, (4,)),
+    "head_size": Param("elements per head", 1, 4096, (4,)),
+    "dtype_bytes": Param("bytes per element (the KV tensor's element size when there is one)", 1, 8, (1, 2)),
+    "page_size": Param("bytes of one block of this layer on one rank (unpadded)", 1, 1 << 31, ()),
+    "per_token_head_quant": Param("1 when K/V carry per-token-head scales, else 0", 0, 1, (0,)),
+    "compress_ratio": Param("tokens per stored state (MLA compression; 1 when none)", 1, 64, (1,)),
 }
 
-LAYER = {
-    "heads": "KV heads this rank holds (the layer spec's num_kv_heads)",
-    "block_size": "tokens per block",
-    "head_size": "elements per head",
-    "dtype_bytes": "bytes per element (the KV tensor's element size when there is one)",
-    "page_size": "bytes of one block of this layer on one rank (unpadded)",
-    "per_token_head_quant": "1 when K/V carry per-token-head scales, else 0",
-    "compress_ratio": "tokens per stored state (MLA compression; 1 when none)",
-}
+PARALLEL = ("tp", "pcp", "dcp", "interleave", "total_heads")
+"""The names that describe the worker group rather than one layer."""
 
-RUNTIME = {**PARALLEL, **LAYER}
+RUNTIME = {n: p.meaning for n, p in TABLE.items()}
 """Every runtime name with its meaning, in a fixed order."""
 
-NAMES = tuple(RUNTIME)
+NAMES = tuple(TABLE)
 
-DOMAIN = {
-    "tp": (1, 1024), "pcp": (1, 64), "dcp": (1, 64), "interleave": (1, 1024), "total_heads": (1, 1024),
-    "heads": (1, 1024), "block_size": (1, 4096), "head_size": (1, 4096), "dtype_bytes": (1, 8),
-    "page_size": (1, 1 << 31), "per_token_head_quant": (0, 1), "compress_ratio": (1, 64),
-}
+DOMAIN = {n: (p.lo, p.hi) for n, p in TABLE.items()}
 """The declared parameter domain the prover quantifies over (inclusive bounds)."""
+
+SAMPLES = {n: p.samples for n, p in TABLE.items() if n != "page_size"}
+"""The configurations `check` enumerates; page_size is fitted to each (see `check.instantiate`)."""
+
+CHECK_PAGE_LIMIT = 1 << 22
+"""The largest page (bytes) `check` enumerates byte by byte; a spec beyond it is refused."""
+
+
+def in_domain(sizes: dict) -> str:
+    """'' when every size lies inside `DOMAIN`, else which one does not.
+
+    Examples:
+        >>> in_domain({"tp": 2, "dcp": 1})
+        ''
+        >>> in_domain({"tp": 4096})
+        'tp=4096 is outside the proved domain [1, 1024]'
+    """
+    for n, v in sizes.items():
+        if n in DOMAIN and not DOMAIN[n][0] <= v <= DOMAIN[n][1]:
+            return f"{n}={v} is outside the proved domain [{DOMAIN[n][0]}, {DOMAIN[n][1]}]"
+    return ""

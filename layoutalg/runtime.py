@@ -6,18 +6,83 @@
 The path is plain Python over compiled families: no parsing after the first use of a
 library, no sympy evaluation, never Z3. Results are memoised by (layer sizes, tensor
 strides, parallel config), so 80 identical layers cost one derivation.
+
+Inputs are checked where they are built (`LayerSpec`, `ParallelConfig`, `TensorLayout`
+raise `ConfigError` for a value that is not an integer, or a parallel size below 1), so
+the memoised path never re-checks them. Layer sizes that are integers but make no sense
+(a zero block size, a negative page) are not errors: no family applies and the layer
+fails closed, as the reference's derivation returns no certified mapping for it.
 """
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 
 from .compiled import CompiledFamily, GuardFailed, Instance
-from .lower import lower
+from .errors import ConfigError
+from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping
 
 CERTIFIED, OPAQUE, NO_MAPPINGS, OMITTED = "certified", "opaque", "no_mappings", "omitted"
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def as_int(value, field: str, minimum: int | None = None) -> int:
+    """`value` as a plain int, or `ConfigError` naming `field` and the value received.
+
+    Integer scalars of numpy and torch are integers (`operator.index`); bools, floats
+    and strings are not, whatever they would round to.
+
+    Examples:
+        >>> as_int(3, "tp", minimum=1)
+        3
+        >>> as_int(0, "tp", minimum=1)
+        Traceback (most recent call last):
+        ...
+        layoutalg.errors.ConfigError: tp must be an integer >= 1, got 0
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{field} must be an integer, got {value!r} (bool)")
+    try:
+        out = operator.index(value)
+    except TypeError:
+        raise ConfigError(f"{field} must be an integer, got {_shown(value)} ({type(value).__name__})") from None
+    if minimum is not None and out < minimum:
+        raise ConfigError(f"{field} must be an integer >= {minimum}, got {out}")
+    return out
+
+
+def _as_flag(value, field: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if as_int(value, field) not in (0, 1):
+        raise ConfigError(f"{field} must be True or False (or 0 or 1), got {_shown(value)}")
+    return bool(value)
+
+
+def _set(obj, field: str, value) -> None:
+    object.__setattr__(obj, field, value)  # frozen dataclass: normalise once, at construction
+
+
+def _check_ints(obj, fields: tuple, minimum: int | None = None, optional: str = "") -> None:
+    """Each of `fields` of `obj` a plain int (>= minimum), `optional` also None; a plain int costs one test."""
+    for field in fields:
+        value = getattr(obj, field)
+        if value is None and field == optional:
+            continue
+        if type(value) is not int or (minimum is not None and value < minimum):
+            _set(obj, field, as_int(value, f"{type(obj).__name__}.{field}", minimum))
+
+
+_LAYER_SIZES = ("page_size_bytes", "block_size", "num_kv_heads", "head_size", "dtype_bytes", "compress_ratio")
+_PARALLEL_SIZES = ("tp", "total_kv_heads", "pcp", "dcp", "interleave", "world_size")
 
 
 @dataclass(frozen=True)
@@ -33,6 +98,13 @@ class LayerSpec:
     per_token_head_quant: bool = False
     compress_ratio: int = 1
 
+    def __post_init__(self):
+        if not isinstance(self.kind, str):
+            raise ConfigError(f"LayerSpec.kind must be a string, got {_shown(self.kind)} ({type(self.kind).__name__})")
+        _check_ints(self, _LAYER_SIZES, optional="page_size_bytes")
+        if type(self.per_token_head_quant) is not bool:
+            _set(self, "per_token_head_quant", _as_flag(self.per_token_head_quant, "LayerSpec.per_token_head_quant"))
+
 
 @dataclass(frozen=True)
 class ParallelConfig:
@@ -45,6 +117,11 @@ class ParallelConfig:
     interleave: int = 1
     world_size: int | None = None  # defaults to tp * pcp
 
+    def __post_init__(self):
+        # A parallel size below 1 has no meaning (the reference divides by dcp and
+        # interleave): an error, not a layer that fails closed.
+        _check_ints(self, _PARALLEL_SIZES, minimum=1, optional="world_size")
+
 
 @dataclass(frozen=True)
 class TensorLayout:
@@ -54,12 +131,35 @@ class TensorLayout:
     stride: tuple[int, ...]
     element_size: int
 
+    def __post_init__(self):
+        shape, stride = _int_tuple(self.shape, "TensorLayout.shape"), _int_tuple(self.stride, "TensorLayout.stride")
+        if len(shape) != len(stride):
+            raise ConfigError(f"TensorLayout: shape {shape} has {len(shape)} dimensions but stride {stride} "
+                              f"has {len(stride)}")
+        if shape is not self.shape or stride is not self.stride:
+            _set(self, "shape", shape)
+            _set(self, "stride", stride)
+        _check_ints(self, ("element_size",), minimum=1)
+
     @staticmethod
     def of(tensor) -> "TensorLayout | None":
         """From a torch tensor (or anything with shape/stride/element_size); None otherwise."""
         if not all(hasattr(tensor, a) for a in ("shape", "stride", "element_size")):
             return None
-        return TensorLayout(tuple(tensor.shape), tuple(tensor.stride()), int(tensor.element_size()))
+        if not (callable(tensor.stride) and callable(tensor.element_size)):
+            raise ConfigError(f"a {type(tensor).__name__} with shape, stride and element_size that are not "
+                              "a torch tensor's (stride() and element_size() must be methods)")
+        return TensorLayout(tensor.shape, tensor.stride(), tensor.element_size())
+
+
+def _int_tuple(values, field: str) -> tuple[int, ...]:
+    if type(values) is tuple and all(type(v) is int and v >= 0 for v in values):
+        return values
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise ConfigError(f"{field} must be a sequence of integers, got {_shown(values)}") from None
+    return tuple(as_int(v, f"{field}[{i}]", minimum=0) for i, v in enumerate(items))
 
 
 @dataclass(frozen=True)
@@ -88,29 +188,56 @@ class Deriver:
 
     def _derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
                 num_blocks: int | None = None) -> LayerResult:
-        sizes = _sizes(layer, tensor, parallel)
+        num_blocks = _check_arguments(layer, tensor, parallel, num_blocks)  # on cache misses only
         world = parallel.world_size if parallel.world_size is not None else parallel.tp * parallel.pcp
         if world != parallel.tp * parallel.pcp:
             return LayerResult(NO_MAPPINGS, None, (), (f"world size {world} != tp * pcp",))
+        if layer.page_size_bytes is None:
+            return LayerResult(OMITTED, None, (), ("the page size is unknown",))
+        if layer.page_size_bytes < 1:
+            return LayerResult(NO_MAPPINGS, None, (), (f"the page is {layer.page_size_bytes} bytes: "
+                                                       "no family holds an empty or negative page",))
+        sizes = _sizes(layer, tensor, parallel)
         reasons = []
         for cf in self._by_kind.get(layer.kind, []):
-            if cf.tensor_dims and (tensor is None or len(tensor.shape) != cf.tensor_dims + 1):
-                reasons.append(f"{cf.name}: needs a KV tensor of {cf.tensor_dims + 1} dimensions")
+            runs = _apply(cf, sizes, layer, tensor, num_blocks)
+            if isinstance(runs, str):
+                reasons.append(f"{cf.name}: {runs}")
                 continue
-            try:
-                inst = cf.evaluate(sizes)
-            except GuardFailed as e:
-                reasons.append(f"{cf.name}: {e}")
-                continue
-            why = _mismatch(inst, cf.tensor, layer, tensor, num_blocks)
-            if why:
-                reasons.append(f"{cf.name}: {why}")
-                continue
-            return LayerResult(CERTIFIED, cf.name, lower(inst), tuple(reasons))
-        if layer.page_size_bytes is None:
-            return LayerResult(OMITTED, None, (), tuple(reasons))
-        inst = self.fallback.evaluate(sizes)
-        return LayerResult(OPAQUE, self.fallback.name, lower(inst), tuple(reasons))
+            return LayerResult(CERTIFIED, cf.name, runs, tuple(reasons))
+        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks)
+        if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
+            reasons.append(f"{self.fallback.name} (fallback): {runs}")
+            return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
+        return LayerResult(OPAQUE, self.fallback.name, runs, tuple(reasons))
+
+
+def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
+    for value, cls, what in ((layer, LayerSpec, "layer"), (parallel, ParallelConfig, "parallel")):
+        if not isinstance(value, cls):
+            raise ConfigError(f"Deriver.derive: {what} must be a {cls.__name__}, got {type(value).__name__}")
+    if tensor is not None and not isinstance(tensor, TensorLayout):
+        raise ConfigError(f"Deriver.derive: tensor must be a TensorLayout or None, got {type(tensor).__name__}")
+    if num_blocks is None or type(num_blocks) is int and num_blocks >= 0:
+        return num_blocks
+    return as_int(num_blocks, "Deriver.derive: num_blocks", minimum=0)
+
+
+def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks):
+    """Every rank's mappings where `cf` describes the layer exactly, else why not (a string)."""
+    if cf.tensor_dims and (tensor is None or len(tensor.shape) != cf.tensor_dims + 1):
+        return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions"
+    try:
+        inst = cf.evaluate(sizes)
+    except GuardFailed as e:
+        return str(e)
+    why = _mismatch(inst, cf.tensor, layer, tensor, num_blocks)
+    if why:
+        return why
+    try:
+        return lower(inst)
+    except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
+        return str(e)
 
 
 def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig) -> dict:
@@ -126,7 +253,12 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
 
 
 def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:
-    """Why the instance does not describe this layer ('' when it does)."""
+    """Why the instance does not describe this layer ('' when it does).
+
+    Every family, the fallback included, must hold exactly the layer's page; one that
+    reads the tensor must also find that page in each of the tensor's blocks.
+    """
+    page = layer.page_size_bytes
     if inst.tensor_shape:  # the family reads a tensor: recognise it by shape and strides
         if tensor is None:
             return "no KV tensor to recognise"
@@ -138,8 +270,11 @@ def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayo
         for dim, (name, want, got) in enumerate(zip(names, inst.tensor_strides, tensor.stride[1:]), start=1):
             if want != got:
                 return f"KV tensor dimension {dim} ({name}) has stride {got}, expected {want} (elements)"
-    if inst.local_page != layer.page_size_bytes:
-        return f"layout holds {inst.local_page} bytes but the page is {layer.page_size_bytes}"
+        held = prod(tensor.shape[1:]) * tensor.element_size
+        if held != page:
+            return f"KV tensor holds {held} bytes per block but the page is {page}"
+    if inst.local_page != page:
+        return f"layout holds {inst.local_page} bytes but the page is {page}"
     return ""
 
 

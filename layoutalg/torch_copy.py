@@ -3,36 +3,100 @@
 A run is an arithmetic progression of equal fragments in both pages, so it is one
 `as_strided` view on each side, `(blocks, num_fragments, fragment_size)`; copying a
 run is a single `copy_` between views, for every block of the batch together.
+
+`store` and `load` check everything (each block one dense page, the block counts, the
+block ids, the runs inside both pages) before the first byte moves: a rejected call
+leaves both tensors as they were.
 """
 from __future__ import annotations
 
 import torch
 
-from .errors import LayoutMismatch
+from .errors import ConfigError, LayoutMismatch
 from .mapping import CanonicalPageMapping, CopyRun
 
 
-def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages") -> torch.Tensor:
+def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages", op: str = "page_bytes") -> torch.Tensor:
     """The memory of `pages` (dim 0 is the block) as a (num_blocks, page_size) uint8 view.
 
     Reads the storage itself, so the page keeps its physical byte order whatever the
     strides of the other dimensions (a transposed HND view stays HND in memory).
-    Raises `LayoutMismatch` when a block does not hold one page or the blocks overlap
-    (torch keeps every view inside its storage, so the pages are then in bounds).
+    Raises `LayoutMismatch` when a block does not hold one page, is not one dense page
+    in memory (a padded view such as `kv[..., :64]` of a 128-wide tensor), or the blocks
+    overlap (torch keeps every view inside its storage, so the pages are then in bounds).
     """
+    if not isinstance(pages, torch.Tensor):
+        raise LayoutMismatch(f"{op}: {name} must be a torch.Tensor, got {type(pages).__name__}")
     if pages.dim() == 0:
-        raise LayoutMismatch(f"{name} tensor has no block dimension (it is a scalar)")
+        raise LayoutMismatch(f"{op}: {name} tensor has no block dimension (it is a scalar)")
     elem = pages.element_size()
     held = pages[0].numel() * elem if pages.shape[0] else page_size
     if held != page_size:
-        raise LayoutMismatch(f"{name} tensor: one block is {tuple(pages.shape[1:])} elements of {elem} bytes = "
+        raise LayoutMismatch(f"{op}: {name} tensor: one block is {tuple(pages.shape[1:])} elements of {elem} bytes = "
                              f"{held} bytes, expected a {page_size}-byte page")
+    _check_dense(pages, name, op)
     step = pages.stride(0) * elem
     if pages.shape[0] > 1 and step < page_size:
-        raise LayoutMismatch(f"{name} tensor, dimension 0 (block): stride {pages.stride(0)} elements "
+        raise LayoutMismatch(f"{op}: {name} tensor, dimension 0 (block): stride {pages.stride(0)} elements "
                              f"({step} bytes), expected at least {page_size} bytes, one page")
     raw = torch.empty(0, dtype=torch.uint8, device=pages.device).set_(pages.untyped_storage())
     return raw.as_strided((pages.shape[0], page_size), (step, 1), pages.storage_offset() * elem)
+
+
+def _check_dense(pages: torch.Tensor, name: str, op: str) -> None:
+    """A block's elements must fill one contiguous stretch of memory, in some dimension order.
+
+    Sorted by stride, each dimension must step over exactly the dimensions below it;
+    otherwise the page read from memory holds gaps (padding, another layer) or overlaps.
+    """
+    dims = sorted((pages.stride(d), pages.shape[d], d) for d in range(1, pages.dim()) if pages.shape[d] != 1)
+    if any(size == 0 for _, size, _ in dims):
+        return  # an empty page has no memory to misread
+    expected = 1
+    for stride, size, d in dims:
+        if stride != expected:
+            raise LayoutMismatch(f"{op}: {name} tensor, dimension {d}: stride {stride} elements, expected {expected} "
+                                 f"for each block to be one dense page (a padded or overlapping view?)")
+        expected *= size
+
+
+def _check_runs(m: CanonicalPageMapping, op: str) -> None:
+    """Every run inside both pages, so no view reaches into the next block."""
+    if m.num_writers < 1 or not 0 <= m.writer_index < m.num_writers:
+        raise ConfigError(f"{op}: mapping has writer_index {m.writer_index} of {m.num_writers} writers, expected "
+                          f"num_writers >= 1 and 0 <= writer_index < num_writers")
+    for i, run in enumerate(m.runs):
+        for side, offset, stride, page in (("local", run.local_offset, run.local_stride, m.local_page_size_bytes),
+                                           ("canonical", run.canonical_offset, run.canonical_stride,
+                                            m.canonical_page_size_bytes)):
+            end = offset + (run.num_fragments - 1) * stride + run.fragment_size
+            if offset < 0 or stride < 0 or run.fragment_size < 0 or run.num_fragments < 0 or end > page:
+                raise ConfigError(f"{op}: run {i} {tuple(run)} reaches {side} bytes [{offset}, {end}), "
+                                  f"outside the {page}-byte {side} page")
+
+
+def _same_blocks(lb: torch.Tensor, cb: torch.Tensor, op: str) -> int:
+    if lb.shape[0] != cb.shape[0]:
+        raise LayoutMismatch(f"{op}: local tensor has {lb.shape[0]} blocks but canonical tensor has {cb.shape[0]}; "
+                             f"block b of one is block b of the other, so the counts must match")
+    return lb.shape[0]
+
+
+def _block_ids(blocks, num_blocks: int) -> torch.Tensor:
+    if blocks is None:
+        return torch.arange(num_blocks)
+    if not isinstance(blocks, torch.Tensor):
+        raise ConfigError(f"store: blocks must be a 1-D int64 torch.Tensor of block ids, got {type(blocks).__name__}")
+    if blocks.dtype != torch.int64 or blocks.dim() != 1:
+        raise ConfigError(f"store: blocks must be a 1-D int64 tensor of block ids, got {blocks.dim()}-D {blocks.dtype}")
+    ids = blocks.cpu()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_blocks):
+        bad = ids[(ids < 0) | (ids >= num_blocks)][0]
+        raise ConfigError(f"store: block id {int(bad)} is outside the {num_blocks} blocks (valid ids: 0 to "
+                          f"{num_blocks - 1})")
+    if ids.unique().numel() != ids.numel():
+        raise ConfigError("store: blocks lists a block id more than once; each block is stored once")
+    return ids
 
 
 def _view(b: torch.Tensor, run: CopyRun, local: bool) -> torch.Tensor:
@@ -46,15 +110,17 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
     """Copy this rank's local pages into canonical pages (same block ids), where it is the writer.
 
     `local` is (num_blocks, ...) with `m.local_page_size_bytes` bytes per block and
-    `canonical` (num_blocks, canonical_page_size_bytes) uint8; `blocks` selects block ids.
+    `canonical` (num_blocks, canonical_page_size_bytes) uint8; `blocks` selects block ids
+    (a 1-D int64 tensor, each id once).
     """
-    lb = page_bytes(local, m.local_page_size_bytes, "local")
-    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical")
-    ids = torch.arange(lb.shape[0]) if blocks is None else blocks
+    _check_runs(m, "store")
+    lb = page_bytes(local, m.local_page_size_bytes, "local", "store")
+    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "store")
+    ids = _block_ids(blocks, _same_blocks(lb, cb, "store"))
     mine = ids[(ids % m.num_writers) == m.writer_index]
     if mine.numel() == 0:
         return
-    src, dst = lb[mine], torch.empty((mine.numel(), cb.shape[1]), dtype=torch.uint8)
+    src, dst = lb[mine], torch.empty((mine.numel(), cb.shape[1]), dtype=torch.uint8, device=cb.device)
     dst.copy_(cb[mine])
     for run in m.runs:
         _view(dst, run, local=False).copy_(_view(src, run, local=True))
@@ -63,7 +129,9 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
 
 def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) -> None:
     """Fill this rank's local pages from canonical pages (every block, every rank)."""
-    lb = page_bytes(local, m.local_page_size_bytes, "local")
-    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical")
+    _check_runs(m, "load")
+    lb = page_bytes(local, m.local_page_size_bytes, "local", "load")
+    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "load")
+    _same_blocks(lb, cb, "load")
     for run in m.runs:
         _view(lb, run, local=True).copy_(_view(cb, run, local=False))

@@ -1,17 +1,36 @@
 """The whole-model entry point, shaped like vLLM's `derive_canonical_mappings`.
 
 Accepts vLLM's config objects or anything with the same attributes (duck typing, as
-vLLM's own unit tests build them with mocks); imports nothing from vLLM.
+vLLM's own unit tests build them with mocks); imports nothing from vLLM. Spec classes
+are told apart by the names in their class hierarchy, as vLLM's `isinstance` does:
+
+- `MLAAttentionSpec` (and subclasses): the `mla` families;
+- any other `AttentionSpec`: the `attention` families;
+- `MambaSpec`: no family serves it, so the opaque fallback;
+- anything else (e.g. `HiSparseHotSpec`, or a `UniformTypeKVCacheSpecs` group spec that
+  has no entry for the layer): left out, as vLLM leaves it out.
+
+Malformed input (a config object without a field, a size that is not an integer, a rank
+outside the group) raises `ConfigError` naming the field and the value received.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import numbers
 
+from .errors import ConfigError
 from .mapping import CanonicalPageMapping
-from .runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from .runtime import Deriver, LayerResult, LayerSpec, ParallelConfig, TensorLayout, as_int
 
 _DERIVERS: dict = {}
 _log = logging.getLogger("layoutalg")
+_MISSING = object()
+
+# A non-integral tokens_per_state (a Fraction such as 1/2: several states per token) has
+# no integer form. Any value but 1 fails the MLA family's `compress_ratio == 1` guard;
+# this one also reads as what it is, "not one state per token".
+_NON_INTEGRAL_RATIO = 2
 
 
 def _deriver(specs) -> Deriver:
@@ -25,66 +44,182 @@ def _class_names(obj) -> set[str]:
     return {c.__name__ for c in type(obj).__mro__}
 
 
-def _page_size(spec) -> int | None:
-    for attr in ("real_page_size_bytes", "page_size_bytes"):
-        try:
-            value = getattr(spec, attr)
-        except Exception:  # noqa: BLE001 - some specs raise for sizes they do not know
-            continue
-        if isinstance(value, int):
-            return value
+def _field(obj, path: str, name: str, default=_MISSING):
+    """`obj.name`, or `ConfigError` naming `path.name` when it is missing (and has no default)."""
+    try:
+        return getattr(obj, name)
+    except (AttributeError, NotImplementedError):  # vLLM's base KVCacheSpec raises for what it does not know
+        if default is _MISSING:
+            raise ConfigError(f"{path}.{name} is missing ({type(obj).__name__} has no '{name}')") from None
+        return default
+
+
+def _page_size(spec, names: set[str], path: str) -> int | None:
+    """The unpadded page, as vLLM's canonical mapping reads it; None where vLLM has none."""
+    if "AttentionSpec" in names:
+        for attr in ("unpadded_page_size_bytes", "real_page_size_bytes", "page_size_bytes"):
+            value = _field(spec, path, attr, None)
+            if value is not None:
+                return as_int(value, f"{path}.{attr}")
+        return None
+    if "MambaSpec" in names:
+        if _field(spec, path, "page_size_padded", None) is not None and dataclasses.is_dataclass(spec):
+            try:
+                spec = dataclasses.replace(spec, page_size_padded=None)  # the state itself, not its padding
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{path}: cannot read the unpadded page of a {type(spec).__name__}: {e}") from None
+        value = _field(spec, path, "page_size_bytes", None)
+        return None if value is None else as_int(value, f"{path}.page_size_bytes")
     return None
 
 
-def layer_spec(spec) -> LayerSpec:
-    """A `LayerSpec` from a vLLM KV cache spec (AttentionSpec, MLAAttentionSpec, MambaSpec, ...)."""
+def _compress_ratio(spec, path: str) -> int:
+    """Tokens per stored state: vLLM 0.32's `tokens_per_state`, older versions' `compress_ratio`."""
+    for attr in ("tokens_per_state", "compress_ratio"):
+        value = _field(spec, path, attr, None)
+        if value is not None:
+            break
+    else:
+        return 1
+    if isinstance(value, numbers.Rational) and not isinstance(value, numbers.Integral):  # a Fraction
+        return int(value) if value.denominator == 1 else _NON_INTEGRAL_RATIO
+    return as_int(value, f"{path}.{attr}")
+
+
+def _dtype_bytes(spec, path: str) -> int:
+    itemsize = getattr(_field(spec, path, "dtype", None), "itemsize", None)
+    value = itemsize if itemsize is not None else _field(spec, path, "dtype_bytes", 0)
+    return as_int(value, f"{path}.dtype")
+
+
+def layer_spec(spec, path: str = "kv_cache_spec") -> LayerSpec:
+    """A `LayerSpec` from a vLLM KV cache spec (AttentionSpec, MLAAttentionSpec, MambaSpec, ...).
+
+    A spec vLLM gives no mapping gets `page_size_bytes=None` (the layer is omitted).
+    """
     names = _class_names(spec)
-    kind = "mla" if "MLAAttentionSpec" in names else "attention" if "AttentionSpec" in names else "opaque"
-    page = _page_size(spec)
-    if kind == "opaque":
-        return LayerSpec("opaque", page)
-    dtype = getattr(spec, "dtype", None)
-    dtype_bytes = getattr(dtype, "itemsize", None) or getattr(spec, "dtype_bytes", 0) or 0
-    quant = getattr(spec, "kv_quant_mode", None)
-    return LayerSpec(kind, page, block_size=spec.block_size, num_kv_heads=spec.num_kv_heads,
-                     head_size=spec.head_size, dtype_bytes=int(dtype_bytes),
+    kind = "mla" if "MLAAttentionSpec" in names else "attention" if "AttentionSpec" in names else \
+        "mamba" if "MambaSpec" in names else "other"
+    page = _page_size(spec, names, path)
+    if kind not in ("mla", "attention"):
+        return LayerSpec(kind, page)
+    quant = _field(spec, path, "kv_quant_mode", None)
+    return LayerSpec(kind, page,
+                     block_size=as_int(_field(spec, path, "block_size"), f"{path}.block_size"),
+                     num_kv_heads=as_int(_field(spec, path, "num_kv_heads"), f"{path}.num_kv_heads"),
+                     head_size=as_int(_field(spec, path, "head_size"), f"{path}.head_size"),
+                     dtype_bytes=_dtype_bytes(spec, path),
                      per_token_head_quant=bool(getattr(quant, "is_per_token_head", False)),
-                     compress_ratio=getattr(spec, "compress_ratio", 1) or 1)
+                     compress_ratio=_compress_ratio(spec, path))
+
+
+def _size(pc, name: str, default=_MISSING) -> int:
+    """A parallel size: missing or None means `default`; anything else must be an integer >= 1."""
+    value = _field(pc, "parallel_config", name, default)
+    if value is None and default is not _MISSING:
+        value = default
+    return as_int(value, f"parallel_config.{name}", minimum=1)
 
 
 def parallel_config(vllm_config) -> ParallelConfig:
-    pc = vllm_config.parallel_config
+    pc = _field(vllm_config, "vllm_config", "parallel_config")
+    model = _field(vllm_config, "vllm_config", "model_config")
+    total = _field(model, "vllm_config.model_config", "get_total_num_kv_heads")
+    if not callable(total):
+        raise ConfigError(f"vllm_config.model_config.get_total_num_kv_heads must be a method, got {total!r}")
     return ParallelConfig(
-        tp=pc.tensor_parallel_size, total_kv_heads=vllm_config.model_config.get_total_num_kv_heads(),
-        pcp=getattr(pc, "prefill_context_parallel_size", 1) or 1,
-        dcp=getattr(pc, "decode_context_parallel_size", 1) or 1,
-        interleave=getattr(pc, "cp_kv_cache_interleave_size", 1) or 1, world_size=pc.world_size)
+        tp=_size(pc, "tensor_parallel_size"),
+        total_kv_heads=as_int(total(), "vllm_config.model_config.get_total_num_kv_heads()", minimum=1),
+        pcp=_size(pc, "prefill_context_parallel_size", 1),
+        dcp=_size(pc, "decode_context_parallel_size", 1),
+        interleave=_size(pc, "cp_kv_cache_interleave_size", 1),
+        world_size=_size(pc, "world_size"))
+
+
+def _rank(vllm_config, world: int) -> int:
+    rank = as_int(_field(vllm_config.parallel_config, "parallel_config", "rank"), "parallel_config.rank")
+    if not 0 <= rank < world:
+        raise ConfigError(f"parallel_config.rank = {rank} is outside the worker group: valid ranks are "
+                          f"0 to {world - 1} (world_size {world} = tensor_parallel_size x "
+                          f"prefill_context_parallel_size)")
+    return rank
+
+
+def _items(value, field: str):
+    try:
+        return iter(value)
+    except TypeError:
+        raise ConfigError(f"{field} must be a list, got {type(value).__name__}") from None
+
+
+def _layers(kv_cache_config):
+    """(layer name, spec) of every layer of every group, as vLLM pairs them."""
+    groups = _field(kv_cache_config, "kv_cache_config", "kv_cache_groups")
+    for g, group in enumerate(_items(groups, "kv_cache_config.kv_cache_groups")):
+        where = f"kv_cache_config.kv_cache_groups[{g}]"
+        group_spec = _field(group, where, "kv_cache_spec")
+        per_layer = getattr(group_spec, "kv_cache_specs", None)
+        if per_layer is None:
+            per_layer = {}
+        elif not hasattr(per_layer, "get"):
+            raise ConfigError(f"{where}.kv_cache_spec.kv_cache_specs must be a dict of layer name to spec, "
+                              f"got {type(per_layer).__name__}")
+        for name in _items(_field(group, where, "layer_names"), f"{where}.layer_names"):
+            if not isinstance(name, str):
+                raise ConfigError(f"{where}.layer_names holds {name!r} ({type(name).__name__}), not a layer name")
+            # a layer missing from its group's per-layer specs keeps the group spec, which
+            # is no attention or Mamba spec: vLLM leaves such a layer out, and so do we
+            yield name, per_layer.get(name, group_spec)
 
 
 def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
                               specs=None) -> dict[str, CanonicalPageMapping]:
     """This worker's canonical page mapping of every layer.
 
-    Empty when the worker group is not exactly the tp x pcp grid; a layer is absent when
-    no family certifies it and its page size is unknown. Layers no family certifies get
-    the opaque fallback. `specs` names another spec library (default: the shipped one).
+    Empty when the worker group is not exactly the tp x pcp grid. A layer no family
+    certifies gets the opaque fallback; a layer vLLM gives no mapping (neither an
+    attention nor a Mamba spec), or whose page not even the fallback holds, is absent.
+    Why each layer failed closed is logged once per (spec class, reason) at WARNING.
+    `specs` names another spec library (default: the shipped one).
     """
     deriver = _deriver(specs)
     parallel = parallel_config(vllm_config)
     if parallel.world_size != parallel.tp * parallel.pcp:
         return {}
-    rank = vllm_config.parallel_config.rank
-    num_blocks = kv_cache_config.num_blocks
+    rank = _rank(vllm_config, parallel.world_size)
+    num_blocks = as_int(_field(kv_cache_config, "kv_cache_config", "num_blocks"), "kv_cache_config.num_blocks",
+                        minimum=0)
+    if not hasattr(kv_caches, "get"):
+        raise ConfigError(f"kv_caches must be a dict of layer name to tensor, got {type(kv_caches).__name__}")
     out: dict[str, CanonicalPageMapping] = {}
-    for group in kv_cache_config.kv_cache_groups:
-        group_spec = group.kv_cache_spec
-        per_layer = getattr(group_spec, "kv_cache_specs", None) or {}
-        for name in group.layer_names:
-            layer = layer_spec(per_layer.get(name, group_spec))
+    failed: dict[tuple, list[str]] = {}
+    for name, spec in _layers(kv_cache_config):
+        try:
+            layer = layer_spec(spec)
             tensor = TensorLayout.of(kv_caches.get(name))
-            result = deriver.derive(layer, tensor, parallel, num_blocks)
-            if result.result != "certified":
-                _log.info("layer %s: %s (%s)", name, result.result, "; ".join(result.reasons) or "no family")
-            if result.mappings:
-                out[name] = result.mappings[rank]
+        except ConfigError as e:
+            raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None
+        result = _derive(deriver, layer, tensor, parallel, num_blocks, type(spec).__name__)
+        if result.result != "certified":
+            failed.setdefault((type(spec).__name__, result.result, result.reasons), []).append(name)
+        if result.mappings:
+            out[name] = result.mappings[rank]
+    _warn(failed)
     return out
+
+
+def _derive(deriver: Deriver, layer: LayerSpec, tensor, parallel, num_blocks, cls: str) -> LayerResult:
+    if layer.kind == "other":
+        return LayerResult("omitted", None, (), (f"{cls} is neither an attention nor a Mamba spec, "
+                                                 "so vLLM gives it no canonical mapping",))
+    return deriver.derive(layer, tensor, parallel, num_blocks)
+
+
+def _warn(failed: dict) -> None:
+    """One warning per (spec class, result, reasons), not one per layer: 80 identical layers, one line."""
+    for (cls, result, reasons), names in failed.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        what = {"opaque": "opaque fallback (stored whole, reusable only under the same parallel config)",
+                "no_mappings": "no mapping (left out)", "omitted": "no mapping (left out)"}.get(result, result)
+        _log.warning("%d %s layer(s) (%s): %s; because: %s", len(names), cls, shown, what,
+                     "; ".join(reasons) or f"no family serves {cls}")

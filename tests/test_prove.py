@@ -10,7 +10,7 @@ import pytest
 
 from layoutalg.library import load
 from layoutalg.prove import obligations
-from layoutalg.prove.runner import prove_family
+from layoutalg.prove.runner import Budgets, prove_family
 
 from conftest import ROOT
 
@@ -24,7 +24,7 @@ def _own_families(lib, path):
 
 def _quick(path):
     lib = load([path])
-    return [r for n in _own_families(lib, path) for r in prove_family(lib, n, timeout=3, quick=True)]
+    return [r for n in _own_families(lib, path) for r in prove_family(lib, n, Budgets.of(), quick=True)]
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +69,10 @@ def test_gap_is_named_in_bytes(mutant_rows):
 
 def test_shipped_family_is_proved_for_all_sizes():
     lib = load([ROOT / "specs" / "mla.lal"])
-    rows = prove_family(lib, "mla", timeout=30)
+    rows = prove_family(lib, "mla")
     assert {r.status for r in rows} == {"proved"}
     symbolic = [r.obligation for r in rows if "all sizes" in r.method]
-    assert set(obligations.SYMBOLIC) <= set(symbolic) and "structure" in symbolic
+    assert set(obligations.SYMBOLIC) <= set(symbolic) and {"structure", "page-size"} <= set(symbolic)
 
 
 def test_a_bug_in_the_algebra_is_caught_by_digits_match_spec():
@@ -86,37 +86,38 @@ def test_a_bug_in_the_algebra_is_caught_by_digits_match_spec():
     v = fam.variants[0]
     broken = [dataclasses.replace(d, canonical=d.canonical * 2) if d.name == "h" else d for d in v.digits]
     fam.variants[0] = dataclasses.replace(v, digits=tuple(broken))
-    row = prove_obligation(lib, "split_hnd", "digits-match-spec", {}, 5.0, fam=fam)
+    row = prove_obligation(lib, "split_hnd", "digits-match-spec", {}, Budgets.of(), fam=fam)
     assert row.status == "refuted"
     assert re.search(r"by the digit table, but at \d+ and \d+ by the spec", row.detail), row.detail
 
 
 def test_unknown_is_never_proved(monkeypatch):
-    monkeypatch.setattr(obligations.Model, "solve", lambda self, v, t, seeds=1: ("unknown", None))
+    monkeypatch.setattr(obligations.Model, "solve", lambda self, v, b, seeds=1: ("unknown", None))
     lib = load([ROOT / "specs" / "opaque.lal"])
-    rows = prove_family(lib, "opaque", timeout=1)
+    rows = prove_family(lib, "opaque")
     by = {r.obligation: r for r in rows}
-    assert all(by[n].status == "unknown" for n in obligations.SYMBOLIC + obligations.PER_CONFIGURATION)
+    assert all(by[n].status == "unknown" for n in ("page-size",) + obligations.SYMBOLIC + obligations.PER_CONFIGURATION)
     assert by["structure"].status == "proved"  # the sympy certificate does not use Z3
 
 
 def test_prove_command_caches_and_fails_on_refutation(tmp_path):
     env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path)}
     # a generous budget: these proofs take well under a second, but CI machines can be slow
-    cmd = [sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal", "--timeout", "30", "--jobs", "1"]
+    cmd = [sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal", "--jobs", "1"]
     first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "11 obligations: 9 proved for all sizes, 2 proved on enumerated configurations" in first.stdout
+    assert "12 obligations: 10 proved for all sizes, 2 proved on stated configurations" in first.stdout
+    assert "[1/1] opaque: proved" in first.stderr                 # progress, one line per family
     second = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     assert second.returncode == 0 and "cached" in second.stdout
-    bad = subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", "tests/mutants/m21.lal", "--timeout", "2"],
+    bad = subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", "tests/mutants/m21.lal"],
                          capture_output=True, text=True, cwd=ROOT, env=env)
     assert bad.returncode == 1 and "refuted" in bad.stdout and "m21.lal:" in bad.stdout
 
 
 def test_runtime_asks_coverage_without_z3(tmp_path):
     env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path)}
-    subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal", "--timeout", "30"],
+    subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal"],
                    capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     code = ("import sys\nfrom layoutalg.coverage import coverage\n"
             "c = coverage('opaque', dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=4, heads=2, block_size=16,"
@@ -143,6 +144,5 @@ def test_mutant_is_a_well_formed_spec(path):
 def test_quick_mode_never_reports_proved():
     """Counterexample hunting on small sizes finds nothing in a correct spec, and proves nothing."""
     lib = load([ROOT / "specs" / "opaque.lal"])
-    rows = prove_family(lib, "opaque", timeout=5, quick=True)
-    symbolic = [r for r in rows if r.obligation in obligations.SYMBOLIC]
-    assert symbolic and {r.status for r in symbolic} == {"unknown"}
+    rows = prove_family(lib, "opaque", quick=True)
+    assert rows and {r.status for r in rows} == {"unknown"}

@@ -1,73 +1,300 @@
-"""derive_canonical_mappings with duck-typed vLLM objects, as vLLM's own tests build them."""
+"""derive_canonical_mappings with objects shaped like vLLM 0.32's (names, hierarchy, fields).
+
+The fakes below are written here, not imported: the classes carry vLLM's names and MRO
+(KVCacheSpec -> AttentionSpec -> FullAttentionSpec -> MLAAttentionSpec; MambaSpec;
+UniformTypeKVCacheSpecs; HiSparseHotSpec) and the fields the adapter reads, with vLLM's
+page-size arithmetic (`tokens_per_state` states, `head_size_v`, `page_size_padded`).
+"""
+from __future__ import annotations
+
+import logging
 import subprocess
 import sys
-from types import SimpleNamespace
+from dataclasses import dataclass
+from enum import IntEnum
+from fractions import Fraction
+from math import prod
 
+import pytest
 import torch
 
 import layoutalg
 from layoutalg import derive_canonical_mappings
 
 
-class AttentionSpec:
-    def __init__(self, block_size, num_kv_heads, head_size, dtype):
-        self.block_size, self.num_kv_heads, self.head_size, self.dtype = block_size, num_kv_heads, head_size, dtype
-        self.kv_quant_mode = SimpleNamespace(is_per_token_head=False)
+class KVQuantMode(IntEnum):
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
 
     @property
-    def real_page_size_bytes(self):
-        return 2 * self.block_size * self.num_kv_heads * self.head_size * self.dtype.itemsize
+    def is_per_token_head(self) -> bool:
+        return self in (KVQuantMode.INT8_PER_TOKEN_HEAD, KVQuantMode.FP8_PER_TOKEN_HEAD)
 
 
-class MLAAttentionSpec(AttentionSpec):
-    compress_ratio = 1
+@dataclass(frozen=True)
+class KVCacheSpec:
+    block_size: int
 
     @property
-    def real_page_size_bytes(self):
-        return self.block_size * self.head_size * self.dtype.itemsize
+    def page_size_bytes(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def tokens_per_state(self):
+        raise NotImplementedError
+
+    @property
+    def num_states(self) -> int:
+        return self.block_size // self.tokens_per_state if self.tokens_per_state > 0 else 1
 
 
-class MambaSpec:
-    page_size_bytes = 4096
+@dataclass(frozen=True, kw_only=True)
+class AttentionSpec(KVCacheSpec):
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    head_size_v: int = None
+    kv_quant_mode: KVQuantMode = KVQuantMode.NONE
+    page_size_padded: int | None = None
+    tokens_per_state: int | Fraction = 1
+
+    def __post_init__(self):
+        if self.head_size_v is None:
+            object.__setattr__(self, "head_size_v", self.head_size)
+
+    @property
+    def unpadded_page_size_bytes(self) -> int:
+        return self.num_kv_heads * self.num_states * (self.head_size + self.head_size_v) * self.dtype.itemsize
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.page_size_padded if self.page_size_padded is not None else self.unpadded_page_size_bytes
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        return self.unpadded_page_size_bytes
 
 
-def config(tp=2, rank=0, total=4, pcp=1, dcp=1, world=None):
-    parallel = SimpleNamespace(tensor_parallel_size=tp, prefill_context_parallel_size=pcp,
-                               decode_context_parallel_size=dcp, cp_kv_cache_interleave_size=1,
-                               world_size=world if world is not None else tp * pcp, rank=rank)
-    return SimpleNamespace(parallel_config=parallel,
-                           model_config=SimpleNamespace(get_total_num_kv_heads=lambda: total))
+@dataclass(frozen=True, kw_only=True)
+class FullAttentionSpec(AttentionSpec):
+    sliding_window: int | None = None
+    attention_chunk_size: int | None = None
 
 
-def cache_config(groups, num_blocks=3):
-    return SimpleNamespace(num_blocks=num_blocks, kv_cache_groups=[
-        SimpleNamespace(kv_cache_spec=spec, layer_names=names) for spec, names in groups])
+@dataclass(frozen=True, kw_only=True)
+class MLAAttentionSpec(FullAttentionSpec):
+    cache_dtype_str: str | None = None
+    head_size_v: int = 0  # one latent per state, no separate V
+
+
+@dataclass(frozen=True)
+class MambaSpec(KVCacheSpec):
+    shapes: tuple
+    dtypes: tuple
+    page_size_padded: int | None = None
+    mamba_type: str = "mamba2"
+    tokens_per_state: int = -1
+
+    @property
+    def page_size_bytes(self) -> int:
+        size = sum(prod(s) * d.itemsize for s, d in zip(self.shapes, self.dtypes))
+        return self.page_size_padded if self.page_size_padded is not None else size
+
+
+@dataclass(frozen=True)
+class UniformTypeKVCacheSpecs(KVCacheSpec):
+    kv_cache_specs: dict
+
+    @property
+    def page_size_bytes(self) -> int:
+        return sum(s.page_size_bytes for s in self.kv_cache_specs.values())
+
+
+@dataclass(frozen=True)
+class HiSparseHotSpec(KVCacheSpec):
+    page_size: int
+    blocks_per_request: int
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.page_size
+
+
+@dataclass
+class KVCacheGroupSpec:
+    layer_names: list
+    kv_cache_spec: KVCacheSpec
+
+
+@dataclass
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_tensors: list
+    kv_cache_groups: list
+
+
+@dataclass
+class ParallelConfig:
+    tensor_parallel_size: int = 1
+    prefill_context_parallel_size: int = 1
+    decode_context_parallel_size: int = 1
+    cp_kv_cache_interleave_size: int = 1
+    world_size: int = 1
+    rank: int = 0
+
+
+@dataclass
+class ModelConfig:
+    total_num_kv_heads: int
+
+    def get_total_num_kv_heads(self) -> int:
+        return self.total_num_kv_heads
+
+
+@dataclass
+class VllmConfig:
+    parallel_config: ParallelConfig
+    model_config: ModelConfig
+
+
+def config(tp=2, rank=0, total=4, pcp=1, dcp=1, interleave=1, world=None) -> VllmConfig:
+    return VllmConfig(ParallelConfig(tp, pcp, dcp, interleave, world if world is not None else tp * pcp, rank),
+                      ModelConfig(total))
+
+
+def cache_config(groups, num_blocks=3) -> KVCacheConfig:
+    return KVCacheConfig(num_blocks, [], [KVCacheGroupSpec(list(names), spec) for spec, names in groups])
+
+
+def attention(block_size=16, heads=2, head_size=64, dtype=torch.bfloat16, **kw) -> FullAttentionSpec:
+    return FullAttentionSpec(block_size=block_size, num_kv_heads=heads, head_size=head_size, dtype=dtype, **kw)
+
+
+def mla(block_size=16, head_size=576, dtype=torch.bfloat16, **kw) -> MLAAttentionSpec:
+    return MLAAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=head_size, dtype=dtype, **kw)
+
+
+def split_nhd(n=3, block_size=16, heads=2, head_size=64, dtype=torch.bfloat16):
+    return torch.zeros(n, 2, block_size, heads, head_size, dtype=dtype)
+
+
+def mamba() -> MambaSpec:
+    return MambaSpec(block_size=16, shapes=((3, 256), (4, 64, 16)), dtypes=(torch.bfloat16, torch.float32))
+
+
+MAMBA_PAGE = 3 * 256 * 2 + 4 * 64 * 16 * 4
+
+
+def whole_page_run(page, rank):
+    return (0, rank * page, page, 1, page, page)
 
 
 def test_whole_model_mixed_layers():
-    attn = AttentionSpec(16, 2, 64, torch.bfloat16)
-    mla = MLAAttentionSpec(16, 1, 576, torch.bfloat16)
     names = [f"layers.{i}.attn" for i in range(4)]
-    caches = {n: torch.zeros(3, 2, 16, 2, 64, dtype=torch.bfloat16) for n in names}
-    caches["layers.9.mla"] = torch.zeros(3, 16, 576, dtype=torch.bfloat16)
-    kv = cache_config([(attn, names), (mla, ["layers.9.mla"]), (MambaSpec(), ["layers.10.mamba"])])
+    caches = {n: split_nhd() for n in names}
+    kv = cache_config([(attention(), names), (mla(), ["layers.9.mla"]), (mamba(), ["layers.10.mamba"])])
     out = derive_canonical_mappings(config(tp=2, rank=1), kv, caches)
     assert set(out) == set(names) | {"layers.9.mla", "layers.10.mamba"}
     a = out["layers.0.attn"]
+    assert a.local_page_size_bytes == 2 * 16 * 2 * 64 * 2
     assert a.canonical_page_size_bytes == 2 * a.local_page_size_bytes and a.parallelism_agnostic
     assert out["layers.9.mla"].num_writers == 2 and out["layers.9.mla"].writer_index == 1
-    mamba = out["layers.10.mamba"]
-    assert tuple(mamba.runs[0]) == (0, 4096, 4096, 1, 4096, 4096) and not mamba.parallelism_agnostic
+    assert out["layers.9.mla"].local_page_size_bytes == 16 * 576 * 2
+    m = out["layers.10.mamba"]
+    assert tuple(m.runs[0]) == whole_page_run(MAMBA_PAGE, 1) and not m.parallelism_agnostic
+
+
+@pytest.mark.parametrize("tokens_per_state", [2, 4, Fraction(2), Fraction(1, 2), Fraction(3, 2)])
+def test_compressed_mla_goes_to_the_fallback_as_vllm_sends_it(tokens_per_state):
+    """vLLM 0.32 names the compression `tokens_per_state`; anything but 1 is not one latent row a token."""
+    spec = mla(block_size=32, tokens_per_state=tokens_per_state)
+    page = spec.unpadded_page_size_bytes
+    out = derive_canonical_mappings(config(tp=2, dcp=2, total=1, rank=1), cache_config([(spec, ["mla"])]), {})
+    m = out["mla"]
+    assert (m.local_page_size_bytes, m.canonical_page_size_bytes) == (page, 2 * page)
+    assert [tuple(r) for r in m.runs] == [whole_page_run(page, 1)]
+    assert (m.num_writers, m.writer_index, m.parallelism_agnostic) == (1, 0, False)
+
+
+@pytest.mark.parametrize("one", [1, Fraction(1, 1)])
+def test_uncompressed_mla_is_certified(one):
+    spec = mla(block_size=32, tokens_per_state=one)
+    m = derive_canonical_mappings(config(tp=2, dcp=2, total=1, rank=1), cache_config([(spec, ["mla"])]), {})["mla"]
+    assert (m.num_writers, m.writer_index, m.canonical_page_size_bytes) == (1, 0, 2 * 32 * 1152)
+    assert [tuple(r) for r in m.runs] == [(0, 1152, 1152, 32, 1152, 2304)]  # dcp rank 1: odd tokens
+
+
+@pytest.mark.parametrize("compress_ratio,writers", [(1, 2), (4, 1)])
+def test_older_vllm_compress_ratio_is_still_read(compress_ratio, writers):
+    class AttentionSpec:  # the older shape: no tokens_per_state, `compress_ratio` on MLA specs
+        pass
+
+    class MLAAttentionSpec(AttentionSpec):
+        block_size, num_kv_heads, head_size, dtype = 16, 1, 576, torch.bfloat16
+        kv_quant_mode = KVQuantMode.NONE
+        real_page_size_bytes = 16 * 576 * 2
+
+        def __init__(self, compress_ratio):
+            self.compress_ratio = compress_ratio
+
+    kv = cache_config([(MLAAttentionSpec(compress_ratio), ["mla"])])
+    out = derive_canonical_mappings(config(tp=2, total=1), kv, {})
+    assert out["mla"].num_writers == writers  # 2: certified, replicated over TP; 1: the opaque fallback
+
+
+def test_layers_vllm_leaves_out_are_left_out():
+    """Neither an attention nor a Mamba spec: no mapping, as in vLLM (not an opaque one)."""
+    hot = HiSparseHotSpec(block_size=16, page_size=4096, blocks_per_request=8)
+    uniform = UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={"a0": attention(), "m0": mla()})
+    caches = {"a0": split_nhd(), "a1": split_nhd()}
+    kv = cache_config([(hot, ["hot.0"]), (uniform, ["a0", "m0", "a1"])])  # a1 has no per-layer spec
+    out = derive_canonical_mappings(config(tp=2), kv, caches)
+    assert set(out) == {"a0", "m0"}
+    assert out["a0"].parallelism_agnostic and out["m0"].num_writers == 2
+
+
+def test_padding_is_not_part_of_the_page():
+    """vLLM maps the unpadded page: the real page of attention, the state itself of Mamba."""
+    padded = attention(page_size_padded=8192 + 512)
+    state = MambaSpec(block_size=16, shapes=((3, 256),), dtypes=(torch.bfloat16,), page_size_padded=4096)
+    kv = cache_config([(padded, ["attn"]), (state, ["mamba"])])
+    out = derive_canonical_mappings(config(tp=2, rank=1), kv, {"attn": split_nhd()})
+    assert out["attn"].local_page_size_bytes == 8192 and out["attn"].parallelism_agnostic
+    assert [tuple(r) for r in out["mamba"].runs] == [whole_page_run(3 * 256 * 2, 1)]
+
+
+def test_per_token_head_quant_fails_closed():
+    spec = attention(dtype=torch.int8, kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD)
+    out = derive_canonical_mappings(config(tp=2), cache_config([(spec, ["q"])]), {"q": split_nhd(dtype=torch.int8)})
+    assert [tuple(r) for r in out["q"].runs] == [whole_page_run(spec.unpadded_page_size_bytes, 0)]
+
+
+def test_fail_closed_reasons_are_warned_once_per_kind_and_reason(caplog):
+    names = [f"layers.{i}.mamba" for i in range(80)]
+    quant = attention(dtype=torch.int8, kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD)
+    kv = cache_config([(mamba(), names), (quant, ["q0", "q1"]), (attention(), ["ok"])])
+    caches = {"q0": split_nhd(dtype=torch.int8), "q1": split_nhd(dtype=torch.int8), "ok": split_nhd()}
+    with caplog.at_level(logging.WARNING, logger="layoutalg"):
+        out = derive_canonical_mappings(config(tp=2), kv, caches)
+    assert len(out) == 83
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    mamba_line = next(w for w in warnings if "MambaSpec" in w)
+    assert "80 MambaSpec layer(s)" in mamba_line and "opaque" in mamba_line and "and 77 more" in mamba_line
+    quant_line = next(w for w in warnings if "FullAttentionSpec" in w)
+    assert "2 FullAttentionSpec layer(s) (q0, q1)" in quant_line and "per_token_head_quant == 0" in quant_line
 
 
 def test_world_not_the_grid_gives_nothing():
-    kv = cache_config([(AttentionSpec(16, 2, 64, torch.float16), ["l0"])])
-    caches = {"l0": torch.zeros(3, 2, 16, 2, 64, dtype=torch.float16)}
+    kv = cache_config([(attention(dtype=torch.float16), ["l0"])])
+    caches = {"l0": split_nhd(dtype=torch.float16)}
     assert derive_canonical_mappings(config(tp=2, world=4), kv, caches) == {}
 
 
 def test_a_list_of_tensors_fails_closed():
-    kv = cache_config([(AttentionSpec(16, 2, 64, torch.float16), ["l0"])])
+    kv = cache_config([(attention(dtype=torch.float16), ["l0"])])
     caches = {"l0": [torch.zeros(3, 16, 2, 64, dtype=torch.float16)] * 2}
     m = derive_canonical_mappings(config(tp=2), kv, caches)["l0"]
     assert m.num_writers == 1 and not m.parallelism_agnostic and len(m.runs) == 1

@@ -7,4 +7,13 @@
     coverage    the runtime's question "is this configuration proved?", without Z3
 """
 
-PROVER_VERSION = "1"
+PROVER_VERSION = "2"
+
+RLIMIT = 40_000_000
+"""Z3 resource units for one fully symbolic query (shared by its seeds); the counterexample
+hunt gets a twentieth, a query at one configuration a tenth. Resource units, unlike
+seconds, give the same verdict on every machine and under any load. Calibrated on the
+shipped specs (see benchmarks/prove_bench.py)."""
+
+GUARD_S = 120.0
+"""Seconds after which a query is abandoned whatever its budget: a last guard only."""

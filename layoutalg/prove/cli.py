@@ -4,26 +4,39 @@ from __future__ import annotations
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from ..errors import LayoutalgError
 from ..library import load, spec_files
 from .store import Row, describe, proof_key, read as _read, write as _write
 
 
 def _prove_one(args) -> tuple[str, list[dict], float]:
-    from .runner import prove_family, to_json  # Z3 and sympy load only when something is proved
-    paths, family, timeout = args
+    from .runner import Budgets, prove_family, to_json  # Z3 and sympy load only when something is proved
+    paths, family, rlimit, guard_s = args
     lib = load(paths)
     t = time.perf_counter()
-    return family, to_json(prove_family(lib, family, timeout)), time.perf_counter() - t
+    return family, to_json(prove_family(lib, family, Budgets.of(rlimit, guard_s))), time.perf_counter() - t
 
 
-def prove_paths(paths, timeout: float = 5.0, jobs: int = 1, use_cache: bool = True, out=sys.stdout) -> list:
+def _progress(family: str, data: list[dict], seconds: float, k: int, n: int) -> None:
+    bad = {s: sum(1 for r in data if r["status"] == s) for s in ("refuted", "unknown")}
+    verdict = "refuted" if bad["refuted"] else "unknown" if bad["unknown"] else "proved"
+    print(f"[{k}/{n}] {family}: {verdict} ({len(data)} rows, {seconds:.1f} s)", file=sys.stderr, flush=True)
+
+
+def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool = True, out=sys.stdout,
+                guard_s: float | None = None) -> list:
+    from . import GUARD_S, RLIMIT
+    rlimit, guard_s = rlimit or RLIMIT, guard_s or GUARD_S
     lib = load(paths)
+    if not lib.families:
+        raise LayoutalgError(f"nothing to prove: no family in {', '.join(map(str, paths))} "
+                             f"({len(lib.modules)} file(s), {len(lib.grids)} grid(s), {len(lib.layouts)} layout(s))")
     files = [str(f.resolve()) for f in spec_files(paths)]
     todo, rows, cached = [], {}, set()
     for fam in lib.families:
-        key = proof_key(lib, fam)
+        key = proof_key(lib, fam, rlimit)
         hit = _read(key) if use_cache else None
         if hit is not None:
             rows[fam] = hit
@@ -33,17 +46,25 @@ def prove_paths(paths, timeout: float = 5.0, jobs: int = 1, use_cache: bool = Tr
     if todo:
         from ..family import check_layouts
         check_layouts(lib)
-    args = [(files, fam, timeout) for fam, _ in todo]
-    if jobs > 1 and len(args) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_prove_one, args))
-    else:
-        results = [_prove_one(a) for a in args]
+    args = [(files, fam, rlimit, guard_s) for fam, _ in todo]
     keys = dict(todo)
-    for fam, data, _ in results:
+
+    def finish(result, k):
+        fam, data, seconds = result
         rows[fam] = data
-        if not any(r["status"] == "unknown" for r in data):
+        _progress(fam, data, seconds, k, len(args))
+        # only definite, deterministic results are kept: never an unknown, never a guard's verdict
+        if all(r["status"] != "unknown" and r.get("final", True) for r in data):
             _write(keys[fam], data)
+
+    if jobs > 1 and len(args) > 1:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(args))) as pool:
+            futures = [pool.submit(_prove_one, a) for a in args]
+            for k, f in enumerate(as_completed(futures), 1):
+                finish(f.result(), k)
+    else:
+        for k, a in enumerate(args, 1):
+            finish(_prove_one(a), k)
     out_rows = [Row(**r) for fam in lib.families for r in rows[fam]]
     _table(out_rows, cached, out)
     return out_rows
@@ -59,17 +80,19 @@ def _table(rows: list, cached: set, out) -> None:
             print(f"    {r.detail}", file=out)
     n = len(rows)
     sym = sum(1 for r in rows if r.status == "proved" and "all sizes" in r.method)
-    conf = sum(1 for r in rows if r.status == "proved" and "all sizes" not in r.method)
+    conf = sum(1 for r in rows if r.status == "proved" and "configurations" in r.method)
+    other = sum(1 for r in rows if r.status == "proved") - sym - conf
     bad = {s: sum(1 for r in rows if r.status == s) for s in ("refuted", "unknown")}
-    print(f"\n{n} obligations: {sym} proved for all sizes, {conf} proved on enumerated configurations, "
-          f"{bad['refuted']} refuted, {bad['unknown']} unknown", file=out)
+    print(f"\n{n} obligations: {sym} proved for all sizes, {conf} proved on stated configurations, "
+          f"{other} proved by the runtime's check with a witness, {bad['refuted']} refuted, "
+          f"{bad['unknown']} unknown", file=out)
 
 
-def prove_command(args) -> int:
+def prove_command(args, out=sys.stdout) -> int:
     from .._resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
-    rows = prove_paths(paths, args.timeout, args.jobs, not args.no_cache)
-    print(f"({time.perf_counter() - t:.1f} s)")
-    print("\nobligations:\n" + describe())
+    rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout)
+    print(f"({time.perf_counter() - t:.1f} s)", file=out)
+    print("\nobligations:\n" + describe(), file=out)
     return 1 if any(r.status != "proved" for r in rows) else 0

@@ -7,8 +7,8 @@ anything else is unknown. Sizes are either Z3 variables over the declared domain
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
+from typing import NamedTuple
 
 import sympy
 import z3
@@ -24,18 +24,36 @@ SYMBOLIC = ("local-bijective", "canonical-bijective", "shard-in-range", "shard-i
 PER_CONFIGURATION = ("runs-match-spec", "runs-cover-local")
 
 
-@dataclass
-class Outcome:
-    status: str  # proved | refuted | unknown
-    detail: str = ""
+class Budget(NamedTuple):
+    """How hard one query may try: Z3 resource units decide; seconds only guard."""
+
+    rlimit: int
+    guard_s: float
+
+
+PEAK = {"unsat": 0, "sat": 0}
+"""The most resource units one decided query has used in this process: how close the
+budget is to deciding otherwise (printed by benchmarks/prove_bench.py)."""
+_seen = [0]
+
+
+def _account(s: z3.Solver, res) -> None:
+    try:
+        total = s.statistics().get_key_value("rlimit count")
+    except z3.Z3Exception:
+        return
+    used, _seen[0] = total - _seen[0], total
+    if res in (z3.sat, z3.unsat):
+        PEAK[str(res)] = max(PEAK[str(res)], used)
 
 
 class Model:
     """One case path of one family, with sizes as Z3 variables or ints."""
 
     def __init__(self, lib: Library, family: str, path: tuple, sizes: dict | None = None,
-                 bounds: dict | None = None):
+                 bounds: dict | None = None, page_guard: bool = True):
         self.lib, self.family, self.path = lib, family, path
+        self.page_guard = page_guard
         self.ops = Z3Ops()
         self.symbolic = sizes is None
         self.bounds = bounds or params.DOMAIN
@@ -43,6 +61,7 @@ class Model:
         self.r = Reading(lib, family, self.sizes, self.ops, path)
         self.fdef = lib.families[family]
         self._n = 0
+        self.guard_hit = False
 
     # -- assumptions
     def assumptions(self) -> list:
@@ -51,23 +70,37 @@ class Model:
             for n, (lo, hi) in self.bounds.items():
                 a += [self.sizes[n] >= lo, self.sizes[n] <= hi]
         a += [c for c, _ in self.r.cases] + [g for g, _ in self.r.guards]
+        if self.page_guard:
+            a.append(self.page_fits())
         return a
 
-    def solve(self, violation, timeout_s: float, seeds: int = 1) -> tuple[str, z3.ModelRef | None]:
-        """sat (with a model), unsat, or unknown. Nonlinear queries are sensitive to the
-        solver's random seed, so the budget may be shared by a small portfolio of seeds."""
+    def page_fits(self):
+        """The runtime's own guard: a family applies only where its local layout is the page."""
+        return self.r.page("local") == self.sizes["page_size"]
+
+    def solve(self, violation, budget: "Budget", seeds: int = 1) -> tuple[str, z3.ModelRef | None]:
+        """sat (with a model), unsat, or unknown, decided by Z3's deterministic resource
+        limit (`budget.rlimit`), so the same query gives the same answer on any machine and
+        under any load. Nonlinear queries are sensitive to the solver's random seed, so the
+        budget may be shared by a small, fixed portfolio of seeds. The wall-clock limit is
+        a last guard only: when it decides, `guard_hit` is set and the result is not final.
+        """
         for seed in range(seeds):
             s = z3.Solver()
-            s.set("timeout", max(1, int(timeout_s / seeds * 1000)))
+            s.set("rlimit", max(1, budget.rlimit // seeds))
+            s.set("timeout", max(1, int(budget.guard_s * 1000)))
             s.set("random_seed", seed)
             s.add(*self.assumptions())
             s.add(violation)
             s.add(*self.ops.side)  # after the violation: its terms may add definitions
             res = s.check()
+            _account(s, res)
             if res == z3.sat:
                 return "sat", s.model()
             if res == z3.unsat:
                 return "unsat", None
+            if "timeout" in s.reason_unknown():
+                self.guard_hit = True
         return "unknown", None
 
     # -- variables
@@ -94,8 +127,8 @@ class Model:
     def canonical_byte(self, idx: dict, digits: dict):
         return self.r.offset("canonical", self.r.shard(idx, digits))
 
-    def element(self):
-        ldef, bound = self.r.layout("local")
+    def element(self, role: str = "local"):
+        ldef, bound = self.r.layout(role)
         return self.r.expr(ldef.element, bound) if ldef.element is not None else 1
 
 
@@ -145,12 +178,7 @@ def query(m: Model, name: str, variant=None, atoms=None):
         hit = z3.And(*[a[n] == b[n] for n in a])
         return z3.And(*cd, *ce, *ci, *cj, _distinct(d, e), same_writer, hit), {"i": i, "j": j, "d": d, "e": e}
     if name == "writers-cover":
-        rext = dict(m.r.rank_extents())
-        world_digits = _prod(rext.values())
-        writers = _prod(rext[n] for n in m.r.replicas)
-        local, canon = m.r.page("local"), m.r.page("canonical")
-        bad = z3.Or(world_digits != m.r.world, world_digits * local != writers * canon)
-        return bad, {"world": world_digits, "writers": writers, "local": local, "canon": canon}
+        return _cover_query(m, d, cd)
     if name == "single-rank-identity":
         i, ci = m.index("local", "")
         one = z3.And(*[e == 1 for _, e in m.r.rank_extents()])
@@ -158,6 +186,45 @@ def query(m: Model, name: str, variant=None, atoms=None):
         differs = m.r.offset("local", i) != m.canonical_byte(i, zero)
         return z3.And(one, *ci, differs), {"i": i}
     raise KeyError(name)
+
+
+def _cover_query(m: Model, d: dict, cd: list):
+    """Every canonical byte has a writer (surjectivity), shown on its own by pigeonhole.
+
+    Within one writer class (the replica digits fixed) the map (rank, local index) ->
+    canonical index must be injective and stay inside the canonical box; the canonical
+    layout must send its box one-to-one into its page; and the class must hold exactly as
+    many elements, of the same size, as the canonical page. An injection between finite
+    sets of equal size is onto, so then no canonical byte is left unwritten.
+    """
+    rext = dict(m.r.rank_extents())
+    world_digits = _prod(rext.values())
+    writers = _prod(rext[n] for n in m.r.replicas)
+    lext, cext = m.r.extents("local"), m.r.extents("canonical")
+    count = z3.Or(world_digits != m.r.world,
+                  world_digits * _prod(lext.values()) != writers * _prod(cext.values()),
+                  m.element("local") != m.element("canonical"))
+    e, ce = m.digits("'")
+    i, ci = m.index("local", "")
+    j, cj = m.index("local", "'")
+    a, b = m.r.shard(i, d), m.r.shard(j, e)
+    same_class = [d[n] == e[n] for n in m.r.replicas]
+    same = [a[n] == b[n] for n in a]
+    collide = z3.Or(z3.And(*cd, *ce, *ci, *cj, *same_class, _distinct(d, e), *same),
+                    z3.And(*cd, *ci, *cj, _distinct(i, j), *[a[n] == m.r.shard(j, d)[n] for n in a]))
+    outside = z3.And(*cd, *ci, z3.Or(*[z3.Or(a[n] < 0, a[n] >= cext[n]) for n in a]))
+    k, ck = m.index("canonical", "c")
+    l_, cl = m.index("canonical", "c'")
+    ldef, bound = m.r.layout("canonical")
+    off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
+    canon = z3.Or(z3.And(*ck, *cl, _distinct(k, l_), off(k) == off(l_)),
+                  z3.And(*ck, z3.Or(off(k) < 0, off(k) >= _prod(cext.values()))))
+    w = {"d": d, "e": e, "i": i, "j": j, "a": a, "k": k, "l": l_, "count": count, "collide": collide,
+         "outside": outside, "canon": canon, "world": world_digits, "writers": writers,
+         "local": m.r.page("local"), "canon_page": m.r.page("canonical"),
+         # solved one by one: each is easier alone, and all must be unsat
+         "parts": (count, collide.children()[0], collide.children()[1], outside, canon)}
+    return z3.Or(count, collide, outside, canon), w
 
 
 def _digits_query(m: Model, v, atoms):

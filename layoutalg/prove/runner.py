@@ -1,14 +1,18 @@
-"""Which obligations are proved how, with counterexamples and a cache.
+"""Which obligations are proved how, with counterexamples.
 
-For each family and each path through its grid's cases, an obligation is tried
-1. fully symbolic on small sizes (every size <= 8): a quick hunt for counterexamples;
-2. fully symbolic over the declared domain (`params.DOMAIN`): unsat proves it for
-   every size and every rank;
-3. where Z3 answers unknown within the budget: with a symbolic rank on every
-   enumerated configuration of that path, and the output says so.
-The runs obligations are per configuration by nature (the runs are what the lowering
-emits for a configuration). The structural certificate (`structural`) is reported
-beside them; it must agree with Z3.
+For each family and each path through its grid's cases:
+0. `page-size`: the path applies somewhere: Z3 finds a configuration in the declared
+   domain (`params.DOMAIN`) where its guards hold and the local layout is the page (the
+   runtime's own check). Such witnesses also seed the per-configuration steps, so a
+   family that applies anywhere is exercised there. A path with no configuration at all
+   is dead (the runtime never takes it); a family with no live path is refuted.
+1. every other obligation, fully symbolic on small sizes: a quick hunt for counterexamples;
+2. fully symbolic over the declared domain: unsat proves it for every size and rank;
+3. where Z3 cannot decide within its budget: symbolic rank on each configuration of that
+   path; never on zero configurations (that is unknown, not proved).
+Budgets are Z3 resource units (`rlimit`), so verdicts do not depend on the machine or
+its load. A wall-clock guard remains as a last resort; a result reached under it is
+marked not final and never cached.
 """
 from __future__ import annotations
 
@@ -16,7 +20,9 @@ import itertools
 import os
 import re
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+
+import z3
 
 from .. import params
 from ..check import instantiate
@@ -27,41 +33,76 @@ from ..family import resolve
 from ..interpret import Reading, paths
 from ..library import Library
 from ..lower import TilingError, lower_uncertified, run_plan, certify as certify_instance
-import z3
-
-from .obligations import PER_CONFIGURATION, SYMBOLIC, Model, query, runs_query, value
+from . import GUARD_S, RLIMIT
+from .obligations import PER_CONFIGURATION, SYMBOLIC, Budget, Model, query, runs_query, value
 from .store import Row
 from .structural import certify
 
-SMALL = {n: (lo, min(hi, 8)) for n, (lo, hi) in params.DOMAIN.items()}
-CONFIG_DOMAIN = {
-    "tp": (1, 2, 3, 4, 8), "pcp": (1, 2), "dcp": (1, 2, 4), "interleave": (1, 2, 4), "total_heads": (1, 2, 4, 8),
-    "heads": (1, 2, 4), "block_size": (4, 8), "head_size": (2,), "dtype_bytes": (1, 2),
-    "per_token_head_quant": (0,), "compress_ratio": (1,),
-}
-"""Configurations for the fallback and the runs obligations (page_size fitted to each)."""
+SMALL = {**{n: (lo, min(hi, 8)) for n, (lo, hi) in params.DOMAIN.items()}, "page_size": (1, 1 << 20)}
+"""Sizes for the counterexample hunt: small, so counterexamples are easy to read."""
+
+WITNESS = {**{n: (lo, min(hi, 16)) for n, (lo, hi) in params.DOMAIN.items()}, "page_size": (1, 1 << 24)}
+"""Sizes for witness configurations: small enough to lower and to enumerate."""
+
+@dataclass(frozen=True)
+class Budgets:
+    full: Budget
+    small: Budget
+    config: Budget
+    seeds: int = 3
+
+    @staticmethod
+    def of(rlimit: int = RLIMIT, guard_s: float = GUARD_S) -> "Budgets":
+        return Budgets(Budget(rlimit, guard_s), Budget(max(1, rlimit // 20), guard_s),
+                       Budget(max(1, rlimit // 10), guard_s))
 
 
-def configurations(lib: Library, family: str, cf, limit: int = 48) -> dict[tuple, list[dict]]:
-    """Enumerated configurations where the compiled family `cf` applies, grouped by case path."""
+def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dict[tuple, list[dict]]:
+    """Configurations from `params.SAMPLES` where the compiled family applies, by case path."""
     out: dict[tuple, list[dict]] = {}
     seen = set()
-    names = list(CONFIG_DOMAIN)
-    for values in itertools.product(*(CONFIG_DOMAIN[n] for n in names)):
-        sizes = dict(zip(names, values))
+    names = list(params.SAMPLES)
+    for values in itertools.product(*(params.SAMPLES[n] for n in names)):
         try:
-            inst, sizes = instantiate(cf, sizes)
-        except GuardFailed:
+            inst, sizes = instantiate(cf, dict(zip(names, values)))
+        except (GuardFailed, ArithmeticError):
             continue
         key = tuple(sorted(sizes.items()))
         if key in seen:
             continue
         seen.add(key)
-        path = tuple(Reading(lib, family, sizes).taken)
+        try:
+            path = tuple(Reading(lib, family, sizes).taken)
+        except (LookupError, ArithmeticError):
+            continue
         group = out.setdefault(path, [])
         if len(group) < limit:
             group.append(sizes)
     return out
+
+
+def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, avoid=()) -> tuple[list[dict], str]:
+    """Up to `n` configurations of one case path, found by Z3 as models of its guards.
+
+    Small sizes are asked for first (every size at most 2, then 4, then 16), so the
+    configurations are cheap to lower and easy to read. Returns (configurations, status
+    of the last query): 'unsat' when the path has no configuration in `WITNESS` bounds.
+    """
+    found, status = [], "sat"
+    for cap in (2, 4, 16):
+        bounds = {k: (lo, hi if k == "page_size" else min(hi, max(lo, cap))) for k, (lo, hi) in WITNESS.items()}
+        m = Model(lib, family, path, bounds=bounds)
+        block = [z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes]) for sizes in [*avoid, *found]]
+        while len(found) < n:
+            status, model = m.solve(z3.And(*block) if block else z3.BoolVal(True), budget)
+            if status != "sat":
+                break
+            sizes = {k: value(model, v) for k, v in m.sizes.items()}
+            found.append(sizes)
+            block.append(z3.Or(*[m.sizes[k] != v for k, v in sizes.items()]))
+        if len(found) >= n:
+            break
+    return found, status
 
 
 def _where(lib: Library, family: str, name: str) -> str:
@@ -72,38 +113,53 @@ def _where(lib: Library, family: str, name: str) -> str:
         span = lib.layouts[use.call.fn].span if use.call.fn in lib.layouts else span
     if name == "writers-cover" and f.canonical:
         span = f.canonical.span
+    if name == "page-size" and f.local:
+        span = f.local.span
     return f"{os.path.relpath(span.file)}:{span.line}"
 
 
 def _sizes_text(m: Model, model) -> str:
-    text = "".join(mod.path and open(mod.path).read() for mod in m.lib.modules)
+    text = ""
+    for mod in m.lib.modules:
+        try:
+            text += open(mod.path, encoding="utf-8", errors="replace").read()
+        except OSError:
+            pass
     used = [n for n in params.NAMES if re.search(rf"\b{n}\b", text)]
     return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in used)
 
 
 def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
-    """A counterexample a person can act on, in the spec's own names."""
-    where, sizes = _where(lib, family, name), _sizes_text(m, model)
+    """A counterexample a person can act on, in the spec's own names (never raises)."""
+    where = _where(lib, family, name)
+    try:
+        return _explain(lib, family, name, m, model, w, where, _sizes_text(m, model))
+    except Exception as e:  # noqa: BLE001 - the refutation stands even if its text cannot be made
+        return f"{where}: counterexample found (its description failed: {type(e).__name__}: {e})"
 
+
+def _explain(lib, family, name, m, model, w, where, sizes) -> str:
     def idx(x):
         return ", ".join(f"{n}={value(model, v)}" for n, v in x.items())
 
     def rank(d):
         return value(model, m.rank_of(d))
 
+    def holds(x):
+        return z3.is_true(model.eval(x, model_completion=True))
+
     if name in ("local-bijective", "canonical-bijective"):
         ldef, bound = m.r.layout(w["role"])
         i, j = w["i"], w["j"]
         oi = value(model, m.r.expr(ldef.offset, {**bound, **i}))
-        if z3.is_true(model.eval(w["clash"], model_completion=True)):
+        if holds(w["clash"]):
             return (f"{where}: the {w['role']} layout sends ({idx(i)}) and ({idx(j)}) both to element {oi}, "
                     f"with {sizes}")
         return (f"{where}: the {w['role']} layout sends ({idx(i)}) to element {oi}, outside its "
                 f"{value(model, w['size'])} elements, with {sizes}")
     if name == "shard-in-range":
-        c = {n: value(model, v) for n, v in w["c"].items()}
-        return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) to canonical "
-                f"({', '.join(f'{n}={v}' for n, v in c.items())}), outside the canonical box, with {sizes}")
+        return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) to canonical ({idx(w['c'])}), "
+                f"outside the canonical box, with {sizes}")
     if name == "shard-injective":
         return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) and ({idx(w['j'])}) to the same "
                 f"canonical index, with {sizes}")
@@ -111,17 +167,10 @@ def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> s
         d, e = w["d"], w["e"]
         c = m.r.shard(w["i"], d)
         byte = value(model, m.r.offset("canonical", c))
-        block = 0
-        rext = dict((n, value(model, x)) for n, x in m.r.rank_extents())
-        for n in m.r.replicas:
-            block = block * rext[n] + value(model, d[n])
-        return (f"{where}: ranks {rank(d)} and {rank(e)} both write canonical byte {byte} of block {block} "
-                f"({', '.join(f'{n}={value(model, v)}' for n, v in c.items())}) with {sizes}")
+        return (f"{where}: ranks {rank(d)} and {rank(e)} both write canonical byte {byte} of block "
+                f"{_block(m, model, d)} ({idx(c)}) with {sizes}")
     if name == "writers-cover":
-        vals = {k: value(model, v) for k, v in w.items()}
-        return (f"{where}: {vals['world']} ranks in {vals['writers']} writer classes store "
-                f"{vals['world'] // max(1, vals['writers'])} x {vals['local']} bytes into a {vals['canon']}-byte "
-                f"canonical page, with {sizes}" + _gap_text(lib, family, m, model))
+        return f"{where}: {_cover_text(m, model, w, idx, rank, holds)}, with {sizes}" + _gap_text(lib, family, m, model)
     if name == "single-rank-identity":
         return f"{where}: on a single rank local ({idx(w['i'])}) moves to another canonical byte, with {sizes}"
     if name == "runs-match-spec":
@@ -139,139 +188,284 @@ def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> s
     return f"{where}: counterexample with {sizes}"
 
 
+def _block(m: Model, model, d: dict) -> int:
+    """The block a writer class stores first: the mixed radix of its replica digits."""
+    rext = dict((n, value(model, x)) for n, x in m.r.rank_extents())
+    block = 0
+    for n in m.r.replicas:
+        block = block * rext[n] + value(model, d[n])
+    return block
+
+
+def _cover_text(m, model, w, idx, rank, holds) -> str:
+    if holds(w["count"]):
+        world, writers = value(model, w["world"]), value(model, w["writers"])
+        return (f"{world} ranks in {writers} writer class(es) store {world // max(1, writers)} x "
+                f"{value(model, w['local'])} bytes into a {value(model, w['canon_page'])}-byte canonical page")
+    if holds(w["collide"]):
+        return (f"ranks {rank(w['d'])} and {rank(w['e'])} of the writers of block {_block(m, model, w['d'])} "
+                f"both store canonical ({idx(w['a'])}) (from local ({idx(w['i'])}) and ({idx(w['j'])})), so "
+                f"the writers hold fewer canonical bytes than the page has and some are never written")
+    if holds(w["outside"]):
+        return (f"rank {rank(w['d'])} stores local ({idx(w['i'])}) at canonical ({idx(w['a'])}), outside the "
+                f"canonical box, so the page is not what its writers hold")
+    return (f"the canonical layout sends ({idx(w['k'])}) to an element that is shared or outside its page, "
+            f"so some canonical byte belongs to no canonical index")
+
+
 def _gap_text(lib, family, m, model) -> str:
     """Name the first canonical bytes no writer stores, at the counterexample's sizes."""
     try:
         sizes = {n: value(model, m.sizes[n]) for n in params.NAMES}
-        maps = lower_uncertified(compile_family(resolve(lib, family)).evaluate(sizes))
+        inst = compile_family(resolve(lib, family)).evaluate(sizes)
+        if max(inst.local_page, inst.canonical_page) * max(1, inst.world) > params.CHECK_PAGE_LIMIT:
+            return ""
+        from ..check import tiling_errors
+        errs = tiling_errors(lower_uncertified(inst))
     except Exception:  # noqa: BLE001 - the gap is a courtesy; the refutation stands without it
         return ""
-    from ..check import tiling_errors
-    errs = tiling_errors(maps)
     return f" ({errs[0]})" if errs else ""
 
 
-def prove_obligation(lib: Library, family: str, name: str, by_path: dict, timeout: float,
-                     quick: bool = False, fam=None) -> Row:
+def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = False) -> tuple[Row, dict]:
+    """The `page-size` row, and each path's status: 'live' (with witnesses), 'dead' or 'unknown'.
+
+    A family applies only where its local layout holds exactly the runtime's page
+    (`page_size`): the runtime checks it at every use, so a layout of the wrong size is
+    never copied; this row shows the check can pass, with a configuration where it does.
+    """
     t0 = time.perf_counter()
     spec = lib.families[family].span.file
-    methods, proved_configs, unknown = [], [], []
-    all_paths = paths(lib, family)
-    if name == "digits-match-spec" and fam is None:
-        return Row(spec, family, name, "unknown", "not in normal form", 0.0)
-    for k, path in enumerate(all_paths):
-        extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
-        # 1. small sizes: hunt for a counterexample; 2. the whole domain: prove it
-        # quick mode (counterexample hunting) gives the small sizes the whole budget
-        for bounds, budget in ((SMALL, timeout if quick else min(timeout, 1.0)), (None, timeout)):
-            if quick and bounds is None:
-                break
-            m = Model(lib, family, path, bounds=bounds)
-            v, w = query(m, name, *extra)
-            status, model = m.solve(v, budget, seeds=1 if bounds is SMALL else 3)
-            if status == "sat":
-                return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
-                           time.perf_counter() - t0, explain(lib, family, name, m, model, w))
-            if status == "unsat" and bounds is None:
-                methods.append("symbolic")
-                break
-        else:
-            # 3. fall back: symbolic rank on each enumerated configuration of this path
-            configs = by_path.get(path, [])
-            for sizes in configs:
-                m = Model(lib, family, path, sizes=sizes)
-                v, w = query(m, name, *extra)
-                status, model = m.solve(v, timeout)
-                if status == "sat":
-                    return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
-                               time.perf_counter() - t0, explain(lib, family, name, m, model, w))
-                if status == "unknown":
-                    unknown.append(sizes)
-                else:
-                    proved_configs.append(sizes)
-            methods.append(f"{len(configs)} configurations")
+    status, shown = {}, []
+    for path in paths(lib, family):
+        found, st = witnesses(lib, family, path, 1, budgets.config)
+        status[path] = ("live", found) if found else ("dead" if st == "unsat" else "unknown", [])
+        if found and not shown:
+            shown = found
+    live = [p for p, (s, _) in status.items() if s == "live"]
+    unknown = [p for p, (s, _) in status.items() if s == "unknown"]
+    if live:
+        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in _used(lib))
+        dead = len(status) - len(live) - len(unknown)
+        note = f"; {dead} of {len(status)} case(s) apply nowhere" if dead else ""
+        how = "runtime page check" if quick or not _page_implied(lib, family, live, budgets) else \
+            "symbolic: all sizes (the guards make the local layout the page)"
+        return Row(spec, family, "page-size", "unknown" if quick else "proved",
+                   f"{how}; applies at {example}{note}", time.perf_counter() - t0), status
     elapsed = time.perf_counter() - t0
     if unknown:
-        return Row(spec, family, name, "unknown", f"timeout on {len(unknown)} configuration(s)", elapsed)
-    if quick:  # quick mode only hunts counterexamples: finding none proves nothing
-        return Row(spec, family, name, "unknown", "quick mode: no counterexample on small sizes", elapsed)
-    n_paths = len(methods)
-    sym = methods.count("symbolic")
-    if sym == n_paths:
-        return Row(spec, family, name, "proved", "symbolic: all sizes, all ranks", elapsed)
-    return Row(spec, family, name, "proved",
-               f"symbolic in {sym} of {n_paths} cases; symbolic rank on {len(proved_configs)} configurations "
-               f"for the rest", elapsed, configurations=proved_configs)
+        return Row(spec, family, "page-size", "unknown", "no configuration found within the budget",
+                   elapsed), status
+    return Row(spec, family, "page-size", "refuted", "symbolic sizes: no configuration", elapsed,
+               _never_applies(lib, family, budgets)), status
 
 
-def prove_runs(lib: Library, family: str, name: str, by_path: dict, timeout: float, cf) -> Row:
+def _page_implied(lib: Library, family: str, live: list, budgets: Budgets) -> bool:
+    """Whether the guards alone make the local layout exactly `page_size` bytes on every live path."""
+    for path in live:
+        m = Model(lib, family, path, page_guard=False)
+        if m.solve(z3.Not(m.page_fits()), budgets.config)[0] != "unsat":
+            return False
+    return True
+
+
+def _used(lib: Library) -> set:
+    text = "".join(open(m.path, encoding="utf-8", errors="replace").read() for m in lib.modules if m.path)
+    return {n for n in params.NAMES if re.search(rf"\b{n}\b", text)}
+
+
+def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
+    """Why no configuration passes: the page never fits, or the guards never hold."""
+    where = _where(lib, family, "page-size")
+    for path in paths(lib, family):
+        m = Model(lib, family, path, bounds=WITNESS, page_guard=False)
+        page = m.r.page("local")  # before solving: its divisions bring definitions the model must obey
+        status, model = m.solve(z3.BoolVal(True), budgets.config)
+        if status == "sat":
+            try:
+                local = value(model, page)
+                return (f"{where}: the family never applies: its local layout never holds exactly page_size bytes "
+                        f"(e.g. {local} bytes with {_sizes_text(m, model)}), and the runtime copies a page only "
+                        f"where it does")
+            except Exception:  # noqa: BLE001
+                break
+    return (f"{where}: the family never applies: no configuration in the declared domain satisfies its grid "
+            f"cases and guards with the local layout exactly the page")
+
+
+def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1):
+    """`m.solve(v)`, or part by part where the query is a disjunction of parts (each gets the budget)."""
+    parts = w.get("parts")
+    if not parts:
+        return m.solve(v, budget, seeds)
+    result = "unsat", None
+    for part in parts:
+        st, model = m.solve(part, budget, seeds)
+        if st == "sat":
+            return st, model
+        if st == "unknown":
+            result = st, None
+    return result
+
+
+def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budgets: Budgets,
+                     quick: bool = False, fam=None, status: dict | None = None) -> Row:
     t0 = time.perf_counter()
     spec = lib.families[family].span.file
-    n, proved = 0, []
+    if name == "digits-match-spec" and fam is None:
+        return Row(spec, family, name, "unknown", "not in normal form", 0.0)
+    methods, proved_configs, undecided, guard = [], [], [], False
+    for k, path in enumerate(paths(lib, family)):
+        if status and status.get(path, ("live",))[0] == "dead":
+            methods.append("dead")
+            continue
+        extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
+        steps = ((SMALL, budgets.small),) if quick else ((SMALL, budgets.small), (None, budgets.full))
+        decided = False
+        for bounds, budget in steps:
+            m = Model(lib, family, path, bounds=bounds)
+            v, w = query(m, name, *extra)
+            st, model = solve(m, v, w, budget, seeds=1 if bounds is SMALL else budgets.seeds)
+            guard |= m.guard_hit
+            if st == "sat":
+                return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w))
+            if st == "unsat" and bounds is None:
+                methods.append("symbolic")
+                decided = True
+        if decided or quick:
+            continue
+        configs = by_path.get(path, [])
+        done = 0
+        for sizes in configs:
+            m = Model(lib, family, path, sizes=sizes)
+            v, w = query(m, name, *extra)
+            st, model = solve(m, v, w, budgets.config)
+            guard |= m.guard_hit
+            if st == "sat":
+                return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w))
+            if st == "unsat":
+                proved_configs.append(sizes)
+                done += 1
+        if done == 0 or done < len(configs):  # zero witnesses prove nothing
+            undecided.append(k)
+        methods.append(f"{done} configurations")
+    elapsed = time.perf_counter() - t0
+    if quick:  # quick mode only hunts counterexamples: finding none proves nothing
+        return Row(spec, family, name, "unknown", "quick mode: no counterexample on small sizes", elapsed)
+    if undecided:
+        return Row(spec, family, name, "unknown",
+                   f"undecided in case(s) {', '.join(map(str, undecided))}: the symbolic query exceeded its "
+                   f"budget and not every configuration of the case was proved", elapsed, final=not guard)
+    live = [x for x in methods if x != "dead"]
+    if not live:
+        return Row(spec, family, name, "unknown", "no case of the family applies anywhere", elapsed)
+    sym = live.count("symbolic")
+    if sym == len(live):
+        return Row(spec, family, name, "proved", "symbolic: all sizes, all ranks", elapsed, final=not guard)
+    return Row(spec, family, name, "proved",
+               f"symbolic in {sym} of {len(live)} cases; symbolic rank on {len(proved_configs)} configurations "
+               f"for the rest", elapsed, configurations=proved_configs, final=not guard)
+
+
+def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Budgets, cf) -> Row:
+    """A runs obligation on each configuration: the runs are what the lowering emits there."""
+    t0 = time.perf_counter()
+    spec = lib.families[family].span.file
+    proved, guard = [], False
     for path, configs in by_path.items():
         for sizes in configs:
-            inst = cf.evaluate(sizes)
+            text = ", ".join(f"{k}={v}" for k, v in sizes.items())
             try:
+                inst = cf.evaluate(sizes)
                 plan = run_plan(certify_instance(inst))
+            except GuardFailed as e:
+                return Row(spec, family, name, "unknown", "the compiled family disagrees with the spec",
+                           time.perf_counter() - t0, f"{_where(lib, family, name)}: the spec applies at "
+                                                      f"{text} but the compiled family fails closed: {e}")
             except TilingError as e:
-                text = ", ".join(f"{k}={v}" for k, v in sizes.items())
                 return Row(spec, family, name, "refuted", "lowering certificate, one configuration",
                            time.perf_counter() - t0, f"{_where(lib, family, name)}: {e}, with {text}")
             m = Model(lib, family, path, sizes=sizes)
             v, w = runs_query(m, name, inst, *plan)
-            status, model = m.solve(v, timeout)
+            status, model = m.solve(v, budgets.config)
+            guard |= m.guard_hit
             if status == "sat":
                 return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
                            time.perf_counter() - t0, explain(lib, family, name, m, model, w))
             if status == "unknown":
-                return Row(spec, family, name, "unknown", "timeout", time.perf_counter() - t0)
-            n += 1
+                return Row(spec, family, name, "unknown", f"undecided at {text}", time.perf_counter() - t0,
+                           final=not guard)
             proved.append(sizes)
-    return Row(spec, family, name, "proved", f"symbolic rank on {n} configurations", time.perf_counter() - t0,
-               configurations=proved)
+    if not proved:  # a check that finds nothing to check is not a pass
+        return Row(spec, family, name, "unknown", "no configuration to check", time.perf_counter() - t0)
+    return Row(spec, family, name, "proved",
+               f"symbolic rank on {len(proved)} configurations (the runs are per configuration)",
+               time.perf_counter() - t0, configurations=proved, final=not guard)
 
 
-def prove_family(lib: Library, family: str, timeout: float = 5.0, quick: bool = False) -> list[Row]:
+def configurations(lib: Library, family: str, cf, status: dict, budgets: Budgets,
+                   limit: int = 48, least: int = 8) -> dict[tuple, list[dict]]:
+    """Per live path: sample configurations, topped up with Z3 witnesses to at least `least`."""
+    by_path = sample_configurations(lib, family, cf, limit)
+    for path, (st, found) in status.items():
+        if st != "live":
+            by_path.pop(path, None)
+            continue
+        have = by_path.setdefault(path, [])
+        if len(have) < least:
+            extra, _ = witnesses(lib, family, path, least - len(have), budgets.config, avoid=have)
+            have += [s for s in extra if s not in have]
+    return by_path
+
+
+def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quick: bool = False) -> list[Row]:
     """Every obligation of one family, plus its structural certificate.
 
     `quick` hunts counterexamples only (small sizes, a few configurations) and stops at
-    the first refutation: what the mutation tests need.
+    the first refutation: what the mutation tests need. It never reports "proved".
     """
+    budgets = budgets or Budgets.of()
     rows = []
     t0 = time.perf_counter()
+    spec = lib.families[family].span.file
     try:
         fam = resolve(lib, family)
     except SpecError as e:  # the algebra cannot take it; Z3 reads the spec directly all the same
         fam = None
-        rows.append(Row(lib.families[family].span.file, family, "structure", "unknown",
-                        "stride chains (sympy): all sizes", time.perf_counter() - t0,
-                        f"not in normal form: {e.message}"))
+        rows.append(Row(spec, family, "structure", "unknown", "stride chains (sympy): all sizes",
+                        time.perf_counter() - t0, f"not in normal form: {e.message}"))
     cf = compile_family(fam) if fam is not None else None
     if fam is not None and not quick:
         certs = [certify(fam, v) for v in fam.variants]
         bad = [c.detail for c in certs if c.status != "proved"]
-        rows.append(Row(fam.path, family, "structure", "unknown" if bad else "proved",
+        rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
                         "stride chains (sympy): all sizes", time.perf_counter() - t0, "; ".join(bad)))
-    by_path = None
+    applies, status = prove_applies(lib, family, budgets, quick)
+    rows.append(applies)
+    if applies.status == "refuted":
+        return rows + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
+                       for n in SYMBOLIC + PER_CONFIGURATION]
+    by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 48, 1 if quick else 8) \
+        if fam is not None else {}
     for name in SYMBOLIC:
-        if by_path is None and not quick:
-            by_path = configurations(lib, family, cf, 48) if fam is not None else {}
-        rows.append(prove_obligation(lib, family, name, by_path or {}, timeout, quick, fam))
+        rows.append(prove_obligation(lib, family, name, by_path, budgets, quick, fam, status))
         if quick and rows[-1].status == "refuted":
             return rows
-    if by_path is None:
-        by_path = configurations(lib, family, cf, 6 if quick else 48) if fam is not None else {}
     for name in PER_CONFIGURATION:
         if fam is None:
-            rows.append(Row(lib.families[family].span.file, family, name, "unknown", "not lowered", 0.0))
+            rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))
             continue
-        rows.append(prove_runs(lib, family, name, by_path, timeout, cf))
-        if quick and rows[-1].status == "refuted":
+        row = prove_runs(lib, family, name, by_path, budgets, cf)
+        if quick and row.status == "proved":  # a handful of configurations is a hunt, not a proof
+            row = Row(spec, family, name, "unknown", "quick mode: no counterexample on a few configurations",
+                      row.seconds)
+        rows.append(row)
+        if quick and row.status == "refuted":
             return rows
     return rows
 
 
 def to_json(rows: list[Row]) -> list[dict]:
     return [asdict(r) for r in rows]
-
-

@@ -9,15 +9,18 @@ from importlib import metadata
 from pathlib import Path
 
 from .. import cache
-from . import PROVER_VERSION
+from . import PROVER_VERSION, RLIMIT
 
 OBLIGATIONS = {
+    "structure": "the local, rank and canonical stride chains of the digit table hold for all sizes (sympy)",
+    "page-size": "the family applies only where its local layout is exactly the runtime's page, and applies "
+                 "somewhere (a witness configuration)",
     "local-bijective": "the local layout maps its index box one-to-one onto [0, page)",
     "canonical-bijective": "the canonical layout maps its index box one-to-one onto [0, page)",
     "shard-in-range": "every rank sends every local index into the canonical box",
     "shard-injective": "no rank sends two local indices to one canonical index",
     "writers-disjoint": "two ranks that store the same block never write the same canonical byte",
-    "writers-cover": "the writers of a block hold, together, exactly the canonical page",
+    "writers-cover": "every canonical byte has a writer in each block (surjectivity, by pigeonhole)",
     "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
     "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
     "runs-match-spec": "the emitted runs send each local byte where the spec says",
@@ -39,17 +42,18 @@ class Row:
     seconds: float
     detail: str = ""
     configurations: list = field(default_factory=list)  # proved configurations, where not all sizes
+    final: bool = True  # False when the wall-clock guard decided part of it: never cached
 
 
-def proof_key(lib, family: str) -> str:
-    """What a cached proof depends on: the family's spec files, the prover, Z3.
+def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
+    """What a cached proof depends on: the family's spec files, the prover, Z3, the budget.
 
-    Only definite results are cached (all proved, or a refutation), so the timeout
-    is not part of the key.
+    Only definite results reached within Z3's deterministic budget are cached, so the
+    same key gives the same table on any machine; the wall-clock guard is not part of it.
     """
-    texts = sorted((p, Path(p).read_text()) for p in dependencies(lib, family))
+    texts = sorted((p, Path(p).read_bytes().hex()) for p in dependencies(lib, family))
     parts = [PROVER_VERSION, cache.compiler_fingerprint(), metadata.version("z3-solver"), family,
-             repr(texts), _prover_fingerprint()]
+             repr(texts), _prover_fingerprint(), str(rlimit)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

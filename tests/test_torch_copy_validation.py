@@ -1,0 +1,155 @@
+"""store and load refuse what they cannot copy exactly, before the first byte moves."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from layoutalg import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.errors import ConfigError, LayoutalgError, LayoutMismatch
+from layoutalg.mapping import CanonicalPageMapping, CopyRun
+from layoutalg.torch_copy import load, page_bytes, store
+
+
+@pytest.fixture(scope="module")
+def deriver():
+    return Deriver()
+
+
+def mapping_for(deriver, kv: torch.Tensor, tp=2, rank=0, total=4) -> CanonicalPageMapping:
+    """What the runtime derives for `kv` as an attention layer of 2 KV heads a rank."""
+    layer = LayerSpec("attention", kv[0].numel() * kv.element_size(), kv.shape[2], 2, kv.shape[-1],
+                      kv.element_size())
+    return deriver.derive(layer, TensorLayout.of(kv), ParallelConfig(tp=tp, total_kv_heads=total),
+                          kv.shape[0]).mappings[rank]
+
+
+def random_bytes(shape, dtype, seed):
+    """Seeded random bytes seen as `dtype` (the last dimension shrinks by its element size)."""
+    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)).view(dtype)
+
+
+def split_nhd(n=3, bs=4, h=2, d=8, seed=0):
+    return random_bytes((n, 2, bs, h, d * 2), torch.uint8, seed).view(torch.float16)
+
+
+def test_a_padded_view_is_refused(deriver):
+    """`kv[..., :64]` of a 128-wide tensor: each block's bytes are not one page in memory."""
+    full = split_nhd(d=16)
+    kv = full[..., :8]
+    m = mapping_for(deriver, kv)
+    assert m.num_writers == 1 and not m.parallelism_agnostic  # its strides are no family's: the fallback
+    canonical = torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match=re.escape("store: local tensor, dimension 3: stride 16 elements, "
+                                                       "expected 8 for each block to be one dense page")):
+        store(kv, canonical, m)
+    with pytest.raises(LayoutMismatch, match=r"load: local tensor, dimension 3: stride 16 elements, expected 8"):
+        load(canonical, kv, m)
+
+
+def test_a_dense_block_in_another_dimension_order_is_accepted(deriver):
+    """A transposed view whose blocks are still one page each: the fallback round trip is exact."""
+    kv = random_bytes((3, 2, 2, 4, 16), torch.uint8, 1).view(torch.float16).transpose(2, 3)  # HND memory, NHD view
+    m = mapping_for(deriver, kv)
+    canonical = torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8)
+    store(kv, canonical, m)
+    back = torch.zeros(3, 2, 2, 4, 8, dtype=torch.float16).transpose(2, 3)
+    load(canonical, back, m)
+    assert torch.equal(back.view(torch.int16), kv.view(torch.int16))
+
+
+def test_load_needs_as_many_canonical_blocks_as_local_ones(deriver):
+    kv = split_nhd()
+    m = mapping_for(deriver, kv)
+    one = torch.zeros(1, m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match=r"load: local tensor has 3 blocks but canonical tensor has 1"):
+        load(one, kv, m)
+
+
+def test_store_needs_as_many_canonical_blocks_as_local_ones(deriver):
+    kv = split_nhd()
+    m = mapping_for(deriver, kv)
+    two = torch.zeros(2, m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match=r"store: local tensor has 3 blocks but canonical tensor has 2"):
+        store(kv, two, m)
+
+
+@pytest.mark.parametrize("blocks,message", [
+    (torch.tensor([-1]), "store: block id -1 is outside the 3 blocks (valid ids: 0 to 2)"),
+    (torch.tensor([0, 3]), "store: block id 3 is outside the 3 blocks (valid ids: 0 to 2)"),
+    (torch.tensor([2, 0, 2]), "store: blocks lists a block id more than once"),
+    (torch.tensor([0, 1], dtype=torch.int32), "store: blocks must be a 1-D int64 tensor of block ids, got 1-D "
+                                              "torch.int32"),
+    (torch.tensor([[0, 1]]), "store: blocks must be a 1-D int64 tensor of block ids, got 2-D torch.int64"),
+    ([0, 1], "store: blocks must be a 1-D int64 torch.Tensor of block ids, got list"),
+])
+def test_block_ids_are_checked(deriver, blocks, message):
+    kv = split_nhd()
+    m = mapping_for(deriver, kv)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        store(kv, torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8), m, blocks)
+
+
+def test_selected_blocks_are_stored_and_no_others(deriver):
+    kv = split_nhd()
+    m = mapping_for(deriver, kv, tp=1, total=2)
+    canonical = torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8)
+    store(kv, canonical, m, torch.tensor([2, 0]))
+    pages = page_bytes(kv, m.local_page_size_bytes)
+    assert torch.equal(canonical[0], pages[0]) and torch.equal(canonical[2], pages[2])
+    assert not canonical[1].any()
+
+
+def overrunning(m: CanonicalPageMapping) -> CanonicalPageMapping:
+    """`m` with a last run that reaches past the end of the local page (into the next block)."""
+    page = m.local_page_size_bytes
+    runs = (CopyRun(0, 0, 8, 1, 8, 8), CopyRun(page - 8, 8, 16, 1, 16, 16))
+    return CanonicalPageMapping(m.canonical_page_size_bytes, page, runs, 1, 0, False)
+
+
+def no_writers(m: CanonicalPageMapping) -> CanonicalPageMapping:
+    return CanonicalPageMapping(m.canonical_page_size_bytes, m.local_page_size_bytes, m.runs, 0, 0, False)
+
+
+# (local, canonical, mapping, block ids) of a call to refuse, from a 16-wide tensor `full`, its
+# dense 8-wide copy `kv`, a canonical tensor and kv's mapping
+REJECTED = {
+    "padded view": lambda full, kv, can, m: (full[..., :8], can, m, None),
+    "block counts": lambda full, kv, can, m: (kv, can[:2], m, None),
+    "negative id": lambda full, kv, can, m: (kv, can, m, torch.tensor([0, -1])),
+    "duplicate ids": lambda full, kv, can, m: (kv, can, m, torch.tensor([1, 1])),
+    "run past the page": lambda full, kv, can, m: (kv, can, overrunning(m), None),
+    "no writers": lambda full, kv, can, m: (kv, can, no_writers(m), None),
+}
+TAKES_IDS = {"negative id", "duplicate ids"}  # load copies every block: it takes no block ids
+
+
+@pytest.mark.parametrize("op,case", [(op, case) for case in sorted(REJECTED) for op in ("store", "load")
+                                     if op == "store" or case not in TAKES_IDS])
+def test_a_rejected_call_leaves_both_tensors_untouched(deriver, op, case):
+    full = split_nhd(d=16, seed=2)
+    kv = full[..., :8].contiguous()
+    m = mapping_for(deriver, kv)
+    canonical = random_bytes((3, m.canonical_page_size_bytes), torch.uint8, 3)
+    local, can, mapping, blocks = REJECTED[case](full, kv, canonical, m)
+    before = [t.clone() for t in (full, kv, canonical)]
+    with pytest.raises(LayoutalgError):
+        store(local, can, mapping, blocks) if op == "store" else load(can, local, mapping)
+    for was, now in zip(before, (full, kv, canonical)):
+        assert torch.equal(was.view(torch.uint8), now.view(torch.uint8))
+
+
+def test_a_mapping_run_outside_the_page_is_named(deriver):
+    kv = split_nhd()
+    m = overrunning(mapping_for(deriver, kv))
+    with pytest.raises(ConfigError, match=re.escape(f"load: run 1 ({m.local_page_size_bytes - 8}, 8, 16, 1, 16, 16) "
+                                                    f"reaches local bytes [{m.local_page_size_bytes - 8}, "
+                                                    f"{m.local_page_size_bytes + 8})")):
+        load(torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8), kv, m)
+
+
+def test_not_a_tensor_is_named():
+    m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
+    with pytest.raises(LayoutMismatch, match=r"store: local must be a torch.Tensor, got list"):
+        store([1, 2], torch.zeros(1, 8, dtype=torch.uint8), m)

@@ -1,0 +1,194 @@
+"""Every verdict means what it says: regressions for the ways a row could say "proved" or
+"ok" having checked nothing, or be wrong, and for commands that crashed or exited 0."""
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from layoutalg.compile import compile_family
+from layoutalg.check import check_family
+from layoutalg.family import resolve
+from layoutalg.library import load
+from layoutalg.prove.runner import Budgets, prove_family, prove_obligation, configurations, prove_applies
+
+from conftest import ROOT
+
+SPECS = ROOT / "specs"
+
+HALF_PAGE = """\
+import "grids.lal"
+
+layout bytes(P):
+    index b < P
+    offset b
+
+family halfpage serves fallback:
+    grid private
+    let half = page_size / 2
+    local     bytes(half)
+    canonical bytes(half * tp * pcp)
+    shard (b) -> (rank * half + b)
+"""
+
+
+def _folder(tmp_path, **files):
+    shutil.copy(SPECS / "grids.lal", tmp_path / "grids.lal")
+    for name, text in files.items():
+        (tmp_path / f"{name}.lal").write_text(text)
+    return tmp_path
+
+
+def _variant(src: str, old: str, new: str, name: str) -> str:
+    text = (SPECS / f"{src}.lal").read_text()
+    assert old in text
+    return text.replace(old, new).replace(f"family {src}", f"family {name}")
+
+
+def _cli(*args, env=None, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "layoutalg.cli", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, env=env)
+
+
+def _rows(path, family):
+    lib = load([path])
+    return {r.obligation: r for r in prove_family(lib, family)}
+
+
+def test_half_page_fallback_is_refuted_by_page_size(tmp_path):
+    folder = _folder(tmp_path, half=HALF_PAGE)
+    rows = _rows(folder / "half.lal", "halfpage")
+    assert rows["page-size"].status == "refuted"
+    assert "half.lal:10: the family never applies" in rows["page-size"].detail
+    assert "holds exactly page_size bytes" in rows["page-size"].detail
+    assert not [r for r in rows.values() if r.status == "proved" and r.obligation != "structure"]
+
+
+def test_check_fails_a_family_certified_nowhere(tmp_path):
+    folder = _folder(tmp_path, half=HALF_PAGE)
+    proc = _cli("check", folder / "half.lal")
+    assert proc.returncode == 1, proc.stdout
+    assert "certified on no configuration" in proc.stdout and " ok " not in proc.stdout
+
+
+def test_writers_cover_is_surjectivity_on_its_own(tmp_path):
+    """Ranks that overlap leave half the canonical page unwritten: writers-cover alone refutes it."""
+    text = _variant("split_nhd", "head_shard * heads + h", "(head_shard // 2) * heads + h", "overlap")
+    folder = _folder(tmp_path, overlap=text)
+    lib = load([folder / "overlap.lal"])
+    row = prove_obligation(lib, "overlap", "writers-cover", {}, Budgets.of())
+    assert row.status == "refuted", row
+    assert "never written" in row.detail and "tp=" in row.detail
+
+
+def test_writers_cover_refutes_a_short_canonical_page_by_counting():
+    rows = prove_family(load([ROOT / "tests" / "mutants" / "m08.lal"]), "split_nhd_m08")
+    cover = next(r for r in rows if r.obligation == "writers-cover")
+    assert cover.status == "refuted" and "canonical page" in cover.detail
+
+
+def test_a_family_outside_the_samples_is_exercised_from_its_guards(tmp_path):
+    """`require per_token_head_quant == 1`: no sample applies, Z3 finds configurations that do."""
+    text = _variant("split_nhd", "require per_token_head_quant == 0", "require per_token_head_quant == 1", "quant")
+    folder = _folder(tmp_path, quant=text)
+    lib = load([folder / "quant.lal"])
+    rows = {r.obligation: r for r in prove_family(lib, "quant")}
+    assert {r.status for r in rows.values()} == {"proved"}
+    runs = rows["runs-match-spec"]
+    assert len(runs.configurations) > 0 and all(c["per_token_head_quant"] == 1 for c in runs.configurations)
+    rep = check_family(lib, compile_family(resolve(lib, "quant")))
+    assert rep.ok and rep.witnesses > 0 and rep.certified > 0
+
+
+def test_zero_witnesses_are_unknown_never_proved():
+    """With no budget Z3 decides nothing: no configuration, no proof; every row says unknown."""
+    lib = load([SPECS / "split_nhd.lal"])
+    rows = prove_family(lib, "split_nhd", Budgets.of(rlimit=1))
+    assert {r.status for r in rows if r.obligation != "structure"} == {"unknown"}
+
+
+def test_runs_on_no_configuration_are_unknown():
+    lib = load([SPECS / "opaque.lal"])
+    cf = compile_family(resolve(lib, "opaque"))
+    from layoutalg.prove.runner import prove_runs
+    row = prove_runs(lib, "opaque", "runs-match-spec", {}, Budgets.of(), cf)
+    assert row.status == "unknown" and "no configuration" in row.method
+
+
+def test_configurations_come_from_every_live_case():
+    lib = load([SPECS / "split_hnd.lal"])
+    cf = compile_family(resolve(lib, "split_hnd"))
+    _, status = prove_applies(lib, "split_hnd", Budgets.of())
+    by_path = configurations(lib, "split_hnd", cf, status, Budgets.of())
+    live = [p for p, (s, _) in status.items() if s == "live"]
+    assert len(live) == 4 and all(len(by_path[p]) >= 8 for p in live)
+
+
+def test_refuted_grid_prints_its_table(tmp_path):
+    """`writer < tp % shards` was refuted, then crashed formatting the gap."""
+    grids = (SPECS / "grids.lal").read_text().replace("writer < tp / shards / dcp", "writer < tp % shards")
+    (tmp_path / "grids.lal").write_text(grids)
+    shutil.copy(SPECS / "split_nhd.lal", tmp_path / "split_nhd.lal")
+    proc = _cli("prove", tmp_path / "split_nhd.lal", "--jobs", "1", env={"LAYOUTALG_CACHE": "off", "PATH": ""})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "refuted" in proc.stdout and "obligations:" in proc.stdout
+
+
+def test_prove_into_a_closed_pipe_still_exits_1_on_refutation():
+    p = subprocess.Popen([sys.executable, "-m", "layoutalg.cli", "prove", "tests/mutants/m21.lal", "--jobs", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env={"LAYOUTALG_CACHE": "off"})
+    p.stdout.readline()
+    p.stdout.close()  # what `| head -1` does
+    err = p.stderr.read().decode()
+    assert p.wait() == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("what", ["empty folder", "empty file", "grids only"])
+@pytest.mark.parametrize("cmd", ["check", "prove"])
+def test_nothing_to_check_is_an_error(tmp_path, what, cmd):
+    target = {"empty folder": tmp_path, "empty file": tmp_path / "e.lal", "grids only": tmp_path / "grids.lal"}[what]
+    (tmp_path / "e.lal").write_text("" if what == "empty file" else "# nothing\n")
+    if what == "grids only":
+        shutil.copy(SPECS / "grids.lal", target)
+    if what == "empty folder":
+        (tmp_path / "e.lal").unlink()
+    proc = _cli(cmd, target, env={"LAYOUTALG_CACHE": "off"})
+    assert proc.returncode == 2 and "nothing to" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_check_refuses_an_extent_it_cannot_enumerate(tmp_path):
+    text = _variant("split_nhd", "index kv < 2,", "index kv < 2 * 1000000000,", "huge")
+    folder = _folder(tmp_path, huge=text)
+    proc = _cli("check", folder / "huge.lal", env={"LAYOUTALG_CACHE": "off"})
+    assert proc.returncode == 1 and "beyond what check enumerates" in proc.stdout, proc.stdout + proc.stderr
+    assert "huge.lal:" in proc.stdout
+
+
+def test_check_findings_name_the_spec_line():
+    lib = load([ROOT / "tests" / "mutants" / "m01.lal"])
+    name = next(n for n in lib.families if n.endswith("m01"))
+    rep = check_family(lib, compile_family(resolve(lib, name)))
+    assert rep.errors and all(e.startswith("tests/mutants/m01.lal:") for e in rep.errors), rep.errors[:3]
+
+
+def test_verdicts_are_the_same_on_every_run():
+    """The budget is Z3's resource count, not seconds: the same table twice (times aside)."""
+    lib = load([SPECS / "packed_nhd.lal"])
+    first = [(r.obligation, r.status, r.method) for r in prove_family(lib, "packed_nhd")]
+    second = [(r.obligation, r.status, r.method) for r in prove_family(lib, "packed_nhd")]
+    assert first == second
+
+
+def test_a_guard_decided_result_is_never_cached(tmp_path, monkeypatch):
+    from layoutalg.prove import cli as prove_cli
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path))
+
+    def fake(args):
+        _, family, _, _ = args
+        return family, [dict(spec="s", family=family, obligation="local-bijective", status="proved",
+                             method="symbolic: all sizes, all ranks", seconds=0.0, detail="", configurations=[],
+                             final=False)], 0.0
+
+    monkeypatch.setattr(prove_cli, "_prove_one", fake)
+    prove_cli.prove_paths([str(SPECS / "opaque.lal")], jobs=1, out=open("/dev/null", "w"))
+    assert not list(tmp_path.glob("proof-*.json"))
