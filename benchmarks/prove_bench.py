@@ -31,6 +31,7 @@ def one_configuration() -> float:
     from layoutalg.interpret import Reading, paths
     from layoutalg.library import load_default
     from layoutalg.prove.obligations import SYMBOLIC, Model, query
+    from layoutalg.prove.runner import Budgets
     lib = load_default()
     fam = resolve(lib, "split_hnd")
     sizes = dict(tp=8, pcp=2, dcp=2, interleave=4, total_heads=8, heads=1, block_size=16, head_size=128,
@@ -41,9 +42,26 @@ def one_configuration() -> float:
     for name in SYMBOLIC:
         m = Model(lib, "split_hnd", path, sizes=sizes)
         v, _ = query(m, name, variant, fam.atoms)
-        status, _ = m.solve(v, 10)
+        status, _ = m.solve(v, Budgets.of().config)
         assert status == "unsat", (name, status)
     return time.perf_counter() - t
+
+
+def budget_margin() -> str:
+    """The most Z3 resource units any decided query of the shipped library used, against the budget.
+
+    Verdicts are decided by this count, not by seconds: the margin says how far the
+    hardest proof is from turning unknown (on any machine, under any load).
+    """
+    from layoutalg.library import load_default
+    from layoutalg.prove import RLIMIT
+    from layoutalg.prove.obligations import PEAK
+    from layoutalg.prove.runner import prove_family
+    lib = load_default()
+    for family in lib.families:
+        prove_family(lib, family)
+    return (f"hardest proof (unsat) used {PEAK['unsat']:,} resource units, hardest counterexample (sat) "
+            f"{PEAK['sat']:,}; budget {RLIMIT:,} per symbolic query, {RLIMIT // 10:,} per configuration")
 
 
 def main() -> None:
@@ -58,6 +76,7 @@ def main() -> None:
     print(f"| the 8 symbolic obligations of split HND at one configuration, symbolic rank | "
           f"{one_configuration():.2f} s |")
     print(f"\n{summary}")
+    print(f"\n{budget_margin()}")
     fams = {}
     for line in out.splitlines():
         m = re.match(r"^\S+\s+(\w+)\s+[\w-]+\s+\w+\s+([\d.]+)s", line)

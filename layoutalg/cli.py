@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
     pr.add_argument("--rlimit", type=_positive, default=None,
                     help="Z3 resource units per symbolic query before falling back to configurations "
-                         "(default 40000000; deterministic: the same verdict on every machine)")
+                         "(default 60000000; deterministic: the same verdict on every machine)")
     pr.add_argument("--timeout", type=_positive_float, default=None,
                     help="seconds after which one query is abandoned whatever its budget (a last guard, "
                          "default 120; a verdict reached under it is reported but never cached)")
@@ -126,6 +126,10 @@ def main(argv=None) -> int:
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RecursionError:  # a last net: the parser bounds nesting, but lets can compound it
+        print("error: the spec's expressions nest too deeply to evaluate (substituted lets and fns)",
+              file=sys.stderr)
+        return 2
     finally:
         closed, sys.stdout = sys.stdout.closed_by_reader, real
         if closed:  # keep Python from reporting the broken pipe again at exit
@@ -152,10 +156,10 @@ def _check(args) -> int:
     from .family import check_layouts, resolve
     from .library import load
     lib = load(args.specs)
+    check_layouts(lib)  # a broken layout is the finding, even in a file with no family
     if not lib.families:
         raise LayoutalgError(f"nothing to check: no family in {', '.join(args.specs)} ({len(lib.modules)} file(s), "
                              f"{len(lib.grids)} grid(s), {len(lib.layouts)} layout(s))")
-    check_layouts(lib)
     compiled = {name: compile_family(resolve(lib, name)) for name in lib.families}
     print(f"{len(lib.layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
           f"in {len(lib.modules)} file(s)\n")

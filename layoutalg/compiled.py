@@ -3,12 +3,18 @@
 A `CompiledFamily` is the printed Python source of a family's grid cases plus the
 texts and spec positions its failure messages need. It can be rebuilt from that data
 alone, which is how the precompiled cache (`cache.py`) skips parsing and compiling.
+
+That source comes back from a file, so it is never executed on trust: `check_source`
+admits exactly the shapes `compile.py` prints (see its docstring) and nothing else.
 """
 from __future__ import annotations
 
+import ast
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import params
 from .errors import LayoutalgError
 
 
@@ -63,6 +69,178 @@ class _Guard(Exception):
         self.variant, self.index = variant, index
 
 
+class UnsafeSource(LayoutalgError):
+    """Compiled source that is not of the form `compile.py` prints; it is never executed."""
+
+
+MAX_EXPONENT = 64
+"""Largest power in compiled source (sizes have degree at most `sizes.MAX_DEGREE`)."""
+
+_HELPERS = ("_exact", "_floor", "_mod")
+_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Pow)
+_UNARY = (ast.USub, ast.UAdd, ast.Not)
+_COMPARE = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+@functools.lru_cache(maxsize=64)
+def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module:
+    """The syntax tree of `source`; raises `UnsafeSource` unless it is what `compile.py` prints.
+
+    That is: one `def _variant_K(P):` per variant K (`guards[K]` is its guard count),
+    each made of `name = P['name']` for runtime names, then `if not C: return None` and
+    `if not C: raise _Guard(K, j)`, then `return _Instance(...)`. Expressions use only
+    ints, True/False, the names bound from P, `+ - * **` (small int exponents),
+    comparisons, `and`/`or`/`not`, `bool(x)` and `_exact`/`_floor`/`_mod(a, b, k)` with
+    k an atom index; strings and tuples only inside `_Instance(...)`. Anything else
+    (imports, attributes, other calls, subscripts, lambdas, dunder names) is refused.
+
+    Examples:
+        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 14 + ")"
+        >>> _ = check_source(source, (0,), 0)
+        >>> check_source("def _variant_0(P):\\n    import os\\n    return None", (0,), 0)
+        Traceback (most recent call last):
+        ...
+        layoutalg.compiled.UnsafeSource: compiled source, line 2: 'Import' is not allowed here
+    """
+    try:
+        tree = ast.parse(source)
+        if len(tree.body) != len(guards):
+            raise UnsafeSource(f"compiled source has {len(tree.body)} statements for {len(guards)} variants")
+        for k, fn in enumerate(tree.body):
+            _Checker(k, guards[k], atoms).function(fn)
+        return tree
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise UnsafeSource(f"compiled source does not parse: {type(e).__name__}: {e}") from None
+
+
+class _Checker:
+    """The whitelist for one `_variant_K` function."""
+
+    def __init__(self, variant: int, guards: int, atoms: int):
+        self.variant, self.guards, self.atoms = variant, guards, atoms
+        self.bound: set[str] = set()
+
+    def refuse(self, node, why: str | None = None):
+        line = getattr(node, "lineno", "?")
+        why = why or f"{type(node).__name__!r} is not allowed here"
+        raise UnsafeSource(f"compiled source, line {line}: {why}")
+
+    def function(self, fn) -> None:
+        a = getattr(fn, "args", None)
+        if not (isinstance(fn, ast.FunctionDef) and fn.name == f"_variant_{self.variant}"
+                and not fn.decorator_list and fn.returns is None and not getattr(fn, "type_params", None)
+                and not (a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults or a.kw_defaults)
+                and [(x.arg, x.annotation) for x in a.args] == [("P", None)]):
+            self.refuse(fn, f"expected 'def _variant_{self.variant}(P):'")
+        body = list(fn.body)
+        while body and isinstance(body[0], ast.Assign):
+            self.assign(body.pop(0))
+        if not body:
+            self.refuse(fn, "no return statement")
+        for stmt in body[:-1]:
+            self.if_not(stmt)
+        self.instance(body[-1])
+
+    def assign(self, node: ast.Assign) -> None:
+        t, v = node.targets, node.value
+        if not (len(t) == 1 and isinstance(t[0], ast.Name) and t[0].id in params.NAMES
+                and t[0].id not in self.bound and isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name)
+                and v.value.id == "P" and isinstance(v.slice, ast.Constant) and v.slice.value == t[0].id):
+            self.refuse(node, "expected 'name = P[\'name\']' for a runtime name")
+        self.bound.add(t[0].id)
+
+    def if_not(self, node) -> None:
+        if not isinstance(node, ast.If):
+            self.refuse(node)
+        if not (not node.orelse and len(node.body) == 1
+                and isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)):
+            self.refuse(node, "expected 'if not ...: return None' or 'if not ...: raise _Guard(...)'")
+        self.expr(node.test.operand)
+        then = node.body[0]
+        if isinstance(then, ast.Return) and isinstance(then.value, ast.Constant) and then.value.value is None:
+            return
+        if isinstance(then, ast.Raise) and then.cause is None and self._call(then.exc, "_Guard", 2):
+            k, j = (self.int_constant(x) for x in then.exc.args)
+            if k == self.variant and 0 <= j < self.guards:
+                return
+        self.refuse(then, "expected 'return None' or 'raise _Guard(variant, guard)'")
+
+    def instance(self, node) -> None:
+        if not (isinstance(node, ast.Return) and self._call(node.value, "_Instance", len(Instance._fields))):
+            self.refuse(node, "expected 'return _Instance(...)' last")
+        for arg in node.value.args:
+            self.expr(arg, data=True)
+
+    def expr(self, e, data: bool = False) -> None:
+        if isinstance(e, ast.Constant):
+            if type(e.value) in (int, bool) or (data and type(e.value) is str):
+                return
+        elif isinstance(e, ast.Name) and isinstance(e.ctx, ast.Load):
+            if e.id in self.bound:
+                return
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, _BINOPS):
+            self.expr(e.left)
+            if isinstance(e.op, ast.Pow):
+                if 0 <= self.int_constant(e.right) <= MAX_EXPONENT:
+                    return
+            else:
+                return self.expr(e.right)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, _UNARY):
+            return self.expr(e.operand)
+        elif isinstance(e, ast.BoolOp):
+            for v in e.values:
+                self.expr(v)
+            return
+        elif isinstance(e, ast.Compare) and all(isinstance(op, _COMPARE) for op in e.ops):
+            for v in [e.left, *e.comparators]:
+                self.expr(v)
+            return
+        elif isinstance(e, ast.Call) and self._call(e, "bool", 1):
+            return self.expr(e.args[0])
+        elif isinstance(e, ast.Call) and any(self._call(e, h, 3) for h in _HELPERS):
+            self.expr(e.args[0])
+            self.expr(e.args[1])
+            if 0 <= self.int_constant(e.args[2]) < self.atoms:
+                return
+        elif isinstance(e, ast.Tuple) and data and isinstance(e.ctx, ast.Load):
+            for v in e.elts:
+                self.expr(v, data=True)
+            return
+        self.refuse(e)
+
+    def int_constant(self, e) -> int:
+        if not (isinstance(e, ast.Constant) and type(e.value) is int):
+            self.refuse(e, "expected an integer constant")
+        return e.value
+
+    @staticmethod
+    def _call(e, fn: str, nargs: int) -> bool:
+        return (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == fn
+                and not e.keywords and len(e.args) == nargs
+                and not any(isinstance(a, ast.Starred) for a in e.args))
+
+
+def valid_json(d) -> bool:
+    """True when `d` has the shape of `CompiledFamily.to_json` and its source passes `check_source`."""
+    def strings(x, n):
+        return isinstance(x, list) and len(x) == n and all(isinstance(s, str) for s in x)
+
+    def items(x, ok):
+        return isinstance(x, list) and all(ok(i) for i in x)
+
+    if not (isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "serves", "where", "source"))
+            and type(d.get("order")) is int
+            and items(d.get("guards"), lambda v: items(v, lambda g: strings(g, 2)))
+            and items(d.get("atoms"), lambda a: strings(a, 3))
+            and items(d.get("tensor"), lambda t: isinstance(t, str))):
+        return False
+    try:
+        check_source(d["source"], tuple(len(v) for v in d["guards"]), len(d["atoms"]))
+    except UnsafeSource:
+        return False
+    return True
+
+
 @dataclass
 class CompiledFamily:
     """A family ready for the runtime: `evaluate(sizes)` gives its `Instance`.
@@ -82,8 +260,14 @@ class CompiledFamily:
     family: object = None  # the family IR, when compiled in this process
 
     def __post_init__(self):
-        env = {"_exact": _exact, "_floor": _floor, "_mod": _mod, "_Guard": _Guard, "_Instance": Instance}
-        exec(compile(self.source, f"<layoutalg family {self.name}>", "exec"), env)
+        tree = check_source(self.source, tuple(len(g) for g in self.guards), len(self.atoms))
+        env = {"__builtins__": {}, "bool": bool, "_exact": _exact, "_floor": _floor, "_mod": _mod,
+               "_Guard": _Guard, "_Instance": Instance}
+        try:
+            code = compile(tree, f"<layoutalg family {self.name}>", "exec")
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            raise UnsafeSource(f"family '{self.name}' does not compile: {type(e).__name__}: {e}") from None
+        exec(code, env)
         self._variants = tuple(env[f"_variant_{k}"] for k in range(len(self.guards)))
 
     def to_json(self) -> dict:

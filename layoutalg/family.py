@@ -253,6 +253,15 @@ def check_layouts(lib: Library) -> None:
 
 def resolve(lib: Library, name: str) -> Family:
     """The family IR of `name`: one `Variant` per combination of grid cases."""
+    try:
+        return _resolve(lib, name)
+    except RecursionError:
+        # lets substituted into each other can nest deeper than any one statement does
+        raise SpecError(f"family '{name}': its expressions nest too deeply once lets and fns are "
+                        f"substituted", lib.families[name].span) from None
+
+
+def _resolve(lib: Library, name: str) -> Family:
     fdef: FamilyDef = lib.families[name]
     where = f"family '{name}'"
     if fdef.serves not in SERVES:

@@ -70,7 +70,7 @@ class Reading:
         self.env = dict(self.sizes)
         self.fns = dict(self.lib.fns)
         for let in self.lib.lets.values():
-            self.env[let.name] = self.expr(let.value)
+            self.env[let.name] = _Lazy(let.value)  # evaluated where used: an unused one cannot fail
         fdef = self.lib.families[self.family]
         self.fdef = fdef
         self._path = list(self.path)
@@ -96,6 +96,7 @@ class Reading:
     def _step(self, s):
         if isinstance(s, Let):
             self.env[s.name] = _Lazy(s.value)
+            self.env.pop(_MEMO, None)  # a new let may shadow one evaluated before
         elif isinstance(s, Require):
             self.guards.append((self.cond(s.cond), s.span))
         elif isinstance(s, Fn):
@@ -118,7 +119,12 @@ class Reading:
         if isinstance(e, Name):
             v = env[e.id]
             if isinstance(v, _Lazy):
-                v = self.expr(v.e, env)
+                # once per environment: a chain of lets that each use the previous one twice
+                # would otherwise take time exponential in its length
+                memo = env.setdefault(_MEMO, {})
+                if e.id not in memo:
+                    memo[e.id] = self.expr(v.e, env)
+                v = memo[e.id]
             return v
         if isinstance(e, Neg):
             return o.sub(0, self.expr(e.arg, env))
@@ -169,7 +175,7 @@ class Reading:
 
     def shard(self, index: dict, rank_digits: dict) -> dict:
         """Canonical index of local `index` on the rank with these digit values."""
-        env = {**self.env, **rank_digits, **index}
+        env = {**self.env, **rank_digits, **index, _MEMO: {}}  # lets here may use the index
         canon, _ = self.layout("canonical")
         rank = 0
         for n, ext in self.rank_extents():
@@ -182,6 +188,10 @@ class Reading:
 @dataclass
 class _Lazy:
     e: object
+
+
+_MEMO = "#lets"
+"""The key of an environment's evaluated lets (not a name a spec can write)."""
 
 
 def paths(lib: Library, family: str) -> list[tuple]:

@@ -11,7 +11,13 @@ from pathlib import Path
 
 from ._resources import specs_dir
 from .errors import SpecError
-from .syntax import FamilyDef, Fn, GridDef, LayoutDef, Let, Module, parse_file
+from .syntax import Case, FamilyDef, Fn, GridDef, LayoutDef, Let, Module, grouped, parse_file
+
+MAX_IMPORT_DEPTH = 64
+"""Longest chain of nested `import`s (each level is a recursive call)."""
+
+MAX_VARIANTS = 256
+"""Most combinations of `case`s one family may have: each is compiled, checked and proved."""
 
 
 @dataclass
@@ -28,15 +34,14 @@ class Library:
     lets: dict[str, Let] = field(default_factory=dict)
     fns: dict[str, Fn] = field(default_factory=dict)
 
-    def add(self, module: Module) -> None:
+    def add(self, module: Module, depth: int = 0) -> None:
         if any(m.path == module.path for m in self.modules):
             return
         self.modules.append(module)
         for imp in module.imports:
-            target = (Path(module.path).parent / imp.path).resolve()
-            if not target.is_file():
-                raise SpecError(f"imported file '{imp.path}' not found (looked for {target})", imp.span)
-            self.add(parse_file(target))
+            if depth >= MAX_IMPORT_DEPTH:
+                raise SpecError(f"imports nested too deeply: more than {MAX_IMPORT_DEPTH} levels", imp.span)
+            self.add(parse_file(_import_target(module, imp), imp.span), depth + 1)
         for table, items in ((self.layouts, module.layouts), (self.grids, module.grids),
                              (self.families, module.families), (self.lets, module.lets),
                              (self.fns, module.fns)):
@@ -46,8 +51,37 @@ class Library:
                     raise SpecError(f"'{item.name}' is already defined at {prior.span}", item.span)
                 table[item.name] = item
 
+    def check_limits(self) -> None:
+        """Refuse a family whose `case` groups multiply into more than MAX_VARIANTS variants."""
+        for fam in self.families.values():
+            grid = self.grids.get(fam.grid.id) if fam.grid is not None else None
+            if grid is None:
+                continue  # resolve reports the unknown grid
+            n = _variants(grid.body) * _variants(fam.body)
+            if n > MAX_VARIANTS:
+                raise SpecError(f"family '{fam.name}' has {n} combinations of cases (grid '{grid.name}' "
+                                f"and the family's own); at most {MAX_VARIANTS}", fam.span)
+
     def family_path(self, name: str) -> str:
         return self.families[name].span.file
+
+
+def _import_target(module: Module, imp) -> Path:
+    target = (Path(module.path).parent / imp.path).resolve()
+    if target.is_dir():
+        raise SpecError(f"imported path '{imp.path}' is a folder, not a spec file ({target})", imp.span)
+    if not target.exists():
+        raise SpecError(f"imported file '{imp.path}' not found (looked for {target})", imp.span)
+    return target
+
+
+def _variants(stmts) -> int:
+    """How many paths lead through the `case` groups of a block (1 when it has none)."""
+    n = 1
+    for item in grouped(stmts):
+        if isinstance(item, list):
+            n *= sum(_variants(c.body) for c in item if isinstance(c, Case))
+    return n
 
 
 def spec_files(paths) -> list[Path]:
@@ -68,6 +102,7 @@ def load(paths) -> Library:
     lib = Library()
     for f in spec_files(paths):
         lib.add(parse_file(f.resolve()))
+    lib.check_limits()
     return lib
 
 

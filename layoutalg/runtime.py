@@ -182,7 +182,9 @@ class Deriver:
             self._by_kind.setdefault(cf.serves, []).append(cf)
         fallback = self._by_kind.get("fallback", [])
         if len(fallback) != 1:
-            raise ValueError(f"a spec library needs exactly one 'fallback' family, found {len(fallback)}")
+            names = ", ".join(cf.name for cf in fallback) or "none"
+            raise ConfigError(f"spec library {spec_dir or '(shipped)'}: needs exactly one family that serves "
+                              f"'fallback', found {len(fallback)} ({names})")
         self.fallback = fallback[0]
         self.derive = functools.lru_cache(maxsize=4096)(self._derive)
 

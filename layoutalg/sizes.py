@@ -17,6 +17,21 @@ from .errors import SpecError, Span
 from .syntax import BinOp, BoolOp, Call, Compare, Cond, Expr, Name, Neg, Not, Num
 
 
+MAX_DEGREE = 32
+"""Highest degree of a size polynomial. `let` chains square sizes (`let b = a * a`); without
+a bound, thirty lines ask sympy for a polynomial of degree 2**30."""
+
+MAX_TERMS = 512
+"""Most terms of a size polynomial, checked before a product is expanded."""
+
+MAX_COEFFICIENT = 2 ** 63 - 1
+"""Largest constant in a size: sizes are 64-bit quantities at run time."""
+
+MAX_ATOM_NESTING = 16
+"""Deepest nesting of divisions (`(x // 2) // 2 ...`, also through `let`s): compile prints
+each as a nested call, and Python refuses more than 200 nested parentheses."""
+
+
 def param(name: str) -> sympy.Symbol:
     """The sympy symbol of a runtime parameter (`params.NAMES`)."""
     return sympy.Symbol(name, integer=True)
@@ -43,27 +58,33 @@ class Atoms:
     def __init__(self) -> None:
         self.by_symbol: dict[sympy.Symbol, Atom] = {}
         self._by_key: dict[tuple, Atom] = {}
+        self._nesting: dict[sympy.Symbol, int] = {}
 
     def make(self, op: str, num: sympy.Expr, den: sympy.Expr, span: Span | None) -> sympy.Expr:
+        if den == 0:
+            raise SpecError(f"division by zero in '{num} {op} {den}'", span)
         if op == "/":
             q = sympy.cancel(num / den)
             n, d = sympy.fraction(q)
             if d == 1 and _int_poly(n):
                 return sympy.expand(n)
         if num.is_Integer and den.is_Integer:
-            if den == 0:
-                raise SpecError(f"division by zero in '{num} {op} {den}'", span)
             a, b = int(num), int(den)
             if op == "/":
                 raise SpecError(f"{a} / {b} is not an integer", span)
             return sympy.Integer(a // b if op == "//" else a % b)
         key = (op, num, den)
         if key not in self._by_key:
+            nesting = 1 + max((self._nesting.get(s, 0) for s in num.free_symbols | den.free_symbols), default=0)
+            if nesting > MAX_ATOM_NESTING:
+                raise SpecError(f"divisions nested too deeply: {nesting} levels (counting those in "
+                                f"'let's), at most {MAX_ATOM_NESTING}", span)
             prefix = {"/": "_q", "//": "_f", "%": "_m"}[op]
             sym = sympy.Symbol(f"{prefix}{len(self._by_key)}", integer=True)
             atom = Atom(sym, op, num, den, span)
             self._by_key[key] = atom
             self.by_symbol[sym] = atom
+            self._nesting[sym] = nesting
         return self._by_key[key].symbol
 
     def expand(self, e: sympy.Expr) -> sympy.Expr:
@@ -79,6 +100,36 @@ class Atoms:
         if a == b:
             return True
         return sympy.cancel(self.expand(sympy.sympify(a) - sympy.sympify(b))) == 0
+
+
+def _terms(e: sympy.Expr) -> int:
+    return len(e.args) if e.is_Add else 1
+
+
+def _degree(e: sympy.Expr) -> int:
+    """Total degree of an expanded polynomial (atoms count as variables)."""
+    if e.is_Add:
+        return max(_degree(a) for a in e.args)
+    if e.is_Mul:
+        return sum(_degree(a) for a in e.args)
+    if e.is_Pow:
+        return int(e.exp) * _degree(e.base) if e.exp.is_Integer else MAX_DEGREE + 1
+    return 1 if e.is_Symbol else 0
+
+
+def _bounded(e: sympy.Expr, span: Span | None, what: str) -> sympy.Expr:
+    """`e`, when its terms, degree and constants are within the bounds above; else a SpecError."""
+    if _terms(e) > MAX_TERMS:
+        raise SpecError(f"{what} is too large a polynomial: more than {MAX_TERMS} terms", span)
+    degree = _degree(e)
+    if degree > MAX_DEGREE:
+        raise SpecError(f"{what} has degree {degree}; at most {MAX_DEGREE}", span)
+    for term in (e.args if e.is_Add else (e,)):
+        c = term.as_coeff_Mul()[0]
+        if c.is_Integer and abs(int(c)) > MAX_COEFFICIENT:
+            raise SpecError(f"{what} has a constant too large ({int(c).bit_length()} bits); "
+                            f"at most {MAX_COEFFICIENT} (2**63 - 1)", span)
+    return e
 
 
 def _int_poly(e: sympy.Expr) -> bool:
@@ -119,11 +170,13 @@ class Scope:
         if isinstance(e, BinOp):
             a, b = self.size(e.left, what), self.size(e.right, what)
             if e.op == "+":
-                return sympy.expand(a + b)
+                return _bounded(sympy.expand(a + b), e.span, what)
             if e.op == "-":
-                return sympy.expand(a - b)
+                return _bounded(sympy.expand(a - b), e.span, what)
             if e.op == "*":
-                return sympy.expand(a * b)
+                if _terms(a) * _terms(b) > MAX_TERMS:
+                    raise SpecError(f"{what} is too large a polynomial: more than {MAX_TERMS} terms", e.span)
+                return _bounded(sympy.expand(a * b), e.span, what)
             return self.atoms.make(e.op, a, b, e.span)
         if isinstance(e, Call):
             if e.fn == "max" or e.fn == "min":

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
-from lark.indenter import Indenter
+from lark.indenter import DedentError, Indenter
+from lark.visitors import Transformer_NonRecursive
 
 from ._resources import grammar_path
 from .errors import Span, SpecError
@@ -225,6 +226,31 @@ class Module:
 # ---- the parser -------------------------------------------------------------------------
 
 
+MAX_DEPTH = 100
+"""Deepest expression nesting a spec may use (`a + a + ... + a` with 101 terms is too deep).
+
+Every later pass (sizes, itersum, the direct reading for Z3, compile) walks expressions
+recursively; this bound keeps them far from Python's recursion limit. The shipped specs
+nest at most 7 deep."""
+
+MAX_CASE_DEPTH = 16
+"""Deepest nesting of `case` blocks."""
+
+MAX_NUMBER = 2 ** 63 - 1
+"""Largest integer literal: sizes and strides are 64-bit quantities at run time."""
+
+_EXPR_NODES = frozenset({"add", "sub", "mul", "div", "floordiv", "mod", "neg", "call", "compare",
+                         "not_", "and_cond", "or_cond"})
+
+
+class _DedentAt(DedentError):
+    """lark's DedentError carries no position; this one knows where the line starts."""
+
+    def __init__(self, line: int, column: int, indent: int, expected: list[int]):
+        super().__init__(f"dedent to column {indent}")
+        self.line, self.column, self.indent, self.expected = line, column, indent, expected
+
+
 class _Indenter(Indenter):
     NL_type = "_NL"
     OPEN_PAREN_types = ["LPAR"]
@@ -232,6 +258,24 @@ class _Indenter(Indenter):
     INDENT_type = "_INDENT"
     DEDENT_type = "_DEDENT"
     tab_len = 4
+
+    def handle_NL(self, token: Token):
+        # lark's own version raises DedentError without a position
+        if self.paren_level > 0:
+            return
+        yield token
+        indent_str = token.rsplit("\n", 1)[1]
+        indent = indent_str.count(" ") + indent_str.count("\t") * self.tab_len
+        if indent > self.indent_level[-1]:
+            self.indent_level.append(indent)
+            yield Token.new_borrow_pos(self.INDENT_type, indent_str, token)
+            return
+        open_levels = list(self.indent_level)
+        while indent < self.indent_level[-1]:
+            self.indent_level.pop()
+            yield Token.new_borrow_pos(self.DEDENT_type, indent_str, token)
+        if indent != self.indent_level[-1]:
+            raise _DedentAt(token.end_line, token.end_column, indent, open_levels)
 
 
 def grammar_text() -> str:
@@ -270,7 +314,8 @@ def parse(text: str, path: str = "<spec>") -> Module:
         >>> m.layouts[0].name, [i.name for i in m.layouts[0].indices]
         ('row', ['b'])
     """
-    lines = text.splitlines()
+    # lark counts lines by '\n' only; str.splitlines would also split on '\f', '\x1c', ...
+    lines = [line.rstrip("\r") for line in text.split("\n")]
     if not text.endswith("\n"):
         text += "\n"
 
@@ -278,8 +323,20 @@ def parse(text: str, path: str = "<spec>") -> Module:
         src = lines[line - 1] if 0 < line <= len(lines) else ""
         return Span(path, line, column, src)
 
+    tree = _parse_tree(text, lines, span)
+    _check_nesting(tree, span)
     try:
-        tree = _parser().parse(text)
+        return _Build(path, span).transform(tree)
+    except VisitError as e:
+        if isinstance(e.orig_exc, SpecError):
+            raise e.orig_exc from None
+        raise
+
+
+def _parse_tree(text: str, lines: list[str], span) -> Tree:
+    """The lark tree of `text`; every lark error becomes a `SpecError` at its position."""
+    try:
+        return _parser().parse(text)
     except UnexpectedToken as e:
         if e.token.type == "_INDENT":
             nxt = e.line + 1
@@ -297,14 +354,50 @@ def parse(text: str, path: str = "<spec>") -> Module:
     except UnexpectedEOF as e:
         raise SpecError(f"unexpected end of file; expected {_describe_expected(e.expected)}",
                         span(len(lines), 1)) from None
+    except _DedentAt as e:
+        levels = ", ".join(map(str, e.expected))
+        raise SpecError(f"inconsistent indentation: this line is indented by {e.indent}, which matches no "
+                        f"enclosing block (those are indented by {levels})", span(e.line, e.column)) from None
     except UnexpectedInput as e:  # pragma: no cover - other lark errors carry a position too
         raise SpecError(str(e).splitlines()[0], span(e.line, e.column)) from None
-    try:
-        return _Build(path, span).transform(tree)
-    except VisitError as e:
-        if isinstance(e.orig_exc, SpecError):
-            raise e.orig_exc from None
-        raise
+
+
+def _check_nesting(tree: Tree, span) -> None:
+    """Refuse expressions nested deeper than MAX_DEPTH and `case`s deeper than MAX_CASE_DEPTH.
+
+    Walks the tree with an explicit stack: the point is to stay clear of Python's
+    recursion limit, here and in every pass after this one.
+    """
+    deepest: dict[int, list] = {}  # statement id -> [depth reached, statement]
+    stack = [(tree, 0, 0, tree)]
+    while stack:
+        node, depth, cases, stmt = stack.pop()
+        if node.data in _EXPR_NODES:
+            depth += 1
+        elif node.data != "exprs":
+            stmt, depth = node, 0
+        if node.data == "case_stmt":
+            cases += 1
+            if cases > MAX_CASE_DEPTH:
+                raise SpecError(f"'case' blocks nested too deeply: more than {MAX_CASE_DEPTH} levels",
+                                _meta_span(node, span))
+        seen = deepest.setdefault(id(stmt), [0, stmt])
+        seen[0] = max(seen[0], depth)
+        stack.extend((c, depth, cases, stmt) for c in node.children if isinstance(c, Tree))
+    too_deep = [(_position(st), d) for d, st in deepest.values() if d > MAX_DEPTH]
+    if too_deep:
+        (line, column), depth = min(too_deep)
+        raise SpecError(f"expression too deeply nested: {depth} levels, at most {MAX_DEPTH}",
+                        span(line, column))
+
+
+def _position(node: Tree) -> tuple[int, int]:
+    meta = node.meta
+    return (getattr(meta, "line", 1), getattr(meta, "column", 1)) if not meta.empty else (1, 1)
+
+
+def _meta_span(node: Tree, span) -> Span:
+    return span(*_position(node))
 
 
 @functools.lru_cache(maxsize=None)
@@ -312,15 +405,58 @@ def _parse_cached(path: str, text: str) -> Module:
     return parse(text, path)
 
 
-def parse_file(path: str | Path) -> Module:
-    """Parse a file once per process (keyed by path and content)."""
+def parse_file(path: str | Path, named_at: Span | None = None) -> Module:
+    """Parse a file once per process (keyed by path and content).
+
+    A file that cannot be read, or is not UTF-8, is a `SpecError` at `named_at` (the
+    `import` that names it) when given.
+    """
     p = Path(path)
-    return _parse_cached(str(p), p.read_text())
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        why = "it is a folder" if p.is_dir() else (e.strerror or type(e).__name__).lower()
+        raise SpecError(f"cannot read spec file {p}: {why}", named_at) from None
+    return _parse_cached(str(p), decode(data, str(p)))
+
+
+def decode(data: bytes, path: str) -> str:
+    """Spec text from file bytes: UTF-8 (a byte-order mark is dropped), any newline convention.
+
+    Examples:
+        >>> decode(b"let a = 1\\r\\nlet b = 2\\r", "x.lal")
+        'let a = 1\\nlet b = 2\\n'
+        >>> try:
+        ...     decode(b"let a = 1\\nlet \\xe9 = 2\\n", "x.lal")
+        ... except SpecError as e:
+        ...     print(e)
+        x.lal:2:5: the file is not UTF-8 text: byte 0xe9 (byte 14 of the file) cannot be decoded; save it as UTF-8
+        let \ufffd = 2
+            ^
+    """
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(data, e.start, path) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _not_utf8(data: bytes, pos: int, path: str) -> SpecError:
+    line_start = data.rfind(b"\n", 0, pos) + 1
+    line_end = data.find(b"\n", pos)
+    line_bytes = data[line_start:line_end if line_end >= 0 else len(data)]
+    before = data[line_start:pos].decode("utf-8", "replace")
+    src = line_bytes.decode("utf-8", "replace").rstrip("\r")
+    line = data.count(b"\n", 0, pos) + 1
+    return SpecError(f"the file is not UTF-8 text: byte 0x{data[pos]:02x} (byte {pos} of the file) "
+                     f"cannot be decoded; save it as UTF-8", Span(path, line, len(before) + 1, src))
 
 
 @v_args(meta=True)
-class _Build(Transformer):
-    """Lark tree -> dataclasses. Each method receives the node's meta for its span."""
+class _Build(Transformer_NonRecursive):
+    """Lark tree -> dataclasses. Each method receives the node's meta for its span.
+
+    Non-recursive, so tree depth never meets Python's recursion limit while building."""
 
     def __init__(self, path: str, span):
         super().__init__()
@@ -335,6 +471,7 @@ class _Build(Transformer):
 
     # expressions
     def number(self, meta, c):
+        _check_number(c[0], self._tok(c[0]))
         return Num(str(c[0]), self._tok(c[0]))
 
     def name(self, meta, c):
@@ -474,9 +611,17 @@ class _Build(Transformer):
                 found[kind] = value
             else:
                 body.append(item)
-        return FamilyDef(name, serves, int(order) if order is not None else 0, found.get("grid"),
+        return FamilyDef(name, serves, self._order(order), found.get("grid"),
                          found.get("local"), found.get("canonical"), found.get("shard"),
                          tuple(body), where)
+
+    def _order(self, tok: Token | None) -> int:
+        if tok is None:
+            return 0
+        _check_number(tok, self._tok(tok))
+        if "." in tok:
+            raise SpecError(f"a family's order must be an integer, not {tok}", self._tok(tok))
+        return int(tok)
 
     def import_def(self, meta, c):
         return Import(str(c[0])[1:-1], self._at(meta))
@@ -486,6 +631,16 @@ class _Build(Transformer):
         pick = lambda t: tuple(i for i in items if isinstance(i, t))  # noqa: E731
         return Module(self._path, pick(Import), pick(LayoutDef), pick(GridDef), pick(FamilyDef),
                       pick(Let), pick(Fn))
+
+
+def _check_number(tok: Token, where: Span) -> None:
+    """Refuse literals past MAX_NUMBER before anything converts them (int() refuses 4,300 digits)."""
+    whole = tok.split(".")[0].lstrip("0")
+    shown = tok if len(tok) <= 40 else f"{tok[:20]}... ({len(tok)} characters)"
+    if len(whole) > len(str(MAX_NUMBER)) or (whole and int(whole) > MAX_NUMBER):
+        raise SpecError(f"number too large: {shown}; at most {MAX_NUMBER} (2**63 - 1)", where)
+    if len(tok) > 40:  # only zeros can make a number this long, and they only make messages unreadable
+        raise SpecError(f"number too long: {shown}; at most 40 characters", where)
 
 
 def _flatten(items) -> tuple:

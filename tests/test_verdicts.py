@@ -172,23 +172,44 @@ def test_check_findings_name_the_spec_line():
 
 
 def test_verdicts_are_the_same_on_every_run():
-    """The budget is Z3's resource count, not seconds: the same table twice (times aside)."""
-    lib = load([SPECS / "packed_nhd.lal"])
-    first = [(r.obligation, r.status, r.method) for r in prove_family(lib, "packed_nhd")]
-    second = [(r.obligation, r.status, r.method) for r in prove_family(lib, "packed_nhd")]
-    assert first == second
+    """Budgets are Z3 resource counts and every family is proved in a process of its own,
+    started from one state: the same table (times aside) whatever else runs beside it."""
+    def table(*specs, jobs="1"):
+        out = _cli("prove", *specs, "--jobs", jobs, env={"LAYOUTALG_CACHE": "off"}).stdout
+        return [line.split()[1:4] + line.split()[5:] for line in out.splitlines() if " packed_nhd " in line]
+
+    alone = table("specs/packed_nhd.lal")
+    assert alone and alone == table("specs/packed_nhd.lal")
+    assert alone == table("specs/opaque.lal", "specs/packed_nhd.lal", jobs="2")
 
 
-def test_a_guard_decided_result_is_never_cached(tmp_path, monkeypatch):
-    from layoutalg.prove import cli as prove_cli
+def test_a_guard_decided_result_is_never_cached():
+    from layoutalg.prove.cli import cacheable
+    row = dict(spec="s", family="f", obligation="local-bijective", status="proved",
+               method="symbolic: all sizes, all ranks", seconds=0.0, detail="", configurations=[], final=True)
+    assert cacheable([row]) and cacheable([{**row, "status": "refuted"}])
+    assert not cacheable([{**row, "final": False}])       # the wall-clock guard decided part of it
+    assert not cacheable([row, {**row, "status": "unknown"}])
+    assert not cacheable([])
+
+
+def test_a_forged_proof_cache_entry_is_not_believed(tmp_path, monkeypatch):
+    import json
+    from layoutalg.prove import store
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path))
-
-    def fake(args):
-        _, family, _, _ = args
-        return family, [dict(spec="s", family=family, obligation="local-bijective", status="proved",
-                             method="symbolic: all sizes, all ranks", seconds=0.0, detail="", configurations=[],
-                             final=False)], 0.0
-
-    monkeypatch.setattr(prove_cli, "_prove_one", fake)
-    prove_cli.prove_paths([str(SPECS / "opaque.lal")], jobs=1, out=open("/dev/null", "w"))
-    assert not list(tmp_path.glob("proof-*.json"))
+    tmp_path.chmod(0o700)
+    lib = load([SPECS / "opaque.lal"])
+    key = store.proof_key(lib, "opaque")
+    rows = [dict(spec="s", family="opaque", obligation="x", status="proved", method="m", seconds=0.0, detail="",
+                 configurations=[], final=True)]
+    store.write(key, rows)
+    assert store.read(key) == rows
+    path = next(tmp_path.glob("proof-*.json"))
+    path.write_text(json.dumps({"key": "another key", "rows": rows}))     # moved from another entry
+    assert store.read(key) is None
+    path.write_text(json.dumps({"key": key, "rows": [{"status": "proved"}]}))  # not a row
+    assert store.read(key) is None
+    path.write_text(json.dumps({"key": key, "rows": rows}))
+    tmp_path.chmod(0o777)                                                 # anyone could have written it
+    assert store.read(key) is None
+    tmp_path.chmod(0o700)

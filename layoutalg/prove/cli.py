@@ -1,6 +1,7 @@
 """`layoutalg prove`: every obligation of every family, as a table; cached."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -17,6 +18,26 @@ def _prove_one(args) -> tuple[str, list[dict], float]:
     lib = load(paths)
     t = time.perf_counter()
     return family, to_json(prove_family(lib, family, Budgets.of(rlimit, guard_s))), time.perf_counter() - t
+
+
+def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
+    """Workers that each prove one family, starting from the same state.
+
+    Z3's choices (which model, and near the budget even which verdict) depend on what
+    the process solved before, so a worker reused across families would make a family's
+    table depend on scheduling. A fork server with the prover preloaded starts every
+    family from one state, cheaply; where there is none, a fresh interpreter does.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods:
+        ctx.set_forkserver_preload(["layoutalg.prove.runner"])
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
+
+
+def cacheable(rows: list[dict]) -> bool:
+    """Only definite, deterministic results are kept: never an unknown, never a guard's verdict."""
+    return bool(rows) and all(r["status"] != "unknown" and r.get("final", True) for r in rows)
 
 
 def _progress(family: str, data: list[dict], seconds: float, k: int, n: int) -> None:
@@ -53,18 +74,14 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
         fam, data, seconds = result
         rows[fam] = data
         _progress(fam, data, seconds, k, len(args))
-        # only definite, deterministic results are kept: never an unknown, never a guard's verdict
-        if all(r["status"] != "unknown" and r.get("final", True) for r in data):
+        if cacheable(data):
             _write(keys[fam], data)
 
-    if jobs > 1 and len(args) > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(args))) as pool:
+    if args:
+        with _fresh_processes(min(jobs, len(args))) as pool:
             futures = [pool.submit(_prove_one, a) for a in args]
             for k, f in enumerate(as_completed(futures), 1):
                 finish(f.result(), k)
-    else:
-        for k, a in enumerate(args, 1):
-            finish(_prove_one(a), k)
     out_rows = [Row(**r) for fam in lib.families for r in rows[fam]]
     _table(out_rows, cached, out)
     return out_rows

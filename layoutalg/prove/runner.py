@@ -119,14 +119,7 @@ def _where(lib: Library, family: str, name: str) -> str:
 
 
 def _sizes_text(m: Model, model) -> str:
-    text = ""
-    for mod in m.lib.modules:
-        try:
-            text += open(mod.path, encoding="utf-8", errors="replace").read()
-        except OSError:
-            pass
-    used = [n for n in params.NAMES if re.search(rf"\b{n}\b", text)]
-    return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in used)
+    return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in params.NAMES if n in _used(m.lib, m.family))
 
 
 def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
@@ -245,7 +238,7 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
     live = [p for p, (s, _) in status.items() if s == "live"]
     unknown = [p for p, (s, _) in status.items() if s == "unknown"]
     if live:
-        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in _used(lib))
+        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in _used(lib, family))
         dead = len(status) - len(live) - len(unknown)
         note = f"; {dead} of {len(status)} case(s) apply nowhere" if dead else ""
         how = "runtime page check" if quick or not _page_implied(lib, family, live, budgets) else \
@@ -269,8 +262,15 @@ def _page_implied(lib: Library, family: str, live: list, budgets: Budgets) -> bo
     return True
 
 
-def _used(lib: Library) -> set:
-    text = "".join(open(m.path, encoding="utf-8", errors="replace").read() for m in lib.modules if m.path)
+def _used(lib: Library, family: str) -> set:
+    """The runtime names the family's own files (and what they import) mention."""
+    from .store import dependencies
+    text = ""
+    for path in sorted(dependencies(lib, family)):
+        try:
+            text += open(path, encoding="utf-8", errors="replace").read()
+        except OSError:
+            pass
     return {n for n in params.NAMES if re.search(rf"\b{n}\b", text)}
 
 
@@ -293,13 +293,21 @@ def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
             f"cases and guards with the local layout exactly the page")
 
 
-def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1):
-    """`m.solve(v)`, or part by part where the query is a disjunction of parts (each gets the budget)."""
+LEMMAS = ("writers-disjoint", "shard-injective", "shard-in-range", "canonical-bijective")
+"""The rows whose queries are, word for word, parts 2-5 of writers-cover (part 1 is the count)."""
+
+
+def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1, known: tuple = ()):
+    """`m.solve(v)`, or part by part where the query is a disjunction of parts (each gets the
+    budget). `known[k]` true: part k is an obligation this run already proved for all sizes
+    on this path, so it is not asked again."""
     parts = w.get("parts")
     if not parts:
         return m.solve(v, budget, seeds)
     result = "unsat", None
-    for part in parts:
+    for k, part in enumerate(parts):
+        if k < len(known) and known[k]:
+            continue
         st, model = m.solve(part, budget, seeds)
         if st == "sat":
             return st, model
@@ -308,8 +316,19 @@ def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1):
     return result
 
 
+def _smaller(lib, family, name, path, extra, budgets, m, model, w):
+    """The same violation at small sizes when Z3 finds one there quickly; else the one given."""
+    small = Model(lib, family, path, bounds=SMALL)
+    v2, w2 = query(small, name, *extra)
+    st, model2 = solve(small, v2, w2, budgets.small)
+    return (small, model2, w2) if st == "sat" else (m, model, w)
+
+
 def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budgets: Budgets,
-                     quick: bool = False, fam=None, status: dict | None = None) -> Row:
+                     quick: bool = False, fam=None, status: dict | None = None, proved: dict | None = None) -> Row:
+    """One obligation on every case path. `proved` maps obligation -> the paths already proved
+    for all sizes in this run; this row's own such paths are added to it."""
+    proved = {} if proved is None else proved
     t0 = time.perf_counter()
     spec = lib.families[family].span.file
     if name == "digits-match-spec" and fam is None:
@@ -320,19 +339,26 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
             methods.append("dead")
             continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
-        steps = ((SMALL, budgets.small),) if quick else ((SMALL, budgets.small), (None, budgets.full))
+        # the whole domain first: unsat proves it. A counterexample (from there, or from the
+        # small-size hunt where the whole domain is undecided) is shown at small sizes if any.
+        steps = ((SMALL, budgets.small),) if quick else ((None, budgets.full), (SMALL, budgets.small))
         decided = False
         for bounds, budget in steps:
             m = Model(lib, family, path, bounds=bounds)
             v, w = query(m, name, *extra)
-            st, model = solve(m, v, w, budget, seeds=1 if bounds is SMALL else budgets.seeds)
+            known = (False,) + tuple(path in proved.get(n, ()) for n in LEMMAS) if bounds is None else ()
+            st, model = solve(m, v, w, budget, 1 if bounds is SMALL else budgets.seeds, known)
             guard |= m.guard_hit
             if st == "sat":
+                if bounds is None:
+                    m, model, w = _smaller(lib, family, name, path, extra, budgets, m, model, w)
                 return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
                            time.perf_counter() - t0, explain(lib, family, name, m, model, w))
             if st == "unsat" and bounds is None:
                 methods.append("symbolic")
+                proved.setdefault(name, set()).add(path)
                 decided = True
+                break
         if decided or quick:
             continue
         configs = by_path.get(path, [])
@@ -449,8 +475,9 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
                        for n in SYMBOLIC + PER_CONFIGURATION]
     by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 48, 1 if quick else 8) \
         if fam is not None else {}
+    lemmas: dict = {}
     for name in SYMBOLIC:
-        rows.append(prove_obligation(lib, family, name, by_path, budgets, quick, fam, status))
+        rows.append(prove_obligation(lib, family, name, by_path, budgets, quick, fam, status, lemmas))
         if quick and rows[-1].status == "refuted":
             return rows
     for name in PER_CONFIGURATION:

@@ -20,7 +20,9 @@ OBLIGATIONS = {
     "shard-in-range": "every rank sends every local index into the canonical box",
     "shard-injective": "no rank sends two local indices to one canonical index",
     "writers-disjoint": "two ranks that store the same block never write the same canonical byte",
-    "writers-cover": "every canonical byte has a writer in each block (surjectivity, by pigeonhole)",
+    "writers-cover": "every canonical byte has a writer in each block: surjectivity by pigeonhole (as many "
+                     "writer bytes as canonical bytes, sent injectively into the page; the injectivity and range "
+                     "parts are the rows above, asked again where they were not proved for all sizes)",
     "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
     "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
     "runs-match-spec": "the emitted runs send each local byte where the spec says",
@@ -81,11 +83,24 @@ def _cache_file(key: str) -> Path | None:
 
 
 def read(key: str):
+    """The cached rows for `key`, or None: only from a private folder, only an entry made for
+    this very key, and only rows of the right shape (a forged "proved" is not believed)."""
     p = _cache_file(key)
     try:
-        return json.loads(p.read_text()) if p and p.is_file() else None
+        if not (p and p.is_file() and cache.private(p.parent) and cache.private(p)):
+            return None
+        entry = json.loads(p.read_text())
     except (OSError, ValueError):
         return None
+    rows = entry.get("rows") if isinstance(entry, dict) and entry.get("key") == key else None
+    return rows if isinstance(rows, list) and rows and all(_valid_row(r) for r in rows) else None
+
+
+def _valid_row(r) -> bool:
+    fields = {f.name for f in Row.__dataclass_fields__.values()}
+    return isinstance(r, dict) and set(r) == fields and r["status"] in ("proved", "refuted", "unknown") \
+        and isinstance(r["configurations"], list) and all(isinstance(r[k], str) for k in
+                                                            ("spec", "family", "obligation", "method", "detail"))
 
 
 def write(key: str, data) -> None:
@@ -93,11 +108,13 @@ def write(key: str, data) -> None:
     if p is None:
         return
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not cache.private(p.parent):
+            return
         tmp = p.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": key, "rows": data}, f)
         os.replace(tmp, p)
     except OSError:
         pass
-
-

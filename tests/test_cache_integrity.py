@@ -1,0 +1,265 @@
+"""The precompiled cache is data another process wrote: it is checked before anything in it runs.
+
+The compiled source is executed only if it has exactly the shape compile.py prints; an
+entry whose digest does not match its content is ignored; a cache folder or file that
+another user can write is neither read nor written.
+"""
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from layoutalg import cache
+from layoutalg.compile import compile_family
+from layoutalg.compiled import CompiledFamily, UnsafeSource, check_source, valid_json
+from layoutalg.family import resolve
+from layoutalg.library import load
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
+
+from conftest import ROOT
+
+SPLIT_NHD = compile_family(resolve(load([ROOT / "specs" / "split_nhd.lal"]), "split_nhd"))
+
+
+def layer():
+    """An 8-head split-NHD layer on tp=2: certified by split_nhd, 2 ranks."""
+    spec = LayerSpec("attention", 2 * 16 * 4 * 128 * 2, block_size=16, num_kv_heads=4, head_size=128, dtype_bytes=2)
+    tensor = TensorLayout((10, 2, 16, 4, 128), (16384, 8192, 512, 128, 1), 2)
+    return spec, tensor, ParallelConfig(tp=2, total_kv_heads=8)
+
+
+@pytest.fixture
+def cache_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(folder))
+    monkeypatch.setattr(cache, "_warned", set())
+    compiled_library.cache_clear()
+    yield folder
+    compiled_library.cache_clear()
+
+
+def entry_path(folder: Path) -> Path:
+    (p,) = folder.glob("library-*.json")
+    return p
+
+
+def rewrite(p: Path, edit, fix_digest: bool = True) -> None:
+    """Edit the data of an entry as an attacker would: with the digest recomputed to match."""
+    entry = json.loads(p.read_text())
+    data = json.loads(entry["data"])
+    edit(data)
+    entry["data"] = json.dumps(data)
+    if fix_digest:
+        entry["digest"] = cache._entry_digest(entry["key"], entry["files"], entry["files_digest"], entry["data"])
+    p.write_text(json.dumps(entry))
+
+
+def derive_fresh():
+    compiled_library.cache_clear()
+    return Deriver().derive(*layer())
+
+
+def family_of(data, name):
+    return next(d for d in data if d["name"] == name)
+
+
+# ---- (a) only the shape compile.py prints is ever executed ------------------------------
+
+PAYLOADS = {
+    "module-level import": lambda src, m: f"import os\nos.system('touch {m}')\n" + src,
+    "__import__ in a guard": lambda src, m: src.replace(
+        "    if not", f"    if not __import__('os').system('touch {m}'): return None\n    if not", 1),
+    "open() in a guard": lambda src, m: src.replace(
+        "    if not", f"    if not open('{m}', 'w').write('x'): return None\n    if not", 1),
+    "default argument": lambda src, m: src.replace("def _variant_0(P):", f"def _variant_0(P, _=open('{m}', 'w')):"),
+    "decorator": lambda src, m: src.replace("def _variant_0(P):", f"@(lambda f: open('{m}', 'w') and f)\n"
+                                                                   "def _variant_0(P):"),
+    "attribute walk": lambda src, m: src.replace(
+        "    if not", f"    if not tp.__class__.__mro__[1].__subclasses__(): return None\n    if not", 1),
+    "statement in the body": lambda src, m: src.replace("    if not", f"    open('{m}', 'w')\n    if not", 1),
+}
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+def test_tampered_cache_entry_is_never_executed(cache_folder, tmp_path, payload):
+    marker = tmp_path / "pwned"
+    compiled_library()  # compiles and stores the entry
+    p = entry_path(cache_folder)
+    rewrite(p, lambda data: family_of(data, "split_nhd").update(
+        source=PAYLOADS[payload](family_of(data, "split_nhd")["source"], marker)))
+    result = derive_fresh()
+    assert not marker.exists()
+    assert (result.result, result.family, len(result.mappings)) == ("certified", "split_nhd", 2)
+    stored = json.loads(json.loads(p.read_text())["data"])  # recompiled and written back clean
+    assert family_of(stored, "split_nhd")["source"] == SPLIT_NHD.source
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+def test_compiled_family_refuses_unsafe_source_before_running_it(tmp_path, payload):
+    marker = tmp_path / "pwned"
+    d = SPLIT_NHD.to_json()
+    d["source"] = PAYLOADS[payload](d["source"], marker)
+    assert not valid_json(d)
+    with pytest.raises(UnsafeSource):
+        CompiledFamily.from_json(d)
+    assert not marker.exists()
+
+
+def edit(old: str, new: str):
+    def apply(src):
+        assert old in src
+        return src.replace(old, new, 1)
+    return apply
+
+
+# each is one small step away from what compile.py prints; every one is refused
+REFUSED = {
+    "dunder key": edit("tp = P['tp']", "tp = P['__class__']"),
+    "unknown runtime name": edit("tp = P['tp']", "tq = P['tq']"),
+    "name bound twice": edit("pcp = P['pcp']", "tp = P['tp']"),
+    "other call": edit("_mod(total_heads, tp, 0)", "eval('1')"),
+    "helper with 2 arguments": edit("_mod(total_heads, tp, 0)", "_mod(total_heads, tp)"),
+    "atom index out of range": edit("_mod(total_heads, tp, 0)", "_mod(total_heads, tp, 99)"),
+    "guard index out of range": edit("raise _Guard(0, 0)", "raise _Guard(0, 99)"),
+    "guard of another variant": edit("raise _Guard(0, 0)", "raise _Guard(1, 0)"),
+    "huge exponent": edit("(total_heads >= tp)", "(total_heads ** 99999 >= tp)"),
+    "string in a guard": edit("(total_heads >= tp)", "('a' == 'a')"),
+    "subscript in a guard": edit("(total_heads >= tp)", "(P['tp'] >= tp)"),
+    "lambda": edit("(total_heads >= tp)", "(lambda: 1)()"),
+    "comprehension": edit("(total_heads >= tp)", "[x for x in ()]"),
+    "walrus": edit("(total_heads >= tp)", "(x := 1)"),
+    "unbound name": edit("(total_heads >= tp)", "(__builtins__ >= tp)"),
+    "loop": edit("    if not (total_heads >= tp): return None", "    while True: pass"),
+    "else branch": edit("    if not (total_heads >= tp): return None",
+                        "    if not (total_heads >= tp): return None\n    else: return None"),
+    "keyword argument": edit("return _Instance('split_nhd', ", "return _Instance(family='split_nhd', local="),
+    "renamed function": edit("def _variant_0(P):", "def _variant_9(P):"),
+    "two parameters": edit("def _variant_0(P):", "def _variant_0(P, Q):"),
+    "async def": edit("def _variant_0(P):", "async def _variant_0(P):"),
+    "null byte": edit("tp = P['tp']", "tp = P['tp']\0"),
+    "does not parse": edit("def _variant_0(P):", "def _variant_0(P)"),
+}
+
+
+def test_the_unedited_source_is_accepted():
+    guards = tuple(len(g) for g in SPLIT_NHD.guards)
+    check_source(SPLIT_NHD.source, guards, len(SPLIT_NHD.atoms))
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_whitelist_refuses(name):
+    guards = tuple(len(g) for g in SPLIT_NHD.guards)
+    with pytest.raises(UnsafeSource):
+        check_source(REFUSED[name](SPLIT_NHD.source), guards, len(SPLIT_NHD.atoms))
+
+
+def every_compiled_family():
+    for spec in [ROOT / "specs"] + sorted((ROOT / "tests" / "mutants").rglob("*.lal")):
+        lib = load([spec])
+        for name in lib.families:
+            if Path(lib.families[name].span.file).parent == spec.parent or spec.is_dir():
+                yield f"{spec.name}:{name}", compile_family(resolve(lib, name))
+
+
+def test_compile_output_always_passes_the_whitelist():
+    seen = 0
+    for where, cf in every_compiled_family():
+        assert valid_json(json.loads(json.dumps(cf.to_json()))), where  # as the cache holds it
+        seen += 1
+    assert seen >= 6 + 32 + 4  # the shipped families, the mutants and the equivalent ones
+
+
+def test_compiled_code_sees_no_builtins():
+    assert all(fn.__globals__["__builtins__"] == {} for fn in SPLIT_NHD._variants)
+
+
+# ---- integrity: a corrupted entry is ignored, not half used -----------------------------
+
+
+def change_a_stride(data):
+    """An edit the whitelist allows, so that only the digest can catch it."""
+    family = family_of(data, "split_nhd")
+    old, new = "(head_size, dtype_bytes, dtype_bytes, )", "(head_size, dtype_bytes, 3, )"
+    assert old in family["source"]
+    family["source"] = family["source"].replace(old, new)
+
+
+def test_edit_without_matching_digest_is_ignored(cache_folder):
+    compiled_library()
+    good = derive_fresh().mappings
+    p = entry_path(cache_folder)
+    original = p.read_bytes()
+    rewrite(p, change_a_stride, fix_digest=True)
+    assert derive_fresh().mappings != good  # the control: this edit matters when it is used
+    p.write_bytes(original)
+    rewrite(p, change_a_stride, fix_digest=False)
+    assert cache.load("library", ROOT / "specs")[1] is None
+    assert derive_fresh().mappings == good
+    assert family_of(json.loads(json.loads(p.read_text())["data"]), "split_nhd")["source"] == SPLIT_NHD.source
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not json", "a list", "no digest", "wrong key", "data not json"])
+def test_damaged_entry_is_ignored(cache_folder, damage):
+    compiled_library()
+    p = entry_path(cache_folder)
+    text = p.read_text()
+    entry = json.loads(text)
+    if damage == "truncated":
+        p.write_text(text[:len(text) // 2])
+    elif damage == "not json":
+        p.write_bytes(b"\xff\xfe" + b"[" * 100000)
+    elif damage == "a list":
+        p.write_text("[1, 2, 3]")
+    elif damage == "no digest":
+        del entry["digest"]
+        p.write_text(json.dumps(entry))
+    elif damage == "wrong key":
+        entry["key"] = "0" * 64
+        p.write_text(json.dumps(entry))
+    else:
+        entry["data"] = "[{"
+        entry["digest"] = cache._entry_digest(entry["key"], entry["files"], entry["files_digest"], entry["data"])
+        p.write_text(json.dumps(entry))
+    assert cache.load("library", ROOT / "specs")[1] is None
+    assert derive_fresh().result == "certified"
+    assert cache.load("library", ROOT / "specs")[1] is not None  # rewritten whole
+
+
+# ---- (b) a folder or file another user can write is not used ----------------------------
+
+
+def test_world_writable_cache_folder_is_refused(cache_folder, caplog):
+    compiled_library()
+    assert cache.load("library", ROOT / "specs")[1] is not None
+    cache_folder.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="layoutalg.cache"):
+        assert cache.load("library", ROOT / "specs")[1] is None
+        assert cache.load("library", ROOT / "specs")[1] is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"layoutalg: not using the cache at {cache_folder}: it is writable by group or others (mode 777); "
+        "working uncached"]
+    entry_path(cache_folder).unlink()
+    assert derive_fresh().result == "certified"  # works uncached ...
+    assert list(cache_folder.iterdir()) == []  # ... and writes nothing there
+
+
+def test_group_writable_cache_file_is_refused(cache_folder):
+    compiled_library()
+    p = entry_path(cache_folder)
+    p.chmod(0o620)
+    assert cache.load("library", ROOT / "specs")[1] is None
+
+
+def test_new_cache_folder_is_private(cache_folder):
+    compiled_library()
+    assert cache_folder.stat().st_mode & 0o777 == 0o700
+    assert entry_path(cache_folder).stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="giving a folder away needs root")
+def test_cache_folder_owned_by_another_user_is_refused(cache_folder):
+    compiled_library()
+    os.chown(cache_folder, 12345, -1)
+    assert cache.load("library", ROOT / "specs")[1] is None
