@@ -34,16 +34,16 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("runs", help="print every rank's copy runs for one configuration")
     r.add_argument("spec", help="spec file (or folder) holding the family")
     r.add_argument("--family", help="family name (default: the first one defined in SPEC)")
-    r.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
-    r.add_argument("--pcp", type=int, default=1, help="prefill context-parallel ranks (default 1)")
-    r.add_argument("--dcp", type=int, default=1, help="decode context-parallel ranks (default 1)")
-    r.add_argument("--interleave", type=int, default=1, help="CP token interleave (default 1)")
-    r.add_argument("--heads", type=int, default=8, help="KV heads of the whole model (default 8)")
-    r.add_argument("--local-heads", type=int, help="KV heads per rank (default max(1, heads // tp))")
-    r.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
-    r.add_argument("--head-size", type=int, default=128, help="elements per head (default 128)")
-    r.add_argument("--dtype-bytes", type=int, default=2, help="bytes per element (default 2)")
-    r.add_argument("--page-size", type=int, help="page bytes (default: what the local layout holds; "
+    r.add_argument("--tp", type=_positive, default=1, help="tensor-parallel ranks (default 1)")
+    r.add_argument("--pcp", type=_positive, default=1, help="prefill context-parallel ranks (default 1)")
+    r.add_argument("--dcp", type=_positive, default=1, help="decode context-parallel ranks (default 1)")
+    r.add_argument("--interleave", type=_positive, default=1, help="CP token interleave (default 1)")
+    r.add_argument("--heads", type=_positive, default=8, help="KV heads of the whole model (default 8)")
+    r.add_argument("--local-heads", type=_positive, help="KV heads per rank (default max(1, heads // tp))")
+    r.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
+    r.add_argument("--head-size", type=_positive, default=128, help="elements per head (default 128)")
+    r.add_argument("--dtype-bytes", type=_positive, default=2, help="bytes per element (default 2)")
+    r.add_argument("--page-size", type=_positive, help="page bytes (default: what the local layout holds; "
                                                  "MLA: block_size * 1152)")
 
     e = sub.add_parser("explain", help="show a family's digit table with symbolic strides")
@@ -144,6 +144,8 @@ def _families_in(spec: str, wanted: str | None):
     lib = load([spec])
     own = [f for f in lib.families if lib.families[f].span.file.endswith(spec.rstrip("/").split("/")[-1])]
     names = [wanted] if wanted else (own or list(lib.families))
+    if not names:
+        raise LayoutalgError(f"no family in {spec}")
     for n in names:
         if n not in lib.families:
             raise LayoutalgError(f"no family '{n}' in {spec}; families: {', '.join(lib.families)}")
@@ -203,7 +205,10 @@ def _runs(args) -> int:
     from .compiled import GuardFailed
     from .family import resolve
     from .lower import lower
+    from . import params
     lib, names = _families_in(args.spec, args.family)
+    if len(names) > 1:
+        raise LayoutalgError(f"{args.spec} holds {len(names)} families; say which with --family: {', '.join(names)}")
     cf = compile_family(resolve(lib, names[0]))
     sizes = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave,
              "total_heads": args.heads, "heads": args.local_heads or max(1, args.heads // args.tp),
@@ -222,6 +227,13 @@ def _runs(args) -> int:
     except GuardFailed as e:
         print(f"{cf.name} does not apply (the layer would fail closed): {e}")
         return 1
+    if inst.local_page != page:
+        print(f"{cf.name} does not apply (the layer would fail closed): its local layout holds {inst.local_page} "
+              f"bytes but the page is {page}")
+        return 1
+    outside = params.in_domain({**sizes, "page_size": page})
+    if outside:
+        print(f"note: {outside}: `layoutalg prove` does not cover these runs")
     maps = lower(inst)
     print(f"family {cf.name}: local page {inst.local_page} B, canonical page {inst.canonical_page} B, "
           f"{len(maps)} rank(s), {maps[0].num_writers} writer(s) per block, "
