@@ -19,12 +19,21 @@ examples:
 """
 
 
+def _version() -> str:
+    from importlib import metadata
+    try:
+        return metadata.version("layoutalg")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="layoutalg", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG,
         description="Describe sharded KV-cache page layouts in spec files (.lal), derive the byte "
                     "copy runs between each rank's page and the canonical page, and check or prove "
                     "that the ranks tile the canonical page exactly.")
+    p.add_argument("--version", action="version", version=f"layoutalg {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     c = sub.add_parser("check", help="parse specs, derive runs and verify tiling by enumeration; "

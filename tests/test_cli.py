@@ -44,3 +44,8 @@ def test_explain_shows_symbolic_strides():
     out = run("explain", "specs/split_nhd.lal").stdout
     assert "when total_heads >= tp and cp > 1" in out
     assert "t//interleave" in out and "writer (replica)" in out
+
+
+def test_python_dash_m_and_version():
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.startswith("layoutalg ")
