@@ -21,7 +21,12 @@ from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping
 
 DEFAULT_DOMAIN = params.SAMPLES
-"""The configurations `check` enumerates (page_size is derived per configuration)."""
+"""The configurations `check` enumerates for the built-in names (page_size is fitted to each)."""
+
+
+def sample_domain(lib: Library) -> dict:
+    """The sample values of every runtime name the library knows, declared ones included."""
+    return {n: p.samples for n, p in lib.vocabulary().items() if n != "page_size"}
 
 
 def _partition(intervals, size) -> str:
@@ -115,6 +120,18 @@ def spec_line(lib: Library, family: str, what: str) -> str:
     return f"{os.path.relpath(span.file)}:{span.line}"
 
 
+def _single_rank_moves(maps) -> str:
+    """On one rank the canonical page is the local page: '' when each byte stays put."""
+    if len(maps) != 1:
+        return ""
+    for r in maps[0].runs:
+        for lo, co, _ in r.triples():
+            if lo != co:
+                return f"on a single rank local byte {lo} goes to canonical byte {co}: the canonical page is " \
+                       f"not the local page"
+    return ""
+
+
 def _checkable(inst) -> str:
     """'' when the pages are small enough to enumerate byte by byte, else why not."""
     big = max(inst.local_page, inst.canonical_page)
@@ -137,7 +154,7 @@ def _configs(lib: Library, cf: CompiledFamily, domain: dict, rep: FamilyReport):
         yield from found
 
 
-def check_family(lib: Library, cf: CompiledFamily, domain: dict = DEFAULT_DOMAIN,
+def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                  oracle_limit: int = 40) -> FamilyReport:
     """Lower the family on each configuration and check tiling and the direct reading.
 
@@ -146,7 +163,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict = DEFAULT_DOMAIN
     error: a check that checks nothing does not pass.
     """
     rep = FamilyReport(cf.name)
-    for sizes in _configs(lib, cf, domain, rep):
+    for sizes in _configs(lib, cf, domain or sample_domain(lib), rep):
         try:
             inst, sizes = instantiate(cf, sizes)
         except (GuardFailed, ArithmeticError):
@@ -167,6 +184,9 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict = DEFAULT_DOMAIN
         if rep.example is None or _variety(maps) > _variety(rep.example[1]):
             rep.example = (sizes, maps)
         rep.errors += [f"{spec_line(lib, cf.name, e)}: {e}, with {where}" for e in tiling_errors(maps)]
+        moved = _single_rank_moves(maps)
+        if moved:
+            rep.errors.append(f"{spec_line(lib, cf.name, 'canonical')}: {moved}, with {where}")
         if rep.oracle_checked < oracle_limit:
             rep.oracle_checked += 1
             try:

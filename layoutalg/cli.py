@@ -162,7 +162,7 @@ def _families_in(spec: str, wanted: str | None):
 
 
 def _check(args) -> int:
-    from .check import DEFAULT_DOMAIN, check_family
+    from .check import check_family, sample_domain
     from .compile import compile_family
     from .family import check_layouts, resolve
     from .library import load
@@ -189,7 +189,7 @@ def _check(args) -> int:
         bad += not rep.ok
         examples[name] = rep.example
     n = 1
-    for v in DEFAULT_DOMAIN.values():
+    for v in sample_domain(lib).values():
         n *= len(v)
     print(f"\n{n} sample configurations per family. certified: the family applies and its runs tile; "
           f"fail-closed: its guards reject the configuration (the runtime would try the next family); "

@@ -23,6 +23,8 @@ class _Printer:
         self.atoms = list(family.atoms.by_symbol.values())
         self.index = {a.symbol: k for k, a in enumerate(self.atoms)}
         self.fn = {"/": "_exact", "//": "_floor", "%": "_mod"}
+        self.vocabulary = family.vocabulary or params.TABLE
+        self.used: set[str] = set()  # the runtime names printed so far
 
     def __call__(self, e) -> str:
         if e is sympy.true or e is True:
@@ -35,8 +37,9 @@ class _Printer:
             if e in self.index:
                 a = self.atoms[self.index[e]]
                 return f"{self.fn[a.op]}({self(a.num)}, {self(a.den)}, {self.index[e]})"
-            if e.name not in params.RUNTIME:
+            if e.name not in self.vocabulary:
                 raise LayoutalgError(f"internal: unbound symbol {e}")
+            self.used.add(e.name)
             return e.name
         if isinstance(e, sympy.Add):
             return "(" + " + ".join(self(a) for a in e.args) + ")"
@@ -60,8 +63,8 @@ def _tup(items) -> str:
 
 
 def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
-    lines = [f"def _variant_{k}(P):"]
-    lines += [f"    {n} = P[{n!r}]" for n in params.NAMES]
+    pr.used = set()
+    lines = []
     for c in v.cases:
         lines.append(f"    if not {pr(c.cond)}: return None")
     for j, g in enumerate(v.guards):
@@ -83,7 +86,9 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
         pr(v.canonical.size_bytes()), pr(v.world), f"bool({pr(v.agnostic)})", pr(v.local.element),
         shape, strides, targets, repr(tuple(d.name for d in local)),
         repr(tuple(d.name for d in ranks))]) + ")")
-    return "\n".join(lines)
+    # read only the names this case uses: a runtime that lacks one fails closed naming it
+    prelude = [f"    {n} = P[{n!r}]" for n in sorted(pr.used)]
+    return "\n".join([f"def _variant_{k}(P):", *prelude, *lines])
 
 
 def compile_family(family: Family) -> CompiledFamily:

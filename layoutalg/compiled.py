@@ -41,20 +41,22 @@ class Instance(NamedTuple):
     rank_names: tuple
 
 
+# A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition
+# for b > 0), so a configuration that divides by zero or a negative number fails closed.
 def _exact(a, b, k):
-    if b == 0 or a % b:
+    if b <= 0 or a % b:
         raise _AtomFailed(k, a, b)
     return a // b
 
 
 def _floor(a, b, k):
-    if b == 0:
+    if b <= 0:
         raise _AtomFailed(k, a, b)
     return a // b
 
 
 def _mod(a, b, k):
-    if b == 0:
+    if b <= 0:
         raise _AtomFailed(k, a, b)
     return a % b
 
@@ -113,6 +115,16 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
         raise UnsafeSource(f"compiled source does not parse: {type(e).__name__}: {e}") from None
 
 
+def _runtime_name(name: str) -> bool:
+    """A name compiled code may bind from `P`: built in, or declared by a spec (`param`).
+
+    Binding an int to any other identifier is harmless (the code runs without builtins),
+    but the helpers the code calls must not be shadowed.
+    """
+    return name in params.TABLE or (name.isidentifier() and not name.startswith("_")
+                                    and name not in ("P", "bool"))
+
+
 class _Checker:
     """The whitelist for one `_variant_K` function."""
 
@@ -143,7 +155,7 @@ class _Checker:
 
     def assign(self, node: ast.Assign) -> None:
         t, v = node.targets, node.value
-        if not (len(t) == 1 and isinstance(t[0], ast.Name) and t[0].id in params.NAMES
+        if not (len(t) == 1 and isinstance(t[0], ast.Name) and _runtime_name(t[0].id)
                 and t[0].id not in self.bound and isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name)
                 and v.value.id == "P" and isinstance(v.slice, ast.Constant) and v.slice.value == t[0].id):
             self.refuse(node, "expected 'name = P[\'name\']' for a runtime name")
@@ -285,19 +297,23 @@ class CompiledFamily:
         return len(self.tensor)
 
     def evaluate(self, sizes: dict) -> Instance:
-        """The numeric digit table at `sizes` (every name in `params.NAMES`).
+        """The numeric digit table at `sizes` (a value for each runtime name the family reads).
 
-        Raises `GuardFailed` naming the spec line of the first guard that fails.
+        Raises `GuardFailed` naming the spec line of the first guard that fails, or the
+        runtime name the family reads that `sizes` does not give.
         """
         for k, fn in enumerate(self._variants):
             try:
                 out = fn(sizes)
+            except KeyError as e:
+                raise GuardFailed(f"{self.where}: family '{self.name}' reads the runtime name {e.args[0]!r}, "
+                                  f"which this layer does not give") from None
             except _Guard as g:
                 where, text = self.guards[g.variant][g.index]
                 raise GuardFailed(f"{where}: {text} does not hold") from None
             except _AtomFailed as a:
                 where, op, text = self.atoms[a.k]
-                what = "is not a whole number" if op == "/" else "divides by zero"
+                what = "divides by a number that is not positive" if a.b <= 0 else "is not a whole number"
                 raise GuardFailed(f"{where}: {text} = {a.a} {op} {a.b} {what}") from None
             if out is not None:
                 return out

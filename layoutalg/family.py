@@ -21,12 +21,9 @@ import sympy
 from .errors import Span, SpecError
 from .itersum import IterSum, Split, digits_of, expand_call, normalise
 from .library import Library
-from .sizes import Atoms, Scope
+from .sizes import Atoms, Scope, param
 from .syntax import (Agnostic, BinOp, Call, Expr, FamilyDef, Fn, LayoutDef, Let,
                      Name, Neg, Ranks, Replica, Require, World, grouped)
-
-SERVES = ("attention", "mla", "fallback")
-
 
 @dataclass(frozen=True)
 class Guard:
@@ -104,6 +101,7 @@ class Family:
     span: Span
     atoms: Atoms
     variants: list[Variant] = field(default_factory=list)
+    vocabulary: dict = field(default_factory=dict)  # runtime name -> params.Param, what the specs may read
 
     @property
     def tensor(self) -> tuple[str, ...] | None:
@@ -164,6 +162,11 @@ def _run(stmts, state: _State, where: str) -> list[_State]:
 def _step(stmt, s: _State, where: str) -> None:
     if isinstance(stmt, Let):
         rank_names = {d.name for d in s.ranks.digits} if s.ranks else set()
+        if stmt.name in s.scope.names or stmt.name in s.index_lets or stmt.name in rank_names:
+            # one meaning per name: a let read lazily and a let fixed where it is written
+            # would otherwise disagree about which definition a use sees
+            raise SpecError(f"'{stmt.name}' is already defined (a runtime name, a rank digit or an earlier let); "
+                            f"a let may not redefine a name", stmt.span)
         if _names(stmt.value) & (rank_names | set(s.index_lets) | {"rank"}):
             s.index_lets[stmt.name] = stmt.value
         else:
@@ -264,9 +267,6 @@ def resolve(lib: Library, name: str) -> Family:
 def _resolve(lib: Library, name: str) -> Family:
     fdef: FamilyDef = lib.families[name]
     where = f"family '{name}'"
-    if fdef.serves not in SERVES:
-        raise SpecError(f"{where} serves '{fdef.serves}'; a family serves one of {', '.join(SERVES)}",
-                        fdef.span)
     for clause in ("grid", "local", "canonical", "shard"):
         if getattr(fdef, clause) is None:
             raise SpecError(f"{where} has no '{clause}' clause", fdef.span)
@@ -275,10 +275,11 @@ def _resolve(lib: Library, name: str) -> Family:
         raise SpecError(f"unknown grid '{fdef.grid.id}'" + (f"; known: {', '.join(sorted(lib.grids))}"
                                                             if lib.grids else ""), fdef.grid.span)
     atoms = Atoms()
-    top = Scope(atoms, fns=dict(lib.fns))
+    vocabulary = lib.vocabulary()
+    top = Scope(atoms, {n: param(n) for n in vocabulary}, fns=dict(lib.fns))
     for let in lib.lets.values():
         top.names[let.name] = top.size(let.value, f"'let {let.name}'")
-    fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms)
+    fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms, vocabulary=vocabulary)
     start = _State(top, {}, [], [])
     for s in _run(gdef.body, start, f"grid '{gdef.name}'"):
         if s.ranks is None:
@@ -369,8 +370,11 @@ def _rewrites(v: Variant, atoms) -> dict:
                 lhs, rhs = atoms.expand(c.lhs), atoms.expand(c.rhs)
                 if isinstance(lhs, sympy.Symbol) and lhs not in rhs.free_symbols:
                     subs[lhs] = rhs
-                elif rhs == 1 and isinstance(lhs, sympy.Mul) and all(isinstance(f, sympy.Symbol) for f in lhs.args):
-                    subs.update({f: sympy.Integer(1) for f in lhs.args})  # positive ints: all are 1
+                elif rhs == 1 and isinstance(lhs, sympy.Mul) and all(
+                        isinstance(f, sympy.Symbol) and f not in atoms.by_symbol for f in lhs.args):
+                    # runtime names are never negative, so a product of them that is 1 has every
+                    # factor 1; a quotient (an atom) may be negative, so it is left alone
+                    subs.update({f: sympy.Integer(1) for f in lhs.args})
     return subs
 
 

@@ -27,13 +27,13 @@ class Ops:
            "<": operator.lt, ">": operator.gt}
 
     def floordiv(self, a, b):
-        return a // b
+        return a // _positive(a, "//", b)
 
     def mod(self, a, b):
-        return a % b
+        return a % _positive(a, "%", b)
 
     def exact(self, a, b):
-        if a % b:
+        if a % _positive(a, "/", b):
             raise ArithmeticError(f"{a} / {b} is not exact")
         return a // b
 
@@ -45,6 +45,13 @@ class Ops:
 
     def not_(self, x):
         return not x
+
+
+def _positive(a, op: str, b):
+    """Divisors are positive in a spec's meaning (the runtime fails closed otherwise)."""
+    if b <= 0:
+        raise ArithmeticError(f"{a} {op} {b}: the divisor is not positive")
+    return b
 
 
 @dataclass

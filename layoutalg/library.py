@@ -9,9 +9,13 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import params
 from ._resources import specs_dir
 from .errors import SpecError
-from .syntax import Case, FamilyDef, Fn, GridDef, LayoutDef, Let, Module, grouped, parse_file
+from .syntax import Case, FamilyDef, Fn, GridDef, LayoutDef, Let, Module, ParamDef, grouped, parse_file
+
+RESERVED = {"P", "bool", "rank", "block"}
+"""Names the compiled code, the shard map or the tensor clause already give a meaning."""
 
 MAX_IMPORT_DEPTH = 64
 """Longest chain of nested `import`s (each level is a recursive call)."""
@@ -33,6 +37,11 @@ class Library:
     families: dict[str, FamilyDef] = field(default_factory=dict)
     lets: dict[str, Let] = field(default_factory=dict)
     fns: dict[str, Fn] = field(default_factory=dict)
+    params: dict[str, ParamDef] = field(default_factory=dict)
+
+    def vocabulary(self) -> dict[str, params.Param]:
+        """Every runtime name these specs may read: the built-in ones, then the declared ones."""
+        return {**params.TABLE, **{n: params.Param(d.meaning, d.lo, d.hi, d.samples) for n, d in self.params.items()}}
 
     def add(self, module: Module, depth: int = 0) -> None:
         if any(m.path == module.path for m in self.modules):
@@ -44,12 +53,18 @@ class Library:
             self.add(parse_file(_import_target(module, imp), imp.span), depth + 1)
         for table, items in ((self.layouts, module.layouts), (self.grids, module.grids),
                              (self.families, module.families), (self.lets, module.lets),
-                             (self.fns, module.fns)):
+                             (self.fns, module.fns), (self.params, module.params)):
             for item in items:
                 prior = table.get(item.name)
                 if prior is not None:
                     raise SpecError(f"'{item.name}' is already defined at {prior.span}", item.span)
                 table[item.name] = item
+        for d in module.params:
+            if d.name in params.TABLE:
+                raise SpecError(f"'{d.name}' is a built-in runtime name ({params.TABLE[d.name].meaning}); "
+                                f"declare only new ones", d.span)
+            if d.name.startswith("_") or d.name in RESERVED:
+                raise SpecError(f"'{d.name}' cannot name a runtime quantity (reserved)", d.span)
 
     def check_limits(self) -> None:
         """Refuse a family whose `case` groups multiply into more than MAX_VARIANTS variants."""

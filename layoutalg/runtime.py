@@ -21,12 +21,15 @@ from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
+from . import params
 from .compiled import CompiledFamily, GuardFailed, Instance
 from .errors import ConfigError
 from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping
 
 CERTIFIED, OPAQUE, NO_MAPPINGS, OMITTED = "certified", "opaque", "no_mappings", "omitted"
+FALLBACK = "fallback"
+"""The layer kind of the family tried when none of a layer's own kind applies (declared in specs)."""
 
 
 def _shown(value) -> str:
@@ -89,7 +92,7 @@ _PARALLEL_SIZES = ("tp", "total_kv_heads", "pcp", "dcp", "interleave", "world_si
 class LayerSpec:
     """What the engine knows about one layer's KV page on one rank."""
 
-    kind: str  # "attention", "mla", or anything else (opaque: Mamba state, ...)
+    kind: str  # the layer kind families `serve`: "attention", "mla", or any kind a spec names
     page_size_bytes: int | None
     block_size: int = 0
     num_kv_heads: int = 0
@@ -97,6 +100,7 @@ class LayerSpec:
     dtype_bytes: int = 0
     per_token_head_quant: bool = False
     compress_ratio: int = 1
+    sizes: tuple = ()  # more runtime names a spec declares (`param`): a mapping or (name, value) pairs
 
     def __post_init__(self):
         if not isinstance(self.kind, str):
@@ -104,6 +108,25 @@ class LayerSpec:
         _check_ints(self, _LAYER_SIZES, optional="page_size_bytes")
         if type(self.per_token_head_quant) is not bool:
             _set(self, "per_token_head_quant", _as_flag(self.per_token_head_quant, "LayerSpec.per_token_head_quant"))
+        if self.sizes:
+            _set(self, "sizes", _named_sizes(self.sizes))
+
+
+def _named_sizes(sizes) -> tuple:
+    """`sizes` as sorted (name, int) pairs, hashable so derivations stay memoised."""
+    items = sizes.items() if hasattr(sizes, "items") else sizes
+    try:
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError):
+        raise ConfigError(f"LayerSpec.sizes must map runtime names to integers, got {_shown(sizes)}") from None
+    out = {}
+    for name, value in pairs:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"LayerSpec.sizes: {_shown(name)} is not a runtime name")
+        if name in _DERIVED:
+            raise ConfigError(f"LayerSpec.sizes: '{name}' comes from the layer's and the group's own fields")
+        out[name] = as_int(value, f"LayerSpec.sizes[{name!r}]")
+    return tuple(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -121,6 +144,14 @@ class ParallelConfig:
         # A parallel size below 1 has no meaning (the reference divides by dcp and
         # interleave): an error, not a layer that fails closed.
         _check_ints(self, _PARALLEL_SIZES, minimum=1, optional="world_size")
+        # Past the proved domain a group is not a deployment but a typo, and a million
+        # ranks would each get a mapping: refuse it by name.
+        for field, name in (("tp", "tp"), ("pcp", "pcp"), ("dcp", "dcp"), ("interleave", "interleave"),
+                            ("total_kv_heads", "total_heads")):
+            lo, hi = params.DOMAIN[name]
+            if getattr(self, field) > hi:
+                raise ConfigError(f"ParallelConfig.{field} = {getattr(self, field)} is outside the proved domain "
+                                  f"[{lo}, {hi}]")
 
 
 @dataclass(frozen=True)
@@ -180,12 +211,11 @@ class Deriver:
         self._by_kind: dict[str, list[CompiledFamily]] = {}
         for cf in sorted(self.families.values(), key=lambda f: (f.order, f.name)):
             self._by_kind.setdefault(cf.serves, []).append(cf)
-        fallback = self._by_kind.get("fallback", [])
-        if len(fallback) != 1:
-            names = ", ".join(cf.name for cf in fallback) or "none"
-            raise ConfigError(f"spec library {spec_dir or '(shipped)'}: needs exactly one family that serves "
-                              f"'fallback', found {len(fallback)} ({names})")
-        self.fallback = fallback[0]
+        fallback = self._by_kind.get(FALLBACK, [])
+        if len(fallback) > 1:
+            raise ConfigError(f"spec library {spec_dir or '(shipped)'}: at most one family may serve "
+                              f"'{FALLBACK}', found {len(fallback)} ({', '.join(cf.name for cf in fallback)})")
+        self.fallback = fallback[0] if fallback else None  # a library without one fails closed instead
         self.derive = functools.lru_cache(maxsize=4096)(self._derive)
 
     def _derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
@@ -207,6 +237,10 @@ class Deriver:
                 reasons.append(f"{cf.name}: {runs}")
                 continue
             return LayerResult(CERTIFIED, cf.name, runs, tuple(reasons))
+        if self.fallback is None:
+            reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
+                           if not reasons else "the library declares no fallback")
+            return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         runs = _apply(self.fallback, sizes, layer, tensor, num_blocks)
         if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
@@ -242,8 +276,14 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         return str(e)
 
 
+_DERIVED = ("tp", "pcp", "dcp", "interleave", "total_heads", "heads", "block_size", "head_size", "dtype_bytes",
+            "page_size", "per_token_head_quant", "compress_ratio")
+"""The built-in runtime names (`params.TABLE`), each filled from a field of the layer or the group."""
+
+
 def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig) -> dict:
     return {
+        **dict(layer.sizes),
         "tp": parallel.tp, "pcp": parallel.pcp, "dcp": parallel.dcp, "interleave": parallel.interleave,
         "total_heads": parallel.total_kv_heads, "heads": layer.num_kv_heads,
         "block_size": layer.block_size, "head_size": layer.head_size,

@@ -211,6 +211,19 @@ class Import:
 
 
 @dataclass(frozen=True)
+class ParamDef:
+    """A runtime name a spec reads beyond the built-in ones (`params.TABLE`): its meaning,
+    the bounds the prover quantifies over and the values `check` samples."""
+
+    name: str
+    lo: int
+    hi: int
+    samples: tuple[int, ...]
+    meaning: str
+    span: Span
+
+
+@dataclass(frozen=True)
 class Module:
     """One parsed .lal file."""
 
@@ -221,6 +234,7 @@ class Module:
     families: tuple[FamilyDef, ...]
     lets: tuple[Let, ...]
     fns: tuple[Fn, ...]
+    params: tuple[ParamDef, ...] = ()
 
 
 # ---- the parser -------------------------------------------------------------------------
@@ -626,11 +640,29 @@ class _Build(Transformer_NonRecursive):
     def import_def(self, meta, c):
         return Import(str(c[0])[1:-1], self._at(meta))
 
+    def param_def(self, meta, c):
+        name, lo, hi, *rest = c
+        where = self._tok(name)
+        nums = []
+        for tok in [lo, hi, *[t for t in rest[:-1] if t is not None]]:
+            _check_number(tok, self._tok(tok))
+            if "." in tok:
+                raise SpecError(f"param '{name}': {tok} is not a whole number", self._tok(tok))
+            nums.append(int(tok))
+        lo_v, hi_v, samples = nums[0], nums[1], tuple(nums[2:])
+        if lo_v > hi_v:
+            raise SpecError(f"param '{name}': empty range {lo_v} .. {hi_v}", where)
+        for v, tok in zip(samples, [t for t in rest[:-1] if t is not None]):
+            if not lo_v <= v <= hi_v:
+                raise SpecError(f"param '{name}': sample {v} is outside {lo_v} .. {hi_v}", self._tok(tok))
+        samples = samples or tuple(sorted({lo_v, min(hi_v, lo_v + 1)}))
+        return ParamDef(str(name), lo_v, hi_v, samples, str(rest[-1])[1:-1], where)
+
     def start(self, meta, c):
         items = _flatten(c)
         pick = lambda t: tuple(i for i in items if isinstance(i, t))  # noqa: E731
         return Module(self._path, pick(Import), pick(LayoutDef), pick(GridDef), pick(FamilyDef),
-                      pick(Let), pick(Fn))
+                      pick(Let), pick(Fn), pick(ParamDef))
 
 
 def _check_number(tok: Token, where: Span) -> None:

@@ -60,8 +60,12 @@ CASES = [
      'family f serves fallback:\n    grid private\n    local a(page_size)\n    canonical a(page_sise)\n'
      '    shard (t) -> (t)\n', 8, 17, "unknown name 'page_sise'"),
     ('import "grids.lal"\nlayout a(T):\n    index t < T\n    offset t\n'
-     'family f serves everything:\n    grid private\n    local a(page_size)\n    canonical a(page_size)\n'
-     '    shard (t) -> (t)\n', 5, 1, "serves one of attention, mla, fallback"),
+     'family f serves fallback:\n    grid private\n    let tp = 2\n    local a(page_size)\n'
+     '    canonical a(page_size)\n    shard (t) -> (t)\n', 7, 9, "'tp' is already defined"),
+    ('grid g:\n    world tp\n    ranks r < tp\n    let B = 2\n    let B = 3\n'
+     'layout a(T):\n    index t < T\n    offset t\n'
+     'family f serves fallback:\n    grid g\n    local a(page_size)\n'
+     '    canonical a(page_size)\n    shard (t) -> (t)\n', 5, 9, "'B' is already defined"),
     # found by corrupting the shipped specs: each of these used to escape as a traceback
     ("layout a(T):\n        index t < T\n    offset t\n", 3, 5,
      "inconsistent indentation: this line is indented by 4, which matches no enclosing block"),

@@ -56,8 +56,10 @@ class Model:
         self.page_guard = page_guard
         self.ops = Z3Ops()
         self.symbolic = sizes is None
-        self.bounds = bounds or params.DOMAIN
-        self.sizes = {n: z3.Int(n) for n in params.NAMES} if sizes is None else dict(sizes)
+        vocabulary = lib.vocabulary()
+        domain = {n: (p.lo, p.hi) for n, p in vocabulary.items()}
+        self.bounds = {n: (domain if bounds is None else bounds).get(n, domain[n]) for n in domain}
+        self.sizes = {n: z3.Int(n) for n in vocabulary} if sizes is None else dict(sizes)
         self.r = Reading(lib, family, self.sizes, self.ops, path)
         self.fdef = lib.families[family]
         self._n = 0

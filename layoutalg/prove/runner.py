@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 import z3
 
 from .. import params
-from ..check import instantiate
+from ..check import instantiate, sample_domain
 from ..compile import compile_family
 from ..compiled import GuardFailed
 from ..errors import SpecError
@@ -38,10 +38,23 @@ from .obligations import PER_CONFIGURATION, SYMBOLIC, Budget, Model, query, runs
 from .store import Row
 from .structural import certify
 
-SMALL = {**{n: (lo, min(hi, 8)) for n, (lo, hi) in params.DOMAIN.items()}, "page_size": (1, 1 << 20)}
+class _Capped(dict):
+    """Bounds of every runtime name capped at `cap` (page_size at `page`): a dict that
+    answers for names a spec declares too, capped the same way."""
+
+    def __init__(self, cap: int, page: int):
+        super().__init__()
+        self.cap, self.page = cap, page
+
+    def get(self, name, domain):
+        lo, hi = domain
+        return (lo, min(hi, self.page if name == "page_size" else max(lo, self.cap)))
+
+
+SMALL = _Capped(8, 1 << 20)
 """Sizes for the counterexample hunt: small, so counterexamples are easy to read."""
 
-WITNESS = {**{n: (lo, min(hi, 16)) for n, (lo, hi) in params.DOMAIN.items()}, "page_size": (1, 1 << 24)}
+WITNESS = _Capped(16, 1 << 24)
 """Sizes for witness configurations: small enough to lower and to enumerate."""
 
 @dataclass(frozen=True)
@@ -61,8 +74,9 @@ def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dic
     """Configurations from `params.SAMPLES` where the compiled family applies, by case path."""
     out: dict[tuple, list[dict]] = {}
     seen = set()
-    names = list(params.SAMPLES)
-    for values in itertools.product(*(params.SAMPLES[n] for n in names)):
+    samples = sample_domain(lib)
+    names = list(samples)
+    for values in itertools.product(*(samples[n] for n in names)):
         try:
             inst, sizes = instantiate(cf, dict(zip(names, values)))
         except (GuardFailed, ArithmeticError):
@@ -85,13 +99,13 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
     """Up to `n` configurations of one case path, found by Z3 as models of its guards.
 
     Small sizes are asked for first (every size at most 2, then 4, then 16), so the
-    configurations are cheap to lower and easy to read. Returns (configurations, status
-    of the last query): 'unsat' when the path has no configuration in `WITNESS` bounds.
+    configurations are cheap to lower and easy to read; failing those, any size in the
+    declared domain. Returns (configurations, status of the last query): 'unsat' with no
+    configuration means the path applies nowhere in the domain.
     """
     found, status = [], "sat"
     for cap in (2, 4, 16):
-        bounds = {k: (lo, hi if k == "page_size" else min(hi, max(lo, cap))) for k, (lo, hi) in WITNESS.items()}
-        m = Model(lib, family, path, bounds=bounds)
+        m = Model(lib, family, path, bounds=_Capped(cap, WITNESS.page))
         block = [z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes]) for sizes in [*avoid, *found]]
         while len(found) < n:
             status, model = m.solve(z3.And(*block) if block else z3.BoolVal(True), budget)
@@ -102,6 +116,11 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
             block.append(z3.Or(*[m.sizes[k] != v for k, v in sizes.items()]))
         if len(found) >= n:
             break
+    if not found:  # nothing small: a path is dead only if nothing in the whole domain takes it
+        m = Model(lib, family, path)
+        status, model = m.solve(z3.BoolVal(True), budget)
+        if status == "sat":
+            found.append({k: value(model, v) for k, v in m.sizes.items()})
     return found, status
 
 
@@ -119,7 +138,7 @@ def _where(lib: Library, family: str, name: str) -> str:
 
 
 def _sizes_text(m: Model, model) -> str:
-    return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in params.NAMES if n in _used(m.lib, m.family))
+    return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in m.sizes if n in _used(m.lib, m.family))
 
 
 def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
@@ -209,7 +228,7 @@ def _cover_text(m, model, w, idx, rank, holds) -> str:
 def _gap_text(lib, family, m, model) -> str:
     """Name the first canonical bytes no writer stores, at the counterexample's sizes."""
     try:
-        sizes = {n: value(model, m.sizes[n]) for n in params.NAMES}
+        sizes = {n: value(model, m.sizes[n]) for n in m.sizes}
         inst = compile_family(resolve(lib, family)).evaluate(sizes)
         if max(inst.local_page, inst.canonical_page) * max(1, inst.world) > params.CHECK_PAGE_LIMIT:
             return ""
@@ -271,7 +290,7 @@ def _used(lib: Library, family: str) -> set:
             text += open(path, encoding="utf-8", errors="replace").read()
         except OSError:
             pass
-    return {n for n in params.NAMES if re.search(rf"\b{n}\b", text)}
+    return {n for n in lib.vocabulary() if re.search(rf"\b{n}\b", text)}
 
 
 def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
@@ -442,8 +461,17 @@ def configurations(lib: Library, family: str, cf, status: dict, budgets: Budgets
         have = by_path.setdefault(path, [])
         if len(have) < least:
             extra, _ = witnesses(lib, family, path, least - len(have), budgets.config, avoid=have)
-            have += [s for s in extra if s not in have]
+            have += [s for s in extra if s not in have and _lowerable(cf, s)]
     return by_path
+
+
+def _lowerable(cf, sizes: dict) -> bool:
+    """Small enough to lower and to state as one Z3 query per configuration."""
+    try:
+        inst = cf.evaluate(sizes)
+    except GuardFailed:
+        return True  # kept: prove_runs reports the disagreement with the spec
+    return max(inst.local_page, inst.canonical_page) <= params.CHECK_PAGE_LIMIT and inst.world <= 4096
 
 
 def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quick: bool = False) -> list[Row]:

@@ -54,17 +54,23 @@ class Z3Ops(Ops):
 
     def floordiv(self, a, b):
         if _is_int(a) and _is_int(b):
-            return a // b
+            return a // b if self._positive(b) else 0
         return self._divmod(a, b)[0]
 
     def mod(self, a, b):
         if _is_int(a) and _is_int(b):
-            return a % b
+            return a % b if self._positive(b) else 0
         return self._divmod(a, b)[1]
+
+    def _positive(self, b: int) -> bool:
+        """A divisor must be positive (the runtime fails closed otherwise): else nothing holds."""
+        if b <= 0:
+            self.side.append(z3.BoolVal(False))
+        return b > 0
 
     def exact(self, a, b):
         if _is_int(a) and _is_int(b):
-            if b == 0 or a % b:
+            if b <= 0 or a % b:
                 self.side.append(z3.BoolVal(False))
                 return 0
             return a // b
