@@ -213,3 +213,78 @@ def test_a_forged_proof_cache_entry_is_not_believed(tmp_path, monkeypatch):
     tmp_path.chmod(0o777)                                                 # anyone could have written it
     assert store.read(key) is None
     tmp_path.chmod(0o700)
+
+
+NEGATIVE_DIVISOR = """\
+import "grids.lal"
+
+layout bytes(P):
+    index b < P
+    offset b
+
+family neg serves fallback:
+    grid private
+    let d = (head_size - 128) * (head_size - 128) - 1
+    let k = (d - 1) // d
+    local     bytes(page_size)
+    canonical bytes(page_size * tp * pcp)
+    shard (b) -> (rank * page_size + b + k)
+"""
+
+
+def test_a_negative_divisor_fails_closed_where_the_prover_assumes_it_positive(tmp_path):
+    """At head_size = 128 the divisor is -1: the prover reads `//` for positive divisors only,
+    so the runtime must not apply the family there (it used to, and wrote outside the page)."""
+    folder = _folder(tmp_path, neg=NEGATIVE_DIVISOR)
+    lib = load([folder / "neg.lal"])
+    cf = compile_family(resolve(lib, "neg"))
+    sizes = dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=1, heads=1, block_size=4, head_size=128,
+                 dtype_bytes=1, page_size=8, per_token_head_quant=0, compress_ratio=1)
+    from layoutalg.compiled import GuardFailed
+    with pytest.raises(GuardFailed, match="not positive"):
+        cf.evaluate(sizes)
+    rows = {r.obligation: r for r in prove_family(lib, "neg")}
+    assert rows["shard-in-range"].status == "proved"   # true wherever the family applies
+
+
+TRANSPOSE_ABOVE_16 = """\
+layout rows(R, C, A, B):
+    index r < R, c < C
+    offset A * r + B * c
+
+grid g:
+    world tp * pcp
+    ranks pcp_rank < pcp, tp_rank < tp
+    replica pcp_rank, tp_rank
+    case block_size <= 16:
+        let A = 4, B = 1
+    case block_size > 16:
+        let A = 1, B = block_size
+
+family tr serves fallback:
+    grid g
+    local     rows(block_size, 4, 4, 1)
+    canonical rows(block_size, 4, A, B)
+    shard (r, c) -> (r, c)
+"""
+
+
+def test_a_case_that_applies_only_to_large_sizes_is_not_dead(tmp_path):
+    (tmp_path / "tr.lal").write_text(TRANSPOSE_ABOVE_16)
+    rows = {r.obligation: r for r in prove_family(load([tmp_path / "tr.lal"]), "tr")}
+    assert rows["single-rank-identity"].status == "refuted"
+    assert "apply nowhere" not in rows["page-size"].method
+
+
+def test_check_sees_a_single_rank_that_moves_bytes(tmp_path):
+    (tmp_path / "tr.lal").write_text(TRANSPOSE_ABOVE_16.replace("<= 16", "<= 2").replace("> 16", "> 2"))
+    lib = load([tmp_path / "tr.lal"])
+    rep = check_family(lib, compile_family(resolve(lib, "tr")))
+    assert not rep.ok and "the canonical page is not the local page" in rep.errors[0]
+
+
+def test_a_group_past_the_proved_domain_is_refused():
+    from layoutalg.errors import ConfigError
+    from layoutalg.runtime import ParallelConfig
+    with pytest.raises(ConfigError, match=r"pcp = 1000000 is outside the proved domain \[1, 64\]"):
+        ParallelConfig(1024, 1, pcp=10 ** 6)
