@@ -14,6 +14,7 @@ examples:
   layoutalg runs specs/split_nhd.lal --tp 4 --heads 8
   layoutalg runs specs/mla.lal --tp 2 --dcp 2 --interleave 2 --page-size 9216
   layoutalg explain specs/split_hnd.lal         the family's digits, strides as formulas
+  layoutalg id specs/                           each family's canonical page format identifier
   layoutalg derive-corpus tests/data/vllm_reference.jsonl.gz > out.jsonl
   layoutalg prove specs/                        prove every family with Z3
 """
@@ -58,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("explain", help="show a family's digit table with symbolic strides")
     e.add_argument("spec", help="spec file (or folder)")
     e.add_argument("--family", help="family name (default: every family defined in SPEC)")
+
+    i = sub.add_parser("id", help="print each family's canonical page format identifier")
+    i.add_argument("spec", help="spec file (or folder)")
+    i.add_argument("--family", help="family name (default: every family defined in SPEC)")
 
     d = sub.add_parser("derive-corpus", help="derive the mappings of a conformance corpus (JSON lines)")
     d.add_argument("corpus", help="IN.jsonl or IN.jsonl.gz")
@@ -131,7 +136,7 @@ def main(argv=None) -> int:
     real, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
     try:
         return {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
-                "prove": _prove}[args.cmd](args)
+                "prove": _prove, "id": _id}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -291,6 +296,15 @@ def _explain(args) -> int:
 def _corpus(args) -> int:
     from .corpus import derive_corpus
     derive_corpus(args.corpus, sys.stdout, args.specs)
+    return 0
+
+
+def _id(args) -> int:
+    from .family import resolve
+    from .identity import layout_id
+    lib, names = _families_in(args.spec, args.family)
+    for name in names:
+        print(f"{layout_id(resolve(lib, name))}  {name}")
     return 0
 
 

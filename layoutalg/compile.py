@@ -13,6 +13,7 @@ from . import params
 from .compiled import CompiledFamily
 from .errors import LayoutalgError
 from .family import Family, Variant
+from .identity import layout_id
 
 
 _REL = {"==": "==", "!=": "!=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
@@ -98,4 +99,4 @@ def compile_family(family: Family) -> CompiledFamily:
     guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
-                          tuple(family.tensor or ()), family)
+                          tuple(family.tensor or ()), layout_id(family), family)

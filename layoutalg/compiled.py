@@ -240,7 +240,8 @@ def valid_json(d) -> bool:
     def items(x, ok):
         return isinstance(x, list) and all(ok(i) for i in x)
 
-    if not (isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "serves", "where", "source"))
+    if not (isinstance(d, dict) and all(isinstance(d.get(k), str)
+                                        for k in ("name", "serves", "where", "source", "layout_id"))
             and type(d.get("order")) is int
             and items(d.get("guards"), lambda v: items(v, lambda g: strings(g, 2)))
             and items(d.get("atoms"), lambda a: strings(a, 3))
@@ -269,6 +270,7 @@ class CompiledFamily:
     guards: tuple
     atoms: tuple
     tensor: tuple = ()  # index of each dim of the tensor the family recognises, after the block dim
+    layout_id: str = ""  # the canonical page format's identity (`identity.layout_id`)
     family: object = None  # the family IR, when compiled in this process
 
     def __post_init__(self):
@@ -284,13 +286,13 @@ class CompiledFamily:
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                           "tensor")}
+                                           "tensor", "layout_id")}
 
     @staticmethod
     def from_json(d: dict) -> "CompiledFamily":
         return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
-                              tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]))
+                              tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"])
 
     @property
     def tensor_dims(self) -> int:

@@ -132,11 +132,11 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     return out or [(1, 0)]
 
 
-def lower(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
+def lower(inst: Instance, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
     """Every rank's mapping, rank = mixed radix of the grid's rank digits (certified first)."""
     modes = fast_copy_map(inst)
     C = Layout(tuple(n for n, _ in modes), tuple(c for _, c in modes)) if modes else certify(inst)
-    return emit(inst, C)
+    return emit(inst, C, layout_id)
 
 
 def lower_uncertified(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
@@ -144,7 +144,7 @@ def lower_uncertified(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
     return emit(inst, copy_map(inst))
 
 
-def emit(inst: Instance, C: Layout) -> tuple[CanonicalPageMapping, ...]:
+def emit(inst: Instance, C: Layout, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
     """Every rank's runs from the copy map `C`."""
     offsets, fs, nf, ls, cs = run_plan(C)
     num_writers = 1
@@ -159,5 +159,5 @@ def emit(inst: Instance, C: Layout) -> tuple[CanonicalPageMapping, ...]:
     make = CopyRun._make
     return tuple(CanonicalPageMapping(inst.canonical_page, inst.local_page,
                                       tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),
-                                      num_writers, writer, inst.agnostic)
+                                      num_writers, writer, inst.agnostic, layout_id)
                  for base, writer in ranks)

@@ -48,6 +48,8 @@ class CanonicalPageMapping:
     num_writers: int
     writer_index: int
     parallelism_agnostic: bool
+    layout_id: str = ""  # the canonical page format (`layoutalg id`): key stored pages by it
+
 
     def is_writer(self, block_id: int) -> bool:
         """Whether this rank stores block `block_id` (writers take turns by block id)."""

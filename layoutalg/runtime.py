@@ -271,7 +271,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     if why:
         return why
     try:
-        return lower(inst)
+        return lower(inst, cf.layout_id)
     except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
         return str(e)
 

@@ -1,0 +1,67 @@
+"""The identity of a canonical page format, derived from the layout itself.
+
+A page store keyed by this identifier can never hand one layout's pages to a reader of
+another: two families whose canonical pages put the same bytes in the same places, in
+every case of their grids, share it; any difference in an index, an extent, a stride,
+the element size or the base gives another. It is computed from the family IR, not
+from file text or a hand-kept version string, so comments, names of layouts and
+parameters, `let`s and the local layout do not change it.
+
+    layout_id(resolve(lib, "split_nhd"))   # 'lal1-...' (16 hex digits)
+"""
+from __future__ import annotations
+
+import hashlib
+
+import sympy
+
+from .family import Family, guarded_equality
+
+FORMAT = "lal1"
+"""Bumped whenever what the identifier covers changes, so old and new ids never collide."""
+
+
+def canonical_form(family: Family) -> list[tuple]:
+    """Per grid case: its conditions and the canonical layout, every size normalised.
+
+    Sizes are sympy expressions over runtime names, with the case's equality guards
+    substituted and divisions expanded (`guarded_equality`), printed with `srepr` so the
+    text does not depend on how the spec wrote them.
+    """
+    out = []
+    for v in family.variants:
+        norm, _ = guarded_equality(family, v)
+
+        def text(x):
+            return _text(_definitions(norm(x), family.atoms))
+
+        c = v.canonical
+        conds = sorted(text(g.cond) for g in v.cases)
+        layout = tuple((name, text(e), text(k)) for name, e, k in sorted(zip(c.indices, c.extents, c.coefficients)))
+        out.append((tuple(conds), layout, text(c.element), text(c.base)))
+    return sorted(out)
+
+
+_OPS = {"//": sympy.Function("floordiv"), "%": sympy.Function("mod")}
+
+
+def _definitions(x, atoms):
+    """`x` with every division atom replaced by what it stands for: atoms are numbered in the
+    order a spec happens to create them, so their names must not reach the identifier."""
+    for _ in range(64):  # atoms nest (`(tp // 2) // 2`); each pass unfolds one level
+        subs = {sym: (a.num / a.den if a.op == "/" else _OPS[a.op](a.num, a.den))
+                for sym, a in atoms.by_symbol.items() if sym in getattr(x, "free_symbols", ())}
+        if not subs:
+            return x
+        x = x.xreplace(subs)
+    raise ValueError("division atoms nest too deeply")
+
+
+def layout_id(family: Family) -> str:
+    """`lal1-` and 16 hex digits of a hash of `canonical_form`."""
+    digest = hashlib.sha256(repr((FORMAT, canonical_form(family))).encode()).hexdigest()
+    return f"{FORMAT}-{digest[:16]}"
+
+
+def _text(x) -> str:
+    return sympy.srepr(sympy.expand(x))

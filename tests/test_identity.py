@@ -1,0 +1,86 @@
+"""Layout identity: derived from the normalised canonical layout, carried by every mapping."""
+import shutil
+
+import pytest
+
+from layoutalg.family import resolve
+from layoutalg.identity import layout_id
+from layoutalg.library import load, load_default
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+from conftest import ROOT
+
+SPECS = ROOT / "specs"
+
+
+def _id(path, family):
+    return layout_id(resolve(load([path]), family))
+
+
+def _copy(tmp_path, src, edits, name):
+    shutil.copy(SPECS / "grids.lal", tmp_path / "grids.lal")
+    text = (SPECS / f"{src}.lal").read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / f"{name}.lal").write_text(text)
+    return tmp_path / f"{name}.lal"
+
+
+def test_the_shipped_formats_all_differ():
+    lib = load_default()
+    ids = {layout_id(resolve(lib, f)) for f in lib.families}
+    assert len(ids) == len(lib.families) and all(i.startswith("lal1-") and len(i) == 21 for i in ids)
+
+
+def test_the_same_canonical_bytes_written_another_way_share_the_id(tmp_path):
+    """Other comments, layout and parameter names, an expanded offset and another local layout."""
+    path = _copy(tmp_path, "split_nhd", [
+        ("layout split_nhd(H, T, D, e):", "# rewritten\nlayout rows(Heads, Tokens, Dim, bytes_per):"),
+        ("    index kv < 2, t < T, h < H, d < D\n    offset d + D * (h + H * (t + T * kv))        # elements of e bytes\n"
+         "    element e bytes",
+         "    index kv < 2, t < Tokens, h < Heads, d < Dim\n"
+         "    offset d + Dim * h + Dim * Heads * t + Dim * Heads * Tokens * kv\n    element bytes_per bytes"),
+        ("tensor (block, kv, t, h, d)                  # the torch tensor's dims after the block dim",
+         "tensor (block, kv, t, h, d)"),
+        ("local     split_nhd(", "local     rows("), ("canonical split_nhd(", "canonical rows("),
+        ("family split_nhd serves attention, order 3:", "family other serves attention, order 3:")], "other")
+    assert _id(path, "other") == _id(SPECS / "split_nhd.lal", "split_nhd")
+
+
+def test_another_canonical_placement_gets_another_id(tmp_path):
+    longer = _copy(tmp_path, "split_nhd", [("block_size * cp, head_size", "block_size * cp * 2, head_size")], "longer")
+    assert _id(longer, "split_nhd") != _id(SPECS / "split_nhd.lal", "split_nhd")
+    assert _id(SPECS / "split_nhd.lal", "split_nhd") != _id(SPECS / "split_hnd.lal", "split_hnd")
+
+
+def test_divisions_are_named_by_what_they_divide_not_by_their_number(tmp_path):
+    a = _copy(tmp_path, "opaque", [("canonical bytes(page_size * tp * pcp)", "canonical bytes(page_size // 2 * tp * pcp * 2)")], "a")
+    b_dir = tmp_path / "b"
+    b_dir.mkdir()
+    b = _copy(b_dir, "opaque", [("canonical bytes(page_size * tp * pcp)", "canonical bytes(page_size // 4 * tp * pcp * 2)")], "b")
+    assert _id(a, "opaque") != _id(b, "opaque")
+
+
+def test_every_mapping_carries_the_family_id():
+    d = Deriver()
+    layer = LayerSpec("attention", 2 * 16 * 2 * 8 * 2, 16, 2, 8, 2)
+    shape = (4, 2, 16, 2, 8)
+    tensor = TensorLayout(shape, (512, 256, 16, 8, 1), 2)
+    res = d.derive(layer, tensor, ParallelConfig(tp=4, total_kv_heads=8), 4)
+    assert res.result == "certified"
+    assert {m.layout_id for m in res.mappings} == {_id(SPECS / f"{res.family}.lal", res.family)}
+
+
+@pytest.mark.parametrize("cache", ["off", "tmp"])
+def test_the_compiled_library_keeps_the_id(tmp_path, monkeypatch, cache):
+    from layoutalg.runtime import compiled_library
+    monkeypatch.setenv("LAYOUTALG_CACHE", "off" if cache == "off" else str(tmp_path))
+    compiled_library.cache_clear()
+    try:
+        first = {n: cf.layout_id for n, cf in compiled_library(str(SPECS)).items()}
+        compiled_library.cache_clear()
+        again = {n: cf.layout_id for n, cf in compiled_library(str(SPECS)).items()}  # from the cache, if on
+    finally:
+        compiled_library.cache_clear()
+    assert first == again and all(first.values())
