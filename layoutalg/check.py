@@ -24,9 +24,15 @@ DEFAULT_DOMAIN = params.SAMPLES
 """The configurations `check` enumerates for the built-in names (page_size is fitted to each)."""
 
 
-def sample_domain(lib: Library) -> dict:
-    """The sample values of every runtime name the library knows, declared ones included."""
-    return {n: p.samples for n, p in lib.vocabulary().items() if n != "page_size"}
+def sample_domain(lib: Library, cf: CompiledFamily | None = None) -> dict:
+    """The sample values of every runtime name the library knows, declared ones included.
+
+    With `cf`, only the names the family reads are varied (the others keep their first
+    sample): a name it never reads only multiplies the same configuration.
+    """
+    read = {b[0] for b in cf.bounds} if cf is not None and cf.bounds else None
+    return {n: p.samples if read is None or n in read else p.samples[:1]
+            for n, p in lib.vocabulary().items() if n != "page_size"}
 
 
 def _partition(intervals, size) -> str:
@@ -68,7 +74,7 @@ def instantiate(cf: CompiledFamily, sizes: dict):
     """The family's instance at `sizes`, with page_size chosen to fit its local layout."""
     trial = []
     try:
-        inst = cf.evaluate({**sizes, "page_size": 0})
+        inst = cf.evaluate({**sizes, "page_size": 0}, bounded=False)  # only to learn the page it holds
         if inst.local_page > 0:
             trial.append(inst.local_page)
     except (GuardFailed, ZeroDivisionError):
@@ -81,7 +87,7 @@ def instantiate(cf: CompiledFamily, sizes: dict):
         except GuardFailed as e:
             last = e
             continue
-        if inst.local_page == page:
+        if inst.local_page == page and inst.world == sizes["tp"] * sizes["pcp"]:  # what the runtime demands
             return inst, {**sizes, "page_size": page}
     raise last or GuardFailed("no page size fits the local layout")
 
@@ -163,7 +169,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     error: a check that checks nothing does not pass.
     """
     rep = FamilyReport(cf.name)
-    for sizes in _configs(lib, cf, domain or sample_domain(lib), rep):
+    for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
             inst, sizes = instantiate(cf, sizes)
         except (GuardFailed, ArithmeticError):

@@ -88,15 +88,22 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
         shape, strides, targets, repr(tuple(d.name for d in local)),
         repr(tuple(d.name for d in ranks))]) + ")")
     # read only the names this case uses: a runtime that lacks one fails closed naming it
-    prelude = [f"    {n} = P[{n!r}]" for n in sorted(pr.used)]
+    prelude = [f"    {n} = P[{n!r}]" if pr.vocabulary[n].default is None else
+               f"    {n} = P.get({n!r}, {int(pr.vocabulary[n].default)})" for n in sorted(pr.used)]
     return "\n".join([f"def _variant_{k}(P):", *prelude, *lines])
 
 
 def compile_family(family: Family) -> CompiledFamily:
     """Print and compile the family's variants into Python functions."""
     pr = _Printer(family)
-    src = "\n\n".join(_variant_source(v, k, pr) for k, v in enumerate(family.variants))
+    sources, read = [], set()
+    for k, v in enumerate(family.variants):
+        sources.append(_variant_source(v, k, pr))
+        read |= pr.used
+    src = "\n\n".join(sources)
+    vocabulary = family.vocabulary or params.TABLE
+    bounds = tuple((n, vocabulary[n].lo, vocabulary[n].hi) for n in sorted(read | {"page_size"}))
     guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
-                          tuple(family.tensor or ()), layout_id(family), family)
+                          tuple(family.tensor or ()), layout_id(family), bounds, family)

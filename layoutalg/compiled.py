@@ -125,6 +125,20 @@ def _runtime_name(name: str) -> bool:
                                     and name not in ("P", "bool"))
 
 
+def _reads(v, name: str) -> bool:
+    """`P['name']`"""
+    return (isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id == "P"
+            and isinstance(v.slice, ast.Constant) and v.slice.value == name)
+
+
+def _reads_or_default(v, name: str) -> bool:
+    """`P.get('name', 3)`: a declared name with a default"""
+    return (isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name)
+            and v.func.value.id == "P" and v.func.attr == "get" and not v.keywords and len(v.args) == 2
+            and isinstance(v.args[0], ast.Constant) and v.args[0].value == name
+            and isinstance(v.args[1], ast.Constant) and type(v.args[1].value) is int)
+
+
 class _Checker:
     """The whitelist for one `_variant_K` function."""
 
@@ -156,9 +170,8 @@ class _Checker:
     def assign(self, node: ast.Assign) -> None:
         t, v = node.targets, node.value
         if not (len(t) == 1 and isinstance(t[0], ast.Name) and _runtime_name(t[0].id)
-                and t[0].id not in self.bound and isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name)
-                and v.value.id == "P" and isinstance(v.slice, ast.Constant) and v.slice.value == t[0].id):
-            self.refuse(node, "expected 'name = P[\'name\']' for a runtime name")
+                and t[0].id not in self.bound and (_reads(v, t[0].id) or _reads_or_default(v, t[0].id))):
+            self.refuse(node, "expected 'name = P[\'name\']' or 'name = P.get(\'name\', int)' for a runtime name")
         self.bound.add(t[0].id)
 
     def if_not(self, node) -> None:
@@ -245,7 +258,9 @@ def valid_json(d) -> bool:
             and type(d.get("order")) is int
             and items(d.get("guards"), lambda v: items(v, lambda g: strings(g, 2)))
             and items(d.get("atoms"), lambda a: strings(a, 3))
-            and items(d.get("tensor"), lambda t: isinstance(t, str))):
+            and items(d.get("tensor"), lambda t: isinstance(t, str))
+            and items(d.get("bounds"), lambda b: isinstance(b, list) and len(b) == 3 and isinstance(b[0], str)
+                      and all(type(x) is int for x in b[1:]))):
         return False
     try:
         check_source(d["source"], tuple(len(v) for v in d["guards"]), len(d["atoms"]))
@@ -271,6 +286,7 @@ class CompiledFamily:
     atoms: tuple
     tensor: tuple = ()  # index of each dim of the tensor the family recognises, after the block dim
     layout_id: str = ""  # the canonical page format's identity (`identity.layout_id`)
+    bounds: tuple = ()  # (name, lo, hi) of each runtime name the family reads: where it is proved
     family: object = None  # the family IR, when compiled in this process
 
     def __post_init__(self):
@@ -286,24 +302,30 @@ class CompiledFamily:
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                           "tensor", "layout_id")}
+                                           "tensor", "layout_id", "bounds")}
 
     @staticmethod
     def from_json(d: dict) -> "CompiledFamily":
         return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
-                              tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"])
+                              tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"],
+                              tuple(tuple(b) for b in d["bounds"]))
 
     @property
     def tensor_dims(self) -> int:
         return len(self.tensor)
 
-    def evaluate(self, sizes: dict) -> Instance:
+    def evaluate(self, sizes: dict, bounded: bool = True) -> Instance:
         """The numeric digit table at `sizes` (a value for each runtime name the family reads).
 
         Raises `GuardFailed` naming the spec line of the first guard that fails, or the
         runtime name the family reads that `sizes` does not give.
         """
+        for name, lo, hi in self.bounds if bounded else ():  # unbounded: tools probing a layout's size
+            # past the declared domain nothing is proved: fail closed, as the prover assumes
+            v = sizes.get(name)
+            if v is not None and not lo <= v <= hi:
+                raise GuardFailed(f"{self.where}: {name} = {v} is outside the proved domain [{lo}, {hi}]")
         for k, fn in enumerate(self._variants):
             try:
                 out = fn(sizes)

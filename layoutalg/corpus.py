@@ -97,7 +97,8 @@ def layer_of(row: dict) -> tuple[LayerSpec, TensorLayout | None, ParallelConfig,
         kind=s.get("kind", "opaque"), page_size_bytes=s.get("page_size_bytes"),
         block_size=s.get("block_size") or 0, num_kv_heads=s.get("num_kv_heads") or 0,
         head_size=s.get("head_size") or 0, dtype_bytes=s.get("dtype_bytes") or 0,
-        per_token_head_quant=bool(s.get("per_token_head_quant")), compress_ratio=s.get("compress_ratio") or 1)
+        per_token_head_quant=bool(s.get("per_token_head_quant")), compress_ratio=s.get("compress_ratio") or 1,
+        sizes=_object(s, "sizes", required=False) or ())  # runtime names the specs declare
     tensor = None
     if t is not None:
         tensor = TensorLayout(_sequence(t, "shape", "tensor"), _sequence(t, "stride", "tensor"),

@@ -151,12 +151,22 @@ def _run(stmts, state: _State, where: str) -> list[_State]:
                 for case in item:
                     c = s.copy()
                     c.cases.append(Guard(c.scope.cond(case.cond), _text(case.span), case.span))
+                    _divisors_positive(c)
                     forked.extend(_run(case.body, c, where))
             states = forked
         else:
             for s in states:
                 _step(item, s, where)
+                _divisors_positive(s)
     return states
+
+
+def _divisors_positive(s: _State) -> None:
+    """Exact divisions that cancelled symbolically still hold only where the divisor is
+    positive (as the prover reads `/`): each becomes a guard of the state that divided."""
+    for den, span, text in s.scope.atoms.positive:
+        s.guards.append(Guard(sympy.Gt(den, 0), f"the divisor of {text} is positive", span))
+    s.scope.atoms.positive.clear()
 
 
 def _step(stmt, s: _State, where: str) -> None:
@@ -281,6 +291,7 @@ def _resolve(lib: Library, name: str) -> Family:
         top.names[let.name] = top.size(let.value, f"'let {let.name}'")
     fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms, vocabulary=vocabulary)
     start = _State(top, {}, [], [])
+    _divisors_positive(start)  # in the library's shared lets
     for s in _run(gdef.body, start, f"grid '{gdef.name}'"):
         if s.ranks is None:
             raise SpecError(f"grid '{gdef.name}' has no 'ranks' line", gdef.span)
@@ -352,6 +363,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
                                 canonical_stride(sp) if used else sympy.Integer(0),
                                 sympy.expand(rank_strides[d.name] * sp.lower), True, d.name in s.replicas, sp))
     base = sympy.expand(e * (canon.base + sum(coef_c[t.index] * t.sum.base for t in targets)))
+    _divisors_positive(s)  # divisions in the layouts' arguments and the rank extents
     return Variant(fdef.name, tuple(s.cases), tuple(s.guards), local, canon, tuple(digits),
                    tuple(d.name for d in rank_decl), base, targets, s.world, s.agnostic,
                    dict(scope.names))

@@ -75,6 +75,9 @@ class Reading:
 
     def __post_init__(self):
         self.env = dict(self.sizes)
+        for name, p in self.lib.vocabulary().items():  # what a layer that says nothing gets
+            if name not in self.env and p.default is not None:
+                self.env[name] = p.default
         self.fns = dict(self.lib.fns)
         for let in self.lib.lets.values():
             self.env[let.name] = _Lazy(let.value)  # evaluated where used: an unused one cannot fail

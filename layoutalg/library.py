@@ -6,6 +6,7 @@ twice is an error that points at the second definition.
 from __future__ import annotations
 
 import functools
+import keyword
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,8 @@ class Library:
 
     def vocabulary(self) -> dict[str, params.Param]:
         """Every runtime name these specs may read: the built-in ones, then the declared ones."""
-        return {**params.TABLE, **{n: params.Param(d.meaning, d.lo, d.hi, d.samples) for n, d in self.params.items()}}
+        return {**params.TABLE, **{n: params.Param(d.meaning, d.lo, d.hi, d.samples, d.default)
+                                   for n, d in self.params.items()}}
 
     def add(self, module: Module, depth: int = 0) -> None:
         if any(m.path == module.path for m in self.modules):
@@ -63,7 +65,7 @@ class Library:
             if d.name in params.TABLE:
                 raise SpecError(f"'{d.name}' is a built-in runtime name ({params.TABLE[d.name].meaning}); "
                                 f"declare only new ones", d.span)
-            if d.name.startswith("_") or d.name in RESERVED:
+            if d.name.startswith("_") or d.name in RESERVED or keyword.iskeyword(d.name):
                 raise SpecError(f"'{d.name}' cannot name a runtime quantity (reserved)", d.span)
 
     def check_limits(self) -> None:

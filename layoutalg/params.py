@@ -16,6 +16,7 @@ class Param(NamedTuple):
     lo: int          # prover bounds, inclusive
     hi: int
     samples: tuple   # values `check` enumerates (page_size: fitted per configuration)
+    default: int | None = None  # what a layer that does not give the name gets (declared names only)
 
 
 TABLE = {

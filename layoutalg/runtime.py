@@ -108,7 +108,9 @@ class LayerSpec:
         _check_ints(self, _LAYER_SIZES, optional="page_size_bytes")
         if type(self.per_token_head_quant) is not bool:
             _set(self, "per_token_head_quant", _as_flag(self.per_token_head_quant, "LayerSpec.per_token_head_quant"))
-        if self.sizes:
+        if self.sizes is None:
+            _set(self, "sizes", ())
+        elif self.sizes:
             _set(self, "sizes", _named_sizes(self.sizes))
 
 
@@ -125,6 +127,8 @@ def _named_sizes(sizes) -> tuple:
             raise ConfigError(f"LayerSpec.sizes: {_shown(name)} is not a runtime name")
         if name in _DERIVED:
             raise ConfigError(f"LayerSpec.sizes: '{name}' comes from the layer's and the group's own fields")
+        if name in out:
+            raise ConfigError(f"LayerSpec.sizes: '{name}' is given twice")
         out[name] = as_int(value, f"LayerSpec.sizes[{name!r}]")
     return tuple(sorted(out.items()))
 
@@ -267,6 +271,9 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         inst = cf.evaluate(sizes)
     except GuardFailed as e:
         return str(e)
+    group = sizes["tp"] * sizes["pcp"]
+    if inst.world != group:  # the spec's grid must be the worker group, rank for rank
+        return f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}"
     why = _mismatch(inst, cf.tensor, layer, tensor, num_blocks)
     if why:
         return why

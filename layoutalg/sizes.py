@@ -57,16 +57,23 @@ class Atoms:
 
     def __init__(self) -> None:
         self.by_symbol: dict[sympy.Symbol, Atom] = {}
+        self.positive: list[tuple] = []  # (divisor, span, text) of exact divisions that cancelled
         self._by_key: dict[tuple, Atom] = {}
         self._nesting: dict[sympy.Symbol, int] = {}
 
     def make(self, op: str, num: sympy.Expr, den: sympy.Expr, span: Span | None) -> sympy.Expr:
         if den == 0:
             raise SpecError(f"division by zero in '{num} {op} {den}'", span)
+        if den.is_Integer and den < 0:
+            raise SpecError(f"divisor {den} in '{num} {op} {den}' is negative; divisors are positive", span)
         if op == "/":
             q = sympy.cancel(num / den)
             n, d = sympy.fraction(q)
             if d == 1 and _int_poly(n):
+                if not den.is_Integer:
+                    # the quotient is a polynomial, but the division still means "where the
+                    # divisor is positive": the state that evaluated it turns this into a guard
+                    self.positive.append((den, span, f"({num}) / ({den})"))
                 return sympy.expand(n)
         if num.is_Integer and den.is_Integer:
             a, b = int(num), int(den)

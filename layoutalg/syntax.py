@@ -221,6 +221,7 @@ class ParamDef:
     samples: tuple[int, ...]
     meaning: str
     span: Span
+    default: int | None = None  # what a layer that does not give the name gets; None: it must give it
 
 
 @dataclass(frozen=True)
@@ -640,23 +641,36 @@ class _Build(Transformer_NonRecursive):
     def import_def(self, meta, c):
         return Import(str(c[0])[1:-1], self._at(meta))
 
+    def param_samples(self, meta, c):
+        return ("samples", tuple(c))
+
+    def param_default(self, meta, c):
+        return ("default", c[0])
+
     def param_def(self, meta, c):
-        name, lo, hi, *rest = c
+        name, lo, hi, samples, default, meaning = c
         where = self._tok(name)
-        nums = []
-        for tok in [lo, hi, *[t for t in rest[:-1] if t is not None]]:
+
+        def whole(tok) -> int:
             _check_number(tok, self._tok(tok))
             if "." in tok:
                 raise SpecError(f"param '{name}': {tok} is not a whole number", self._tok(tok))
-            nums.append(int(tok))
-        lo_v, hi_v, samples = nums[0], nums[1], tuple(nums[2:])
+            return int(tok)
+
+        lo_v, hi_v = whole(lo), whole(hi)
         if lo_v > hi_v:
             raise SpecError(f"param '{name}': empty range {lo_v} .. {hi_v}", where)
-        for v, tok in zip(samples, [t for t in rest[:-1] if t is not None]):
+        picked = []
+        for tok in (samples[1] if samples else ()) + ((default[1],) if default else ()):
+            v = whole(tok)
             if not lo_v <= v <= hi_v:
-                raise SpecError(f"param '{name}': sample {v} is outside {lo_v} .. {hi_v}", self._tok(tok))
-        samples = samples or tuple(sorted({lo_v, min(hi_v, lo_v + 1)}))
-        return ParamDef(str(name), lo_v, hi_v, samples, str(rest[-1])[1:-1], where)
+                raise SpecError(f"param '{name}': {v} is outside {lo_v} .. {hi_v}", self._tok(tok))
+            picked.append(v)
+        fallback = picked.pop() if default else None
+        chosen = tuple(picked) or tuple(sorted({lo_v, min(hi_v, lo_v + 1)}))
+        if fallback is not None and fallback not in chosen:
+            chosen += (fallback,)  # check exercises what a layer gets when it says nothing
+        return ParamDef(str(name), lo_v, hi_v, chosen, str(meaning)[1:-1], where, fallback)
 
     def start(self, meta, c):
         items = _flatten(c)

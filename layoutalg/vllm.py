@@ -173,14 +173,16 @@ def _layers(kv_cache_config):
 
 
 def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
-                              specs=None) -> dict[str, CanonicalPageMapping]:
+                              specs=None, sizes=None) -> dict[str, CanonicalPageMapping]:
     """This worker's canonical page mapping of every layer.
 
     Empty when the worker group is not exactly the tp x pcp grid. A layer no family
     certifies gets the opaque fallback; a layer vLLM gives no mapping (neither an
     attention nor a Mamba spec), or whose page not even the fallback holds, is absent.
     Why each layer failed closed is logged once per (spec class, reason) at WARNING.
-    `specs` names another spec library (default: the shipped one).
+    `specs` names another spec library (default: the shipped one). `sizes` gives every
+    layer more runtime names the specs declare: deployment configuration such as
+    `{"pcp_replicas": 1}` (PCP ranks hold replicas of the KV rather than token shards).
     """
     deriver = _deriver(specs)
     parallel = parallel_config(vllm_config)
@@ -196,6 +198,8 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     for name, spec in _layers(kv_cache_config):
         try:
             layer = layer_spec(spec)
+            if sizes:
+                layer = dataclasses.replace(layer, sizes={**dict(layer.sizes), **dict(sizes)})
             tensor = TensorLayout.of(kv_caches.get(name))
         except ConfigError as e:
             raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None

@@ -42,7 +42,7 @@ def test_runs_explains_a_configuration_that_fails_closed():
 
 def test_explain_shows_symbolic_strides():
     out = run("explain", "specs/split_nhd.lal").stdout
-    assert "when total_heads >= tp and cp > 1" in out
+    assert "when total_heads >= tp and pcp_replicas == 0 and cp > 1" in out
     assert "t//interleave" in out and "writer (replica)" in out
 
 

@@ -10,7 +10,7 @@ from layoutalg.errors import SpecError
 from layoutalg.family import resolve
 from layoutalg.library import load
 from layoutalg.prove.runner import prove_family
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import DATA
 
@@ -84,5 +84,123 @@ def test_a_declared_name_may_not_shadow_a_built_in_one(tmp_path):
 
 def test_a_declared_range_must_hold_its_samples(tmp_path):
     (tmp_path / "a.lal").write_text('param g in 1 .. 4 samples 8 "groups"\n')
-    with pytest.raises(SpecError, match="sample 8 is outside 1 .. 4"):
+    with pytest.raises(SpecError, match="8 is outside 1 .. 4"):
         load([tmp_path / "a.lal"])
+
+
+def test_pcp_as_replicas_is_a_grid_variant_chosen_by_a_runtime_name():
+    """The shipped grids deal tokens out over PCP unless a layer says pcp_replicas = 1; then
+    PCP ranks hold the same tokens and take turns writing, like GQA replicas."""
+    from layoutalg.check import tiling_errors
+    d = Deriver()
+    tp, pcp, bs, heads, dim, e = 2, 2, 4, 2, 8, 2
+    page = 2 * bs * heads * dim * e
+    tensor = TensorLayout((3, 2, bs, heads, dim), (2 * bs * heads * dim, bs * heads * dim, heads * dim, dim, 1), e)
+    par = ParallelConfig(tp=tp, total_kv_heads=tp * heads, pcp=pcp)
+    shards = d.derive(LayerSpec("attention", page, bs, heads, dim, e), tensor, par, 3)
+    replicas = d.derive(LayerSpec("attention", page, bs, heads, dim, e, sizes={"pcp_replicas": 1}), tensor, par, 3)
+    assert shards.family == replicas.family == "split_nhd"
+    assert shards.mappings[0].canonical_page_size_bytes == pcp * tp * page     # tokens of both PCP ranks
+    assert replicas.mappings[0].canonical_page_size_bytes == tp * page         # one copy of the tokens
+    assert [m.writer_index for m in replicas.mappings] == [0, 0, 1, 1] and replicas.mappings[0].num_writers == 2
+    assert replicas.mappings[0].runs == replicas.mappings[2].runs               # PCP ranks hold the same bytes
+    assert tiling_errors(replicas.mappings) == [] and tiling_errors(shards.mappings) == []
+    assert shards.mappings[0].layout_id == replicas.mappings[0].layout_id      # one family, one format id
+
+
+SOLO = """\
+grid solo:
+    world tp * pcp
+    require pcp == 1 and dcp == 1
+    ranks tp_rank < tp
+
+layout halves(X):
+    index h < 2, l < X
+    offset l + X * h
+
+layout inter(X, T):
+    index h < 2, r < T, l < X
+    offset h + 2 * (l + X * r)
+"""
+
+
+def _lib(tmp_path, monkeypatch, text):
+    monkeypatch.setenv("LAYOUTALG_CACHE", "off")
+    (tmp_path / "t.lal").write_text(SOLO + text)
+    return Deriver(str(tmp_path))
+
+
+def test_an_exact_division_that_cancels_still_needs_a_positive_divisor(tmp_path, monkeypatch):
+    """`(w * k) / k` is `w` as a polynomial, but not where k = 0: the runtime must fail closed there."""
+    d = _lib(tmp_path, monkeypatch, """
+param w in 1 .. 64 samples 1 "row width"
+param k in 0 .. 4 "copies"
+family f serves thing:
+    grid solo
+    local     halves(w * k / k)
+    canonical halves(w * k / k * tp)
+    shard (h, l) -> (h, tp_rank * w + l)
+""")
+    at = lambda k: d.derive(LayerSpec("thing", 4, sizes={"w": 2, "k": k}), None, ParallelConfig(1, 1))  # noqa: E731
+    assert at(1).result == "certified"
+    res = at(0)
+    assert res.result == "no_mappings" and any("the divisor of" in r and "is positive" in r for r in res.reasons)
+
+
+def test_a_declared_name_outside_its_bounds_fails_closed(tmp_path, monkeypatch):
+    d = _lib(tmp_path, monkeypatch, """
+param w in 1 .. 1 samples 1 "row width"
+family f serves thing:
+    grid solo
+    local     halves(w)
+    canonical inter(w, tp)
+    shard (h, l) -> (h, tp_rank, l)
+""")
+    assert d.derive(LayerSpec("thing", 2, sizes={"w": 1}), None, ParallelConfig(1, 1)).result == "certified"
+    res = d.derive(LayerSpec("thing", 4, sizes={"w": 2}), None, ParallelConfig(1, 1))
+    assert res.result == "no_mappings" and any("w = 2 is outside the proved domain [1, 1]" in r for r in res.reasons)
+
+
+def test_a_grid_that_is_not_the_worker_group_fails_closed(tmp_path, monkeypatch):
+    d = _lib(tmp_path, monkeypatch, """
+param k in 1 .. 4 samples 1 "copies"
+grid wide:
+    world tp * pcp * k
+    require dcp == 1
+    ranks pcp_rank < pcp, tp_rank < tp * k
+
+layout bytes(P):
+    index b < P
+    offset b
+
+family f serves thing:
+    grid wide
+    local bytes(page_size)
+    canonical bytes(page_size * tp * pcp * k)
+    shard (b) -> (rank * page_size + b)
+""")
+    assert d.derive(LayerSpec("thing", 4, sizes={"k": 1}), None, ParallelConfig(2, 1)).result == "certified"
+    res = d.derive(LayerSpec("thing", 4, sizes={"k": 2}), None, ParallelConfig(2, 1))
+    assert res.result == "no_mappings" and any("the grid has 4 ranks but the worker group has" in r
+                                               for r in res.reasons)
+
+
+@pytest.mark.parametrize("name", ["class", "None", "lambda", "P", "_x"])
+def test_a_param_may_not_take_a_python_or_reserved_name(tmp_path, name):
+    (tmp_path / "a.lal").write_text(f'param {name} in 1 .. 4 "x"\n')
+    with pytest.raises(SpecError, match="reserved|unexpected"):
+        load([tmp_path / "a.lal"])
+
+
+def test_layer_sizes_none_is_no_sizes_and_a_name_twice_is_an_error():
+    from layoutalg.errors import ConfigError
+    assert LayerSpec("x", 4, sizes=None).sizes == ()
+    with pytest.raises(ConfigError, match="'k' is given twice"):
+        LayerSpec("x", 4, sizes=[("k", 1), ("k", 2)])
+
+
+def test_the_corpus_format_carries_declared_sizes():
+    from layoutalg.corpus import layer_of
+    layer, *_ = layer_of({"spec": {"kind": "mamba_ssm", "page_size_bytes": 8, "sizes": {"state_size": 2}},
+                          "parallel": {"tp": 1, "total_kv_heads": 1}})
+    assert layer.sizes == (("state_size", 2),)

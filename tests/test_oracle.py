@@ -20,6 +20,8 @@ def test_random_configurations_agree_byte_for_byte(rng):
         sizes = dict(tp=tp, pcp=rng.choice((1, 2, 3)), dcp=rng.choice((1, 2)), interleave=interleave,
                      total_heads=total, heads=heads, block_size=bs, head_size=rng.choice((1, 2, 3)),
                      dtype_bytes=rng.choice((1, 2)), per_token_head_quant=0, compress_ratio=1)
+        if rng.random() < 0.5:  # else the grid's default: PCP deals tokens out
+            sizes["pcp_replicas"] = rng.choice((0, 1))
         for name, cf in fams.items():
             page = {"attention": 2 * bs * heads * sizes["head_size"] * sizes["dtype_bytes"],
                     "mla": bs * rng.choice((2, 3)), "fallback": rng.choice((1, 5))}[cf.serves]

@@ -121,7 +121,7 @@ def test_configurations_come_from_every_live_case():
     _, status = prove_applies(lib, "split_hnd", Budgets.of())
     by_path = configurations(lib, "split_hnd", cf, status, Budgets.of())
     live = [p for p, (s, _) in status.items() if s == "live"]
-    assert len(live) == 4 and all(len(by_path[p]) >= 8 for p in live)
+    assert len(live) >= 4 and all(len(by_path[p]) >= 8 for p in live)
 
 
 def test_refuted_grid_prints_its_table(tmp_path):

@@ -343,3 +343,15 @@ def test_precompiled_library_skips_lark_and_sympy(tmp_path):
     assert first.stdout.split() == ["True", "True"]      # compiled: parsed and reasoned about
     assert second.stdout.split() == ["False", "False"]   # loaded from the cache
     assert len(list(tmp_path.glob("library-*.json"))) == 1
+
+
+def test_deployment_sizes_choose_the_pcp_replica_grid():
+    """`sizes` hands every layer a runtime name the specs declare: PCP ranks as KV replicas."""
+    caches = {"attn": split_nhd()}
+    kv = cache_config([(attention(), ["attn"])])
+    shards = derive_canonical_mappings(config(tp=2, pcp=2, rank=2), kv, caches)["attn"]
+    replicas = derive_canonical_mappings(config(tp=2, pcp=2, rank=2), kv, caches, sizes={"pcp_replicas": 1})["attn"]
+    page = 2 * 16 * 2 * 64 * 2
+    assert shards.canonical_page_size_bytes == 2 * 2 * page and shards.num_writers == 1
+    assert replicas.canonical_page_size_bytes == 2 * page
+    assert (replicas.num_writers, replicas.writer_index) == (2, 1)

@@ -74,10 +74,12 @@ class Model:
         a += [c for c, _ in self.r.cases] + [g for g, _ in self.r.guards]
         if self.page_guard:
             a.append(self.page_fits())
+        a.append(self.r.world == self.sizes["tp"] * self.sizes["pcp"])  # the runtime's other check
         return a
 
     def page_fits(self):
-        """The runtime's own guard: a family applies only where its local layout is the page."""
+        """The runtime's own guard: a family applies only where its local layout is the page
+        (and, always assumed, where its grid's world is the worker group, tp * pcp)."""
         return self.r.page("local") == self.sizes["page_size"]
 
     def solve(self, violation, budget: "Budget", seeds: int = 1) -> tuple[str, z3.ModelRef | None]:

@@ -74,7 +74,7 @@ def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dic
     """Configurations from `params.SAMPLES` where the compiled family applies, by case path."""
     out: dict[tuple, list[dict]] = {}
     seen = set()
-    samples = sample_domain(lib)
+    samples = sample_domain(lib, cf)
     names = list(samples)
     for values in itertools.product(*(samples[n] for n in names)):
         try:
@@ -501,7 +501,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     if applies.status == "refuted":
         return rows + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
                        for n in SYMBOLIC + PER_CONFIGURATION]
-    by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 48, 1 if quick else 8) \
+    by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
         if fam is not None else {}
     lemmas: dict = {}
     for name in SYMBOLIC:
