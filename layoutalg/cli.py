@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
     pr.add_argument("--rlimit", type=_positive, default=None,
                     help="Z3 resource units per symbolic query before falling back to configurations "
-                         "(default 60000000; deterministic: the same verdict on every machine)")
+                         "(default 120000000; deterministic: the same verdict on every machine)")
     pr.add_argument("--timeout", type=_positive_float, default=None,
                     help="seconds after which one query is abandoned whatever its budget (a last guard, "
                          "default 120; a verdict reached under it is reported but never cached)")

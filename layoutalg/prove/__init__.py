@@ -9,7 +9,7 @@
 
 PROVER_VERSION = "2"
 
-RLIMIT = 60_000_000
+RLIMIT = 120_000_000
 """Z3 resource units for one fully symbolic query (shared by its seeds); the counterexample
 hunt gets a twentieth, a query at one configuration a tenth. Resource units, unlike
 seconds, give the same verdict on every machine and under any load. Calibrated on the
