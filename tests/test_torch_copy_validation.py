@@ -59,20 +59,13 @@ def test_a_dense_block_in_another_dimension_order_is_accepted(deriver):
     assert torch.equal(back.view(torch.int16), kv.view(torch.int16))
 
 
-def test_load_needs_as_many_canonical_blocks_as_local_ones(deriver):
+@pytest.mark.parametrize("op,blocks", [("load", 1), ("store", 2)])
+def test_the_canonical_tensor_needs_as_many_blocks_as_the_local_one(deriver, op, blocks):
     kv = split_nhd()
     m = mapping_for(deriver, kv)
-    one = torch.zeros(1, m.canonical_page_size_bytes, dtype=torch.uint8)
-    with pytest.raises(LayoutMismatch, match=r"load: local tensor has 3 blocks but canonical tensor has 1"):
-        load(one, kv, m)
-
-
-def test_store_needs_as_many_canonical_blocks_as_local_ones(deriver):
-    kv = split_nhd()
-    m = mapping_for(deriver, kv)
-    two = torch.zeros(2, m.canonical_page_size_bytes, dtype=torch.uint8)
-    with pytest.raises(LayoutMismatch, match=r"store: local tensor has 3 blocks but canonical tensor has 2"):
-        store(kv, two, m)
+    short = torch.zeros(blocks, m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match=rf"{op}: local tensor has 3 blocks but canonical tensor has {blocks}"):
+        load(short, kv, m) if op == "load" else store(kv, short, m)
 
 
 @pytest.mark.parametrize("blocks,message", [

@@ -61,7 +61,7 @@ def test_half_page_fallback_is_refuted_by_page_size(tmp_path):
     assert rows["page-size"].status == "refuted"
     assert "half.lal:10: the family never applies" in rows["page-size"].detail
     assert "holds exactly page_size bytes" in rows["page-size"].detail
-    assert not [r for r in rows.values() if r.status == "proved" and r.obligation != "structure"]
+    assert not [r for r in rows.values() if r.status == "proved" and r.obligation not in ("structure", "agnostic")]
 
 
 def test_check_fails_a_family_certified_nowhere(tmp_path):
@@ -104,7 +104,7 @@ def test_zero_witnesses_are_unknown_never_proved():
     """With no budget Z3 decides nothing: no configuration, no proof; every row says unknown."""
     lib = load([SPECS / "split_nhd.lal"])
     rows = prove_family(lib, "split_nhd", Budgets.of(rlimit=1))
-    assert {r.status for r in rows if r.obligation != "structure"} == {"unknown"}
+    assert {r.status for r in rows if r.obligation not in ("structure", "agnostic")} == {"unknown"}
 
 
 def test_runs_on_no_configuration_are_unknown():
@@ -288,3 +288,16 @@ def test_a_group_past_the_proved_domain_is_refused():
     from layoutalg.runtime import ParallelConfig
     with pytest.raises(ConfigError, match=r"pcp = 1000000 is outside the proved domain \[1, 64\]"):
         ParallelConfig(1024, 1, pcp=10 ** 6)
+
+
+def test_an_agnostic_claim_the_canonical_page_does_not_bear_is_not_proved(tmp_path):
+    """`agnostic when tp >= 1` on the private grid: the canonical page grows with tp and pcp."""
+    grids = (SPECS / "grids.lal").read_text().replace(
+        "    ranks pcp_rank < pcp, tp_rank < tp", "    ranks pcp_rank < pcp, tp_rank < tp\n    agnostic when tp >= 1")
+    (tmp_path / "grids.lal").write_text(grids)
+    shutil.copy(SPECS / "opaque.lal", tmp_path / "opaque.lal")
+    rows = {r.obligation: r for r in prove_family(load([tmp_path / "opaque.lal"]), "opaque")}
+    assert rows["agnostic"].status == "unknown"
+    assert "page_size*pcp*tp, which depends on pcp, tp" in rows["agnostic"].detail
+    shipped = {r.obligation: r for r in prove_family(load([SPECS / "mla.lal"]), "mla")}
+    assert shipped["agnostic"].status == "proved"

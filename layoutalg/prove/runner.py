@@ -36,7 +36,7 @@ from ..lower import TilingError, lower_uncertified, run_plan, certify as certify
 from . import GUARD_S, RLIMIT
 from .obligations import PER_CONFIGURATION, SYMBOLIC, Budget, Model, query, runs_query, value
 from .store import Row
-from .structural import certify
+from .structural import agnostic, certify
 
 class _Capped(dict):
     """Bounds of every runtime name capped at `cap` (page_size at `page`): a dict that
@@ -496,6 +496,11 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         bad = [c.detail for c in certs if c.status != "proved"]
         rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
                         "stride chains (sympy): all sizes", time.perf_counter() - t0, "; ".join(bad)))
+        t1 = time.perf_counter()
+        bad = [c.detail for c in (agnostic(fam, v) for v in fam.variants) if c.status != "proved"]
+        rows.append(Row(spec, family, "agnostic", "unknown" if bad else "proved",
+                        "canonical layout free of parallel sizes (sympy): all sizes", time.perf_counter() - t1,
+                        "; ".join(bad)))
     applies, status = prove_applies(lib, family, budgets, quick)
     rows.append(applies)
     if applies.status == "refuted":

@@ -10,13 +10,14 @@ as "not established" (unknown), never as refuted: a counterexample is Z3's job.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from math import prod
 
 import sympy
 
 from ..algebra import NotCompact, right_inverse
-from ..family import Family, Variant, guarded_equality
+from ..family import Family, Guard, Variant, guarded_equality
 from ..layout import Layout
 
 
@@ -59,3 +60,53 @@ def _nonneg(x) -> bool:
     return bool(x.is_nonnegative) or all(c > 0 for c in sympy.Poly(sympy.numer(x)).coeffs()) \
         if x.free_symbols else x >= 0
 
+
+
+MOVES_WITH_THE_GROUP = ("tp", "pcp", "dcp", "interleave", "heads")
+"""Runtime names that change with the parallel configuration for one and the same model."""
+
+
+def agnostic(family: Family, v: Variant) -> Certificate:
+    """Where `agnostic when ...` holds, the canonical page may not depend on the parallel
+    configuration: its layout (extents, strides, base, element) must be built, after the
+    case's rewrites, from no name that moves with the group, nor a rank digit.
+
+    Shown for all sizes with sympy; a dependence that is only not shown to cancel is
+    reported as not established (unknown), never as refuted.
+    """
+    if v.agnostic in (False, sympy.false):
+        return Certificate("proved", "not claimed in this case")
+    # reason where the claim holds: its equalities rewrite like the case's own (cp == 1
+    # makes dcp and pcp 1), so a claim that contradicts the case leaves nothing to show
+    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
+    norm, _ = guarded_equality(family, claimed)
+    c = v.canonical
+    moving = {sympy.Symbol(n, integer=True) for n in MOVES_WITH_THE_GROUP} | \
+        {sympy.Symbol(n) for n in v.rank_digits} | {sympy.Symbol(n, integer=True) for n in v.rank_digits}
+    for what, x in [*((f"extent of '{i}'", e) for i, e in zip(c.indices, c.extents)),
+                    *((f"stride of '{i}'", k) for i, k in zip(c.indices, c.coefficients)),
+                    ("element size", c.element), ("base", c.base)]:
+        free = family.atoms.expand(norm(x)).free_symbols
+        free |= {s for a in _atoms_in(family, norm(x)) for s in a}
+        hit = sorted(str(s) for s in free & moving)
+        if hit:
+            cases = " and ".join(g.text.removeprefix("case ") for g in v.cases)
+            where = f" (when {cases})" if cases else ""
+            return Certificate("unknown", f"agnostic is claimed{where} but the canonical {what} is "
+                                          f"{norm(x)}, which depends on {', '.join(hit)}")
+    return Certificate("proved", "the canonical page is built from no parallel quantity")
+
+
+def _atoms_in(family: Family, x) -> list[set]:
+    """The free symbols of every division atom in `x`, unfolded to any depth."""
+    out, todo, seen = [], list(getattr(x, "free_symbols", ())), set()
+    while todo:
+        s = todo.pop()
+        if s in seen or s not in family.atoms.by_symbol:
+            continue
+        seen.add(s)
+        a = family.atoms.by_symbol[s]
+        syms = a.num.free_symbols | a.den.free_symbols
+        out.append(syms)
+        todo.extend(syms)
+    return out
