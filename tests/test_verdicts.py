@@ -301,3 +301,14 @@ def test_an_agnostic_claim_the_canonical_page_does_not_bear_is_not_proved(tmp_pa
     assert "page_size*pcp*tp, which depends on pcp, tp" in rows["agnostic"].detail
     shipped = {r.obligation: r for r in prove_family(load([SPECS / "mla.lal"]), "mla")}
     assert shipped["agnostic"].status == "proved"
+
+
+def test_a_family_the_compiler_rejects_gets_rows_not_a_traceback(tmp_path):
+    """`local block_size(...)` names no layout: the direct reading fails too; every row says why."""
+    text = (SPECS / "split_hnd.lal").read_text().replace("local     split_hnd(", "local     block_size(")
+    _folder(tmp_path, broken=text)
+    rows = prove_family(load([tmp_path / "broken.lal"]), "split_hnd")
+    assert rows and {r.status for r in rows} == {"unknown"}
+    assert "unknown layout 'block_size'" in rows[0].detail
+    proc = _cli("prove", tmp_path / "broken.lal", "--jobs", "1", env={"LAYOUTALG_CACHE": "off"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr

@@ -501,7 +501,8 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         rows.append(Row(spec, family, "agnostic", "unknown" if bad else "proved",
                         "canonical layout free of parallel sizes (sympy): all sizes", time.perf_counter() - t1,
                         "; ".join(bad)))
-    applies, status = prove_applies(lib, family, budgets, quick)
+    applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
+                              lambda row: (row, {}))
     rows.append(applies)
     if applies.status == "refuted":
         return rows + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
@@ -510,14 +511,15 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if fam is not None else {}
     lemmas: dict = {}
     for name in SYMBOLIC:
-        rows.append(prove_obligation(lib, family, name, by_path, budgets, quick, fam, status, lemmas))
+        rows.append(_safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,
+                                                                         fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
     for name in PER_CONFIGURATION:
         if fam is None:
             rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))
             continue
-        row = prove_runs(lib, family, name, by_path, budgets, cf)
+        row = _safely(spec, family, name, lambda: prove_runs(lib, family, name, by_path, budgets, cf))
         if quick and row.status == "proved":  # a handful of configurations is a hunt, not a proof
             row = Row(spec, family, name, "unknown", "quick mode: no counterexample on a few configurations",
                       row.seconds)
@@ -525,6 +527,17 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if quick and row.status == "refuted":
             return rows
     return rows
+
+
+def _safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
+    """`prove()`, or an unknown row saying what stopped it: a spec the reader cannot take
+    (say, one the compiler rejects) gets an honest row, never a traceback."""
+    try:
+        return prove()
+    except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, SpecError, z3.Z3Exception) as e:
+        text = str(e).splitlines()[0] if str(e) else ""
+        return wrap(Row(spec, family, name, "unknown", "not checked: the spec's direct reading failed", 0.0,
+                        f"{type(e).__name__}: {text}"))
 
 
 def to_json(rows: list[Row]) -> list[dict]:
