@@ -446,7 +446,8 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
     if not proved:  # a check that finds nothing to check is not a pass
         return Row(spec, family, name, "unknown", "no configuration to check", time.perf_counter() - t0)
     return Row(spec, family, name, "proved",
-               f"symbolic rank on {len(proved)} configurations (the runs are per configuration)",
+               f"symbolic rank on {len(proved)} configurations (per configuration: the runs are what the numeric "
+               f"lowering emits there; digits-match-spec is their all-sizes counterpart)",
                time.perf_counter() - t0, configurations=proved, final=not guard)
 
 
