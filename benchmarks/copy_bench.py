@@ -1,0 +1,69 @@
+"""Copy plans against a plain copy of the same bytes, on the CPU (one thread).
+
+    python benchmarks/copy_bench.py
+
+For each layout (rank 1 of its group): store (this rank's runs into canonical pages at
+scattered page ids, where it is the writer) and load (those blocks back), in GB/s of
+this rank's bytes, against a whole-page `index_select` + `index_copy_` of the same bytes
+in the same run (moved as 8-byte words, as the plan moves its fragments); and the descriptors a batched memcpy would need against one per fragment.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from layoutalg.copy import plan
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+BLOCKS = 512
+
+
+def best(fn, repeat: int = 7) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def row(name: str, layer: LayerSpec, par: ParallelConfig, kv: torch.Tensor, seed: int) -> None:
+    tensor = TensorLayout(kv.shape, kv.stride(), kv.element_size()) if layer.kind == "attention" else None
+    m = Deriver().derive(layer, tensor, par, BLOCKS).mappings[1]
+    p = plan(m, kv)
+    pages = torch.zeros(2 * BLOCKS, m.canonical_page_size_bytes, dtype=torch.uint8)
+    ids = torch.randperm(2 * BLOCKS, generator=torch.Generator().manual_seed(seed))
+    ids = ids[(ids % m.num_writers) == m.writer_index][:BLOCKS]           # pages this rank writes
+    blocks = torch.randperm(BLOCKS, generator=torch.Generator().manual_seed(seed + 1))[: ids.numel()]
+    nbytes = ids.numel() * m.local_page_size_bytes
+    store = best(lambda: p.store(kv, blocks, pages, ids))
+    load = best(lambda: p.load(pages, ids, kv, blocks))
+    flat = torch.empty(BLOCKS, m.local_page_size_bytes // 8, dtype=torch.int64)  # whole pages, 8-byte words
+    other = torch.empty_like(flat)
+    plain = best(lambda: other.index_copy_(0, blocks, flat.index_select(0, blocks)))
+    frags = sum(r.num_fragments for r in m.runs) * ids.numel()
+    gb = lambda s: f"{nbytes / s / 1e9:.2f}"  # noqa: E731
+    print(f"| {name} | {min(r.fragment_size for r in m.runs)} B | {gb(store)} | {gb(load)} | {gb(plain)} | "
+          f"{100 * plain / max(store, load):.0f}% | {p.descriptors(blocks, ids).shape[0]} / {frags} |")
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    print(f"{BLOCKS} blocks a batch, one thread; GB/s of this rank's bytes\n")
+    print("| layout (rank 1) | fragment | store GB/s | load GB/s | plain copy GB/s | slower of the two vs plain | "
+          "descriptors / fragments |")
+    print("|---|---|---|---|---|---|---|")
+    bs, d = 16, 128
+    split = LayerSpec("attention", 2 * bs * 2 * d * 2, bs, 2, d, 2)
+    row("split NHD tp=4, 8 heads, bs=16, D=128, bf16", split, ParallelConfig(4, 8),
+        torch.randn(BLOCKS, 2, bs, 2, d).to(torch.bfloat16), 1)
+    row("split HND tp=4, 8 heads, bs=16, D=128, bf16", split, ParallelConfig(4, 8),
+        torch.randn(BLOCKS, 2, 2, bs, d).to(torch.bfloat16).transpose(2, 3), 3)  # heads outside tokens in memory
+    row("MLA 576 bf16, tp=4 dcp=2", LayerSpec("mla", bs * 1152, bs, 1, 576, 2), ParallelConfig(4, 1, dcp=2),
+        torch.randn(BLOCKS, bs, 576).to(torch.bfloat16), 5)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Copy plans: a mapping's runs, prepared once for one KV tensor, executed for any batch.
+
+    p = plan(mapping, kv)                          # checks kv against the mapping once
+    p.store(kv, block_ids, pages, page_ids)        # this rank's bytes of each block, where it writes
+    p.load(pages, page_ids, kv, block_ids)         # every block, from its canonical page
+
+`pages` is a `(num_pages, canonical_page_size_bytes)` uint8 tensor (pinned or shared host
+memory, a file mapped into memory, a device buffer); block `block_ids[i]` of `kv` goes
+to or comes from page `page_ids[i]`. Writers take turns by canonical page id
+(`page_id % num_writers == writer_index`), as engines key them by the offload page.
+
+Each run is one strided view on each side, `(pages, fragments, fragment words)`, and a
+batch is one gather and one scatter per run through those views (`index_select`,
+`index_copy_` on the view), so a store writes exactly this rank's bytes of each page and
+nothing else: ranks storing into one shared page never race. The views use the widest
+word (8, 4, 2 or 1 bytes) that divides every offset, size and stride, so a fragment of
+256 bytes moves as 32 words. `descriptors` lists the same plan as flat `(src, dst, size)`
+byte triples for a batched-memcpy engine, merged where contiguous across fragments.
+Every argument is checked before the first byte moves; a rejected call changes nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import LayoutMismatch
+from .mapping import CanonicalPageMapping
+from .torch_copy import page_bytes
+
+
+def plan(mapping: CanonicalPageMapping, kv: torch.Tensor) -> "CopyPlan":
+    """A plan for `kv`: the tensor must hold the mapping's local page in each block."""
+    lb = page_bytes(kv, mapping.local_page_size_bytes, "kv", "plan")
+    for r in mapping.runs:
+        last_local = r.local_offset + (r.num_fragments - 1) * r.local_stride + r.fragment_size
+        last_canon = r.canonical_offset + (r.num_fragments - 1) * r.canonical_stride + r.fragment_size
+        if min(r.local_offset, r.canonical_offset) < 0 or last_local > mapping.local_page_size_bytes \
+                or last_canon > mapping.canonical_page_size_bytes:
+            raise LayoutMismatch(f"plan: run {tuple(r)} reaches outside the {mapping.local_page_size_bytes}-byte "
+                                 f"local or {mapping.canonical_page_size_bytes}-byte canonical page")
+    word = _word(mapping, lb)
+    return CopyPlan(mapping, (tuple(kv.shape), tuple(kv.stride()), kv.dtype, kv.device), word)
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    mapping: CanonicalPageMapping
+    tensor: tuple  # (shape, stride, dtype, device) of the KV tensor the plan was made for
+    word: int      # bytes moved per element of the views
+
+    def store(self, kv: torch.Tensor, block_ids, pages: torch.Tensor, page_ids) -> int:
+        """Copy this rank's bytes of each block into its canonical page, where this rank is the
+        page's writer. Returns how many blocks it wrote."""
+        blocks, ids = self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True)
+        m = self.mapping
+        mine = (ids % m.num_writers) == m.writer_index
+        blocks, ids = blocks[mine], ids[mine]
+        if ids.numel():
+            local, canon = self._pair(kv, pages)
+            for r in m.runs:
+                dst = _view(canon, r.canonical_offset, r.canonical_stride, r)
+                dst.index_copy_(0, ids, _view(local, r.local_offset, r.local_stride, r).index_select(0, blocks))
+        return int(ids.numel())
+
+    def load(self, pages: torch.Tensor, page_ids, kv: torch.Tensor, block_ids) -> int:
+        """Fill each block from its canonical page (every rank, every block). Returns the count."""
+        blocks, ids = self._batch("load", kv, block_ids, pages, page_ids, unique_blocks=True)
+        m = self.mapping
+        if ids.numel():
+            local, canon = self._pair(kv, pages)
+            for r in m.runs:
+                dst = _view(local, r.local_offset, r.local_stride, r)
+                dst.index_copy_(0, blocks, _view(canon, r.canonical_offset, r.canonical_stride, r).index_select(0, ids))
+        return int(ids.numel())
+
+    def descriptors(self, block_ids, page_ids, store: bool = True, kv_base: int = 0, pages_base: int = 0,
+                    block_bytes: int | None = None) -> torch.Tensor:
+        """The batch as `(n, 3)` int64 `(src, dst, size)` byte triples for a batched memcpy.
+
+        Offsets count from `kv_base` (block b at `kv_base + b * block_bytes`, default one
+        local page a block) and `pages_base` (page p at `pages_base + p * canonical page`).
+        On store only the pages this rank writes appear. Fragments that continue each
+        other in both source and destination are merged.
+        """
+        m = self.mapping
+        blocks, ids = _ids(block_ids, "block_ids", "descriptors"), _ids(page_ids, "page_ids", "descriptors")
+        if blocks.numel() != ids.numel():
+            raise LayoutMismatch(f"descriptors: {blocks.numel()} block ids but {ids.numel()} page ids")
+        if store:
+            mine = (ids % m.num_writers) == m.writer_index
+            blocks, ids = blocks[mine], ids[mine]
+        step = block_bytes or m.local_page_size_bytes
+        frags = [(r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride, r.fragment_size)
+                 for r in m.runs for i in range(r.num_fragments)]
+        frags.sort()
+        f = torch.tensor(frags, dtype=torch.int64).reshape(-1, 3)
+        lo = kv_base + blocks[:, None] * step + f[None, :, 0]
+        co = pages_base + ids[:, None] * m.canonical_page_size_bytes + f[None, :, 1]
+        size = f[None, :, 2].expand_as(lo)
+        src, dst = (lo, co) if store else (co, lo)
+        return _merge(torch.stack([src.reshape(-1), dst.reshape(-1), size.reshape(-1)], 1))
+
+    # -- checks, then views
+    def _batch(self, op, kv, block_ids, pages, page_ids, unique_pages=False, unique_blocks=False):
+        shape, stride, dtype, device = self.tensor
+        if not isinstance(kv, torch.Tensor) or (tuple(kv.shape[1:]), tuple(kv.stride()[1:]), kv.dtype, kv.device) \
+                != (shape[1:], stride[1:], dtype, device):
+            got = (tuple(kv.shape), tuple(kv.stride()), kv.dtype) if isinstance(kv, torch.Tensor) else type(kv)
+            raise LayoutMismatch(f"{op}: kv is not the tensor this plan was made for: shape, stride and dtype "
+                                 f"{(shape, stride, dtype)} expected (any block count), got {got}")
+        if not isinstance(pages, torch.Tensor) or pages.dtype != torch.uint8 or pages.dim() != 2 \
+                or pages.shape[1] != self.mapping.canonical_page_size_bytes:
+            got = (tuple(pages.shape), pages.dtype) if isinstance(pages, torch.Tensor) else type(pages)
+            raise LayoutMismatch(f"{op}: pages must be a (num_pages, {self.mapping.canonical_page_size_bytes}) "
+                                 f"uint8 tensor, got {got}")
+        if pages.device != kv.device:
+            raise LayoutMismatch(f"{op}: pages are on {pages.device} but kv is on {kv.device}")
+        page_bytes(pages, self.mapping.canonical_page_size_bytes, "pages", op)
+        blocks, ids = _ids(block_ids, "block_ids", op), _ids(page_ids, "page_ids", op)
+        if blocks.numel() != ids.numel():
+            raise LayoutMismatch(f"{op}: {blocks.numel()} block ids but {ids.numel()} page ids")
+        _in_range(blocks, kv.shape[0], "block_ids", op)
+        _in_range(ids, pages.shape[0], "page_ids", op)
+        for name, t, must in (("page_ids", ids, unique_pages), ("block_ids", blocks, unique_blocks)):
+            if must and torch.unique(t).numel() != t.numel():
+                raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
+        return blocks.to(kv.device), ids.to(kv.device)
+
+    def _pair(self, kv: torch.Tensor, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both sides as `(blocks, page / w)` words, w the plan's word or less where a base demands."""
+        m = self.mapping
+        lb, cb = page_bytes(kv, m.local_page_size_bytes, "kv", "copy"), page_bytes(pages, m.canonical_page_size_bytes,
+                                                                                   "pages", "copy")
+        w = self.word
+        while w > 1 and any(x % w for x in (lb.storage_offset(), lb.stride(0), cb.storage_offset(), cb.stride(0))):
+            w //= 2
+        return _words(kv, lb, w), _words(pages, cb, w)
+
+
+def _words(t: torch.Tensor, raw: torch.Tensor, w: int) -> torch.Tensor:
+    """The bytes `raw` (a `page_bytes` view of `t`) as words of `w` bytes."""
+    dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[w]
+    words = torch.empty(0, dtype=dtype, device=t.device).set_(t.untyped_storage())
+    return words.as_strided((raw.shape[0], raw.shape[1] // w), (raw.stride(0) // w, 1), raw.storage_offset() // w)
+
+
+def _view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:
+    """One run's fragments of every block: `(blocks, fragments, fragment words)`."""
+    w = words.element_size()
+    return words.as_strided((words.shape[0], r.num_fragments, r.fragment_size // w),
+                            (words.stride(0), stride // w, 1), words.storage_offset() + offset // w)
+
+
+def _word(m: CanonicalPageMapping, lb: torch.Tensor) -> int:
+    """The widest word dividing every size, offset and stride of the plan (and the tensor's base)."""
+    values = [m.local_page_size_bytes, m.canonical_page_size_bytes, lb.storage_offset(), lb.stride(0)]
+    for r in m.runs:
+        values += [r.local_offset, r.canonical_offset, r.fragment_size]
+        if r.num_fragments > 1:
+            values += [r.local_stride, r.canonical_stride]
+    return next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
+
+
+def _ids(ids, name: str, op: str) -> torch.Tensor:
+    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.int64)
+    if t.dim() != 1 or t.dtype != torch.int64:
+        raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, "
+                             f"got {t.dim()}-D {t.dtype}")
+    return t.cpu()
+
+
+def _in_range(t: torch.Tensor, n: int, name: str, op: str) -> None:
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+        bad = int(t[(t < 0) | (t >= n)][0])
+        raise LayoutMismatch(f"{op}: {name} holds {bad}, outside the {n} there are (valid: 0 to {n - 1})")
+
+
+def _merge(d: torch.Tensor) -> torch.Tensor:
+    """Merge consecutive triples whose source and destination both continue the previous one."""
+    if d.shape[0] < 2:
+        return d
+    cont = (d[1:, 0] == d[:-1, 0] + d[:-1, 2]) & (d[1:, 1] == d[:-1, 1] + d[:-1, 2])
+    start = torch.ones(d.shape[0], dtype=torch.bool)
+    start[1:] = ~cont
+    group = torch.cumsum(start.to(torch.int64), 0) - 1
+    sizes = torch.zeros(int(group[-1]) + 1, dtype=torch.int64).index_add_(0, group, d[:, 2])
+    heads = d[start]
+    return torch.stack([heads[:, 0], heads[:, 1], sizes], 1)

@@ -1,0 +1,116 @@
+"""Copy plans: store under one TP, load under another, byte for byte; writers by page id;
+descriptors that a memcpy engine can execute; every bad argument refused untouched."""
+import pytest
+import torch
+
+from layoutalg.copy import plan
+from layoutalg.errors import LayoutMismatch
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+TOTAL, BS, D, N = 8, 4, 8, 6
+
+
+@pytest.fixture(scope="module")
+def deriver():
+    return Deriver()
+
+
+def group(deriver, tp, layout="nhd"):
+    """Every rank's (mapping, KV tensor shape) of a split layout at `tp`."""
+    h = max(1, TOTAL // tp)
+    shape = (N, 2, BS, h, D) if layout == "nhd" else (N, 2, h, BS, D)
+    kv = torch.zeros(shape, dtype=torch.bfloat16)
+    if layout == "hnd":
+        kv = kv.transpose(2, 3)
+    res = deriver.derive(LayerSpec("attention", 2 * BS * h * D * 2, BS, h, D, 2),
+                         TensorLayout(kv.shape, kv.stride(), 2), ParallelConfig(tp, TOTAL), N)
+    assert res.result == "certified", res.reasons
+    return res.mappings, kv
+
+
+def shard(full, tp, rank, like):
+    """Rank `rank`'s heads of the whole-model KV, in the memory order of `like`."""
+    h = max(1, TOTAL // tp)
+    first = (rank * h) % TOTAL if TOTAL >= tp else rank // (tp // TOTAL)
+    out = torch.empty_like(like)
+    out.copy_(full[:, :, :, first:first + h, :])
+    return out
+
+
+@pytest.mark.parametrize("src,dst,layout", [(4, 2, "nhd"), (2, 4, "nhd"), (8, 1, "hnd"), (1, 8, "nhd"), (16, 4, "hnd")])
+def test_store_under_one_tp_load_under_another(deriver, src, dst, layout):
+    full = torch.randn(N, 2, BS, TOTAL, D, generator=torch.Generator().manual_seed(src * 10 + dst)).to(torch.bfloat16)
+    maps, like = group(deriver, src, layout)
+    pages = torch.zeros(N + 3, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
+    page_ids, block_ids = torch.tensor([7, 2, 8, 0, 4, 5]), torch.tensor([3, 1, 0, 5, 4, 2])
+    written = 0
+    for rank, m in enumerate(maps):
+        kv = shard(full, src, rank, like)
+        written += plan(m, kv).store(kv, block_ids, pages, page_ids)
+    assert written == N * len(maps) // maps[0].num_writers      # each page by one writer of each class
+    maps2, like2 = group(deriver, dst, layout)
+    for rank, m in enumerate(maps2):
+        kv = torch.zeros_like(like2)
+        assert plan(m, kv).load(pages, page_ids, kv, block_ids) == N
+        assert torch.equal(kv, shard(full, dst, rank, like2)), (src, dst, rank)
+
+
+def test_writers_take_turns_by_page_id_not_block_id(deriver):
+    maps, like = group(deriver, 16)                       # 2 replicas of each head
+    assert maps[0].num_writers == 2
+    pages = torch.zeros(4, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
+    kv = torch.ones_like(like)
+    p = plan(maps[0], kv)                                 # writer 0: even page ids
+    assert p.store(kv, [0, 0], pages, [1, 2]) == 1
+    assert pages[1].sum() == 0 and pages[2].sum() > 0
+
+
+def test_descriptors_replay_the_store(deriver):
+    maps, like = group(deriver, 4)
+    kv = torch.randn(like.shape).to(torch.bfloat16)
+    p = plan(maps[1], kv)
+    pages = torch.zeros(N, maps[1].canonical_page_size_bytes, dtype=torch.uint8)
+    blocks, ids = [2, 0, 1], [5, 3, 4]
+    p.store(kv, blocks, pages, ids)
+    desc = p.descriptors(blocks, ids)
+    src, dst = kv.view(-1).view(torch.uint8), torch.zeros(pages.numel(), dtype=torch.uint8)
+    for s, d, n in desc.tolist():
+        dst[d:d + n] = src[s:s + n]
+    assert torch.equal(dst.view_as(pages), pages)
+    frags = sum(r.num_fragments for r in maps[1].runs) * len(blocks)
+    assert int(desc[:, 2].sum()) == len(blocks) * maps[1].local_page_size_bytes and desc.shape[0] <= frags
+
+
+def test_descriptors_merge_what_continues_in_both(deriver):
+    maps, like = group(deriver, 1)                        # one rank: the map is the identity
+    p = plan(maps[0], like)
+    desc = p.descriptors([0, 1, 2], [0, 1, 2])
+    assert desc.tolist() == [[0, 0, 3 * maps[0].local_page_size_bytes]]
+
+
+@pytest.mark.parametrize("break_it,message", [
+    (lambda kv, pages, b, i: (kv[:, :, :2], pages, b, i), "not the tensor this plan was made for"),
+    (lambda kv, pages, b, i: (kv, pages.view(torch.int8), b, i), "uint8 tensor"),
+    (lambda kv, pages, b, i: (kv, pages, [0, 1], [0]), "2 block ids but 1 page ids"),
+    (lambda kv, pages, b, i: (kv, pages, [0, N], [0, 1]), f"block_ids holds {N}, outside"),
+    (lambda kv, pages, b, i: (kv, pages, [0, 1], [-1, 1]), "page_ids holds -1, outside"),
+    (lambda kv, pages, b, i: (kv, pages, [0, 1], [2, 2]), "page_ids repeats an id"),
+    (lambda kv, pages, b, i: (kv, pages, torch.tensor([[0]]), [0]), "block_ids must be a 1-D int64"),
+])
+def test_bad_arguments_change_nothing(deriver, break_it, message):
+    maps, like = group(deriver, 2)
+    kv = torch.randn(like.shape).to(torch.bfloat16)
+    p = plan(maps[1], kv)
+    pages = torch.randint(0, 255, (N, maps[1].canonical_page_size_bytes), dtype=torch.uint8)
+    before = (kv.clone(), pages.clone())
+    args = break_it(kv, pages, [0, 1], [0, 1])
+    with pytest.raises(LayoutMismatch, match=message):
+        p.store(args[0], args[2], args[1], args[3])
+    assert torch.equal(kv, before[0]) and torch.equal(pages, before[1])
+
+
+def test_a_plan_refuses_a_tensor_that_is_not_one_page_a_block(deriver):
+    maps, like = group(deriver, 2)
+    padded = torch.zeros(N, 2, BS, like.shape[3], 2 * D, dtype=torch.bfloat16)[..., :D]
+    with pytest.raises(LayoutMismatch, match="dense page"):
+        plan(maps[0], padded)
