@@ -239,11 +239,19 @@ def _runs(args) -> int:
              "total_heads": args.heads, "heads": args.local_heads or max(1, args.heads // args.tp),
              "block_size": args.block_size, "head_size": args.head_size, "dtype_bytes": args.dtype_bytes,
              "per_token_head_quant": args.per_token_head_quant, "compress_ratio": 1}
+    declared = {n: p for n, p in lib.vocabulary().items() if n not in params.TABLE}
     for name, value in args.size:
-        known = lib.vocabulary()
-        if name not in known:
-            raise LayoutalgError(f"--size {name}: not a runtime name of these specs; known: {', '.join(known)}")
+        if name in params.TABLE:
+            raise LayoutalgError(f"--size {name}: a built-in name; set it with its own option (--help)")
+        if name not in declared:
+            raise LayoutalgError(f"--size {name}: not a name these specs declare; declared: "
+                                 f"{', '.join(declared) or 'none'}")
         sizes[name] = value
+    for name, lo, hi in cf.bounds:  # say it plainly before any guard or case speaks
+        if name in sizes and not lo <= sizes[name] <= hi:
+            print(f"{cf.name} does not apply (the layer would fail closed): {name} = {sizes[name]} is outside "
+                  f"the proved domain [{lo}, {hi}]")
+            return 1
     page = args.page_size
     if page is None:
         page = args.block_size * 1152 if cf.serves == "mla" else 0
@@ -261,6 +269,10 @@ def _runs(args) -> int:
     if inst.local_page != page:
         print(f"{cf.name} does not apply (the layer would fail closed): its local layout holds {inst.local_page} "
               f"bytes but the page is {page}")
+        return 1
+    if inst.world != args.tp * args.pcp:
+        print(f"{cf.name} does not apply (the layer would fail closed): its grid has {inst.world} ranks but the "
+              f"worker group has tp * pcp = {args.tp * args.pcp}")
         return 1
     outside = params.in_domain({**sizes, "page_size": page})
     if outside:

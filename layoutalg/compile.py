@@ -50,10 +50,12 @@ class _Printer:
             return f"({self(e.base)} ** {int(e.exp)})"
         if isinstance(e, sympy.core.relational.Relational):
             return f"({self(e.lhs)} {_REL[e.rel_op]} {self(e.rhs)})"
+        # `&` and `|` on bools, not `and`/`or`: every operand is evaluated, so a division in
+        # one that short-circuiting would skip still fails closed, as the prover assumes
         if isinstance(e, sympy.And):
-            return "(" + " and ".join(self(a) for a in e.args) + ")"
+            return "(" + " & ".join(f"bool({self(a)})" for a in e.args) + ")"
         if isinstance(e, sympy.Or):
-            return "(" + " or ".join(self(a) for a in e.args) + ")"
+            return "(" + " | ".join(f"bool({self(a)})" for a in e.args) + ")"
         if isinstance(e, sympy.Not):
             return f"(not {self(e.args[0])})"
         raise LayoutalgError(f"internal: cannot print {e!r} ({type(e).__name__})")

@@ -79,7 +79,7 @@ MAX_EXPONENT = 64
 """Largest power in compiled source (sizes have degree at most `sizes.MAX_DEGREE`)."""
 
 _HELPERS = ("_exact", "_floor", "_mod")
-_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Pow)
+_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Pow, ast.BitAnd, ast.BitOr)
 _UNARY = (ast.USub, ast.UAdd, ast.Not)
 _COMPARE = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 

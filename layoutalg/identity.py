@@ -22,23 +22,29 @@ FORMAT = "lal1"
 
 
 def canonical_form(family: Family) -> list[tuple]:
-    """Per grid case: its conditions and the canonical layout, every size normalised.
+    """Per grid case: its conditions, the canonical layout and the shard map's targets.
 
     Sizes are sympy expressions over runtime names, with the case's equality guards
-    substituted and divisions expanded (`guarded_equality`), printed with `srepr` so the
-    text does not depend on how the spec wrote them.
+    substituted and divisions unfolded to what they divide (`guarded_equality`), printed
+    with `srepr` so the text does not depend on how the spec wrote them. The conditions
+    are kept as written (unfolded, not rewritten by their own equalities), so two cases
+    that swap their layouts do not share an id; the targets say which local data each
+    canonical index holds (which global head, which token).
     """
     out = []
     for v in family.variants:
         norm, _ = guarded_equality(family, v)
 
-        def text(x):
-            return _text(_definitions(norm(x), family.atoms))
+        def text(x, rewrite=True):
+            return _text(_definitions(norm(x) if rewrite else x, family.atoms))
 
         c = v.canonical
-        conds = sorted(text(g.cond) for g in v.cases)
+        conds = sorted(text(g.cond, rewrite=False) for g in v.cases)
         layout = tuple((name, text(e), text(k)) for name, e, k in sorted(zip(c.indices, c.extents, c.coefficients)))
-        out.append((tuple(conds), layout, text(c.element), text(c.base)))
+        targets = tuple((t.index, text(t.sum.base),
+                         tuple(sorted((sp.source, text(sp.lower), text(sp.extent), text(k)) for sp, k in t.sum.terms)))
+                        for t in v.targets)
+        out.append((tuple(conds), layout, text(c.element), text(c.base), targets))
     return sorted(out)
 
 
@@ -64,4 +70,5 @@ def layout_id(family: Family) -> str:
 
 
 def _text(x) -> str:
-    return sympy.srepr(sympy.expand(x))
+    """`srepr` of an expanded size, or of a condition as it stands (and/or/not do not expand)."""
+    return sympy.srepr(sympy.expand(x) if isinstance(x, sympy.Expr) else x)

@@ -74,6 +74,23 @@ class Reading:
     taken: list = field(default_factory=list)  # the case chosen in each group, in order
 
     def __post_init__(self):
+        if self.path or not all(type(v) is int for v in self.sizes.values()):
+            self._read()
+            return
+        # ints and no path: the first path whose every case holds, as the compiled code
+        # tries its cases in order (a case whose nested cases all fail falls through)
+        for path in paths(self.lib, self.family):
+            self.path, self.cases, self.guards, self.ranks, self.taken = path, [], [], [], []
+            self.replicas, self.world, self.agnostic = (), None, False
+            try:
+                self._read()
+            except (ArithmeticError, LookupError):
+                continue
+            if all(ok for ok, _ in self.cases):
+                return
+        raise LookupError("no case holds")
+
+    def _read(self):
         self.env = dict(self.sizes)
         for name, p in self.lib.vocabulary().items():  # what a layer that says nothing gets
             if name not in self.env and p.default is not None:

@@ -220,11 +220,16 @@ class Deriver:
             raise ConfigError(f"spec library {spec_dir or '(shipped)'}: at most one family may serve "
                               f"'{FALLBACK}', found {len(fallback)} ({', '.join(cf.name for cf in fallback)})")
         self.fallback = fallback[0] if fallback else None  # a library without one fails closed instead
+        self.names = {b[0] for cf in self.families.values() for b in cf.bounds}  # every name some family reads
         self.derive = functools.lru_cache(maxsize=4096)(self._derive)
 
     def _derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
                 num_blocks: int | None = None) -> LayerResult:
         num_blocks = _check_arguments(layer, tensor, parallel, num_blocks)  # on cache misses only
+        unread = sorted(n for n, _ in layer.sizes if n not in self.names)
+        if unread:  # a misspelt name would otherwise silently select another grid's semantics
+            raise ConfigError(f"LayerSpec.sizes: no family of this spec library reads {', '.join(map(repr, unread))}; "
+                              f"the names they read: {', '.join(sorted(self.names))}")
         world = parallel.world_size if parallel.world_size is not None else parallel.tp * parallel.pcp
         if world != parallel.tp * parallel.pcp:
             return LayerResult(NO_MAPPINGS, None, (), (f"world size {world} != tp * pcp",))

@@ -84,3 +84,34 @@ def test_the_compiled_library_keeps_the_id(tmp_path, monkeypatch, cache):
     finally:
         compiled_library.cache_clear()
     assert first == again and all(first.values())
+
+
+def test_the_shard_map_is_part_of_the_format(tmp_path):
+    """Same layouts, heads dealt out another way: canonical head h holds other data."""
+    other = _copy(tmp_path, "split_nhd", [("head_shard * heads + h", "h * shards + head_shard")], "other")
+    assert _id(other, "split_nhd") != _id(SPECS / "split_nhd.lal", "split_nhd")
+
+
+def test_cases_that_swap_their_layouts_do_not_share_an_id(tmp_path):
+    grids = (SPECS / "grids.lal").read_text()
+    lines = grids.splitlines()
+    i = next(k for k, line in enumerate(lines) if "case pcp_replicas == 0" in line)
+    j = next(k for k, line in enumerate(lines) if "case pcp_replicas == 1" in line)
+    lines[i], lines[j] = lines[i].replace("== 0", "== 1"), lines[j].replace("== 1", "== 0")
+    swapped = "\n".join(lines) + "\n"
+    assert swapped != grids
+    (tmp_path / "grids.lal").write_text(swapped)
+    shutil.copy(SPECS / "split_nhd.lal", tmp_path / "split_nhd.lal")
+    assert _id(tmp_path / "split_nhd.lal", "split_nhd") != _id(SPECS / "split_nhd.lal", "split_nhd")
+
+
+def test_conditions_with_and_or_not_have_an_id_and_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYOUTALG_CACHE", "off")
+    (tmp_path / "m.lal").write_text(
+        "layout bytes(P):\n    index b < P\n    offset b\n"
+        "grid g:\n    world tp * pcp\n    ranks pcp_rank < pcp, tp_rank < tp\n"
+        "    case tp == 1 or not pcp == 1:\n        let k = 1\n    case tp > 1 and pcp == 1:\n        let k = 1\n"
+        "family m serves fallback:\n    grid g\n    local     bytes(page_size)\n"
+        "    canonical bytes(page_size * tp * pcp)\n    shard (b) -> (rank * page_size + b)\n")
+    assert _id(tmp_path / "m.lal", "m").startswith("lal1-")
+    assert Deriver(str(tmp_path)).derive(LayerSpec("x", 8), None, ParallelConfig(2, 1)).result == "opaque"

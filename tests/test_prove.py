@@ -106,7 +106,7 @@ def test_prove_command_caches_and_fails_on_refutation(tmp_path):
     cmd = [sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal", "--jobs", "1"]
     first = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "13 obligations: 11 proved for all sizes, 2 proved on stated configurations" in first.stdout
+    assert "12 obligations: 10 proved for all sizes, 2 proved on stated configurations" in first.stdout
     assert "[1/1] opaque: proved" in first.stderr                 # progress, one line per family
     second = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     assert second.returncode == 0 and "cached" in second.stdout

@@ -312,3 +312,67 @@ def test_a_family_the_compiler_rejects_gets_rows_not_a_traceback(tmp_path):
     assert "unknown layout 'block_size'" in rows[0].detail
     proc = _cli("prove", tmp_path / "broken.lal", "--jobs", "1", env={"LAYOUTALG_CACHE": "off"})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_division_behind_or_is_evaluated_and_fails_closed(tmp_path, monkeypatch):
+    """`tp == 1 or block_size / 2 >= 1`: Python's `or` used to skip the division the prover assumes exact."""
+    monkeypatch.setenv("LAYOUTALG_CACHE", "off")
+    (tmp_path / "sc.lal").write_text(
+        "layout rows(T, R):\n    index t < T, b < R\n    offset b + R * t\n"
+        "grid g:\n    world tp * pcp\n    ranks pcp_rank < pcp, tp_rank < tp\n"
+        "family sc serves blob:\n    grid g\n    require page_size % block_size == 0\n"
+        "    require tp == 1 or block_size / 2 >= 1\n"
+        "    local     rows(block_size, page_size / block_size)\n"
+        "    canonical rows(block_size * tp * pcp, page_size / block_size)\n"
+        "    shard (t, b) -> (rank * block_size + t, b)\n")
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    d = Deriver(str(tmp_path))
+    assert d.derive(LayerSpec("blob", 8, 4), None, ParallelConfig(1, 1)).result == "certified"
+    res = d.derive(LayerSpec("blob", 6, 3), None, ParallelConfig(1, 1))
+    assert res.result == "no_mappings" and any("3 / 2 is not a whole number" in r for r in res.reasons)
+
+
+def test_agnostic_must_be_one_layout_across_the_cases_that_claim_it(tmp_path):
+    """Which case applies depends on tp; both claim agnostic but place bytes differently."""
+    (tmp_path / "ag.lal").write_text(
+        "layout rows(R, C, A, B):\n    index r < R, c < C\n    offset A * r + B * c\n"
+        "grid g:\n    world tp * pcp\n    ranks pcp_rank < pcp, tp_rank < tp\n    replica pcp_rank, tp_rank\n"
+        "    agnostic when tp >= 1\n"
+        "    case tp == 1:\n        let A = 4, B = 1\n    case tp > 1:\n        let A = 1, B = block_size\n"
+        "family ag serves fallback:\n    grid g\n    local     rows(block_size, 4, 4, 1)\n"
+        "    canonical rows(block_size, 4, A, B)\n    shard (r, c) -> (r, c)\n")
+    rows = {r.obligation: r for r in prove_family(load([tmp_path / "ag.lal"]), "ag")}
+    assert rows["agnostic"].status == "unknown" and "canonical layouts of those cases differ" in rows["agnostic"].detail
+
+
+def test_a_family_that_claims_nothing_has_no_agnostic_row():
+    rows = prove_family(load([SPECS / "opaque.lal"]), "opaque")
+    assert "agnostic" not in {r.obligation for r in rows}
+
+
+def test_the_proof_cache_key_follows_a_grid_taken_from_a_file_not_imported(tmp_path):
+    from layoutalg.prove.store import proof_key
+    shutil.copy(SPECS / "grids.lal", tmp_path / "grids.lal")
+    (tmp_path / "split_nhd.lal").write_text((SPECS / "split_nhd.lal").read_text().replace('import "grids.lal"', ""))
+    before = proof_key(load([tmp_path]), "split_nhd")
+    grids = (tmp_path / "grids.lal").read_text().replace("        replica pcp_rank\n", "")
+    (tmp_path / "grids.lal").write_text(grids)
+    assert proof_key(load([tmp_path]), "split_nhd") != before
+
+
+def test_a_size_no_family_reads_is_an_error():
+    from layoutalg.errors import ConfigError
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    with pytest.raises(ConfigError, match="no family of this spec library reads 'pcp_replica'"):
+        Deriver().derive(LayerSpec("attention", 64, 4, 1, 8, 2, sizes={"pcp_replica": 1}), None, ParallelConfig(1, 1))
+
+
+def test_runs_refuses_built_in_names_in_size_and_a_grid_that_is_not_the_group(tmp_path):
+    assert _cli("runs", "specs/split_nhd.lal", "--size", "tp=4").returncode == 2
+    (tmp_path / "w.lal").write_text(
+        "layout bytes(P):\n    index b < P\n    offset b\n"
+        "grid g:\n    world tp\n    ranks tp_rank < tp\n"
+        "family w serves fallback:\n    grid g\n    local     bytes(page_size)\n"
+        "    canonical bytes(page_size * tp)\n    shard (b) -> (tp_rank * page_size + b)\n")
+    proc = _cli("runs", tmp_path / "w.lal", "--tp", "2", "--pcp", "2", "--page-size", "8")
+    assert proc.returncode == 1 and "worker group has tp * pcp = 4" in proc.stdout

@@ -62,9 +62,16 @@ def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
 
 
 def dependencies(lib, family: str) -> set[str]:
-    """The family's file and every file it imports, transitively."""
+    """Every file the family's meaning comes from: its own, those it imports (transitively),
+    and those that define its grid, its layouts and any shared `let`, `fn` or `param`: files
+    loaded together share one namespace, so a family may use a grid from a file it never names."""
     by_path = {m.path: m for m in lib.modules}
-    todo, seen = [lib.families[family].span.file], set()
+    f = lib.families[family]
+    todo, seen = [f.span.file], set()
+    used = [lib.grids.get(f.grid.id) if f.grid else None,
+            *(lib.layouts.get(u.call.fn) for u in (f.local, f.canonical) if u is not None),
+            *lib.lets.values(), *lib.fns.values(), *lib.params.values()]
+    todo += [d.span.file for d in used if d is not None and d.span is not None]
     while todo:
         p = todo.pop()
         if p in seen or p not in by_path:

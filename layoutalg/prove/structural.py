@@ -66,6 +66,35 @@ MOVES_WITH_THE_GROUP = ("tp", "pcp", "dcp", "interleave", "heads")
 """Runtime names that change with the parallel configuration for one and the same model."""
 
 
+def agnostic_family(family: Family) -> Certificate | None:
+    """`agnostic` for every case that claims it, and across them: where the claim holds in
+    two cases, which case applies may itself depend on tp, so their canonical layouts must
+    be one and the same. None when no case claims anything (there is nothing to show)."""
+    claims = [v for v in family.variants if v.agnostic not in (False, sympy.false)]
+    if not claims:
+        return None
+    for v in claims:
+        c = agnostic(family, v)
+        if c.status != "proved":
+            return c
+    forms = {_claimed_form(family, v): v for v in claims}
+    if len(forms) > 1:
+        a, b = list(forms.values())[:2]
+        text = lambda v: " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"  # noqa: E731
+        return Certificate("unknown", f"agnostic is claimed both when {text(a)} and when {text(b)}, but the "
+                                      f"canonical layouts of those cases differ")
+    return Certificate("proved", f"the canonical page is built from no parallel quantity, and is the same "
+                                 f"in all {len(claims)} case(s) that claim it")
+
+
+def _claimed_form(family: Family, v: Variant) -> tuple:
+    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
+    norm, _ = guarded_equality(family, claimed)
+    c = v.canonical
+    return tuple(sympy.srepr(sympy.expand(family.atoms.expand(norm(x))))
+                 for x in (*c.extents, *c.coefficients, c.element, c.base)) + tuple(c.indices)
+
+
 def agnostic(family: Family, v: Variant) -> Certificate:
     """Where `agnostic when ...` holds, the canonical page may not depend on the parallel
     configuration: its layout (extents, strides, base, element) must be built, after the
