@@ -2,14 +2,16 @@
 
 For each family and each path through its grid's cases:
 0. `page-size`: the path applies somewhere: Z3 finds a configuration in the declared
-   domain (`params.DOMAIN`) where its guards hold and the local layout is the page (the
+   domain (`params.TABLE` and each `param`) where its guards hold and the local layout is the page (the
    runtime's own check). Such witnesses also seed the per-configuration steps, so a
    family that applies anywhere is exercised there. A path with no configuration at all
    is dead (the runtime never takes it); a family with no live path is refuted.
-1. every other obligation, fully symbolic on small sizes: a quick hunt for counterexamples;
-2. fully symbolic over the declared domain: unsat proves it for every size and rank;
-3. where Z3 cannot decide within its budget: symbolic rank on each configuration of that
-   path; never on zero configurations (that is unknown, not proved).
+1. every other obligation, fully symbolic over the declared domain: unsat proves it for
+   every size and rank; a counterexample found there is shown again at small sizes when
+   Z3 finds one quickly;
+2. where the whole domain is undecided within its budget: a hunt for counterexamples at
+   small sizes, then symbolic rank on each configuration of that path; never on zero
+   configurations (that is unknown, not proved).
 Budgets are Z3 resource units (`rlimit`), so verdicts do not depend on the machine or
 its load. A wall-clock guard remains as a last resort; a result reached under it is
 marked not final and never cached.
@@ -71,7 +73,7 @@ class Budgets:
 
 
 def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dict[tuple, list[dict]]:
-    """Configurations from `params.SAMPLES` where the compiled family applies, by case path."""
+    """Configurations from the sample values of the names the family reads where it applies, by case path."""
     out: dict[tuple, list[dict]] = {}
     seen = set()
     samples = sample_domain(lib, cf)
