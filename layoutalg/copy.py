@@ -78,8 +78,9 @@ class CopyPlan:
                     block_bytes: int | None = None) -> torch.Tensor:
         """The batch as `(n, 3)` int64 `(src, dst, size)` byte triples for a batched memcpy.
 
-        Offsets count from `kv_base` (block b at `kv_base + b * block_bytes`, default one
-        local page a block) and `pages_base` (page p at `pages_base + p * canonical page`).
+        Offsets count from `kv_base` (block b at `kv_base + b * block_bytes`, by default the
+        planned tensor's block stride) and `pages_base` (page p at `pages_base + p *
+        canonical page`).
         On store only the pages this rank writes appear. Fragments that continue each
         other in both source and destination are merged.
         """
@@ -87,10 +88,20 @@ class CopyPlan:
         blocks, ids = _ids(block_ids, "block_ids", "descriptors"), _ids(page_ids, "page_ids", "descriptors")
         if blocks.numel() != ids.numel():
             raise LayoutMismatch(f"descriptors: {blocks.numel()} block ids but {ids.numel()} page ids")
+        for name, t in (("block_ids", blocks), ("page_ids", ids)):
+            if t.numel() and int(t.min()) < 0:
+                raise LayoutMismatch(f"descriptors: {name} holds {int(t.min())}; ids are not negative")
+        dst_name, dst = ("page_ids", ids) if store else ("block_ids", blocks)
+        if torch.unique(dst).numel() != dst.numel():
+            raise LayoutMismatch(f"descriptors: {dst_name} repeats an id: two sources would write one destination")
+        shape, stride, dtype, _ = self.tensor
+        step = stride[0] * torch.empty(0, dtype=dtype).element_size() if block_bytes is None else block_bytes
+        if step < m.local_page_size_bytes:
+            raise LayoutMismatch(f"descriptors: blocks {step} bytes apart would overlap {m.local_page_size_bytes}-byte "
+                                 f"pages")
         if store:
             mine = (ids % m.num_writers) == m.writer_index
             blocks, ids = blocks[mine], ids[mine]
-        step = block_bytes or m.local_page_size_bytes
         frags = [(r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride, r.fragment_size)
                  for r in m.runs for i in range(r.num_fragments)]
         frags.sort()
@@ -162,12 +173,22 @@ def _word(m: CanonicalPageMapping, lb: torch.Tensor) -> int:
     return next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
 
 
+_INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
 def _ids(ids, name: str, op: str) -> torch.Tensor:
-    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.int64)
-    if t.dim() != 1 or t.dtype != torch.int64:
+    """Ids as a 1-D int64 CPU tensor; floats and bools are refused, never truncated."""
+    try:
+        t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids if hasattr(ids, "__array__") else list(ids))
+    except (TypeError, ValueError, RuntimeError):
+        raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints") from None
+    if t.numel() == 0 and t.dtype == torch.float32:
+        t = t.to(torch.int64)  # an empty list has no element type to refuse
+    wanted = (torch.int64,) if isinstance(ids, torch.Tensor) else _INTEGER  # a tensor says int64 itself
+    if t.dim() != 1 or t.dtype not in wanted:
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, "
                              f"got {t.dim()}-D {t.dtype}")
-    return t.cpu()
+    return t.to(torch.int64).cpu()
 
 
 def _in_range(t: torch.Tensor, n: int, name: str, op: str) -> None:

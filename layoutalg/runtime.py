@@ -108,8 +108,8 @@ class LayerSpec:
         _check_ints(self, _LAYER_SIZES, optional="page_size_bytes")
         if type(self.per_token_head_quant) is not bool:
             _set(self, "per_token_head_quant", _as_flag(self.per_token_head_quant, "LayerSpec.per_token_head_quant"))
-        if self.sizes is None:
-            _set(self, "sizes", ())
+        if self.sizes is None or (not self.sizes and self.sizes != ()):
+            _set(self, "sizes", ())  # None, {} and [] all mean no extra names (and stay hashable)
         elif self.sizes:
             _set(self, "sizes", _named_sizes(self.sizes))
 

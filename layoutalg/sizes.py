@@ -66,14 +66,14 @@ class Atoms:
             raise SpecError(f"division by zero in '{num} {op} {den}'", span)
         if den.is_Integer and den < 0:
             raise SpecError(f"divisor {den} in '{num} {op} {den}' is negative; divisors are positive", span)
+        if not den.is_Integer:
+            # every division means "where the divisor is positive", even one that cancels or
+            # that sympy later drops (`(tp // k) * 0`): the state that divided turns it into a guard
+            self.positive.append((den, span, f"({num}) {op} ({den})"))
         if op == "/":
             q = sympy.cancel(num / den)
             n, d = sympy.fraction(q)
             if d == 1 and _int_poly(n):
-                if not den.is_Integer:
-                    # the quotient is a polynomial, but the division still means "where the
-                    # divisor is positive": the state that evaluated it turns this into a guard
-                    self.positive.append((den, span, f"({num}) / ({den})"))
                 return sympy.expand(n)
         if num.is_Integer and den.is_Integer:
             a, b = int(num), int(den)

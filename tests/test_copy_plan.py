@@ -114,3 +114,32 @@ def test_a_plan_refuses_a_tensor_that_is_not_one_page_a_block(deriver):
     padded = torch.zeros(N, 2, BS, like.shape[3], 2 * D, dtype=torch.bfloat16)[..., :D]
     with pytest.raises(LayoutMismatch, match="dense page"):
         plan(maps[0], padded)
+
+
+def test_ids_that_are_not_integers_are_refused(deriver):
+    maps, like = group(deriver, 2)
+    kv = torch.randn(like.shape).to(torch.bfloat16)
+    p = plan(maps[1], kv)
+    pages = torch.zeros(N, maps[1].canonical_page_size_bytes, dtype=torch.uint8)
+    for bad in ([1.9, 3.2], [True, False]):
+        with pytest.raises(LayoutMismatch, match="block_ids must be a 1-D int64"):
+            p.store(kv, bad, pages, [0, 2])
+    assert pages.sum() == 0
+
+
+def test_descriptors_follow_a_padded_block_stride_and_check_their_ids(deriver):
+    maps, like = group(deriver, 2)
+    big = torch.randn((N, 2) + tuple(like.shape[1:])).to(torch.bfloat16)
+    kv = big[:, 0]                                      # blocks two pages apart
+    p = plan(maps[1], kv)
+    pages = torch.zeros(N, maps[1].canonical_page_size_bytes, dtype=torch.uint8)
+    p.store(kv, [1, 3], pages, [0, 2])
+    src, dst = big.view(-1).view(torch.uint8), torch.zeros(pages.numel(), dtype=torch.uint8)
+    for s, d, n in p.descriptors([1, 3], [0, 2], kv_base=kv.storage_offset() * 2).tolist():
+        dst[d:d + n] = src[s:s + n]
+    assert torch.equal(dst.view_as(pages), pages)
+    for blocks, ids, message in (([-1], [0], "not negative"), ([0, 1], [2, 2], "repeats an id")):
+        with pytest.raises(LayoutMismatch, match=message):
+            p.descriptors(blocks, ids)
+    with pytest.raises(LayoutMismatch, match="would overlap"):
+        p.descriptors([0], [0], block_bytes=1)

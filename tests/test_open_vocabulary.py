@@ -204,3 +204,23 @@ def test_the_corpus_format_carries_declared_sizes():
     layer, *_ = layer_of({"spec": {"kind": "mamba_ssm", "page_size_bytes": 8, "sizes": {"state_size": 2}},
                           "parallel": {"tp": 1, "total_kv_heads": 1}})
     assert layer.sizes == (("state_size", 2),)
+
+
+def test_a_floor_division_that_sympy_drops_still_needs_a_positive_divisor(tmp_path, monkeypatch):
+    """`(tp // k) * 0` is 0 as a polynomial, but the prover reads it where k > 0 only."""
+    d = _lib(tmp_path, monkeypatch, """
+param k in 0 .. 4 samples 1 "a size"
+family f serves thing:
+    grid solo
+    require (tp // k) * 0 == 0
+    local     halves(1)
+    canonical halves(tp)
+    shard (h, l) -> (h, tp_rank + l)
+""")
+    assert d.derive(LayerSpec("thing", 2, sizes={"k": 1}), None, ParallelConfig(1, 1)).result == "certified"
+    assert d.derive(LayerSpec("thing", 2, sizes={"k": 0}), None, ParallelConfig(1, 1)).result == "no_mappings"
+
+
+def test_empty_sizes_are_no_sizes():
+    assert LayerSpec("x", 4, sizes={}).sizes == () == LayerSpec("x", 4, sizes=[]).sizes
+    hash(LayerSpec("x", 4, sizes={}))

@@ -241,7 +241,7 @@ def test_a_negative_divisor_fails_closed_where_the_prover_assumes_it_positive(tm
     sizes = dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=1, heads=1, block_size=4, head_size=128,
                  dtype_bytes=1, page_size=8, per_token_head_quant=0, compress_ratio=1)
     from layoutalg.compiled import GuardFailed
-    with pytest.raises(GuardFailed, match="not positive"):
+    with pytest.raises(GuardFailed, match="not positive|is positive does not hold"):
         cf.evaluate(sizes)
     rows = {r.obligation: r for r in prove_family(lib, "neg")}
     assert rows["shard-in-range"].status == "proved"   # true wherever the family applies
