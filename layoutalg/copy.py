@@ -53,25 +53,25 @@ class CopyPlan:
         """Copy this rank's bytes of each block into its canonical page, where this rank is the
         page's writer. Returns how many blocks it wrote."""
         blocks, ids = self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True)
-        m = self.mapping
-        mine = (ids % m.num_writers) == m.writer_index
-        blocks, ids = blocks[mine], ids[mine]
-        if ids.numel():
-            local, canon = self._pair(kv, pages)
-            for r in m.runs:
-                dst = _view(canon, r.canonical_offset, r.canonical_stride, r)
-                dst.index_copy_(0, ids, _view(local, r.local_offset, r.local_stride, r).index_select(0, blocks))
-        return int(ids.numel())
+        mine = (ids % self.mapping.num_writers) == self.mapping.writer_index
+        return self._move(kv, pages, blocks[mine], ids[mine], to_pages=True)
 
     def load(self, pages: torch.Tensor, page_ids, kv: torch.Tensor, block_ids) -> int:
         """Fill each block from its canonical page (every rank, every block). Returns the count."""
         blocks, ids = self._batch("load", kv, block_ids, pages, page_ids, unique_blocks=True)
-        m = self.mapping
+        return self._move(kv, pages, blocks, ids, to_pages=False)
+
+    def _move(self, kv, pages, blocks, ids, to_pages: bool) -> int:
+        """Each run: one gather from the source views and one scatter into the destination's."""
         if ids.numel():
             local, canon = self._pair(kv, pages)
-            for r in m.runs:
-                dst = _view(local, r.local_offset, r.local_stride, r)
-                dst.index_copy_(0, blocks, _view(canon, r.canonical_offset, r.canonical_stride, r).index_select(0, ids))
+            for r in self.mapping.runs:
+                lv = _view(local, r.local_offset, r.local_stride, r)
+                cv = _view(canon, r.canonical_offset, r.canonical_stride, r)
+                if to_pages:
+                    cv.index_copy_(0, ids, lv.index_select(0, blocks))
+                else:
+                    lv.index_copy_(0, blocks, cv.index_select(0, ids))
         return int(ids.numel())
 
     def descriptors(self, block_ids, page_ids, store: bool = True, kv_base: int = 0, pages_base: int = 0,
