@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import params
-from .compiled import CompiledFamily, GuardFailed
+from .compiled import CompiledFamily, GuardFailed, misfit
 from .interpret import Reading, byte_map
 from .library import Library
 from .lower import TilingError, lower
@@ -87,7 +87,7 @@ def instantiate(cf: CompiledFamily, sizes: dict):
         except GuardFailed as e:
             last = e
             continue
-        if inst.local_page == page and inst.world == sizes["tp"] * sizes["pcp"]:  # what the runtime demands
+        if not misfit(inst, page, sizes["tp"] * sizes["pcp"]):  # what the runtime demands
             return inst, {**sizes, "page_size": page}
     raise last or GuardFailed("no page size fits the local layout")
 

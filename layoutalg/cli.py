@@ -227,7 +227,7 @@ def _check(args) -> int:
 
 def _runs(args) -> int:
     from .compile import compile_family
-    from .compiled import GuardFailed
+    from .compiled import GuardFailed, misfit
     from .family import resolve
     from .lower import lower
     from . import params
@@ -247,11 +247,10 @@ def _runs(args) -> int:
             raise LayoutalgError(f"--size {name}: not a name these specs declare; declared: "
                                  f"{', '.join(declared) or 'none'}")
         sizes[name] = value
-    for name, lo, hi in cf.bounds:  # say it plainly before any guard or case speaks
-        if name in sizes and not lo <= sizes[name] <= hi:
-            print(f"{cf.name} does not apply (the layer would fail closed): {name} = {sizes[name]} is outside "
-                  f"the proved domain [{lo}, {hi}]")
-            return 1
+    outside = cf.outside_domain(sizes)  # say it plainly before any guard or case speaks
+    if outside:
+        print(f"{cf.name} does not apply (the layer would fail closed): {outside}")
+        return 1
     page = args.page_size
     if page is None:
         page = args.block_size * 1152 if cf.serves == "mla" else 0
@@ -266,13 +265,9 @@ def _runs(args) -> int:
     except GuardFailed as e:
         print(f"{cf.name} does not apply (the layer would fail closed): {e}")
         return 1
-    if inst.local_page != page:
-        print(f"{cf.name} does not apply (the layer would fail closed): its local layout holds {inst.local_page} "
-              f"bytes but the page is {page}")
-        return 1
-    if inst.world != args.tp * args.pcp:
-        print(f"{cf.name} does not apply (the layer would fail closed): its grid has {inst.world} ranks but the "
-              f"worker group has tp * pcp = {args.tp * args.pcp}")
+    why = misfit(inst, page, args.tp * args.pcp)
+    if why:
+        print(f"{cf.name} does not apply (the layer would fail closed): {why}")
         return 1
     outside = params.in_domain({**sizes, "page_size": page})
     if outside:

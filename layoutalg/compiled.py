@@ -71,6 +71,20 @@ class _Guard(Exception):
         self.variant, self.index = variant, index
 
 
+def misfit(inst: Instance, page: int, group: int) -> str:
+    """Why an instance does not fit the layer the runtime holds ('' when it does).
+
+    Every family, the fallback included, applies only where its local layout is exactly
+    the page and its grid is the worker group (`group` = tp * pcp ranks): what the runtime
+    demands, what `check` samples and what the prover assumes.
+    """
+    if inst.local_page != page:
+        return f"layout holds {inst.local_page} bytes but the page is {page}"
+    if inst.world != group:
+        return f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}"
+    return ""
+
+
 class UnsafeSource(LayoutalgError):
     """Compiled source that is not of the form `compile.py` prints; it is never executed."""
 
@@ -92,7 +106,7 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
     each made of `name = P['name']` for runtime names, then `if not C: return None` and
     `if not C: raise _Guard(K, j)`, then `return _Instance(...)`. Expressions use only
     ints, True/False, the names bound from P, `+ - * **` (small int exponents),
-    comparisons, `and`/`or`/`not`, `bool(x)` and `_exact`/`_floor`/`_mod(a, b, k)` with
+    comparisons, `not`, `bool(x) & bool(y)` and `|` (every operand evaluated), `bool(x)` and `_exact`/`_floor`/`_mod(a, b, k)` with
     k an atom index; strings and tuples only inside `_Instance(...)`. Anything else
     (imports, attributes, other calls, subscripts, lambdas, dunder names) is refused.
 
@@ -315,17 +329,24 @@ class CompiledFamily:
     def tensor_dims(self) -> int:
         return len(self.tensor)
 
+    def outside_domain(self, sizes: dict) -> str:
+        """'' when every name the family reads lies in its proved bounds, else which one does not:
+        past the declared domain nothing is proved, so the family fails closed there."""
+        for name, lo, hi in self.bounds:
+            v = sizes.get(name)
+            if v is not None and not lo <= v <= hi:
+                return f"{name} = {v} is outside the proved domain [{lo}, {hi}]"
+        return ""
+
     def evaluate(self, sizes: dict, bounded: bool = True) -> Instance:
         """The numeric digit table at `sizes` (a value for each runtime name the family reads).
 
         Raises `GuardFailed` naming the spec line of the first guard that fails, or the
         runtime name the family reads that `sizes` does not give.
         """
-        for name, lo, hi in self.bounds if bounded else ():  # unbounded: tools probing a layout's size
-            # past the declared domain nothing is proved: fail closed, as the prover assumes
-            v = sizes.get(name)
-            if v is not None and not lo <= v <= hi:
-                raise GuardFailed(f"{self.where}: {name} = {v} is outside the proved domain [{lo}, {hi}]")
+        outside = self.outside_domain(sizes) if bounded else ""  # unbounded: tools probing a layout's size
+        if outside:
+            raise GuardFailed(f"{self.where}: {outside}")
         for k, fn in enumerate(self._variants):
             try:
                 out = fn(sizes)

@@ -22,7 +22,7 @@ from math import prod
 from pathlib import Path
 
 from . import params
-from .compiled import CompiledFamily, GuardFailed, Instance
+from .compiled import CompiledFamily, GuardFailed, Instance, misfit
 from .errors import ConfigError
 from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping
@@ -276,10 +276,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         inst = cf.evaluate(sizes)
     except GuardFailed as e:
         return str(e)
-    group = sizes["tp"] * sizes["pcp"]
-    if inst.world != group:  # the spec's grid must be the worker group, rank for rank
-        return f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}"
-    why = _mismatch(inst, cf.tensor, layer, tensor, num_blocks)
+    why = _mismatch(inst, cf.tensor, layer, tensor, num_blocks) or misfit(inst, layer.page_size_bytes,
+                                                                          sizes["tp"] * sizes["pcp"])
     if why:
         return why
     try:
@@ -307,11 +305,9 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
 
 
 def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:
-    """Why the instance does not describe this layer ('' when it does).
-
-    Every family, the fallback included, must hold exactly the layer's page; one that
-    reads the tensor must also find that page in each of the tensor's blocks.
-    """
+    """Why the instance does not describe this layer's tensor ('' when it does): a family
+    that reads the tensor must find its shape, strides and page in each block. (That the
+    layout is the page and the grid the group is `compiled.misfit`, for every family.)"""
     page = layer.page_size_bytes
     if inst.tensor_shape:  # the family reads a tensor: recognise it by shape and strides
         if tensor is None:
@@ -327,8 +323,6 @@ def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayo
         held = prod(tensor.shape[1:]) * tensor.element_size
         if held != page:
             return f"KV tensor holds {held} bytes per block but the page is {page}"
-    if inst.local_page != page:
-        return f"layout holds {inst.local_page} bytes but the page is {page}"
     return ""
 
 

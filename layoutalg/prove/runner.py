@@ -108,14 +108,14 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
     found, status = [], "sat"
     for cap in (2, 4, 16):
         m = Model(lib, family, path, bounds=_Capped(cap, WITNESS.page))
-        block = [z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes]) for sizes in [*avoid, *found]]
+        other = lambda sizes: z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes])  # noqa: E731
+        block = [other(sizes) for sizes in [*avoid, *found]]
         while len(found) < n:
             status, model = m.solve(z3.And(*block) if block else z3.BoolVal(True), budget)
             if status != "sat":
                 break
-            sizes = {k: value(model, v) for k, v in m.sizes.items()}
-            found.append(sizes)
-            block.append(z3.Or(*[m.sizes[k] != v for k, v in sizes.items()]))
+            found.append({k: value(model, v) for k, v in m.sizes.items()})
+            block.append(other(found[-1]))
         if len(found) >= n:
             break
     if not found:  # nothing small: a path is dead only if nothing in the whole domain takes it
@@ -140,7 +140,8 @@ def _where(lib: Library, family: str, name: str) -> str:
 
 
 def _sizes_text(m: Model, model) -> str:
-    return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in m.sizes if n in _used(m.lib, m.family))
+    used = _used(m.lib, m.family)
+    return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in m.sizes if n in used)
 
 
 def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
