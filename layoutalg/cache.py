@@ -91,8 +91,8 @@ def private(path: Path) -> bool:
 
 
 def _valid_library(data) -> bool:
-    from .compiled import valid_json
-    return isinstance(data, list) and all(valid_json(d) for d in data)
+    from .compiled import valid_entry
+    return isinstance(data, list) and all(valid_entry(d) for d in data)
 
 
 _VALID = {"library": _valid_library}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from math import lcm
 from dataclasses import dataclass, field
 
 from . import params
@@ -48,20 +49,32 @@ def _partition(intervals, size) -> str:
                                   else f"runs reach byte {at} past the page end {size}")
 
 
-def tiling_errors(maps: tuple[CanonicalPageMapping, ...]) -> list[str]:
-    """The reference's start-up check, on intervals of the runs."""
+def tiling_errors(maps: tuple[CanonicalPageMapping, ...], local_pads=(), canonical_pads=()) -> list[str]:
+    """The reference's start-up check, on intervals of the runs (and of a page's pads, which
+    are never copied: `(offset, size)` intervals)."""
     errors = []
     for rank, m in enumerate(maps):
-        why = _partition([(lo, n) for r in m.runs for lo, _, n in r.triples()], m.local_page_size_bytes)
+        why = _partition([(lo, n) for r in m.runs for lo, _, n in r.triples()] + list(local_pads),
+                         m.local_page_size_bytes)
         if why:
             errors.append(f"rank {rank}, local page: {why}")
-    nw = maps[0].num_writers
+    nw = 1
+    for m in maps:
+        for n, _ in m.run_writers or ((m.num_writers, 0),):
+            nw = lcm(nw, n)  # every combination of writer turns comes round within nw blocks
     for block in range(nw):
-        stored = [(co, n) for m in maps if m.is_writer(block) for r in m.runs for _, co, n in r.triples()]
-        why = _partition(stored, maps[0].canonical_page_size_bytes)
+        stored = [(co, n) for m in maps for r in m.written_runs(block) for _, co, n in r.triples()]
+        why = _partition(stored + list(canonical_pads), maps[0].canonical_page_size_bytes)
         if why:
             errors.append(f"block {block}, canonical page: {why}")
     return errors
+
+
+def pads(inst) -> tuple[list, list]:
+    """The local and canonical pad intervals of a page of regions (none for one box)."""
+    from .lower import pad_fragments
+    return ([f for p in getattr(inst, "local_pads", ()) for f in pad_fragments(p)],
+            [f for p in getattr(inst, "canonical_pads", ()) for f in pad_fragments(p)])
 
 
 def configurations(domain: dict = DEFAULT_DOMAIN):
@@ -77,6 +90,9 @@ def instantiate(cf: CompiledFamily, sizes: dict):
         inst = cf.evaluate({**sizes, "page_size": 0}, bounded=False)  # only to learn the page it holds
         if inst.local_page > 0:
             trial.append(inst.local_page)
+        if hasattr(inst, "regions"):  # a page padded to the runtime's page: its data, then with room to spare
+            used = sum(i.local_page for _, i in inst.regions)
+            trial += [used, used + 2 * sizes["block_size"]]
     except (GuardFailed, ZeroDivisionError):
         pass
     trial += [sizes["block_size"] * k for k in (3, 8)]
@@ -115,7 +131,7 @@ class FamilyReport:
 
 def spec_line(lib: Library, family: str, what: str) -> str:
     """`file:line` of the statement a finding is about: the local layout, the grid, the shard map."""
-    f = lib.families[family]
+    f = lib.family_def(family)
     span = f.span
     if "local" in what and f.local is not None:
         span = f.local.span
@@ -189,15 +205,16 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
         rep.certified += 1
         if rep.example is None or _variety(maps) > _variety(rep.example[1]):
             rep.example = (sizes, maps)
-        rep.errors += [f"{spec_line(lib, cf.name, e)}: {e}, with {where}" for e in tiling_errors(maps)]
+        rep.errors += [f"{spec_line(lib, cf.name, e)}: {e}, with {where}" for e in tiling_errors(maps, *pads(inst))]
         moved = _single_rank_moves(maps)
         if moved:
             rep.errors.append(f"{spec_line(lib, cf.name, 'canonical')}: {moved}, with {where}")
         if rep.oracle_checked < oracle_limit:
             rep.oracle_checked += 1
             try:
-                reading = Reading(lib, cf.name, sizes)
-                expected = [byte_map(reading, rank) for rank in range(len(maps))]
+                readings = [Reading(lib, part, sizes) for part in lib.parts_of(cf.name)]
+                expected = [{k: v for r in readings for k, v in byte_map(r, rank).items()}
+                            for rank in range(len(maps))]
             except (ArithmeticError, LookupError) as e:
                 rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: the spec's direct reading fails where the "
                                   f"compiled family applies ({type(e).__name__}: {e}), with {where}")

@@ -182,15 +182,15 @@ def _families_in(spec: str, wanted: str | None):
 
 def _check(args) -> int:
     from .check import check_family
-    from .compile import compile_family
-    from .family import check_layouts, resolve
+    from .compile import compile_named
+    from .family import check_layouts
     from .library import load
     lib = load(args.specs)
     check_layouts(lib)  # a broken layout is the finding, even in a file with no family
     if not lib.families:
         raise LayoutalgError(f"nothing to check: no family in {', '.join(args.specs)} ({len(lib.modules)} file(s), "
                              f"{len(lib.grids)} grid(s), {len(lib.layouts)} layout(s))")
-    compiled = {name: compile_family(resolve(lib, name)) for name in lib.families}
+    compiled = {name: compile_named(lib, name) for name in lib.families}
     print(f"{len(lib.layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
           f"in {len(lib.modules)} file(s)\n")
     print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
@@ -218,23 +218,29 @@ def _check(args) -> int:
         print(f"\n{name}, example with {shown}: {len(maps)} ranks, runs as (local, canonical, fragment, count, "
               f"local stride, canonical stride)")
         for rank, m in enumerate(maps[:8]):
-            print(f"  rank {rank} (writer {m.writer_index} of {m.num_writers}): "
+            print(f"  rank {rank} ({_writer_text(m)}): "
                   + " ".join(str(tuple(r)) for r in m.runs[:8]) + (" ..." if len(m.runs) > 8 else ""))
         if len(maps) > 8:
             print(f"  ... and {len(maps) - 8} more ranks (`layoutalg runs` prints them all)")
     return 1 if bad else 0
 
 
+def _writer_text(m) -> str:
+    """Who stores what: one election for the page, or one per region of a page replicated unevenly."""
+    if not m.run_writers:
+        return f"writer {m.writer_index} of {m.num_writers}"
+    return "writers per run " + " ".join(f"{w}/{n}" for n, w in m.run_writers)
+
+
 def _runs(args) -> int:
-    from .compile import compile_family
+    from .compile import compile_named
     from .compiled import GuardFailed, misfit
-    from .family import resolve
-    from .lower import lower
+    from .lower import TilingError, lower
     from . import params
     lib, names = _families_in(args.spec, args.family)
     if len(names) > 1:
         raise LayoutalgError(f"{args.spec} holds {len(names)} families; say which with --family: {', '.join(names)}")
-    cf = compile_family(resolve(lib, names[0]))
+    cf = compile_named(lib, names[0])
     sizes = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave,
              "total_heads": args.heads, "heads": args.local_heads or max(1, args.heads // args.tp),
              "block_size": args.block_size, "head_size": args.head_size, "dtype_bytes": args.dtype_bytes,
@@ -272,16 +278,21 @@ def _runs(args) -> int:
     outside = params.in_domain({**sizes, "page_size": page})
     if outside:
         print(f"note: {outside}: `layoutalg prove` does not cover these runs")
-    maps = lower(inst)
-    print(f"family {cf.name}: local page {inst.local_page} B, canonical page {inst.canonical_page} B, "
-          f"{len(maps)} rank(s), {maps[0].num_writers} writer(s) per block, "
-          f"agnostic={maps[0].parallelism_agnostic}")
+    try:
+        maps = lower(inst)
+    except TilingError as e:
+        print(f"{cf.name} does not apply (the layer would fail closed): {e}")
+        return 1
+    first = inst.regions[0][1] if hasattr(inst, "regions") else inst
+    regions = f", regions {', '.join(r for r, _ in inst.regions)}" if hasattr(inst, "regions") else ""
+    print(f"family {cf.name}: local page {inst.local_page} B, canonical page {inst.canonical_page} B{regions}, "
+          f"{len(maps)} rank(s), {maps[0].num_writers if not maps[0].run_writers else 'per-run'} writer(s) "
+          f"per block, agnostic={maps[0].parallelism_agnostic}")
     for rank, m in enumerate(maps):
         digits = []
-        for (n, rs, _, _), name in zip(inst.ranks, inst.rank_names):
+        for (n, rs, _, _), name in zip(first.ranks, first.rank_names):
             digits.append(f"{name}={(rank // rs) % n}")
-        print(f"\nrank {rank} ({', '.join(digits)}), writer {m.writer_index} of {m.num_writers}, "
-              f"{len(m.runs)} run(s)")
+        print(f"\nrank {rank} ({', '.join(digits)}), {_writer_text(m)}, {len(m.runs)} run(s)")
         print(f"  {'local':>8} {'canonical':>10} {'fragment':>9} {'count':>6} {'l.stride':>9} {'c.stride':>9}")
         for r in m.runs:
             print(f"  {r.local_offset:>8} {r.canonical_offset:>10} {r.fragment_size:>9} {r.num_fragments:>6} "
@@ -292,9 +303,11 @@ def _runs(args) -> int:
 def _explain(args) -> int:
     from .family import resolve, symbolic_copy_map
     lib, names = _families_in(args.spec, args.family)
-    for name in names:
+    for name in [p for n in names for p in lib.parts_of(n)]:
         fam = resolve(lib, name)
-        print(f"family {name} (serves {fam.serves}) from {os.path.relpath(fam.path)}")
+        region = lib.family_def(name).shard.region
+        part = f", region '{region}' of its pages" if region else ""
+        print(f"family {name} (serves {fam.serves}{part}) from {os.path.relpath(fam.path)}")
         for v in fam.variants:
             cases = " and ".join(c.text.removeprefix("case ") for c in v.cases) or "always"
             print(f"\n  when {cases}:")
@@ -324,11 +337,10 @@ def _corpus(args) -> int:
 
 
 def _id(args) -> int:
-    from .family import resolve
-    from .identity import layout_id
+    from .compile import compile_named
     lib, names = _families_in(args.spec, args.family)
     for name in names:
-        print(f"{layout_id(resolve(lib, name))}  {name}")
+        print(f"{compile_named(lib, name).layout_id}  {name}")
     return 0
 
 

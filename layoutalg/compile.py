@@ -88,7 +88,7 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
         repr(v.family), loc, rk, pr(v.canonical_base), pr(v.local.size_bytes()),
         pr(v.canonical.size_bytes()), pr(v.world), f"bool({pr(v.agnostic)})", pr(v.local.element),
         shape, strides, targets, repr(tuple(d.name for d in local)),
-        repr(tuple(d.name for d in ranks))]) + ")")
+        repr(tuple(d.name for d in ranks)), pr(v.local_base)]) + ")")
     # read only the names this case uses: a runtime that lacks one fails closed naming it
     prelude = [f"    {n} = P[{n!r}]" if pr.vocabulary[n].default is None else
                f"    {n} = P.get({n!r}, {int(pr.vocabulary[n].default)})" for n in sorted(pr.used)]
@@ -109,3 +109,21 @@ def compile_family(family: Family) -> CompiledFamily:
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
                           tuple(family.tensor or ()), layout_id(family), bounds, family)
+
+
+def compile_named(lib, name: str):
+    """The family `name` of a library compiled: a `CompiledFamily`, or for a family of pages a
+    `CompiledPage` of its parts (one per data region, and its pads)."""
+    from .compiled import CompiledPage
+    from .family import resolve
+    from .identity import page_id
+    parts = lib.parts_of(name)
+    if parts == [name]:
+        return compile_family(resolve(lib, name))
+    fdef = lib.families[name]
+    data = [(lib.parts[p].shard.region, compile_family(resolve(lib, p))) for p in parts]
+    pads = [p for p in lib.parts_of(name, pads=True) if p not in parts]
+    local_pads = tuple(compile_family(resolve(lib, p)) for p in pads if not p.endswith("'"))
+    canonical_pads = tuple(compile_family(resolve(lib, p)) for p in pads if p.endswith("'"))
+    return CompiledPage(name, fdef.serves, fdef.order, str(fdef.span), tuple(data), local_pads, canonical_pads,
+                        page_id(lib, name))

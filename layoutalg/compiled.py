@@ -39,6 +39,7 @@ class Instance(NamedTuple):
     targets: tuple        # ((canonical extent, base, ((scale, digit extent), ...)), ...)
     local_names: tuple
     rank_names: tuple
+    local_base: int = 0   # bytes before the region (a page of regions); 0 for a layout of one box
 
 
 # A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition
@@ -111,7 +112,7 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
     (imports, attributes, other calls, subscripts, lambdas, dunder names) is refused.
 
     Examples:
-        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 14 + ")"
+        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 15 + ")"
         >>> _ = check_source(source, (0,), 0)
         >>> check_source("def _variant_0(P):\\n    import os\\n    return None", (0,), 0)
         Traceback (most recent call last):
@@ -360,6 +361,107 @@ class CompiledFamily:
                 where, op, text = self.atoms[a.k]
                 what = "divides by a number that is not positive" if a.b <= 0 else "is not a whole number"
                 raise GuardFailed(f"{where}: {text} = {a.a} {op} {a.b} {what}") from None
+            if out is not None and not bounded:
+                return out  # a tool probing a layout's size at a made-up page
             if out is not None:
+                bad = next((n for (e, *_), n in zip(out.local, out.local_names) if e < 0), None)
+                if bad is None:
+                    bad = next((n for (e, *_), n in zip(out.ranks, out.rank_names) if e < 0), None)
+                if bad is not None:  # an empty box is a box; a negative extent is no size at all
+                    raise GuardFailed(f"{self.where}: family '{self.name}': digit '{bad}' has a negative extent "
+                                      f"at these sizes")
                 return out
         raise GuardFailed(f"{self.where}: no case of the grid holds for family '{self.name}'")
+
+
+class Page(NamedTuple):
+    """A family of pages at one configuration: each data region's instance, and the pads.
+
+    A region's instance is that of its part family (`Instance.local_base` places it in the
+    page); a pad's instance gives its local digits only (it is never copied)."""
+
+    family: str
+    regions: tuple        # ((region name, Instance), ...) of the data regions, in page order
+    local_pads: tuple     # (Instance, ...) of the local page's pads
+    canonical_pads: tuple  # (Instance, ...) of the canonical page's pads (local digits: the pad's box)
+    local_page: int
+    canonical_page: int
+    world: int
+    agnostic: bool
+    tensor_shape: tuple = ()  # pages are not recognised from one tensor
+
+
+@dataclass
+class CompiledPage:
+    """A family of pages ready for the runtime: one compiled part family per region.
+
+    Every part runs the family's grid and statements, so they take the same case at any
+    configuration; `evaluate` fails closed if they do not agree."""
+
+    name: str
+    serves: str
+    order: int
+    where: str
+    parts: tuple          # (region name, CompiledFamily) of each data region
+    local_pads: tuple     # CompiledFamily of each local pad
+    canonical_pads: tuple
+    layout_id: str = ""
+    family: object = None
+
+    tensor = ()
+    tensor_dims = 0
+
+    @property
+    def bounds(self) -> tuple:
+        return tuple(sorted({b for _, cf in self.parts for b in cf.bounds}
+                            | {b for cf in self.local_pads + self.canonical_pads for b in cf.bounds}))
+
+    def outside_domain(self, sizes: dict) -> str:
+        for cf in (*(cf for _, cf in self.parts), *self.local_pads, *self.canonical_pads):
+            why = cf.outside_domain(sizes)
+            if why:
+                return why
+        return ""
+
+    def evaluate(self, sizes: dict, bounded: bool = True) -> Page:
+        """Every region's instance at `sizes`; raises `GuardFailed` as `CompiledFamily.evaluate`."""
+        regions = tuple((r, cf.evaluate(sizes, bounded)) for r, cf in self.parts)
+        lpads = tuple(cf.evaluate(sizes, bounded) for cf in self.local_pads)
+        cpads = tuple(cf.evaluate(sizes, bounded) for cf in self.canonical_pads)
+        first = regions[0][1]
+        for r, inst in regions[1:]:
+            if (inst.world, inst.agnostic) != (first.world, first.agnostic):
+                raise GuardFailed(f"{self.where}: regions '{regions[0][0]}' and '{r}' of family '{self.name}' "
+                                  f"take different cases of the grid")
+        local = sum(i.local_page for _, i in regions) + sum(p.local_page for p in lpads)
+        canonical = sum(i.canonical_page for _, i in regions) + sum(p.local_page for p in cpads)
+        return Page(self.name, regions, lpads, cpads, local, canonical, first.world, first.agnostic)
+
+    def to_json(self) -> dict:
+        return {"page": True, "name": self.name, "serves": self.serves, "order": self.order, "where": self.where,
+                "layout_id": self.layout_id, "parts": [[r, cf.to_json()] for r, cf in self.parts],
+                "local_pads": [cf.to_json() for cf in self.local_pads],
+                "canonical_pads": [cf.to_json() for cf in self.canonical_pads]}
+
+    @staticmethod
+    def from_json(d: dict) -> "CompiledPage":
+        return CompiledPage(d["name"], d["serves"], d["order"], d["where"],
+                            tuple((r, CompiledFamily.from_json(p)) for r, p in d["parts"]),
+                            tuple(CompiledFamily.from_json(p) for p in d["local_pads"]),
+                            tuple(CompiledFamily.from_json(p) for p in d["canonical_pads"]), d["layout_id"])
+
+
+def valid_entry(d) -> bool:
+    """`valid_json` for a compiled family or a compiled family of pages (every part checked)."""
+    if isinstance(d, dict) and d.get("page") is True:
+        return (all(isinstance(d.get(k), str) for k in ("name", "serves", "where", "layout_id"))
+                and type(d.get("order")) is int and isinstance(d.get("parts"), list) and d["parts"]
+                and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and valid_json(p[1])
+                        for p in d["parts"])
+                and all(isinstance(d.get(k), list) and all(valid_json(p) for p in d[k])
+                        for k in ("local_pads", "canonical_pads")))
+    return valid_json(d)
+
+
+def from_entry(d: dict):
+    return CompiledPage.from_json(d) if d.get("page") is True else CompiledFamily.from_json(d)

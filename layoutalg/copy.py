@@ -26,12 +26,13 @@ import torch
 
 from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping
-from .torch_copy import page_bytes
+from .torch_copy import check_writers, page_bytes
 
 
 def plan(mapping: CanonicalPageMapping, kv: torch.Tensor) -> "CopyPlan":
     """A plan for `kv`: the tensor must hold the mapping's local page in each block."""
     lb = page_bytes(kv, mapping.local_page_size_bytes, "kv", "plan")
+    check_writers(mapping, "plan")
     for r in mapping.runs:
         last_local = r.local_offset + (r.num_fragments - 1) * r.local_stride + r.fragment_size
         last_canon = r.canonical_offset + (r.num_fragments - 1) * r.canonical_stride + r.fragment_size
@@ -53,7 +54,15 @@ class CopyPlan:
         """Copy this rank's bytes of each block into its canonical page, where this rank is the
         page's writer. Returns how many blocks it wrote."""
         blocks, ids = self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True)
-        mine = (ids % self.mapping.num_writers) == self.mapping.writer_index
+        m = self.mapping
+        if m.run_writers:  # regions replicated differently: each run elects its own writers
+            wrote = torch.zeros_like(ids, dtype=torch.bool)
+            for r, (n, w) in zip(m.runs, m.run_writers):
+                mine = (ids % n) == w
+                wrote |= mine
+                self._move(kv, pages, blocks[mine], ids[mine], to_pages=True, runs=(r,))
+            return int(wrote.sum())
+        mine = (ids % m.num_writers) == m.writer_index
         return self._move(kv, pages, blocks[mine], ids[mine], to_pages=True)
 
     def load(self, pages: torch.Tensor, page_ids, kv: torch.Tensor, block_ids) -> int:
@@ -61,11 +70,11 @@ class CopyPlan:
         blocks, ids = self._batch("load", kv, block_ids, pages, page_ids, unique_blocks=True)
         return self._move(kv, pages, blocks, ids, to_pages=False)
 
-    def _move(self, kv, pages, blocks, ids, to_pages: bool) -> int:
+    def _move(self, kv, pages, blocks, ids, to_pages: bool, runs=None) -> int:
         """Each run: one gather from the source views and one scatter into the destination's."""
         if ids.numel():
             local, canon = self._pair(kv, pages)
-            for r in self.mapping.runs:
+            for r in self.mapping.runs if runs is None else runs:
                 lv = _view(local, r.local_offset, r.local_stride, r)
                 cv = _view(canon, r.canonical_offset, r.canonical_stride, r)
                 if to_pages:
@@ -99,15 +108,22 @@ class CopyPlan:
         if step < m.local_page_size_bytes:
             raise LayoutMismatch(f"descriptors: blocks {step} bytes apart would overlap {m.local_page_size_bytes}-byte "
                                  f"pages")
-        if store:
-            mine = (ids % m.num_writers) == m.writer_index
-            blocks, ids = blocks[mine], ids[mine]
-        frags = [(r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride, r.fragment_size)
-                 for r in m.runs for i in range(r.num_fragments)]
-        frags.sort()
+        elect = m.run_writers or ((m.num_writers, m.writer_index),) * len(m.runs)
+        groups: dict = {}
+        for r, nw in zip(m.runs, elect):  # runs that elect alike are merged together
+            groups.setdefault(nw if store else (1, 0), []).append(r)
+        out = []
+        for (n, w), runs in sorted(groups.items()):
+            mine = (ids % n) == w
+            out.append(self._triples(runs, blocks[mine], ids[mine], step, kv_base, pages_base, store))
+        return _merge(torch.cat(out)) if len(out) > 1 else out[0]
+
+    def _triples(self, runs, blocks, ids, step, kv_base, pages_base, store) -> torch.Tensor:
+        frags = sorted((r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride,
+                        r.fragment_size) for r in runs for i in range(r.num_fragments))
         f = torch.tensor(frags, dtype=torch.int64).reshape(-1, 3)
         lo = kv_base + blocks[:, None] * step + f[None, :, 0]
-        co = pages_base + ids[:, None] * m.canonical_page_size_bytes + f[None, :, 1]
+        co = pages_base + ids[:, None] * self.mapping.canonical_page_size_bytes + f[None, :, 1]
         size = f[None, :, 2].expand_as(lo)
         src, dst = (lo, co) if store else (co, lo)
         return _merge(torch.stack([src.reshape(-1), dst.reshape(-1), size.reshape(-1)], 1))

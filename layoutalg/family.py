@@ -90,6 +90,7 @@ class Variant:
     world: sympy.Expr
     agnostic: object  # sympy boolean
     lets: dict[str, sympy.Expr]
+    local_base: sympy.Expr = sympy.Integer(0)  # bytes before the region, in a page of regions
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Family:
     atoms: Atoms
     variants: list[Variant] = field(default_factory=list)
     vocabulary: dict = field(default_factory=dict)  # runtime name -> params.Param, what the specs may read
+    region: str | None = None  # the region of a page this part family maps (None: a layout of one box)
 
     @property
     def tensor(self) -> tuple[str, ...] | None:
@@ -212,6 +214,10 @@ def instantiate(lib: Library, use, scope: Scope, role: str) -> LayoutIR:
     """A layout definition applied to size arguments."""
     call: Call = use.call
     ldef: LayoutDef | None = lib.layouts.get(call.fn)
+    if ldef is not None and ldef.regions:
+        raise SpecError(f"layout '{ldef.name}' is a page of regions ({', '.join(r.name for r in ldef.regions)}): "
+                        f"a family of pages names each region's shard map ('shard REGION (...) -> (...)')",
+                        call.span)
     if ldef is None:
         raise SpecError(f"unknown layout '{call.fn}'" + (f"; known: {', '.join(sorted(lib.layouts))}"
                                                          if lib.layouts else ""), call.span)
@@ -261,6 +267,8 @@ def layout_ir(ldef: LayoutDef, bound: dict, atoms: Atoms) -> LayoutIR:
 def check_layouts(lib: Library) -> None:
     """Check every layout definition on its own, its parameters taken as free sizes."""
     for ldef in lib.layouts.values():
+        if ldef.regions:
+            continue  # a page: each region is a layout of its own ('page.region')
         layout_ir(ldef, {p: sympy.Symbol(p, integer=True, positive=True) for p in ldef.params}, Atoms())
 
 
@@ -271,12 +279,15 @@ def resolve(lib: Library, name: str) -> Family:
     except RecursionError:
         # lets substituted into each other can nest deeper than any one statement does
         raise SpecError(f"family '{name}': its expressions nest too deeply once lets and fns are "
-                        f"substituted", lib.families[name].span) from None
+                        f"substituted", lib.family_def(name).span) from None
 
 
 def _resolve(lib: Library, name: str) -> Family:
-    fdef: FamilyDef = lib.families[name]
+    fdef: FamilyDef = lib.family_def(name)
     where = f"family '{name}'"
+    if fdef.shards or name in lib.families and lib.parts_of(name) != [name]:
+        raise SpecError(f"{where} has pages of regions: each region is resolved as a part of its own "
+                        f"({', '.join(lib.parts_of(name))})", fdef.span)
     for clause in ("grid", "local", "canonical", "shard"):
         if getattr(fdef, clause) is None:
             raise SpecError(f"{where} has no '{clause}' clause", fdef.span)
@@ -289,7 +300,8 @@ def _resolve(lib: Library, name: str) -> Family:
     top = Scope(atoms, {n: param(n) for n in vocabulary}, fns=dict(lib.fns))
     for let in lib.lets.values():
         top.names[let.name] = top.size(let.value, f"'let {let.name}'")
-    fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms, vocabulary=vocabulary)
+    fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms, vocabulary=vocabulary,
+                 region=fdef.shard.region if fdef.page is not None and fdef.shard else None)
     start = _State(top, {}, [], [])
     _divisors_positive(start)  # in the library's shared lets
     for s in _run(gdef.body, start, f"grid '{gdef.name}'"):
@@ -309,7 +321,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     if not scope.atoms.equal(local.element, canon.element):
         raise SpecError(f"local elements are {local.element} bytes but canonical ones "
                         f"{canon.element}; the shard map moves whole elements", fdef.canonical.span)
-    if not scope.atoms.equal(local.base, 0):
+    if fdef.part_of is None and not scope.atoms.equal(local.base, 0):
         raise SpecError(f"layout '{local.name}' starts at element {local.base}, not 0", local.span)
     shard = fdef.shard
     srcs = tuple(n.id for n in shard.sources)
@@ -366,7 +378,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     _divisors_positive(s)  # divisions in the layouts' arguments and the rank extents
     return Variant(fdef.name, tuple(s.cases), tuple(s.guards), local, canon, tuple(digits),
                    tuple(d.name for d in rank_decl), base, targets, s.world, s.agnostic,
-                   dict(scope.names))
+                   dict(scope.names), sympy.expand(e * local.base))
 
 
 def _rewrites(v: Variant, atoms) -> dict:

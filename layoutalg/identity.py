@@ -72,3 +72,12 @@ def layout_id(family: Family) -> str:
 def _text(x) -> str:
     """`srepr` of an expanded size, or of a condition as it stands (and/or/not do not expand)."""
     return sympy.srepr(sympy.expand(x) if isinstance(x, sympy.Expr) else x)
+
+
+def page_id(lib, family: str) -> str:
+    """`layout_id` of a family of pages: the canonical forms of all its data regions together
+    (their names aside; the pads are what the regions leave, so they add nothing)."""
+    from .family import resolve
+    forms = sorted(canonical_form(resolve(lib, p)) for p in lib.parts_of(family))
+    digest = hashlib.sha256(repr((FORMAT, "page", forms)).encode()).hexdigest()
+    return f"{FORMAT}-{digest[:16]}"

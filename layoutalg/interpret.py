@@ -98,7 +98,7 @@ class Reading:
         self.fns = dict(self.lib.fns)
         for let in self.lib.lets.values():
             self.env[let.name] = _Lazy(let.value)  # evaluated where used: an unused one cannot fail
-        fdef = self.lib.families[self.family]
+        fdef = self.lib.family_def(self.family)
         self.fdef = fdef
         self._path = list(self.path)
         self._run(self.lib.grids[fdef.grid.id].body)
@@ -190,12 +190,32 @@ class Reading:
         return self.ops.mul(elem, self.expr(ldef.offset, {**bound, **index}))
 
     def page(self, role: str):
-        ldef, bound = self.layout(role)
+        """Bytes of the local or canonical page: of the layout, or of every region (pads too)
+        of the page the layout is a region of."""
+        if self.fdef.page is None:
+            return self.bytes_of(*self.layout(role))
+        out = 0
+        for name in self.regions(role):
+            out = self.ops.add(out, self.bytes_of(*self.region(role, name)))
+        return out
+
+    def bytes_of(self, ldef, bound):
         elem = self.expr(ldef.element, bound) if ldef.element is not None else 1
         out = elem
         for d in ldef.indices:
             out = self.ops.mul(out, self.expr(d.extent, bound))
         return out
+
+    # -- the regions of a page (a part of a family of pages)
+    def regions(self, role: str) -> tuple[str, ...]:
+        """The region layouts (`page.region`) of the local or canonical page, pads included."""
+        return self.lib.pages[self.fdef.page[0 if role == "local" else 1]]
+
+    def region(self, role: str, name: str):
+        """(definition, bound parameters) of region layout `name` of the role's page."""
+        use = getattr(self.fdef, role)
+        ldef: LayoutDef = self.lib.layouts[name]
+        return ldef, {p: self.expr(a) for p, a in zip(ldef.params, use.call.args)}
 
     def rank_extents(self) -> list:
         return [(n, self.expr(e)) for n, e in self.ranks]
@@ -223,7 +243,7 @@ _MEMO = "#lets"
 
 def paths(lib: Library, family: str) -> list[tuple]:
     """Every path through the case groups of a family (grid, then family)."""
-    fdef = lib.families[family]
+    fdef = lib.family_def(family)
 
     def walk(stmts) -> list[tuple]:
         # case bodies may nest groups; enumerate depth-first in execution order

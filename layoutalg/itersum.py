@@ -85,6 +85,8 @@ def normalise(e: Expr, iterators: dict[str, sympy.Expr], scope: Scope) -> IterSu
         if a.terms and b.terms:
             raise SpecError("not affine: this multiplies two indices", e.span)
         return a.scaled(b.base) if not b.terms else b.scaled(a.base)
+    if not a.terms and not b.terms:  # a quotient of sizes (a region's base in its own elements)
+        return IterSum.const(scope.size(e, "index expression"))
     raise SpecError("'/' divides sizes exactly; split an index with '//' and '%'", e.span)
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from . import params
 from ._resources import specs_dir
 from .errors import SpecError
-from .syntax import Case, FamilyDef, Fn, GridDef, LayoutDef, Let, Module, ParamDef, grouped, parse_file
+from .syntax import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef, Replica,
+                     Shard, grouped, parse_file)
 
 RESERVED = {"P", "bool", "rank", "block"}
 """Names the compiled code, the shard map or the tensor clause already give a meaning."""
@@ -39,6 +40,18 @@ class Library:
     lets: dict[str, Let] = field(default_factory=dict)
     fns: dict[str, Fn] = field(default_factory=dict)
     params: dict[str, ParamDef] = field(default_factory=dict)
+    parts: dict[str, FamilyDef] = field(default_factory=dict)  # 'family.region' -> that region's family
+    pages: dict[str, tuple[str, ...]] = field(default_factory=dict)  # page layout -> its region layouts
+
+    def family_def(self, name: str) -> FamilyDef:
+        """A family, or one region's part of a family of pages (`family.region`)."""
+        return self.families[name] if name in self.families else self.parts[name]
+
+    def parts_of(self, family: str, pads: bool = False) -> list[str]:
+        """The part families of a family of pages (its data regions, then with `pads` its local
+        and canonical pads, `family.pad` and `family.pad'`); [family] for a layout of one box."""
+        out = [n for n, p in self.parts.items() if p.part_of == family and (pads or p.shard.region is not None)]
+        return out or [family]
 
     def vocabulary(self) -> dict[str, params.Param]:
         """Every runtime name these specs may read: the built-in ones, then the declared ones."""
@@ -78,6 +91,75 @@ class Library:
             if n > MAX_VARIANTS:
                 raise SpecError(f"family '{fam.name}' has {n} combinations of cases (grid '{grid.name}' "
                                 f"and the family's own); at most {MAX_VARIANTS}", fam.span)
+
+    def expand_pages(self) -> None:
+        """Give every region of a page layout a layout of its own (`page.region`, the page's
+        parameters) and every family of pages one part family per region: the region's local
+        and canonical layouts, its shard map and its replicas, under the family's grid and
+        statements. A pad region's part maps it onto itself; it is never copied."""
+        for ldef in list(self.layouts.values()):
+            if ldef.regions and ldef.name not in self.pages:
+                self.pages[ldef.name] = tuple(f"{ldef.name}.{r.name}" for r in ldef.regions)
+                for r in ldef.regions:
+                    self.layouts[f"{ldef.name}.{r.name}"] = r
+        for fam in self.families.values():
+            if fam.local is None or fam.canonical is None:
+                continue  # resolve names the missing clause
+            local, canon = (self.layouts.get(u.call.fn) for u in (fam.local, fam.canonical))
+            if local is None or canon is None:
+                continue  # resolve names the unknown layout
+            if bool(local.regions) != bool(canon.regions):
+                paged = fam.local if local.regions else fam.canonical
+                raise SpecError(f"family '{fam.name}': layout '{paged.call.fn}' is a page of regions but "
+                                f"the other is one box; local and canonical pages have the same regions", paged.span)
+            if not local.regions:
+                if fam.shards:
+                    raise SpecError(f"family '{fam.name}' names the shard map of region "
+                                    f"'{fam.shards[0].region}', but its layouts are not pages of regions",
+                                    fam.shards[0].span)
+                continue
+            self._expand_family(fam, local, canon)
+
+    def _expand_family(self, fam: FamilyDef, local: LayoutDef, canon: LayoutDef) -> None:
+        data = lambda ldef: [r.name for r in ldef.regions if not r.pad]  # noqa: E731
+        if fam.shard is not None:
+            raise SpecError(f"layout '{local.name}' is a page of regions ({', '.join(data(local))}): name each "
+                            f"region's shard map ('shard {data(local)[0]} (...) -> (...)')", fam.shard.span)
+        if data(local) != data(canon):
+            raise SpecError(f"family '{fam.name}': the local page '{local.name}' has data regions "
+                            f"({', '.join(data(local))}) but the canonical page '{canon.name}' has "
+                            f"({', '.join(data(canon))}); they must be the same, in the same order",
+                            fam.canonical.span)
+        shards = {s.region: s for s in fam.shards}
+        for s in fam.shards:
+            if s.region not in data(local):
+                pads = [r.name for r in local.regions if r.pad]
+                why = "is padding, which is never copied" if s.region in pads else "is not a data region"
+                raise SpecError(f"family '{fam.name}': region '{s.region}' {why} (data regions: "
+                                f"{', '.join(data(local))})", s.span)
+        missing = [r for r in data(local) if r not in shards]
+        if missing:
+            raise SpecError(f"family '{fam.name}' has no shard map for region '{missing[0]}' of its pages "
+                            f"(write 'shard {missing[0]} (...) -> (...)')", fam.span)
+        page = (local.name, canon.name)
+
+        def part(name: str, lcall: Call, ccall: Call, shard: Shard, extra: tuple) -> None:
+            self.parts[name] = FamilyDef(name, fam.serves, fam.order, fam.grid, LayoutUse(lcall, fam.local.span),
+                                         LayoutUse(ccall, fam.canonical.span), shard, fam.body + extra,
+                                         shard.span, (), fam.name, page)
+
+        for r in data(local):
+            s = shards[r]
+            extra = (Replica(s.replicas, s.span),) if s.replicas else ()
+            part(f"{fam.name}.{r}", Call(f"{local.name}.{r}", fam.local.call.args, fam.local.call.span),
+                 Call(f"{canon.name}.{r}", fam.canonical.call.args, fam.canonical.call.span),
+                 Shard(s.sources, s.targets, s.span, r, s.replicas), extra)
+        for role, ldef, use in (("", local, fam.local), ("'", canon, fam.canonical)):
+            for r in ldef.regions:
+                if r.pad:  # onto itself: the pad's own box and offset, for its extents at run time
+                    call = Call(f"{ldef.name}.{r.name}", use.call.args, use.call.span)
+                    ident = tuple(Name(i.name, i.span) for i in r.indices)
+                    part(f"{fam.name}.{r.name}{role}", call, call, Shard(ident, ident, r.span, None), ())
 
     def family_path(self, name: str) -> str:
         return self.families[name].span.file
@@ -120,6 +202,7 @@ def load(paths) -> Library:
     for f in spec_files(paths):
         lib.add(parse_file(f.resolve()))
     lib.check_limits()
+    lib.expand_pages()
     return lib
 
 

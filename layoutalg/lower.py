@@ -16,7 +16,7 @@ from itertools import product
 from math import prod
 
 from .algebra import NotCompact, coalesce, invert_and_compose, right_inverse
-from .compiled import Instance
+from .compiled import Instance, Page
 from .errors import LayoutalgError
 from .layout import Layout
 from .mapping import CanonicalPageMapping, CopyRun
@@ -132,8 +132,10 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     return out or [(1, 0)]
 
 
-def lower(inst: Instance, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
+def lower(inst: Instance | Page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
     """Every rank's mapping, rank = mixed radix of the grid's rank digits (certified first)."""
+    if isinstance(inst, Page):
+        return lower_page(inst, layout_id)
     modes = fast_copy_map(inst)
     C = Layout(tuple(n for n, _ in modes), tuple(c for _, c in modes)) if modes else certify(inst)
     return emit(inst, C, layout_id)
@@ -161,3 +163,127 @@ def emit(inst: Instance, C: Layout, layout_id: str = "") -> tuple[CanonicalPageM
                                       tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),
                                       num_writers, writer, inst.agnostic, layout_id)
                  for base, writer in ranks)
+
+
+# ---- pages of several regions --------------------------------------------------------
+
+MAX_PAGE_FRAGMENTS = 1 << 20
+"""Most fragments a page's tiling sweep looks at (every region, pad and writing rank)."""
+
+
+def _injective(modes, what: str, family: str) -> None:
+    """Raise unless the modes `(extent, stride)` are one-to-one: walked by increasing stride,
+    each stride passes the highest offset the smaller ones reach (a sufficient condition)."""
+    reach = 0
+    for s, n in sorted((s, n) for n, s in modes if n != 1):
+        if s <= reach:
+            raise TilingError(f"{family}: the {what} is not shown one-to-one: a digit of stride {s} "
+                              f"lands inside the {reach + 1} offsets the smaller digits reach")
+        reach += (n - 1) * s
+
+
+def _region_plan(inst: Instance, region: str):
+    """`(offsets, fragment, count, local stride, canonical stride)` of one region, certified
+    one-to-one on both sides (the page sweep shows the regions tile)."""
+    where = f"region '{region}'"
+    _injective([(n, ls) for n, ls, _ in inst.local], f"local layout of {where}", inst.family)
+    owners = [(n, cs) for n, _, cs in inst.local] + [(n, cs) for n, _, cs, rep in inst.ranks if not rep]
+    _injective(owners, f"canonical image of {where} (its writers)", inst.family)
+    for n, _, cs, rep in inst.ranks:
+        if rep and n != 1 and cs != 0:
+            raise TilingError(f"{inst.family}: in {where} a replica rank digit moves the canonical offset "
+                              f"(stride {cs}): replicas must hold the same bytes")
+    if prod(r[0] for r in inst.ranks) != inst.world:
+        raise TilingError(f"{inst.family}: the rank grid has {inst.world} slots but its digits cover "
+                          f"{prod(r[0] for r in inst.ranks)}")
+    why = _target_out_of_range(inst)
+    if why:
+        raise TilingError(f"{inst.family}: {where}: {why}")
+    modes = []
+    for n, ls, cs in sorted(((n, ls, cs) for n, ls, cs in inst.local if n != 1), key=lambda m: m[1]):
+        if modes and modes[-1][1] * modes[-1][0] == ls and modes[-1][2] * modes[-1][0] == cs:
+            modes[-1] = (modes[-1][0] * n, modes[-1][1], modes[-1][2])
+        else:
+            modes.append((n, ls, cs))
+    fragment = 1
+    if modes and modes[0][1] == 1 and modes[0][2] == 1:
+        fragment = modes.pop(0)[0]
+    if not modes:
+        return [(inst.local_base, 0)], fragment, 1, fragment, fragment
+    k = max(range(len(modes)), key=lambda j: (modes[j][0], -j))
+    count, ls, cs = modes.pop(k)
+    offsets = sorted((inst.local_base + sum(i * m[1] for i, m in zip(idx, modes)),
+                      sum(i * m[2] for i, m in zip(idx, modes)))
+                     for idx in product(*(range(m[0]) for m in modes)))
+    return offsets, fragment, count, ls, cs
+
+
+def pad_fragments(inst: Instance) -> list[tuple[int, int]]:
+    """(offset, size) of a pad's bytes, from its local digits."""
+    modes = sorted(((ls, n) for n, ls, _ in inst.local if n != 1))
+    size = 1
+    while modes and modes[0][0] == size:
+        size *= modes.pop(0)[1]
+    return [(inst.local_base + sum(i * s for i, (s, _) in zip(idx, modes)), size)
+            for idx in product(*(range(n) for _, n in modes))]
+
+
+def _rank_bases(inst: Instance) -> list[tuple[int, int]]:
+    """(canonical base, writer index) of every rank in rank order (the rank digits are a mixed
+    radix, so expanding them most significant first enumerates ranks in order)."""
+    ranks = [(inst.canonical_base, 0)]
+    for n, _, c, replica in sorted(inst.ranks, key=lambda r: -r[1]):
+        ranks = [(base + v * c, writer * n + v if replica else writer) for base, writer in ranks for v in range(n)]
+    return ranks
+
+
+def _sweep(pieces, size: int, what: str, family: str) -> None:
+    pieces = sorted(pieces)
+    at = 0
+    for lo, n in pieces:
+        if lo != at:
+            gap = f"bytes [{at}, {lo}) belong to no region" if lo > at else f"byte {lo} lies in two regions"
+            raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}")
+        at = lo + n
+    if at != size:
+        raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {at}")
+
+
+def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
+    """Every rank's mapping of a page of regions, certified: each region one-to-one on both
+    sides, and the regions with the pads tiling the local page and (one writer class each)
+    the canonical page, by a sweep over their fragments. Each run carries its region's
+    writer election (`CanonicalPageMapping.run_writers`)."""
+    plans = [(r, inst, _region_plan(inst, r)) for r, inst in page.regions]
+    count = sum(len(p[0]) * p[2] * inst.world for _, inst, p in plans)
+    count += sum(len(pad_fragments(p)) for p in page.local_pads + page.canonical_pads)
+    if count > MAX_PAGE_FRAGMENTS:
+        raise TilingError(f"{page.family}: the page has {count} fragments over all ranks, more than the "
+                          f"{MAX_PAGE_FRAGMENTS} its tiling is checked on at run time")
+    local, canonical = [], []
+    for _, inst, (offsets, fs, nf, ls, cs) in plans:
+        local += [(lo + i * ls, fs) for lo, _ in offsets for i in range(nf)]
+        for base, writer in _rank_bases(inst):
+            if writer == 0:
+                canonical += [(base + co + i * cs, fs) for _, co in offsets for i in range(nf)]
+    local += [f for p in page.local_pads for f in pad_fragments(p)]
+    canonical += [f for p in page.canonical_pads for f in pad_fragments(p)]
+    _sweep(local, page.local_page, "local page", page.family)
+    _sweep(canonical, page.canonical_page, "canonical page", page.family)
+    per_rank = None
+    for _, inst, (offsets, fs, nf, ls, cs) in plans:
+        writers = 1
+        for n, _, _, replica in inst.ranks:
+            writers *= n if replica else 1
+        rows = [[(CopyRun(lo, co + base, fs, nf, ls, cs), (writers, writer)) for lo, co in offsets]
+                for base, writer in _rank_bases(inst)]
+        per_rank = rows if per_rank is None else [a + b for a, b in zip(per_rank, rows)]
+    out = []
+    for rows in per_rank:
+        rows.sort(key=lambda x: x[0].local_offset)
+        runs, elect = tuple(r for r, _ in rows), tuple(w for _, w in rows)
+        same = len(set(elect)) == 1
+        nw, w = elect[0] if same else (1, 0)
+        out.append(CanonicalPageMapping(page.canonical_page, page.local_page, runs, nw, w, page.agnostic,
+                                        layout_id, () if same else elect))
+    return tuple(out)

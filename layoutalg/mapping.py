@@ -51,11 +51,29 @@ class CanonicalPageMapping:
     # the canonical page format (`layoutalg id`): key stored pages by it. Not part of equality,
     # so a mapping still equals one built with the reference's six fields
     layout_id: str = field(default="", compare=False)
-
+    # a page of regions replicated differently (Mamba's B and C conv slices on fewer groups
+    # than ranks, its x slice sharded): (num_writers, writer_index) of each run; empty when
+    # every run follows the mapping's own
+    run_writers: tuple[tuple[int, int], ...] = ()
 
     def is_writer(self, block_id: int) -> bool:
-        """Whether this rank stores block `block_id` (writers take turns by block id)."""
+        """Whether this rank stores any run of block `block_id` (writers take turns by block id)."""
+        if self.run_writers:
+            return any(block_id % n == w for n, w in self.run_writers)
         return block_id % self.num_writers == self.writer_index
+
+    def written_runs(self, block_id: int) -> tuple[CopyRun, ...]:
+        """The runs this rank stores for block (or canonical page) `block_id`.
+
+        Examples:
+            >>> m = CanonicalPageMapping(8, 4, (CopyRun(0, 0, 2, 1, 2, 2), CopyRun(2, 6, 2, 1, 2, 2)), 1, 0,
+            ...                          False, run_writers=((1, 0), (2, 1)))
+            >>> m.written_runs(0), m.written_runs(1) == m.runs
+            ((CopyRun(local_offset=0, canonical_offset=0, fragment_size=2, num_fragments=1, local_stride=2, canonical_stride=2),), True)
+        """
+        if not self.run_writers:
+            return self.runs if self.is_writer(block_id) else ()
+        return tuple(r for r, (n, w) in zip(self.runs, self.run_writers) if block_id % n == w)
 
 
 def merged_triples(runs) -> list[tuple[int, int, int]]:

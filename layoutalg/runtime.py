@@ -22,7 +22,7 @@ from math import prod
 from pathlib import Path
 
 from . import params
-from .compiled import CompiledFamily, GuardFailed, Instance, misfit
+from .compiled import CompiledFamily, GuardFailed, Instance, from_entry, misfit
 from .errors import ConfigError
 from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping
@@ -334,11 +334,10 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     folder = Path(spec_dir or specs_dir()).resolve()
     key, data = cache.load("library", folder)
     if data is not None:
-        return {d["name"]: CompiledFamily.from_json(d) for d in data}
-    from .compile import compile_family
-    from .family import resolve
+        return {d["name"]: from_entry(d) for d in data}
+    from .compile import compile_named
     from .library import load_default
     lib = load_default(folder)
-    out = {name: compile_family(resolve(lib, name)) for name in lib.families}
+    out = {name: compile_named(lib, name) for name in lib.families}
     cache.store("library", key, [m.path for m in lib.modules], [cf.to_json() for cf in out.values()])
     return out

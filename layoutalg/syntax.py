@@ -162,13 +162,24 @@ def grouped(stmts) -> list:
 
 @dataclass(frozen=True)
 class LayoutDef:
+    """One index box and its offset, or (`regions`) a page of several named boxes.
+
+    A page's regions share the layout's parameters; each has its own index box, offset,
+    element size and tensor view. A `pad` region holds bytes that are never copied."""
+
     name: str
     params: tuple[str, ...]
     indices: tuple[IndexDecl, ...]
-    offset: Expr
+    offset: Expr | None
     element: Expr | None
     tensor: tuple[Name, ...] | None  # the index of each dimension after the block dimension
     span: Span
+    regions: tuple["RegionDef", ...] = ()
+    pad: bool = False  # a region that is padding (`pad NAME:`)
+
+
+RegionDef = LayoutDef
+"""A region of a page is a layout of its own (named `page.region` in a `Library`)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,8 @@ class Shard:
     sources: tuple[Name, ...]
     targets: tuple[Expr, ...]
     span: Span
+    region: str | None = None  # `shard NAME (...)`: the map of that region of a page
+    replicas: tuple[str, ...] = ()  # rank digits holding the same bytes in this region only
 
 
 @dataclass(frozen=True)
@@ -202,6 +215,9 @@ class FamilyDef:
     shard: Shard | None
     body: tuple  # requires and lets, in order
     span: Span
+    shards: tuple[Shard, ...] = ()  # one per data region, when the layouts are pages of regions
+    part_of: str | None = None  # a region's part of a family of pages (made by `Library`)
+    page: tuple[str, str] | None = None  # (local, canonical) page layouts a part's regions belong to
 
 
 @dataclass(frozen=True)
@@ -582,20 +598,44 @@ class _Build(Transformer_NonRecursive):
     def tensor_clause(self, meta, c):
         return ("tensor", tuple(Name(str(t), self._tok(t)) for t in c[1:]), self._at(meta))
 
+    def region_kind(self, meta, c):
+        return str(c[0])
+
+    def region_def(self, meta, c):
+        kind, name, items = c[0], c[1], c[2:]
+        return self._box(f"{kind} '{name}'", str(name), (), items, self._tok(name), pad=kind == "pad")
+
     def layout_def(self, meta, c):
         name, params, items = str(c[0]), c[1], c[2:]
         where = self._at(meta)
+        names = tuple(n.id for n in params or ())
+        if items and isinstance(items[0], LayoutDef):
+            seen: dict[str, LayoutDef] = {}
+            for r in items:
+                if r.name in seen:
+                    raise SpecError(f"layout '{name}' has two regions named '{r.name}'", r.span)
+                seen[r.name] = r
+            if all(r.pad for r in items):
+                raise SpecError(f"layout '{name}' is all padding: at least one region must hold data", where)
+            regions = tuple(LayoutDef(r.name, names, r.indices, r.offset, r.element, r.tensor, r.span, (), r.pad)
+                            for r in items)
+            return LayoutDef(name, names, (), None, None, None, where, regions)
+        return self._box(f"layout '{name}'", name, names, items, where)
+
+    @staticmethod
+    def _box(what: str, name: str, params: tuple, items, where: Span, pad: bool = False) -> LayoutDef:
         found: dict[str, tuple] = {}
         for kind, value, at in items:
             if kind in found:
-                raise SpecError(f"layout '{name}' has a second '{kind}' clause", at)
+                raise SpecError(f"{what} has a second '{kind}' clause", at)
             found[kind] = (value, at)
         for required in ("index", "offset"):
             if required not in found:
-                raise SpecError(f"layout '{name}' has no '{required}' clause", where)
-        return LayoutDef(
-            name, tuple(n.id for n in params or ()), found["index"][0], found["offset"][0],
-            found.get("element", (None,))[0], found.get("tensor", (None,))[0], where)
+                raise SpecError(f"{what} has no '{required}' clause", where)
+        if pad and "tensor" in found:
+            raise SpecError(f"{what} is padding: it has no tensor view", found["tensor"][1])
+        return LayoutDef(name, params, found["index"][0], found["offset"][0], found.get("element", (None,))[0],
+                         found.get("tensor", (None,))[0], where, (), pad)
 
     # grids and families
     def grid_def(self, meta, c):
@@ -611,24 +651,33 @@ class _Build(Transformer_NonRecursive):
         return ("canonical", LayoutUse(c[0], self._at(meta)), self._at(meta))
 
     def shard_stmt(self, meta, c):
-        return ("shard", Shard(c[0], c[1], self._at(meta)), self._at(meta))
+        region, sources, targets, replicas = c
+        at = self._at(meta)
+        shard = Shard(sources, targets, at, str(region) if region is not None else None,
+                      tuple(n.id for n in replicas or ()))
+        return ("shard" if region is None else ("shard", str(region)), shard, at)
 
     def family_def(self, meta, c):
         name, serves, order, items = str(c[0]), str(c[1]), c[2], c[3:]
         where = self._at(meta)
-        found: dict[str, object] = {}
+        found: dict[object, object] = {}
         body = []
         for item in _flatten(items):
             if isinstance(item, tuple):
                 kind, value, at = item
                 if kind in found:
-                    raise SpecError(f"family '{name}' has a second '{kind}' clause", at)
+                    what = f"'shard {kind[1]}'" if isinstance(kind, tuple) else f"'{kind}'"
+                    raise SpecError(f"family '{name}' has a second {what} clause", at)
                 found[kind] = value
             else:
                 body.append(item)
+        shards = tuple(v for k, v in found.items() if isinstance(k, tuple))
+        if shards and "shard" in found:
+            raise SpecError(f"family '{name}' has both an unnamed shard map and shard maps of regions; "
+                            f"a page of regions names each region's map", found["shard"].span)
         return FamilyDef(name, serves, self._order(order), found.get("grid"),
                          found.get("local"), found.get("canonical"), found.get("shard"),
-                         tuple(body), where)
+                         tuple(body), where, shards)
 
     def _order(self, tok: Token | None) -> int:
         if tok is None:

@@ -65,6 +65,7 @@ def _check_runs(m: CanonicalPageMapping, op: str) -> None:
     if m.num_writers < 1 or not 0 <= m.writer_index < m.num_writers:
         raise ConfigError(f"{op}: mapping has writer_index {m.writer_index} of {m.num_writers} writers, expected "
                           f"num_writers >= 1 and 0 <= writer_index < num_writers")
+    check_writers(m, op)
     for i, run in enumerate(m.runs):
         for side, offset, stride, page in (("local", run.local_offset, run.local_stride, m.local_page_size_bytes),
                                            ("canonical", run.canonical_offset, run.canonical_stride,
@@ -73,6 +74,18 @@ def _check_runs(m: CanonicalPageMapping, op: str) -> None:
             if offset < 0 or stride < 0 or run.fragment_size < 0 or run.num_fragments < 0 or end > page:
                 raise ConfigError(f"{op}: run {i} {tuple(run)} reaches {side} bytes [{offset}, {end}), "
                                   f"outside the {page}-byte {side} page")
+
+
+def check_writers(m: CanonicalPageMapping, op: str) -> None:
+    """`run_writers`, when given, elects a writer for every run: (n, w) with n >= 1, 0 <= w < n."""
+    if not m.run_writers:
+        return
+    if len(m.run_writers) != len(m.runs):
+        raise ConfigError(f"{op}: mapping has {len(m.runs)} runs but {len(m.run_writers)} run writers")
+    for i, e in enumerate(m.run_writers):
+        if not (isinstance(e, tuple) and len(e) == 2 and all(type(x) is int for x in e) and 0 <= e[1] < e[0]):
+            raise ConfigError(f"{op}: run {i} has writer {e!r}, expected (num_writers, writer_index) "
+                              f"with 0 <= writer_index < num_writers")
 
 
 def _same_blocks(lb: torch.Tensor, cb: torch.Tensor, op: str) -> int:
@@ -117,14 +130,17 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
     lb = page_bytes(local, m.local_page_size_bytes, "local", "store")
     cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "store")
     ids = _block_ids(blocks, _same_blocks(lb, cb, "store"))
-    mine = ids[(ids % m.num_writers) == m.writer_index]
-    if mine.numel() == 0:
-        return
-    src, dst = lb[mine], torch.empty((mine.numel(), cb.shape[1]), dtype=torch.uint8, device=cb.device)
-    dst.copy_(cb[mine])
-    for run in m.runs:
-        _view(dst, run, local=False).copy_(_view(src, run, local=True))
-    cb[mine] = dst
+    elect = m.run_writers or ((m.num_writers, m.writer_index),) * len(m.runs)
+    for n, w in sorted(set(elect)):  # regions replicated differently elect their own writers
+        mine = ids[(ids % n) == w]
+        if mine.numel() == 0:
+            continue
+        src, dst = lb[mine], torch.empty((mine.numel(), cb.shape[1]), dtype=torch.uint8, device=cb.device)
+        dst.copy_(cb[mine])
+        for run, e in zip(m.runs, elect):
+            if e == (n, w):
+                _view(dst, run, local=False).copy_(_view(src, run, local=True))
+        cb[mine] = dst
 
 
 def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) -> None:

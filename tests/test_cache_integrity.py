@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from layoutalg import cache
-from layoutalg.compile import compile_family
-from layoutalg.compiled import CompiledFamily, UnsafeSource, check_source, valid_json
+from layoutalg.compile import compile_family, compile_named
+from layoutalg.compiled import CompiledFamily, UnsafeSource, check_source, valid_entry, valid_json
 from layoutalg.family import resolve
 from layoutalg.library import load
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
@@ -160,7 +160,8 @@ def every_compiled_family():
         lib = load([spec])
         for name in lib.families:
             if Path(lib.families[name].span.file).parent == spec.parent or spec.is_dir():
-                yield f"{spec.name}:{name}", compile_family(resolve(lib, name))
+                for part in lib.parts_of(name, pads=True):  # each region of a page is compiled on its own
+                    yield f"{spec.name}:{part}", compile_family(resolve(lib, part))
 
 
 def test_compile_output_always_passes_the_whitelist():
@@ -168,6 +169,9 @@ def test_compile_output_always_passes_the_whitelist():
     for where, cf in every_compiled_family():
         assert valid_json(json.loads(json.dumps(cf.to_json()))), where  # as the cache holds it
         seen += 1
+    pages = [compile_named(load([ROOT / "specs"]), n) for n in ("mamba2", "quant_packed")]
+    assert all(valid_entry(json.loads(json.dumps(p.to_json()))) for p in pages)
+    assert not valid_entry({**pages[0].to_json(), "parts": []})  # a page of no region is not an entry
     assert seen >= 6 + 32 + 4  # the shipped families, the mutants and the equivalent ones
 
 

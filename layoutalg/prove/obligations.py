@@ -22,6 +22,10 @@ from .z3ops import Z3Ops
 SYMBOLIC = ("local-bijective", "canonical-bijective", "shard-in-range", "shard-injective",
             "writers-disjoint", "writers-cover", "single-rank-identity", "digits-match-spec")
 PER_CONFIGURATION = ("runs-match-spec", "runs-cover-local")
+PAGE = ("regions-tile-local", "regions-tile-canonical")
+"""A family of pages: its regions and pads are pairwise disjoint and the pads one-to-one inside
+the page (each data region's own rows show it one-to-one inside the page); the page is by
+definition as large as its regions together, so they tile it exactly."""
 
 
 class Budget(NamedTuple):
@@ -61,7 +65,8 @@ class Model:
         self.bounds = {n: (domain if bounds is None else bounds).get(n, domain[n]) for n in domain}
         self.sizes = {n: z3.Int(n) for n in vocabulary} if sizes is None else dict(sizes)
         self.r = Reading(lib, family, self.sizes, self.ops, path)
-        self.fdef = lib.families[family]
+        self.fdef = lib.family_def(family)
+        self.part = self.fdef.page is not None  # one region of a page: its box need not start at 0 or be dense
         self._n = 0
         self.guard_hit = False
 
@@ -74,8 +79,19 @@ class Model:
         a += [c for c, _ in self.r.cases] + [g for g, _ in self.r.guards]
         if self.page_guard:
             a.append(self.page_fits())
+        a += self.extents_nonnegative()
         a.append(self.r.world == self.sizes["tp"] * self.sizes["pcp"])  # the runtime's other check
         return a
+
+    def extents_nonnegative(self) -> list:
+        """The runtime's guard: no index of any layout (every region of a page) has a negative
+        extent; an empty box is a box, a negative extent is no size at all."""
+        out = []
+        for role in ("local", "canonical"):
+            layouts = [self.r.region(role, n) for n in self.r.regions(role)] if self.part else [self.r.layout(role)]
+            for ldef, bound in layouts:
+                out += [self.r.expr(d.extent, bound) >= 0 for d in ldef.indices]
+        return [c for c in out if not (isinstance(c, bool) and c)]
 
     def page_fits(self):
         """The runtime's own guard: a family applies only where its local layout is the page
@@ -149,6 +165,8 @@ def query(m: Model, name: str, variant=None, atoms=None):
     """
     if name == "digits-match-spec":
         return _digits_query(m, variant, atoms)
+    if name in PAGE:
+        return _tiling_query(m, name.split("-")[-1])
     if name in ("local-bijective", "canonical-bijective"):
         role = name.split("-")[0]
         i, ci = m.index(role, "")
@@ -158,6 +176,9 @@ def query(m: Model, name: str, variant=None, atoms=None):
         size = prod(m.r.extents(role).values()) if not m.symbolic else _prod(m.r.extents(role).values())
         clash = z3.And(*ci, *cj, _distinct(i, j), off(i) == off(j))
         out = z3.And(*ci, z3.Or(off(i) < 0, off(i) >= size))
+        if m.part:  # a region: one-to-one, and every element inside the whole page
+            size, e = m.r.page(role), m.element(role)
+            out = z3.And(*ci, z3.Or(off(i) < 0, e * off(i) + e > size))
         return z3.Or(clash, out), {"i": i, "j": j, "role": role, "clash": clash, "size": size}
     d, cd = m.digits("")
     if name == "shard-in-range":
@@ -221,8 +242,11 @@ def _cover_query(m: Model, d: dict, cd: list):
     l_, cl = m.index("canonical", "c'")
     ldef, bound = m.r.layout("canonical")
     off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
-    canon = z3.Or(z3.And(*ck, *cl, _distinct(k, l_), off(k) == off(l_)),
-                  z3.And(*ck, z3.Or(off(k) < 0, off(k) >= _prod(cext.values()))))
+    inside = z3.Or(off(k) < 0, off(k) >= _prod(cext.values()))
+    if m.part:  # a region of the canonical page: inside the page, which the regions tile
+        ce = m.element("canonical")
+        inside = z3.Or(off(k) < 0, ce * off(k) + ce > m.r.page("canonical"))
+    canon = z3.Or(z3.And(*ck, *cl, _distinct(k, l_), off(k) == off(l_)), z3.And(*ck, inside))
     w = {"d": d, "e": e, "i": i, "j": j, "a": a, "k": k, "l": l_, "count": count, "collide": collide,
          "outside": outside, "canon": canon, "world": world_digits, "writers": writers,
          "local": m.r.page("local"), "canon_page": m.r.page("canonical"),
@@ -235,7 +259,7 @@ def _digits_query(m: Model, v, atoms):
     idx, ci = m.index("local", "")
     d, cd = m.digits("")
     e, b = m.element(), m.fresh("b")
-    local, canon = 0, size_to_z3(m, atoms, v.canonical_base)
+    local, canon = size_to_z3(m, atoms, v.local_base), size_to_z3(m, atoms, v.canonical_base)
     for dg in v.digits:
         if dg.split is None:
             val = b
@@ -250,6 +274,41 @@ def _digits_query(m: Model, v, atoms):
     bad = z3.Or(local != want_local, canon != want_canon)
     return z3.And(*ci, *cd, b >= 0, b < e, bad), {"i": idx, "d": d, "local": local, "canon": canon,
                                                   "want_local": want_local, "want_canon": want_canon}
+
+
+def _tiling_query(m: Model, role: str):
+    """Two regions (or pads) of the `role` page that share a byte, or a pad that is not
+    one-to-one inside the page."""
+    page, boxes = m.r.page(role), []
+    for name in m.r.regions(role):
+        ldef, bound = m.r.region(role, name)
+        e = m.r.expr(ldef.element, bound) if ldef.element is not None else 1
+        idx = {d.name: m.fresh(f"{d.name}@{ldef.name}") for d in ldef.indices}
+        b = m.fresh(f"byte@{ldef.name}")
+        cons = [z3.And(v >= 0, v < m.r.expr(d.extent, bound)) for d, v in zip(ldef.indices, idx.values())]
+        cons += [b >= 0, b < e]
+        off = m.r.expr(ldef.offset, {**bound, **idx})
+        boxes.append((name, ldef, bound, idx, cons, e * off + b, e))
+    parts, meaning = [], []
+    for a in range(len(boxes)):
+        for c in range(a + 1, len(boxes)):
+            A, C = boxes[a], boxes[c]
+            parts.append(z3.And(*A[4], *C[4], A[5] == C[5]))
+            meaning.append(("overlap", A, C))
+    for box in boxes:
+        name, ldef, bound, idx, cons, pos, e = box
+        if not ldef.pad:
+            continue  # a data region's own rows show it one-to-one inside the page
+        j = {n: m.fresh(f"{n}'@{ldef.name}") for n in idx}
+        cj = [z3.And(v >= 0, v < m.r.expr(d.extent, bound)) for d, v in zip(ldef.indices, j.values())]
+        off_j = m.r.expr(ldef.offset, {**bound, **j})
+        off_i = m.r.expr(ldef.offset, {**bound, **idx})
+        parts.append(z3.Or(z3.And(*cons, *cj, _distinct(idx, j), off_i == off_j),
+                           z3.And(*cons, z3.Or(pos < 0, pos >= page))))
+        meaning.append(("pad", box, None))
+    if not parts:
+        return z3.BoolVal(False), {"parts": (), "meaning": (), "role": role}
+    return z3.Or(*parts), {"parts": tuple(parts), "meaning": tuple(meaning), "role": role, "page": page}
 
 
 def size_to_z3(m: Model, atoms, e):
@@ -287,8 +346,9 @@ def value(model: z3.ModelRef, x) -> int:
 # ---- per configuration: the runs the lowering emits, against the spec ------------------
 
 def runs_query(m: Model, name: str, inst, offsets, fs, nf, ls, cs):
-    """Violation of a runs obligation at one configuration (sizes are ints), symbolic rank."""
-    page = inst.local_page
+    """Violation of a runs obligation at one configuration (sizes are ints), symbolic rank.
+    In a region of a page the runs cover the region's bytes once, all inside the page."""
+    region, page = inst.local_page, m.r.page("local") if m.part else inst.local_page
     LO, CO, i, k = m.fresh("run_lo"), m.fresh("run_co"), m.fresh("i"), m.fresh("k")
     pick = z3.Or(*[z3.And(LO == lo, CO == co) for lo, co in offsets])
     frag = z3.And(pick, i >= 0, i < nf, k >= 0, k < fs)
@@ -300,7 +360,7 @@ def runs_query(m: Model, name: str, inst, offsets, fs, nf, ls, cs):
         overlap = z3.And(frag, frag2, z3.Or(LO != LO2, i != i2, k != k2), x == LO2 + i2 * ls + k2)
         outside = z3.And(frag, z3.Or(x < 0, x >= page))
         total = len(offsets) * nf * fs
-        return z3.Or(overlap, outside, z3.BoolVal(total != page)), {"x": x, "total": total}
+        return z3.Or(overlap, outside, z3.BoolVal(total != region)), {"x": x, "total": total}
     d, cd = m.digits("")
     rank = m.rank_of(d)
     base = inst.canonical_base

@@ -34,11 +34,11 @@ from ..errors import SpecError
 from ..family import resolve
 from ..interpret import Reading, paths
 from ..library import Library
-from ..lower import TilingError, lower_uncertified, run_plan, certify as certify_instance
+from ..lower import TilingError, _region_plan, lower_uncertified, run_plan, certify as certify_instance
 from . import GUARD_S, RLIMIT
-from .obligations import PER_CONFIGURATION, SYMBOLIC, Budget, Model, query, runs_query, value
+from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, query, runs_query, value
 from .store import Row
-from .structural import agnostic_family, certify
+from .structural import agnostic_family, certify, page_tiles
 
 class _Capped(dict):
     """Bounds of every runtime name capped at `cap` (page_size at `page`): a dict that
@@ -127,7 +127,7 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
 
 
 def _where(lib: Library, family: str, name: str) -> str:
-    f = lib.families[family]
+    f = lib.family_def(family)
     span = f.shard.span if f.shard else f.span
     if name in ("local-bijective", "canonical-bijective"):
         use = f.local if name.startswith("local") else f.canonical
@@ -170,8 +170,9 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
         if holds(w["clash"]):
             return (f"{where}: the {w['role']} layout sends ({idx(i)}) and ({idx(j)}) both to element {oi}, "
                     f"with {sizes}")
+        unit = "bytes of the page" if m.part else "elements"
         return (f"{where}: the {w['role']} layout sends ({idx(i)}) to element {oi}, outside its "
-                f"{value(model, w['size'])} elements, with {sizes}")
+                f"{value(model, w['size'])} {unit}, with {sizes}")
     if name == "shard-in-range":
         return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) to canonical ({idx(w['c'])}), "
                 f"outside the canonical box, with {sizes}")
@@ -195,12 +196,26 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
                 f"{spec_byte}, with {sizes}")
     if name == "runs-cover-local":
         return f"{where}: the runs cover some local byte twice or not at all, with {sizes}"
+    if name in PAGE:
+        return _tiling_text(m, model, w, where, sizes, idx, holds)
     if name == "digits-match-spec":
         vals = {k: value(model, w[k]) for k in ("local", "want_local", "canon", "want_canon")}
         return (f"{where}: on rank {rank(w['d'])}, local ({idx(w['i'])}) is at local byte {vals['local']} and "
                 f"canonical byte {vals['canon']} by the digit table, but at {vals['want_local']} and "
                 f"{vals['want_canon']} by the spec, with {sizes}")
     return f"{where}: counterexample with {sizes}"
+
+
+def _tiling_text(m, model, w, where, sizes, idx, holds) -> str:
+    for part, (kind, a, c) in zip(w["parts"], w["meaning"]):
+        if not holds(part):
+            continue
+        if kind == "overlap":
+            return (f"{where}: regions '{a[1].name}' ({idx(a[3])}) and '{c[1].name}' ({idx(c[3])}) both hold "
+                    f"{w['role']} byte {value(model, a[5])}, with {sizes}")
+        return (f"{where}: pad '{a[1].name}' ({idx(a[3])}) is at {w['role']} byte {value(model, a[5])}: shared "
+                f"with another of its bytes or outside the {value(model, w['page'])}-byte page, with {sizes}")
+    return f"{where}: the regions of the {w['role']} page do not tile it, with {sizes}"
 
 
 def _block(m: Model, model, d: dict) -> int:
@@ -250,7 +265,7 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
     never copied; this row shows the check can pass, with a configuration where it does.
     """
     t0 = time.perf_counter()
-    spec = lib.families[family].span.file
+    spec = lib.family_def(family).span.file
     status, shown = {}, []
     for path in paths(lib, family):
         found, st = witnesses(lib, family, path, 1, budgets.config)
@@ -352,7 +367,7 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
     for all sizes in this run; this row's own such paths are added to it."""
     proved = {} if proved is None else proved
     t0 = time.perf_counter()
-    spec = lib.families[family].span.file
+    spec = lib.family_def(family).span.file
     if name == "digits-match-spec" and fam is None:
         return Row(spec, family, name, "unknown", "not in normal form", 0.0)
     methods, proved_configs, undecided, guard = [], [], [], False
@@ -420,14 +435,15 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
 def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Budgets, cf) -> Row:
     """A runs obligation on each configuration: the runs are what the lowering emits there."""
     t0 = time.perf_counter()
-    spec = lib.families[family].span.file
+    spec = lib.family_def(family).span.file
     proved, guard = [], False
     for path, configs in by_path.items():
         for sizes in configs:
             text = ", ".join(f"{k}={v}" for k, v in sizes.items())
             try:
                 inst = cf.evaluate(sizes)
-                plan = run_plan(certify_instance(inst))
+                region = lib.family_def(family).shard.region if lib.family_def(family).page else None
+                plan = _region_plan(inst, region) if region else run_plan(certify_instance(inst))
             except GuardFailed as e:
                 return Row(spec, family, name, "unknown", "the compiled family disagrees with the spec",
                            time.perf_counter() - t0, f"{_where(lib, family, name)}: the spec applies at "
@@ -478,6 +494,39 @@ def _lowerable(cf, sizes: dict) -> bool:
     return max(inst.local_page, inst.canonical_page) <= params.CHECK_PAGE_LIMIT and inst.world <= 4096
 
 
+def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False) -> list[Row]:
+    """A family of pages: every obligation of each data region's part (`family.region`, with
+    'page' the whole page), then that the regions and pads tile both pages."""
+    parts = lib.parts_of(family)
+    rows = []
+    for part in parts:
+        rows += prove_family(lib, part, budgets, quick)
+        if quick and any(r.status == "refuted" for r in rows):
+            return rows
+    first = parts[0]
+    applies = next((r for r in rows if r.family == first and r.obligation == "page-size"), None)
+    spec = lib.family_def(family).span.file
+    if applies is not None and applies.status == "refuted":
+        return rows + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0) for n in PAGE]
+    _, status = prove_applies(lib, first, budgets, quick) if not quick else (None, {})
+    fam = resolve(lib, first)
+    by_path = configurations(lib, first, compile_family(fam), status, budgets, 6 if quick else 24,
+                             1 if quick else 8) if status else {}
+    for name in PAGE:
+        t0 = time.perf_counter()
+        cert = page_tiles(lib, family, name.split("-")[-1]) if not quick else None
+        if cert is not None and cert.status == "proved":
+            rows.append(Row(spec, family, name, "proved", cert.detail, time.perf_counter() - t0))
+            continue
+        row = _safely(spec, family, name, lambda: prove_obligation(lib, first, name, by_path, budgets, quick,
+                                                                   None, status))
+        if cert is not None and row.status != "refuted":
+            row = Row(**{**asdict(row), "detail": (row.detail + "; " if row.detail else "") +
+                         f"structural: {cert.detail}"})
+        rows.append(Row(**{**asdict(row), "family": family}))
+    return rows
+
+
 def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quick: bool = False) -> list[Row]:
     """Every obligation of one family, plus its structural certificate.
 
@@ -485,9 +534,11 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     the first refutation: what the mutation tests need. It never reports "proved".
     """
     budgets = budgets or Budgets.of()
+    if lib.parts_of(family) != [family]:
+        return prove_page(lib, family, budgets, quick)
     rows = []
     t0 = time.perf_counter()
-    spec = lib.families[family].span.file
+    spec = lib.family_def(family).span.file
     try:
         fam = resolve(lib, family)
     except SpecError as e:  # the algebra cannot take it; Z3 reads the spec directly all the same

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import os
 from dataclasses import dataclass, field
@@ -29,7 +30,13 @@ OBLIGATIONS = {
     "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
     "runs-match-spec": "the emitted runs send each local byte where the spec says",
     "runs-cover-local": "each rank's runs cover its local page exactly once",
+    "regions-tile-local": "a page of regions: no two regions or pads of the local page share a byte, and each pad "
+                          "is one-to-one inside the page (with each region's own rows, and the page as large as "
+                          "its regions together: they tile it exactly)",
+    "regions-tile-canonical": "the same for the canonical page",
 }
+"""In a family of pages each row but `structure`, `agnostic` and `page-size` is asked of every
+data region (`family.region`), with 'page' the whole page the region lies in."""
 
 
 def describe() -> str:
@@ -63,22 +70,36 @@ def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
 
 def dependencies(lib, family: str) -> set[str]:
     """Every file the family's meaning comes from: its own, those it imports (transitively),
-    and those that define its grid, its layouts and any shared `let`, `fn` or `param`: files
-    loaded together share one namespace, so a family may use a grid from a file it never names."""
+    and those that define its grid, its layouts, any shared `let` or `fn`, and the `param`s
+    its files read: files loaded together share one namespace, so a family may use a grid
+    from a file it never names (a param it never mentions changes nothing, so loading the
+    family alone or with the whole folder keys its proof alike)."""
     by_path = {m.path: m for m in lib.modules}
-    f = lib.families[family]
-    todo, seen = [f.span.file], set()
+    f = lib.family_def(family)
     used = [lib.grids.get(f.grid.id) if f.grid else None,
             *(lib.layouts.get(u.call.fn) for u in (f.local, f.canonical) if u is not None),
-            *lib.lets.values(), *lib.fns.values(), *lib.params.values()]
-    todo += [d.span.file for d in used if d is not None and d.span is not None]
+            *lib.lets.values(), *lib.fns.values()]
+    seen: set[str] = set()
+    todo = [f.span.file] + [d.span.file for d in used if d is not None and d.span is not None]
+    params = dict(lib.params)
     while todo:
-        p = todo.pop()
-        if p in seen or p not in by_path:
-            continue
-        seen.add(p)
-        todo += [str((Path(p).parent / i.path).resolve()) for i in by_path[p].imports]
+        while todo:
+            p = todo.pop()
+            if p in seen or p not in by_path:
+                continue
+            seen.add(p)
+            todo += [str((Path(p).parent / i.path).resolve()) for i in by_path[p].imports]
+        text = "".join(_text(p) for p in sorted(seen))
+        for name in [n for n in params if re.search(rf"\b{n}\b", text)]:
+            todo.append(params.pop(name).span.file)
     return seen
+
+
+def _text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _prover_fingerprint() -> str:

@@ -1,0 +1,206 @@
+"""Pages of several regions: the language, the runtime's certificate, and bytes that come
+back under another TP. Each expected page is built here the way the engine lays it out
+(vLLM's Mamba2 state shapes, quantised rows), not from the spec, from a hash of every
+element's global coordinate."""
+import pytest
+import torch
+
+from layoutalg.copy import plan
+from layoutalg.errors import SpecError
+from layoutalg.library import load
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def deriver():
+    return Deriver()
+
+
+# ---- Mamba2: conv state (K, x | B | C) then SSM state, padded -------------------------
+
+M = dict(ssm_heads=4, ssm_head_dim=4, state_size=2, conv_kernel=4, conv_bytes=2, ssm_bytes=4)
+
+
+def mamba_full(ng):
+    """The whole model's state of one sequence: values that name their coordinate."""
+    K, I, N = M["conv_kernel"] - 1, M["ssm_heads"] * M["ssm_head_dim"], M["state_size"]
+    width = I + 2 * ng * N
+    conv = torch.arange(K * width, dtype=torch.int16).reshape(K, width) + 1
+    ssm = torch.arange(M["ssm_heads"] * M["ssm_head_dim"] * N, dtype=torch.int32).reshape(
+        M["ssm_heads"], M["ssm_head_dim"], N) + 100000
+    return conv, ssm
+
+
+def mamba_local(ng, tp, rank, pad):
+    """Rank `rank`'s page as vLLM lays it out: x channels of its heads, its B and C groups
+    (one group, copied, when groups are fewer than ranks), then its heads' SSM state."""
+    conv, ssm = mamba_full(ng)
+    I, N = M["ssm_heads"] * M["ssm_head_dim"], M["state_size"]
+    xs = I // tp
+    g, first = (ng // tp, rank * (ng // tp)) if ng % tp == 0 else (1, rank // (tp // ng))
+    parts = [conv[:, rank * xs:(rank + 1) * xs], conv[:, I + first * N:I + (first + g) * N],
+             conv[:, I + ng * N + first * N:I + ng * N + (first + g) * N]]
+    hs = M["ssm_heads"] // tp
+    page = torch.cat([torch.cat(parts, 1).contiguous().view(torch.uint8).flatten(),
+                      ssm[rank * hs:(rank + 1) * hs].contiguous().view(torch.uint8).flatten()])
+    return torch.cat([page, torch.zeros(pad, dtype=torch.uint8)])
+
+
+def mamba_group(deriver, ng, tp, pad=0):
+    page = mamba_local(ng, tp, 0, pad).numel()
+    res = deriver.derive(LayerSpec("mamba2", page, sizes={**M, "n_groups": ng}), None, ParallelConfig(tp, 1))
+    assert res.result == "certified" and res.family == "mamba2", res.reasons
+    return res.mappings
+
+
+@pytest.mark.parametrize("ng,src,dst", [(4, 1, 2), (4, 2, 4), (4, 4, 1), (1, 4, 2), (1, 2, 4), (2, 4, 1), (2, 1, 4)])
+def test_mamba2_state_stored_under_one_tp_loads_under_another(deriver, ng, src, dst):
+    maps = mamba_group(deriver, ng, src, pad=6)
+    pages = torch.zeros(5, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
+    page_ids, blocks = [3, 0, 4], [0, 2, 1]
+    for rank, m in enumerate(maps):
+        kv = mamba_local(ng, src, rank, 6).repeat(3, 1)
+        plan(m, kv).store(kv, blocks, pages, page_ids)
+    # the canonical page is what one rank holds: the whole state, unpadded
+    assert torch.equal(pages[3], mamba_local(ng, 1, 0, 0))
+    for rank, m in enumerate(mamba_group(deriver, ng, dst)):
+        kv = torch.zeros(3, m.local_page_size_bytes, dtype=torch.uint8)
+        plan(m, kv).load(pages, page_ids, kv, blocks)
+        assert torch.equal(kv[1], mamba_local(ng, dst, rank, 0)), (ng, src, dst, rank)
+
+
+def test_mamba2_groups_fewer_than_ranks_are_written_once_per_page(deriver):
+    maps = mamba_group(deriver, 1, 4)                 # one group on 4 ranks: B and C are copies
+    assert all(m.run_writers for m in maps)
+    for page_id in range(4):
+        writers = [[r for r in m.written_runs(page_id)] for m in maps]
+        b_writers = [rank for rank, runs in enumerate(writers) if len(runs) == 4]
+        assert b_writers == [page_id % 4]             # one rank stores the shared groups, by page id
+        assert all(len(runs) >= 2 for runs in writers)  # every rank stores its own x and SSM heads
+
+
+def test_mamba2_page_that_does_not_hold_the_state_fails_closed(deriver):
+    page = mamba_local(4, 2, 0, 0).numel()
+    res = deriver.derive(LayerSpec("mamba2", page - 2, sizes={**M, "n_groups": 4}), None, ParallelConfig(2, 1))
+    assert res.result != "certified"
+    assert any("negative extent" in r for r in res.reasons), res.reasons
+
+
+# ---- quantised KV with per-token-head scales -------------------------------------------
+
+Q = dict(total=4, bs=4, D=6, S=4)
+
+
+def quant_full():
+    g = torch.Generator().manual_seed(5)
+    data = torch.randint(0, 255, (2, Q["bs"], Q["total"], Q["D"]), generator=g, dtype=torch.uint8)
+    scales = torch.randn(2, Q["bs"], Q["total"], generator=g).to(torch.float32)
+    return data, scales
+
+
+def quant_local(form, tp, rank, align=16):
+    data, scales = quant_full()
+    h = Q["total"] // tp
+    d, s = data[:, :, rank * h:(rank + 1) * h], scales[:, :, rank * h:(rank + 1) * h].contiguous()
+    s = s.view(torch.uint8).reshape(2, Q["bs"], h, 4)
+    if form == "split":
+        return torch.cat([d.flatten(), s.flatten()])
+    row = -(-(Q["D"] + Q["S"]) // align) * align
+    rows = torch.zeros(2, Q["bs"], h, row, dtype=torch.uint8)
+    rows[..., :Q["D"]], rows[..., Q["D"]:Q["D"] + 4] = d, s
+    return rows.flatten()
+
+
+@pytest.mark.parametrize("form,src,dst", [("packed", 2, 4), ("packed", 4, 1), ("split", 1, 2), ("split", 4, 2)])
+def test_quantised_kv_with_scales_round_trips(deriver, form, src, dst):
+    def group(tp):
+        sizes = {"kv_scales": 1 if form == "packed" else 2}
+        layer = LayerSpec("attention", quant_local(form, tp, 0).numel(), Q["bs"], Q["total"] // tp, Q["D"], 1,
+                          per_token_head_quant=True, sizes=sizes)
+        res = deriver.derive(layer, None, ParallelConfig(tp, Q["total"]))
+        assert res.result == "certified" and res.family == f"quant_{form}", res.reasons
+        return res.mappings
+    maps = group(src)
+    pages = torch.zeros(2, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
+    for rank, m in enumerate(maps):
+        kv = quant_local(form, src, rank)[None]
+        plan(m, kv).store(kv, [0], pages, [1])
+    for rank, m in enumerate(group(dst)):
+        kv = torch.zeros(1, m.local_page_size_bytes, dtype=torch.uint8)
+        plan(m, kv).load(pages, [1], kv, [0])
+        want = quant_local(form, dst, rank)
+        if form == "packed":  # padding is never copied: compare the data and scale bytes only
+            row = m.local_page_size_bytes // (2 * Q["bs"] * (Q["total"] // dst))
+            keep = (torch.arange(want.numel()) % row) < Q["D"] + Q["S"]
+            assert torch.equal(kv[0][keep], want[keep]) and not kv[0][~keep].any()
+        else:
+            assert torch.equal(kv[0], want), (form, src, dst, rank)
+
+
+def test_packed_and_split_quantised_pages_have_different_ids(deriver):
+    ids = {deriver.families[n].layout_id for n in ("quant_packed", "quant_split", "split_nhd")}
+    assert len(ids) == 3
+
+
+# ---- the language: what a page of regions must say -------------------------------------
+
+PAGE = """
+layout pg(T):
+    region a:
+        index t < T
+        offset t
+    region b:
+        index t < T
+        offset T + t
+{extra}
+grid g:
+    world tp * pcp
+    ranks r < tp * pcp
+
+family f serves thing:
+    grid g
+    local pg(4)
+    canonical pg(4)
+{shards}
+"""
+
+
+@pytest.mark.parametrize("extra,shards,message", [
+    ("", "    shard a (t) -> (t)\n", "no shard map for region 'b'"),
+    ("", "    shard a (t) -> (t)\n    shard b (t) -> (t)\n    shard z (t) -> (t)\n", "region 'z' is not a data region"),
+    ("", "    shard (t) -> (t)\n", "layout 'pg' is a page of regions"),
+    ("", "    shard a (t) -> (t)\n    shard a (t) -> (t)\n    shard b (t) -> (t)\n", "second 'shard a' clause"),
+    ("    pad a:\n        index p < 1\n        offset p\n", "    shard a (t) -> (t)\n", "two regions named 'a'"),
+])
+def test_page_mistakes_are_spec_errors_at_their_line(tmp_path, extra, shards, message):
+    spec = tmp_path / "p.lal"
+    spec.write_text(PAGE.format(extra=extra, shards=shards))
+    with pytest.raises(SpecError, match=message) as e:
+        from layoutalg.compile import compile_named
+        lib = load([spec])
+        compile_named(lib, "f")
+    assert e.value.span is not None and e.value.span.file.endswith("p.lal")
+
+
+def test_a_page_that_is_all_padding_is_refused(tmp_path):
+    spec = tmp_path / "p.lal"
+    spec.write_text("layout pg(T):\n    pad a:\n        index t < T\n        offset t\n")
+    with pytest.raises(SpecError, match="all padding"):
+        load([spec])
+
+
+def test_overlapping_regions_are_refused_at_run_time_and_by_the_prover(tmp_path):
+    from layoutalg.compile import compile_named
+    from layoutalg.lower import TilingError, lower
+    from layoutalg.prove.runner import prove_family
+    spec = tmp_path / "p.lal"
+    spec.write_text(PAGE.format(extra="", shards="    shard a (t) -> (t)\n    shard b (t) -> (t)\n")
+                    .replace("offset T + t", "offset T - 1 + t"))
+    lib = load([spec])
+    page = compile_named(lib, "f").evaluate({"tp": 1, "pcp": 1, "page_size": 8})
+    with pytest.raises(TilingError, match="not tiled exactly"):
+        lower(page)
+    rows = prove_family(lib, "f", quick=True)
+    assert any(r.status == "refuted" for r in rows), [(r.family, r.obligation, r.status) for r in rows]
