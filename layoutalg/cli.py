@@ -191,7 +191,8 @@ def _check(args) -> int:
         raise LayoutalgError(f"nothing to check: no family in {', '.join(args.specs)} ({len(lib.modules)} file(s), "
                              f"{len(lib.grids)} grid(s), {len(lib.layouts)} layout(s))")
     compiled = {name: compile_named(lib, name) for name in lib.families}
-    print(f"{len(lib.layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
+    layouts = [n for n in lib.layouts if "." not in n]  # a page's regions are not layouts of their own here
+    print(f"{len(layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
           f"in {len(lib.modules)} file(s)\n")
     print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
     bad, examples = 0, {}
@@ -262,7 +263,9 @@ def _runs(args) -> int:
         page = args.block_size * 1152 if cf.serves == "mla" else 0
         if not page:
             try:
-                page = cf.evaluate({**sizes, "page_size": 0}, bounded=False).local_page
+                probe = cf.evaluate({**sizes, "page_size": 0}, bounded=False)
+                # a page padded to the runtime's page: by default, exactly its regions
+                page = sum(i.local_page for _, i in probe.regions) if hasattr(probe, "regions") else probe.local_page
             except GuardFailed as e:  # the family's own reason, not the empty probe page's
                 print(f"{cf.name} does not apply (the layer would fail closed): {e}")
                 return 1

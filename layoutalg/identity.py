@@ -75,9 +75,11 @@ def _text(x) -> str:
 
 
 def page_id(lib, family: str) -> str:
-    """`layout_id` of a family of pages: the canonical forms of all its data regions together
-    (their names aside; the pads are what the regions leave, so they add nothing)."""
+    """`layout_id` of a family of pages: the canonical forms of all its data regions and of the
+    canonical page's pads together (their names aside): the same bytes in the same places of a
+    page of the same size."""
     from .family import resolve
-    forms = sorted(canonical_form(resolve(lib, p)) for p in lib.parts_of(family))
+    parts = lib.parts_of(family) + [p for p in lib.parts_of(family, pads=True) if p.endswith("'")]
+    forms = sorted(canonical_form(resolve(lib, p)) for p in parts)
     digest = hashlib.sha256(repr((FORMAT, "page", forms)).encode()).hexdigest()
     return f"{FORMAT}-{digest[:16]}"

@@ -143,10 +143,10 @@ class Library:
                             f"(write 'shard {missing[0]} (...) -> (...)')", fam.span)
         page = (local.name, canon.name)
 
-        def part(name: str, lcall: Call, ccall: Call, shard: Shard, extra: tuple) -> None:
+        def part(name: str, lcall: Call, ccall: Call, shard: Shard, extra: tuple, pages=page) -> None:
             self.parts[name] = FamilyDef(name, fam.serves, fam.order, fam.grid, LayoutUse(lcall, fam.local.span),
                                          LayoutUse(ccall, fam.canonical.span), shard, fam.body + extra,
-                                         shard.span, (), fam.name, page)
+                                         shard.span, (), fam.name, pages)
 
         for r in data(local):
             s = shards[r]
@@ -159,7 +159,9 @@ class Library:
                 if r.pad:  # onto itself: the pad's own box and offset, for its extents at run time
                     call = Call(f"{ldef.name}.{r.name}", use.call.args, use.call.span)
                     ident = tuple(Name(i.name, i.span) for i in r.indices)
-                    part(f"{fam.name}.{r.name}{role}", call, call, Shard(ident, ident, r.span, None), ())
+                    # its own page on both sides: a canonical pad reads the canonical page's arguments
+                    part(f"{fam.name}.{r.name}{role}", call, call, Shard(ident, ident, r.span, None), (),
+                         (ldef.name, ldef.name))
 
     def family_path(self, name: str) -> str:
         return self.families[name].span.file

@@ -191,19 +191,30 @@ def test_a_page_that_is_all_padding_is_refused(tmp_path):
         load([spec])
 
 
-def test_overlapping_regions_are_refused_at_run_time_and_by_the_prover(tmp_path):
+@pytest.mark.parametrize("offset,why", [("T - 1 + t", "byte 3 lies in two regions"),   # b overlaps a
+                                        ("T + 1 + t", "bytes \\[4, 5\\) belong to no region")])  # a byte lost
+def test_regions_that_do_not_tile_are_refused_at_run_time_and_by_the_prover(tmp_path, offset, why):
     from layoutalg.compile import compile_named
     from layoutalg.lower import TilingError, lower
     from layoutalg.prove.runner import prove_family
     spec = tmp_path / "p.lal"
     spec.write_text(PAGE.format(extra="", shards="    shard a (t) -> (t)\n    shard b (t) -> (t)\n")
-                    .replace("offset T + t", "offset T - 1 + t"))
+                    .replace("offset T + t", f"offset {offset}"))
     lib = load([spec])
     page = compile_named(lib, "f").evaluate({"tp": 1, "pcp": 1, "page_size": 8})
-    with pytest.raises(TilingError, match="not tiled exactly"):
+    with pytest.raises(TilingError, match=why):
         lower(page)
     rows = prove_family(lib, "f", quick=True)
     assert any(r.status == "refuted" for r in rows), [(r.family, r.obligation, r.status) for r in rows]
+
+
+def test_a_family_of_pages_is_proved_for_all_sizes():
+    from layoutalg.prove.runner import prove_family
+    rows = prove_family(load([ROOT / "specs" / "quant_split.lal"]), "quant_split")
+    assert {r.family for r in rows} == {"quant_split.data", "quant_split.scale", "quant_split"}
+    assert [r.obligation for r in rows if r.family == "quant_split"] == ["regions-tile-local",
+                                                                        "regions-tile-canonical"]
+    assert all(r.status == "proved" for r in rows), [(r.family, r.obligation, r.status, r.detail) for r in rows]
 
 
 # ---- gated delta net: conv state (K, q | k | v), recurrent state (value heads, v dim, k dim)

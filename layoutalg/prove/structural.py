@@ -217,28 +217,62 @@ def _take(modes: list, stride):
     return None if j is None else modes.pop(j)[0]
 
 
-def _concatenated(regions, total) -> str:
-    """'' when the regions `(name, modes, base)` tile a page of `total` bytes, else what is not shown."""
-    common = [m for m in regions[0][1]
-              if all(any(_same(m[0], n) and _same(m[1], s) for n, s in r[1]) for r in regions[1:])]
-    at = sympy.Integer(0)
+def _shared(regions) -> list:
+    """The modes every region of `regions` has (same extent, same stride)."""
+    return [m for m in regions[0][1]
+            if all(any(_same(m[0], n) and _same(m[1], s) for n, s in r[1]) for r in regions[1:])]
+
+
+def _union(regions):
+    """`(modes, base)` of consecutive regions that share modes: under those, each region must be
+    dense and follow the one before it; the union is the shared modes over the bytes they fill.
+    A string says what is not shown."""
+    common = _shared(regions) if len(regions) > 1 else []
+    at = regions[0][2]
     for name, modes, base in regions:
         rest = list(modes)
         for n, s in common:
             rest.pop(next(j for j, (n2, s2) in enumerate(rest) if _same(n, n2) and _same(s, s2)))
         if not _same(base, at):
             return f"region '{name}' starts at {base}, not where the one before it ends ({at})"
+        if len(regions) == 1:
+            return _coalesced(rest), base
         run = sympy.Integer(1)
         while rest:
             n = _take(rest, run)
             if n is None:
-                return f"region '{name}' is not dense under the modes the regions share (no mode of stride {run})"
+                return f"region '{name}' is not dense under the modes it shares (no mode of stride {run})"
             run = run * n
         at = sympy.expand(at + run)
-    run, left = at, list(common)
-    while left:
-        n = _take(left, run)
-        if n is None:
-            return f"the modes the regions share do not continue the {at} bytes they fill"
-        run = run * n
-    return "" if _same(sympy.expand(run), total) else f"the regions fill {run} bytes of a {total}-byte page"
+    return _coalesced(common + [(sympy.expand(at - regions[0][2]), sympy.Integer(1))]), regions[0][2]
+
+
+def _concatenated(regions, total) -> str:
+    """'' when the regions `(name, modes, base)` tile a page of `total` bytes, else what is not
+    shown: consecutive regions that share modes (a conv state's rows of x | B | C) are first
+    joined into one; then every joined group must be dense and follow the one before it."""
+    groups, current = [], [regions[0]]
+    for r in regions[1:]:
+        if _shared(current + [r]):
+            current.append(r)
+        else:
+            groups.append(current)
+            current = [r]
+    groups.append(current)
+    at = sympy.Integer(0)
+    for group in groups:
+        joined = _union(group)
+        if isinstance(joined, str):
+            return joined
+        modes, base = joined
+        names = ", ".join(f"'{g[0]}'" for g in group)
+        if not _same(base, at):
+            return f"region(s) {names} start at {base}, not where the ones before end ({at})"
+        run = sympy.Integer(1)
+        while modes:
+            n = _take(modes, run)
+            if n is None:
+                return f"region(s) {names} are not dense (no mode of stride {run})"
+            run = run * n
+        at = sympy.expand(at + run)
+    return "" if _same(at, total) else f"the regions fill {at} bytes of a {total}-byte page"
