@@ -206,6 +206,8 @@ def test_regions_that_do_not_tile_are_refused_at_run_time_and_by_the_prover(tmp_
         lower(page)
     rows = prove_family(lib, "f", quick=True)
     assert any(r.status == "refuted" for r in rows), [(r.family, r.obligation, r.status) for r in rows]
+    from layoutalg.prove.structural import page_tiles
+    assert page_tiles(lib, "f", "local").status == "unknown"  # the concatenation argument does not hold
 
 
 def test_a_family_of_pages_is_proved_for_all_sizes():

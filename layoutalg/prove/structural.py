@@ -223,6 +223,17 @@ def _shared(regions) -> list:
             if all(any(_same(m[0], n) and _same(m[1], s) for n, s in r[1]) for r in regions[1:])]
 
 
+def _dense(modes: list):
+    """The size of modes that walk a stride chain from 1 (a dense block), else why not."""
+    modes, run = list(modes), sympy.Integer(1)
+    while modes:
+        n = _take(modes, run)
+        if n is None:
+            return f"no mode of stride {run}"
+        run = run * n
+    return run
+
+
 def _union(regions):
     """`(modes, base)` of consecutive regions that share modes: under those, each region must be
     dense and follow the one before it; the union is the shared modes over the bytes they fill.
@@ -237,13 +248,10 @@ def _union(regions):
             return f"region '{name}' starts at {base}, not where the one before it ends ({at})"
         if len(regions) == 1:
             return _coalesced(rest), base
-        run = sympy.Integer(1)
-        while rest:
-            n = _take(rest, run)
-            if n is None:
-                return f"region '{name}' is not dense under the modes it shares (no mode of stride {run})"
-            run = run * n
-        at = sympy.expand(at + run)
+        size = _dense(rest)
+        if isinstance(size, str):
+            return f"region '{name}' is not dense under the modes it shares ({size})"
+        at = sympy.expand(at + size)
     return _coalesced(common + [(sympy.expand(at - regions[0][2]), sympy.Integer(1))]), regions[0][2]
 
 
@@ -268,11 +276,8 @@ def _concatenated(regions, total) -> str:
         names = ", ".join(f"'{g[0]}'" for g in group)
         if not _same(base, at):
             return f"region(s) {names} start at {base}, not where the ones before end ({at})"
-        run = sympy.Integer(1)
-        while modes:
-            n = _take(modes, run)
-            if n is None:
-                return f"region(s) {names} are not dense (no mode of stride {run})"
-            run = run * n
-        at = sympy.expand(at + run)
+        size = _dense(modes)
+        if isinstance(size, str):
+            return f"region(s) {names} are not dense ({size})"
+        at = sympy.expand(at + size)
     return "" if _same(at, total) else f"the regions fill {at} bytes of a {total}-byte page"
