@@ -125,10 +125,11 @@ class _State:
     replicas: tuple[str, ...] = ()
     world: sympy.Expr | None = None
     agnostic: object = sympy.false
+    replica_spans: dict = field(default_factory=dict)  # where each replica was named
 
     def copy(self) -> "_State":
         return _State(self.scope.child({}), dict(self.index_lets), list(self.cases), list(self.guards),
-                      self.ranks, self.replicas, self.world, self.agnostic)
+                      self.ranks, self.replicas, self.world, self.agnostic, dict(self.replica_spans))
 
 
 def _names(e) -> set[str]:
@@ -203,7 +204,8 @@ def _step(stmt, s: _State, where: str) -> None:
             rank = BinOp("+", BinOp("*", rank, d.extent, d.span), Name(d.name, d.span), d.span)
         s.index_lets["rank"] = rank
     elif isinstance(stmt, Replica):
-        s.replicas = s.replicas + stmt.names
+        s.replicas = s.replicas + tuple(n for n in dict.fromkeys(stmt.names) if n not in s.replicas)
+        s.replica_spans.update({n: stmt.span for n in stmt.names})
     elif isinstance(stmt, Agnostic):
         s.agnostic = s.scope.cond(stmt.cond)
     else:  # pragma: no cover - the grammar admits nothing else
@@ -289,7 +291,7 @@ def _resolve(lib: Library, name: str) -> Family:
         raise SpecError(f"{where} has pages of regions: each region is resolved as a part of its own "
                         f"({', '.join(lib.parts_of(name))})", fdef.span)
     for clause in ("grid", "local", "canonical", "shard"):
-        if getattr(fdef, clause) is None:
+        if getattr(fdef, clause) is None and not (clause == "shard" and fdef.shards):
             raise SpecError(f"{where} has no '{clause}' clause", fdef.span)
     gdef = lib.grids.get(fdef.grid.id)
     if gdef is None:
@@ -335,7 +337,8 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     rank_ext = [scope.size(d.extent, f"extent of rank digit '{d.name}'") for d in rank_decl]
     for r in s.replicas:
         if r not in {d.name for d in rank_decl}:
-            raise SpecError(f"replica '{r}' is not a rank digit", s.ranks.span)
+            raise SpecError(f"replica '{r}' is not a rank digit (rank digits: "
+                            f"{', '.join(d.name for d in rank_decl)})", s.replica_spans.get(r, s.ranks.span))
     iters = dict(zip(local.indices, local.extents))
     iters.update({d.name: e for d, e in zip(rank_decl, rank_ext)})
     clash = set(local.indices) & {d.name for d in rank_decl}

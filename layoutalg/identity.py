@@ -75,11 +75,12 @@ def _text(x) -> str:
 
 
 def page_id(lib, family: str) -> str:
-    """`layout_id` of a family of pages: the canonical forms of all its data regions and of the
-    canonical page's pads together (their names aside): the same bytes in the same places of a
-    page of the same size."""
+    """`layout_id` of a family of pages: the canonical forms of all its data regions (each with
+    the name of the local region it holds) and of the canonical page's pads."""
     from .family import resolve
     parts = lib.parts_of(family) + [p for p in lib.parts_of(family, pads=True) if p.endswith("'")]
-    forms = sorted(canonical_form(resolve(lib, p)) for p in parts)
+    # each form with its region's local name: which local data a canonical region holds (K or V,
+    # B or C) is part of the format, and the targets alone name only index names
+    forms = sorted((lib.family_def(p).shard.region or "", canonical_form(resolve(lib, p))) for p in parts)
     digest = hashlib.sha256(repr((FORMAT, "page", forms)).encode()).hexdigest()
     return f"{FORMAT}-{digest[:16]}"

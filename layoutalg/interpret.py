@@ -133,7 +133,7 @@ class Reading:
         elif isinstance(s, Ranks):
             self.ranks = [(d.name, d.extent) for d in s.digits]
         elif isinstance(s, Replica):
-            self.replicas += s.names
+            self.replicas += tuple(n for n in dict.fromkeys(s.names) if n not in self.replicas)
         elif isinstance(s, Agnostic):
             self.agnostic = self.cond(s.cond)
 

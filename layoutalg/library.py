@@ -5,6 +5,7 @@ twice is an error that points at the second definition.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import keyword
 from dataclasses import dataclass, field
@@ -100,10 +101,13 @@ class Library:
         for ldef in list(self.layouts.values()):
             if ldef.regions and ldef.name not in self.pages:
                 self.pages[ldef.name] = tuple(f"{ldef.name}.{r.name}" for r in ldef.regions)
-                for r in ldef.regions:
-                    self.layouts[f"{ldef.name}.{r.name}"] = r
-        for fam in self.families.values():
-            if fam.local is None or fam.canonical is None:
+                for r in ldef.regions:  # named as the page's, so messages say which page
+                    self.layouts[f"{ldef.name}.{r.name}"] = dataclasses.replace(r, name=f"{ldef.name}.{r.name}")
+        for name, fam in list(self.families.items()):
+            if fam.shard is not None and fam.shard.replicas:  # `replica` on a layout of one box: the family's
+                fam = self.families[name] = dataclasses.replace(
+                    fam, body=fam.body + (Replica(fam.shard.replicas, fam.shard.span),))
+            if fam.local is None or fam.canonical is None or fam.grid is None:
                 continue  # resolve names the missing clause
             local, canon = (self.layouts.get(u.call.fn) for u in (fam.local, fam.canonical))
             if local is None or canon is None:

@@ -186,6 +186,8 @@ def _region_plan(inst: Instance, region: str):
     """`(offsets, fragment, count, local stride, canonical stride)` of one region, certified
     one-to-one on both sides (the page sweep shows the regions tile)."""
     where = f"region '{region}'"
+    if any(n == 0 for n, _, _ in inst.local):
+        return [], 1, 0, 0, 0  # an empty region: nothing to copy, nothing to certify
     _injective([(n, ls) for n, ls, _ in inst.local], f"local layout of {where}", inst.family)
     owners = [(n, cs) for n, _, cs in inst.local] + [(n, cs) for n, _, cs, rep in inst.ranks if not rep]
     _injective(owners, f"canonical image of {where} (its writers)", inst.family)

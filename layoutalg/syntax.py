@@ -617,6 +617,11 @@ class _Build(Transformer_NonRecursive):
                 seen[r.name] = r
             if all(r.pad for r in items):
                 raise SpecError(f"layout '{name}' is all padding: at least one region must hold data", where)
+            for r in items:
+                if r.tensor is not None:  # pages are told by the layer's kind and names, not from a tensor
+                    raise SpecError(f"region '{r.name}' of layout '{name}' has a tensor view; a page of regions "
+                                    f"is not recognised from a tensor (say it with a runtime name instead)",
+                                    r.span)
             regions = tuple(LayoutDef(r.name, names, r.indices, r.offset, r.element, r.tensor, r.span, (), r.pad)
                             for r in items)
             return LayoutDef(name, names, (), None, None, None, where, regions)

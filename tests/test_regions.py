@@ -252,3 +252,50 @@ def test_gated_delta_net_state_round_trips(deriver, src, dst):
         kv = torch.zeros(1, m.local_page_size_bytes, dtype=torch.uint8)
         plan(m, kv).load(pages, [0], kv, [0])
         assert torch.equal(kv[0], gdn_local(dst, rank))
+
+
+# ---- regressions from the review of pages of regions -----------------------------------
+
+REVIEW = ROOT / "tests" / "data" / "review"
+
+
+def test_regions_that_swap_canonical_places_get_different_ids():
+    from layoutalg.compile import compile_named
+    lib = load([REVIEW / "swapped_regions.lal"])
+    assert compile_named(lib, "kfirst").layout_id != compile_named(lib, "vfirst").layout_id
+
+
+def test_agnostic_claim_covers_the_canonical_pads():
+    from layoutalg.prove.runner import prove_family
+    rows = prove_family(load([REVIEW / "agnostic_pad.lal"]), "f")
+    pad = [r for r in rows if r.family == "f.z'" and r.obligation == "agnostic"]
+    assert pad and pad[0].status == "unknown" and "tp" in pad[0].detail
+
+
+@pytest.mark.parametrize("spec", ["replica_twice", "empty_region", "replica_one_box"])
+def test_sound_specs_are_proved_and_run(spec):
+    """A replica named twice counts once; an empty region copies nothing; a replica on the shard
+    map of one box is the family's."""
+    from layoutalg.check import check_family
+    from layoutalg.compile import compile_named
+    from layoutalg.prove.runner import prove_family
+    lib = load([REVIEW / f"{spec}.lal"])
+    assert check_family(lib, compile_named(lib, "f")).ok
+    rows = prove_family(lib, "f")
+    assert not [r for r in rows if r.status == "refuted"], [(r.family, r.obligation, r.detail) for r in rows]
+
+
+def test_a_region_with_a_tensor_view_is_refused(tmp_path):
+    spec = tmp_path / "p.lal"
+    spec.write_text("layout pg(T):\n    region a:\n        index t < T\n        offset t\n        tensor (block, t)\n")
+    with pytest.raises(SpecError, match="not recognised from a tensor"):
+        load([spec])
+
+
+def test_a_replica_that_is_no_rank_digit_is_named_where_it_is_written(tmp_path):
+    from layoutalg.compile import compile_named
+    spec = tmp_path / "p.lal"
+    spec.write_text(PAGE.format(extra="", shards="    shard a (t) -> (t)\n    shard b (t) -> (t) replica t\n"))
+    with pytest.raises(SpecError, match="replica 't' is not a rank digit") as e:
+        compile_named(load([spec]), "f")
+    assert e.value.span.text.strip().startswith("shard b")

@@ -515,9 +515,18 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     pads = [p for p in lib.parts_of(family, pads=True) if p not in parts]
     if not quick:  # the concatenation argument reads the pads' digit tables: they must be the spec's
         rows += [_safely(spec, pad, "digits-match-spec", lambda: _pad_digits(lib, pad, budgets)) for pad in pads]
+        for pad in (p for p in pads if p.endswith("'")):  # the canonical page's size and places are its pads' too
+            t0 = time.perf_counter()
+            claim = agnostic_family(resolve(lib, pad))
+            if claim is not None:
+                rows.append(Row(spec, pad, "agnostic", claim.status, "canonical pad free of parallel sizes (sympy): "
+                                "all sizes", time.perf_counter() - t0, claim.detail if claim.status != "proved" else ""))
     for name in PAGE:
         t0 = time.perf_counter()
-        cert = page_tiles(lib, family, name.split("-")[-1]) if not quick else None
+        try:
+            cert = page_tiles(lib, family, name.split("-")[-1]) if not quick else None
+        except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, SpecError) as e:
+            cert = Certificate("unknown", f"the concatenation argument failed: {type(e).__name__}: {e}")
         if cert is not None and cert.status == "proved" and any(
                 r.obligation == "digits-match-spec" and r.status != "proved" for r in rows):
             cert = Certificate("unknown", "a region's digit table is not shown to be the spec's")
@@ -615,7 +624,8 @@ def _safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
     (say, one the compiler rejects) gets an honest row, never a traceback."""
     try:
         return prove()
-    except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, SpecError, z3.Z3Exception) as e:
+    except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, AttributeError, SpecError,
+            z3.Z3Exception) as e:
         text = str(e).splitlines()[0] if str(e) else ""
         return wrap(Row(spec, family, name, "unknown", "not checked: the spec's direct reading failed", 0.0,
                         f"{type(e).__name__}: {text}"))

@@ -243,7 +243,10 @@ def _union(regions):
     for name, modes, base in regions:
         rest = list(modes)
         for n, s in common:
-            rest.pop(next(j for j, (n2, s2) in enumerate(rest) if _same(n, n2) and _same(s, s2)))
+            j = next((j for j, (n2, s2) in enumerate(rest) if _same(n, n2) and _same(s, s2)), None)
+            if j is None:
+                return f"region '{name}' repeats a mode the others have once"
+            rest.pop(j)
         if not _same(base, at):
             return f"region '{name}' starts at {base}, not where the one before it ends ({at})"
         if len(regions) == 1:
