@@ -25,6 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 SPECS = ROOT / "specs"
 FAMILIES = ("split_nhd", "split_hnd", "packed_nhd", "packed_hnd", "mla", "opaque")
+PAGES = ("quant_packed", "quant_split", "mamba2", "gdn")
+"""Families of pages of regions (`--pages`): a mutant is broken where the runtime's page
+certificate refuses it, its runs do not tile with the pads, or they differ from the spec's
+direct reading of any region."""
 _TOKEN = re.compile(r"[A-Za-z_]\w*|\d+|//|[-+*/%<>]")
 _KEYWORDS = {"index", "offset", "element", "bytes", "tensor", "block", "local", "canonical", "shard", "require",
              "grid", "and", "or", "not", "family", "serves", "layout", "import", "order", "let"}
@@ -101,11 +105,49 @@ def enumerate_faults(lib, name) -> list[str]:
     return faults
 
 
+def enumerate_page_faults(lib, name) -> list[str]:
+    """`enumerate_faults` for a family of pages, on the samples of every name it reads."""
+    from layoutalg.check import configurations, instantiate, pads, sample_domain, tiling_errors
+    from layoutalg.compile import compile_named
+    from layoutalg.compiled import GuardFailed
+    from layoutalg.interpret import Reading, byte_map
+    from layoutalg.lower import TilingError, lower
+    cf = compile_named(lib, name)
+    faults = []
+    for sizes in configurations(sample_domain(lib, cf)):
+        try:
+            inst, sizes = instantiate(cf, sizes)
+        except (GuardFailed, ArithmeticError):
+            continue
+        if max(inst.local_page, inst.canonical_page) > 1 << 16:
+            continue
+        try:
+            maps = lower(inst)
+        except TilingError as e:
+            faults.append(f"{sizes}: {e}")
+            continue
+        errs = tiling_errors(maps, *pads(inst))
+        if errs:
+            faults.append(f"{sizes}: {errs[0]}")
+            continue
+        try:
+            readings = [Reading(lib, part, sizes) for part in lib.parts_of(name)]
+            for rank, m in enumerate(maps):
+                want = {k: v for r in readings for k, v in byte_map(r, rank).items()}
+                got = {lo + b: co + b for r in m.runs for lo, co, n in r.triples() for b in range(n)}
+                if got != want:
+                    faults.append(f"{sizes}: rank {rank} differs from the direct reading")
+                    break
+        except (ArithmeticError, LookupError) as e:
+            faults.append(f"{sizes}: direct reading fails: {e}")
+    return faults
+
+
 def judge(text: str, family: str, folder: Path) -> dict | None:
     """Prove and enumerate one mutant; None when it is not a well-formed spec."""
-    from layoutalg.compile import compile_family
+    from layoutalg.compile import compile_named
     from layoutalg.errors import LayoutalgError
-    from layoutalg.family import check_layouts, resolve
+    from layoutalg.family import check_layouts
     from layoutalg.library import load
     from layoutalg.prove.runner import prove_family
     path = folder / f"{family}.lal"
@@ -113,23 +155,24 @@ def judge(text: str, family: str, folder: Path) -> dict | None:
     try:
         lib = load([path])
         check_layouts(lib)
-        compile_family(resolve(lib, family))
+        compile_named(lib, family)
     except (LayoutalgError, RecursionError):
         return None
     rows = prove_family(lib, family)
-    faults = enumerate_faults(lib, family)
+    faults = enumerate_page_faults(lib, family) if family in PAGES else enumerate_faults(lib, family)
     verdict = "proved" if all(r.status == "proved" for r in rows) else \
         "refuted" if any(r.status == "refuted" for r in rows) else "unknown"
     return {"verdict": verdict, "faults": faults, "rows": rows}
 
 
-def mutants(count: int, seed: int):
+def mutants(count: int, seed: int, families=FAMILIES):
     """(family, description, text) for `count` seeded mutants, round robin over the families."""
     rng = random.Random(seed)
     made = 0
     while made < count:
-        family = FAMILIES[made % len(FAMILIES)]
-        text = (SPECS / f"{family}.lal").read_text().replace('import "grids.lal"', f'import "{SPECS / "grids.lal"}"')
+        family = families[made % len(families)]
+        text = re.sub(r'import "(\w+\.lal)"', lambda m: f'import "{SPECS / m.group(1)}"',
+                      (SPECS / f"{family}.lal").read_text())
         m = mutate(text, rng)
         if m is None:
             continue
@@ -141,10 +184,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--pages", action="store_true", help="mutate the families of pages of regions instead")
     args = ap.parse_args(argv)
     tally = {"malformed": 0, "broken": 0, "refuted": 0, "unknown": 0, "proved": 0, "unsound": 0}
     with tempfile.TemporaryDirectory() as tmp:
-        for family, what, text in mutants(args.count, args.seed):
+        for family, what, text in mutants(args.count, args.seed, PAGES if args.pages else FAMILIES):
             res = judge(text, family, Path(tmp))
             if res is None:
                 tally["malformed"] += 1
