@@ -407,7 +407,7 @@ def _check_nesting(tree: Tree, span) -> None:
             depth += 1
         elif node.data != "exprs":
             stmt, depth = node, 0
-        if node.data == "case_stmt":
+        if node.data in ("case_stmt", "family_case"):
             cases += 1
             if cases > MAX_CASE_DEPTH:
                 raise SpecError(f"'case' blocks nested too deeply: more than {MAX_CASE_DEPTH} levels",
@@ -584,6 +584,8 @@ class _Build(Transformer_NonRecursive):
 
     def case_stmt(self, meta, c):
         return Case(c[0], _flatten(c[1:]), self._at(meta))
+
+    family_case = case_stmt
 
     # layouts
     def index_clause(self, meta, c):

@@ -6,7 +6,9 @@ are told apart by the names in their class hierarchy, as vLLM's `isinstance` doe
 
 - `MLAAttentionSpec` (and subclasses): the `mla` families;
 - any other `AttentionSpec`: the `attention` families;
-- `MambaSpec`: no family serves it, so the opaque fallback;
+- `MambaSpec`: the opaque fallback, as vLLM's reference does; with `state_layers=True`,
+  the state families by `mamba_type` (`STATE_KINDS`: `mamba2`, `gdn_attention`), their
+  sizes read from the spec's shapes and dtypes (and `n_groups` from the model's config);
 - anything else (e.g. `HiSparseHotSpec`, or a `UniformTypeKVCacheSpecs` group spec that
   has no entry for the layer): left out, as vLLM leaves it out.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
+import os
 
 from .errors import ConfigError
 from .mapping import CanonicalPageMapping
@@ -113,6 +116,58 @@ def layer_spec(spec, path: str = "kv_cache_spec") -> LayerSpec:
                      compress_ratio=_compress_ratio(spec, path))
 
 
+def _mamba2_sizes(shapes, tp: int, model) -> dict:
+    """Mamba2 (kernel-first conv state): ((K - 1, x + 2 G N), (heads, head_dim, N)) on this rank."""
+    (k1, width), (heads, head_dim, n) = shapes
+    groups = getattr(getattr(model, "hf_config", None), "n_groups", None)
+    if groups is None:
+        raise ValueError("the model config gives no n_groups (hf_config.n_groups)")
+    return {"conv_kernel": k1 + 1, "ssm_heads": heads * tp, "ssm_head_dim": head_dim, "state_size": n,
+            "n_groups": as_int(groups, "vllm_config.model_config.hf_config.n_groups", minimum=1)}
+
+
+def _gdn_sizes(shapes, tp: int, model) -> dict:
+    """Gated delta net: ((K - 1, 2 Hk dk + Hv dv), (Hv, dv, dk)) on this rank."""
+    (k1, width), (v_heads, v_dim, k_dim) = shapes
+    k_heads, rest = divmod(width - v_heads * v_dim, 2 * k_dim)
+    if rest or k_heads < 1:
+        raise ValueError(f"conv width {width} is not 2 x key heads x {k_dim} + {v_heads} x {v_dim}")
+    return {"conv_kernel": k1 + 1, "gdn_k_heads": k_heads * tp, "gdn_v_heads": v_heads * tp,
+            "gdn_k_dim": k_dim, "gdn_v_dim": v_dim}
+
+
+STATE_KINDS = {"mamba2": _mamba2_sizes, "gdn_attention": _gdn_sizes}
+"""vLLM `MambaSpec.mamba_type` -> how that state's runtime names read from its shapes: the
+layer kind is the type's own name (`specs/mamba2.lal`, `specs/gdn.lal`). The conv state is
+read kernel-first ("SD", vLLM's default) or dim-first ("DS") as VLLM_SSM_CONV_STATE_LAYOUT
+says, and `conv_dim_first` selects the family of that page format."""
+
+
+def state_layer(spec, tp: int, model, path: str = "kv_cache_spec") -> tuple[LayerSpec | None, str]:
+    """The state family's `LayerSpec` of a `MambaSpec`, or (None, why it stays opaque)."""
+    mamba_type = _field(spec, path, "mamba_type", None)
+    read = STATE_KINDS.get(mamba_type)
+    if read is None:
+        return None, f"mamba_type {mamba_type!r} has no state family (known: {', '.join(STATE_KINDS)})"
+    layout = os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper()  # as vLLM's is_conv_state_dim_first
+    if layout not in ("SD", "DS"):
+        return None, f"VLLM_SSM_CONV_STATE_LAYOUT is {layout!r}, neither SD nor DS"
+    shapes, dtypes = _field(spec, path, "shapes"), _field(spec, path, "dtypes")
+    try:
+        shapes = tuple(tuple(as_int(x, f"{path}.shapes") for x in s) for s in shapes)
+        if len(shapes) != 2 or len(shapes[0]) != 2 or len(shapes[1]) != 3 or len(dtypes) != 2:
+            raise ValueError(f"shapes {shapes} are not a (conv, state) pair of 2 and 3 dimensions")
+        if layout == "DS":  # (channels, K - 1): read as (K - 1, channels), laid out dim-first
+            shapes = (shapes[0][::-1], shapes[1])
+        sizes = read(shapes, tp, model)
+        sizes["conv_dim_first"] = int(layout == "DS")
+        sizes.update(conv_bytes=as_int(dtypes[0].itemsize, f"{path}.dtypes[0]"),
+                     ssm_bytes=as_int(dtypes[1].itemsize, f"{path}.dtypes[1]"))
+    except (ValueError, TypeError, AttributeError, ConfigError) as e:
+        return None, f"{mamba_type} state not read from its spec: {e}"
+    return LayerSpec(mamba_type, _page_size(spec, _class_names(spec), path), sizes=sizes), ""
+
+
 def _size(pc, name: str, default=_MISSING) -> int:
     """A parallel size: missing or None means `default`; anything else must be an integer >= 1."""
     value = _field(pc, "parallel_config", name, default)
@@ -173,7 +228,7 @@ def _layers(kv_cache_config):
 
 
 def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
-                              specs=None, sizes=None) -> dict[str, CanonicalPageMapping]:
+                              specs=None, sizes=None, state_layers: bool = False) -> dict[str, CanonicalPageMapping]:
     """This worker's canonical page mapping of every layer.
 
     Empty when the worker group is not exactly the tp x pcp grid. A layer no family
@@ -183,6 +238,8 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     `specs` names another spec library (default: the shipped one). `sizes` gives every
     layer more runtime names the specs declare: deployment configuration such as
     `{"pcp_replicas": 1}` (PCP ranks hold replicas of the KV rather than token shards).
+    `state_layers` maps Mamba2 and gated-delta-net state (`STATE_KINDS`) onto their families,
+    which move across TP; off, every `MambaSpec` is opaque, as vLLM's reference maps it.
     """
     deriver = _deriver(specs)
     parallel = parallel_config(vllm_config)
@@ -197,13 +254,18 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     failed: dict[tuple, list[str]] = {}
     for name, spec in _layers(kv_cache_config):
         try:
-            layer = layer_spec(spec)
+            layer, why = layer_spec(spec), ""
+            if state_layers and layer.kind == "mamba":
+                state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"))
+                layer = state or layer
             if sizes:
                 layer = dataclasses.replace(layer, sizes={**dict(layer.sizes), **dict(sizes)})
             tensor = TensorLayout.of(kv_caches.get(name))
         except ConfigError as e:
             raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None
         result = _derive(deriver, layer, tensor, parallel, num_blocks, type(spec).__name__)
+        if why:
+            result = dataclasses.replace(result, reasons=(why,) + result.reasons)
         if result.result != "certified":
             failed.setdefault((type(spec).__name__, result.result, result.reasons), []).append(name)
         if result.mappings:

@@ -33,9 +33,10 @@ def mamba_full(ng):
     return conv, ssm
 
 
-def mamba_local(ng, tp, rank, pad):
+def mamba_local(ng, tp, rank, pad, ds=False):
     """Rank `rank`'s page as vLLM lays it out: x channels of its heads, its B and C groups
-    (one group, copied, when groups are fewer than ranks), then its heads' SSM state."""
+    (one group, copied, when groups are fewer than ranks), then its heads' SSM state. The
+    conv state is (K, channels), or with `ds` (channels, K)."""
     conv, ssm = mamba_full(ng)
     I, N = M["ssm_heads"] * M["ssm_head_dim"], M["state_size"]
     xs = I // tp
@@ -43,32 +44,40 @@ def mamba_local(ng, tp, rank, pad):
     parts = [conv[:, rank * xs:(rank + 1) * xs], conv[:, I + first * N:I + (first + g) * N],
              conv[:, I + ng * N + first * N:I + ng * N + (first + g) * N]]
     hs = M["ssm_heads"] // tp
-    page = torch.cat([torch.cat(parts, 1).contiguous().view(torch.uint8).flatten(),
+    conv_here = torch.cat(parts, 1).T if ds else torch.cat(parts, 1)
+    page = torch.cat([conv_here.contiguous().view(torch.uint8).flatten(),
                       ssm[rank * hs:(rank + 1) * hs].contiguous().view(torch.uint8).flatten()])
     return torch.cat([page, torch.zeros(pad, dtype=torch.uint8)])
 
 
-def mamba_group(deriver, ng, tp, pad=0):
+def mamba_group(deriver, ng, tp, pad=0, ds=False):
     page = mamba_local(ng, tp, 0, pad).numel()
-    res = deriver.derive(LayerSpec("mamba2", page, sizes={**M, "n_groups": ng}), None, ParallelConfig(tp, 1))
-    assert res.result == "certified" and res.family == "mamba2", res.reasons
+    sizes = {**M, "n_groups": ng, "conv_dim_first": int(ds)}
+    res = deriver.derive(LayerSpec("mamba2", page, sizes=sizes), None, ParallelConfig(tp, 1))
+    assert res.result == "certified" and res.family == ("mamba2_ds" if ds else "mamba2"), res.reasons
     return res.mappings
 
 
-@pytest.mark.parametrize("ng,src,dst", [(4, 1, 2), (4, 2, 4), (4, 4, 1), (1, 4, 2), (1, 2, 4), (2, 4, 1), (2, 1, 4)])
-def test_mamba2_state_stored_under_one_tp_loads_under_another(deriver, ng, src, dst):
-    maps = mamba_group(deriver, ng, src, pad=6)
+@pytest.mark.parametrize("ng,src,dst,ds", [(4, 1, 2, 0), (4, 2, 4, 0), (4, 4, 1, 0), (1, 4, 2, 0), (1, 2, 4, 0),
+                                           (2, 4, 1, 0), (2, 1, 4, 0), (1, 4, 2, 1), (4, 2, 1, 1)])
+def test_mamba2_state_stored_under_one_tp_loads_under_another(deriver, ng, src, dst, ds):
+    maps = mamba_group(deriver, ng, src, pad=6, ds=ds)
     pages = torch.zeros(5, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
     page_ids, blocks = [3, 0, 4], [0, 2, 1]
     for rank, m in enumerate(maps):
-        kv = mamba_local(ng, src, rank, 6).repeat(3, 1)
+        kv = mamba_local(ng, src, rank, 6, ds).repeat(3, 1)
         plan(m, kv).store(kv, blocks, pages, page_ids)
     # the canonical page is what one rank holds: the whole state, unpadded
-    assert torch.equal(pages[3], mamba_local(ng, 1, 0, 0))
-    for rank, m in enumerate(mamba_group(deriver, ng, dst)):
+    assert torch.equal(pages[3], mamba_local(ng, 1, 0, 0, ds))
+    for rank, m in enumerate(mamba_group(deriver, ng, dst, ds=ds)):
         kv = torch.zeros(3, m.local_page_size_bytes, dtype=torch.uint8)
         plan(m, kv).load(pages, page_ids, kv, blocks)
-        assert torch.equal(kv[1], mamba_local(ng, dst, rank, 0)), (ng, src, dst, rank)
+        assert torch.equal(kv[1], mamba_local(ng, dst, rank, 0, ds)), (ng, src, dst, rank)
+
+
+def test_kernel_first_and_dim_first_pages_are_different_formats(deriver):
+    sd, ds = mamba_group(deriver, 4, 2), mamba_group(deriver, 4, 2, ds=True)
+    assert sd[0].runs != ds[0].runs and sd[0].layout_id != ds[0].layout_id  # a DS page never reads as SD
 
 
 def test_mamba2_groups_fewer_than_ranks_are_written_once_per_page(deriver):

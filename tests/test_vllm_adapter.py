@@ -355,3 +355,90 @@ def test_deployment_sizes_choose_the_pcp_replica_grid():
     assert shards.canonical_page_size_bytes == 2 * 2 * page and shards.num_writers == 1
     assert replicas.canonical_page_size_bytes == 2 * page
     assert (replicas.num_writers, replicas.writer_index) == (2, 1)
+
+
+# ---- state layers (opt-in): vLLM's MambaSpec onto the mamba2 and gdn families ---------
+
+@dataclass
+class HFConfig:
+    n_groups: int
+
+
+@dataclass
+class HybridModelConfig(ModelConfig):
+    hf_config: HFConfig | None = None
+
+
+def state_config(tp, rank, n_groups=1):
+    c = config(tp=tp, rank=rank)
+    return VllmConfig(c.parallel_config, HybridModelConfig(c.model_config.total_num_kv_heads, HFConfig(n_groups)))
+
+
+def mamba2_spec(tp, n_groups=1, heads=8, head_dim=4, n=2, k=4):
+    groups_here = n_groups // tp if n_groups % tp == 0 else 1
+    conv = (k - 1, heads // tp * head_dim + 2 * groups_here * n)
+    return MambaSpec(block_size=16, shapes=(conv, (heads // tp, head_dim, n)), dtypes=(torch.bfloat16, torch.float32),
+                     mamba_type="mamba2")
+
+
+def gdn_spec(tp, k_heads=2, v_heads=4, k_dim=2, v_dim=3, k=3):
+    conv = (k - 1, (2 * k_heads * k_dim + v_heads * v_dim) // tp)
+    return MambaSpec(block_size=16, shapes=(conv, (v_heads // tp, v_dim, k_dim)), dtypes=(torch.bfloat16, torch.float32),
+                     mamba_type="gdn_attention")
+
+
+@pytest.mark.parametrize("make,n_groups", [(mamba2_spec, 1), (mamba2_spec, 4), (gdn_spec, 1)])
+def test_state_layers_map_onto_their_families(make, n_groups):
+    from layoutalg.runtime import Deriver
+    from layoutalg.vllm import state_layer
+    spec = make(2, n_groups) if make is mamba2_spec else make(2)
+    kv = cache_config([(spec, ["layers.0.mixer"])])
+    default = derive_canonical_mappings(state_config(2, 1, n_groups), kv, {})
+    assert default["layers.0.mixer"].canonical_page_size_bytes == 2 * spec.page_size_bytes  # opaque, as vLLM
+    out = derive_canonical_mappings(state_config(2, 1, n_groups), kv, {}, state_layers=True)["layers.0.mixer"]
+    layer, why = state_layer(spec, 2, state_config(2, 1, n_groups).model_config)
+    assert why == "" and layer.kind == spec.mamba_type
+    res = Deriver().derive(layer, None, layoutalg_parallel(2))
+    assert res.result == "certified" and out == res.mappings[1]
+    assert out.canonical_page_size_bytes == (make(1, n_groups) if make is mamba2_spec else make(1)).page_size_bytes
+
+
+def layoutalg_parallel(tp):
+    from layoutalg.runtime import ParallelConfig as PC
+    return PC(tp, 4)
+
+
+def test_state_layers_fail_closed_on_what_they_cannot_read(monkeypatch, caplog):
+    kv = cache_config([(mamba2_spec(2), ["m"])])
+    no_groups = derive_canonical_mappings(config(tp=2, rank=0), kv, {}, state_layers=True)  # no hf_config
+    assert no_groups["m"].canonical_page_size_bytes == 2 * mamba2_spec(2).page_size_bytes    # opaque
+    assert any("n_groups" in r.message for r in caplog.records)
+    monkeypatch.setenv("VLLM_SSM_CONV_STATE_LAYOUT", "SIDEWAYS")
+    caplog.clear()
+    derive_canonical_mappings(state_config(2, 0), kv, {}, state_layers=True)
+    assert any("neither SD nor DS" in r.message for r in caplog.records)
+
+
+def test_dim_first_conv_state_maps_onto_its_own_format(monkeypatch):
+    from layoutalg.runtime import Deriver
+    sd = derive_canonical_mappings(state_config(2, 1), cache_config([(mamba2_spec(2), ["m"])]), {},
+                                   state_layers=True)["m"]
+    monkeypatch.setenv("VLLM_SSM_CONV_STATE_LAYOUT", "DS")
+    spec = mamba2_spec(2)
+    ds_spec = MambaSpec(block_size=16, shapes=(spec.shapes[0][::-1], spec.shapes[1]), dtypes=spec.dtypes,
+                        mamba_type="mamba2")
+    ds = derive_canonical_mappings(state_config(2, 1), cache_config([(ds_spec, ["m"])]), {}, state_layers=True)["m"]
+    assert ds.layout_id == Deriver().families["mamba2_ds"].layout_id != sd.layout_id
+    assert ds.runs != sd.runs and ds.canonical_page_size_bytes == sd.canonical_page_size_bytes
+
+
+def test_hybrid_model_with_attention_and_mamba_groups():
+    from layoutalg.runtime import Deriver
+    names = [f"layers.{i}.attn" for i in range(2)]
+    kv = cache_config([(attention(), names), (mamba2_spec(2), ["layers.2.mixer", "layers.3.mixer"])])
+    out = derive_canonical_mappings(state_config(2, 0), kv, {n: split_nhd() for n in names}, state_layers=True)
+    assert set(out) == set(names) | {"layers.2.mixer", "layers.3.mixer"}
+    assert out["layers.0.attn"].canonical_page_size_bytes == 2 * out["layers.0.attn"].local_page_size_bytes
+    mixer = out["layers.2.mixer"]
+    assert mixer.run_writers and mixer.canonical_page_size_bytes == mamba2_spec(1).page_size_bytes
+    assert mixer.layout_id == Deriver().families["mamba2"].layout_id
