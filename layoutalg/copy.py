@@ -26,13 +26,13 @@ import torch
 
 from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping
-from .torch_copy import check_writers, page_bytes
+from .torch_copy import _check_runs, page_bytes
 
 
 def plan(mapping: CanonicalPageMapping, kv: torch.Tensor) -> "CopyPlan":
     """A plan for `kv`: the tensor must hold the mapping's local page in each block."""
     lb = page_bytes(kv, mapping.local_page_size_bytes, "kv", "plan")
-    check_writers(mapping, "plan")
+    _check_runs(mapping, "plan")  # every run and writer election sound before any batch moves a byte
     for r in mapping.runs:
         last_local = r.local_offset + (r.num_fragments - 1) * r.local_stride + r.fragment_size
         last_canon = r.canonical_offset + (r.num_fragments - 1) * r.canonical_stride + r.fragment_size

@@ -44,7 +44,9 @@ def canonical_form(family: Family) -> list[tuple]:
         targets = tuple((t.index, text(t.sum.base),
                          tuple(sorted((sp.source, text(sp.lower), text(sp.extent), text(k)) for sp, k in t.sum.terms)))
                         for t in v.targets)
-        out.append((tuple(conds), layout, text(c.element), text(c.base), targets))
+        # how the rank number is made of its digits: which rank holds which shard
+        ranks = tuple((d.name, text(d.extent), text(d.rank)) for d in v.digits if d.is_rank)
+        out.append((tuple(conds), layout, text(c.element), text(c.base), targets, ranks))
     return sorted(out)
 
 

@@ -56,6 +56,13 @@ class CanonicalPageMapping:
     # every run follows the mapping's own
     run_writers: tuple[tuple[int, int], ...] = ()
 
+    def __post_init__(self):
+        rw = self.run_writers
+        if rw and (not isinstance(rw, tuple) or not isinstance(self.runs, tuple) or len(rw) != len(self.runs)):
+            raise ValueError(f"CanonicalPageMapping.run_writers must be a tuple of one (num_writers, writer_index) "
+                             f"per run ({len(self.runs) if hasattr(self.runs, '__len__') else '?'} runs), "
+                             f"got {rw!r}")
+
     def is_writer(self, block_id: int) -> bool:
         """Whether this rank stores any run of block `block_id` (writers take turns by block id)."""
         if self.run_writers:

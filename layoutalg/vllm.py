@@ -122,13 +122,26 @@ def _mamba2_sizes(shapes, tp: int, model) -> dict:
     groups = getattr(getattr(model, "hf_config", None), "n_groups", None)
     if groups is None:
         raise ValueError("the model config gives no n_groups (hf_config.n_groups)")
+    groups = as_int(groups, "vllm_config.model_config.hf_config.n_groups", minimum=1)
+    # the conv width must be what those groups make on a rank (vLLM's extra_groups_for_head_shards):
+    # a model config that disagrees with the spec's shapes is not guessed around
+    here = groups // tp if groups % tp == 0 else 1 if tp % groups == 0 else None
+    if here is None or width != heads * head_dim + 2 * here * n:
+        raise ValueError(f"conv width {width} is not {heads} x {head_dim} + 2 x {here} groups x {n} for "
+                         f"hf_config.n_groups = {groups} at tp = {tp}")
     return {"conv_kernel": k1 + 1, "ssm_heads": heads * tp, "ssm_head_dim": head_dim, "state_size": n,
-            "n_groups": as_int(groups, "vllm_config.model_config.hf_config.n_groups", minimum=1)}
+            "n_groups": groups}
 
 
 def _gdn_sizes(shapes, tp: int, model) -> dict:
     """Gated delta net: ((K - 1, 2 Hk dk + Hv dv), (Hv, dv, dk)) on this rank."""
     (k1, width), (v_heads, v_dim, k_dim) = shapes
+    hf = getattr(model, "hf_config", None)
+    for attr, have in (("linear_value_head_dim", v_dim), ("linear_key_head_dim", k_dim)):
+        want = getattr(hf, attr, None)  # (heads, value dim, key dim) as vLLM's newer shapes; older ones swap them
+        if want is not None and want != have:
+            raise ValueError(f"the recurrent state {shapes[1]} is not (value heads, {attr} = {want}, ...): "
+                             f"its dims are in another order than the gdn family reads")
     k_heads, rest = divmod(width - v_heads * v_dim, 2 * k_dim)
     if rest or k_heads < 1:
         raise ValueError(f"conv width {width} is not 2 x key heads x {k_dim} + {v_heads} x {v_dim}")
@@ -146,7 +159,7 @@ says, and `conv_dim_first` selects the family of that page format."""
 def state_layer(spec, tp: int, model, path: str = "kv_cache_spec") -> tuple[LayerSpec | None, str]:
     """The state family's `LayerSpec` of a `MambaSpec`, or (None, why it stays opaque)."""
     mamba_type = _field(spec, path, "mamba_type", None)
-    read = STATE_KINDS.get(mamba_type)
+    read = STATE_KINDS.get(mamba_type) if isinstance(mamba_type, str) else None
     if read is None:
         return None, f"mamba_type {mamba_type!r} has no state family (known: {', '.join(STATE_KINDS)})"
     layout = os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper()  # as vLLM's is_conv_state_dim_first
@@ -239,7 +252,9 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     layer more runtime names the specs declare: deployment configuration such as
     `{"pcp_replicas": 1}` (PCP ranks hold replicas of the KV rather than token shards).
     `state_layers` maps Mamba2 and gated-delta-net state (`STATE_KINDS`) onto their families,
-    which move across TP; off, every `MambaSpec` is opaque, as vLLM's reference maps it.
+    whose canonical page is the whole model's state at any TP (`parallelism_agnostic`); off,
+    every `MambaSpec` is opaque, as vLLM's reference maps it. `hf_config.n_groups` is trusted
+    where the shapes cannot tell (groups sharded one a rank, or one group copied on two).
     """
     deriver = _deriver(specs)
     parallel = parallel_config(vllm_config)

@@ -143,3 +143,16 @@ def test_descriptors_follow_a_padded_block_stride_and_check_their_ids(deriver):
             p.descriptors(blocks, ids)
     with pytest.raises(LayoutMismatch, match="would overlap"):
         p.descriptors([0], [0], block_bytes=1)
+
+
+def test_plan_refuses_any_bad_run_before_a_byte_moves(deriver):
+    from layoutalg.errors import ConfigError
+    from layoutalg.mapping import CanonicalPageMapping, CopyRun
+    good = CopyRun(0, 0, 8, 1, 8, 8)
+    for runs, nw, w in [((good, CopyRun(8, 8, 8, 2, -8, 8)), 1, 0),   # a later run with a negative stride
+                        ((good,), 2, 2), ((good,), 0, 0), ((good,), -2, -1)]:
+        m = CanonicalPageMapping(64, 64, runs, nw, w, False)
+        with pytest.raises((ConfigError, LayoutMismatch)):
+            plan(m, torch.zeros(2, 64, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="one \\(num_writers, writer_index\\) per run"):
+        CanonicalPageMapping(64, 64, (good, good), 1, 0, False, run_writers=((1, 0),))

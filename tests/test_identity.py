@@ -116,3 +116,19 @@ def test_conditions_with_and_or_not_have_an_id_and_load(tmp_path, monkeypatch):
         "    canonical bytes(page_size * tp * pcp)\n    shard (b) -> (rank * page_size + b)\n")
     assert _id(tmp_path / "m.lal", "m").startswith("lal1-")
     assert Deriver(str(tmp_path)).derive(LayerSpec("x", 8), None, ParallelConfig(2, 1)).result == "opaque"
+
+
+def test_rank_digits_in_another_order_are_another_format(tmp_path):
+    """Which rank holds which shard is part of the format: swapping two rank digits moves ranks'
+    bytes to other canonical places (found by review)."""
+    for name in ("grids.lal", "split_nhd.lal"):
+        shutil.copy(ROOT / "specs" / name, tmp_path / name)
+    grids = tmp_path / "grids.lal"
+    text = grids.read_text()
+    swapped = "ranks head_shard < shards, pcp_rank < pcp, writer < tp / shards / dcp, dcp_rank < dcp"
+    assert "ranks pcp_rank < pcp, head_shard < shards" in text
+    grids.write_text(text.replace("ranks pcp_rank < pcp, head_shard < shards, writer < tp / shards / dcp, "
+                                  "dcp_rank < dcp", swapped))
+    assert swapped in grids.read_text()
+    shipped = layout_id(resolve(load_default(), "split_nhd"))
+    assert layout_id(resolve(load([tmp_path / "split_nhd.lal"]), "split_nhd")) != shipped

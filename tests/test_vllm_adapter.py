@@ -442,3 +442,18 @@ def test_hybrid_model_with_attention_and_mamba_groups():
     mixer = out["layers.2.mixer"]
     assert mixer.run_writers and mixer.canonical_page_size_bytes == mamba2_spec(1).page_size_bytes
     assert mixer.layout_id == Deriver().families["mamba2"].layout_id
+
+
+@pytest.mark.parametrize("tp,true_groups,claimed", [(1, 4, 2), (2, 4, 2), (4, 8, 4)])
+def test_a_model_config_that_disagrees_with_the_shapes_stays_opaque(tp, true_groups, claimed, caplog):
+    spec = mamba2_spec(tp, true_groups)
+    out = derive_canonical_mappings(state_config(tp, 0, claimed), cache_config([(spec, ["m"])]), {},
+                                    state_layers=True)["m"]
+    assert out.canonical_page_size_bytes == tp * spec.page_size_bytes and out.layout_id != ""  # opaque
+    assert any("is not" in r.message and "n_groups" in r.message for r in caplog.records)
+
+
+def test_state_mappings_are_parallelism_agnostic():
+    out = derive_canonical_mappings(state_config(2, 0), cache_config([(mamba2_spec(2), ["m"]), (gdn_spec(2), ["g"])]),
+                                    {}, state_layers=True)
+    assert out["m"].parallelism_agnostic and out["g"].parallelism_agnostic

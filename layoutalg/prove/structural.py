@@ -61,8 +61,13 @@ def certify(family: Family, v: Variant) -> Certificate:
 
 
 def _nonneg(x) -> bool:
-    return bool(x.is_nonnegative) or all(c > 0 for c in sympy.Poly(sympy.numer(x)).coeffs()) \
-        if x.free_symbols else x >= 0
+    """Shown non-negative (False: not shown, never "negative")."""
+    if not x.free_symbols:
+        return bool(x >= 0)
+    try:
+        return bool(x.is_nonnegative) or all(c > 0 for c in sympy.Poly(sympy.numer(x)).coeffs())
+    except (sympy.PolynomialError, sympy.GeneratorsNeeded, TypeError):
+        return False
 
 
 
