@@ -7,7 +7,7 @@ the element size or the base gives another. It is computed from the family IR, n
 from file text or a hand-kept version string, so comments, names of layouts and
 parameters, `let`s and the local layout do not change it.
 
-    layout_id(resolve(lib, "split_nhd"))   # 'lal1-...' (16 hex digits)
+    layout_id(resolve(lib, "split_nhd"))   # 'lal2-...' (16 hex digits)
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sympy
 
 from .family import Family, guarded_equality
 
-FORMAT = "lal1"
+FORMAT = "lal2"  # lal2: the rank digits and pages of regions are part of the form
 """Bumped whenever what the identifier covers changes, so old and new ids never collide."""
 
 
@@ -66,7 +66,7 @@ def _definitions(x, atoms):
 
 
 def layout_id(family: Family) -> str:
-    """`lal1-` and 16 hex digits of a hash of `canonical_form`."""
+    """`lal2-` and 16 hex digits of a hash of `canonical_form`."""
     digest = hashlib.sha256(repr((FORMAT, canonical_form(family))).encode()).hexdigest()
     return f"{FORMAT}-{digest[:16]}"
 

@@ -31,7 +31,7 @@ def _copy(tmp_path, src, edits, name):
 def test_the_shipped_formats_all_differ():
     lib = load_default()
     ids = {compile_named(lib, f).layout_id for f in lib.families}
-    assert len(ids) == len(lib.families) and all(i.startswith("lal1-") and len(i) == 21 for i in ids)
+    assert len(ids) == len(lib.families) and all(i.startswith("lal2-") and len(i) == 21 for i in ids)
 
 
 def test_the_same_canonical_bytes_written_another_way_share_the_id(tmp_path):
@@ -114,7 +114,7 @@ def test_conditions_with_and_or_not_have_an_id_and_load(tmp_path, monkeypatch):
         "    case tp == 1 or not pcp == 1:\n        let k = 1\n    case tp > 1 and pcp == 1:\n        let k = 1\n"
         "family m serves fallback:\n    grid g\n    local     bytes(page_size)\n"
         "    canonical bytes(page_size * tp * pcp)\n    shard (b) -> (rank * page_size + b)\n")
-    assert _id(tmp_path / "m.lal", "m").startswith("lal1-")
+    assert _id(tmp_path / "m.lal", "m").startswith("lal2-")
     assert Deriver(str(tmp_path)).derive(LayerSpec("x", 8), None, ParallelConfig(2, 1)).result == "opaque"
 
 
