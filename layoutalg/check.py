@@ -154,6 +154,26 @@ def _single_rank_moves(maps) -> str:
     return ""
 
 
+def _agnostic_differs(seen: dict, sizes: dict, readings, where: str) -> str:
+    """'' unless the canonical layout (every canonical index's byte, from the spec's direct reading)
+    differs from the one of another configuration of the same model that also claims agnostic."""
+    layout = []
+    for r in readings:
+        ext = r.extents("canonical")
+        names = list(ext)
+        layout.append((r.page("canonical"), tuple(r.offset("canonical", dict(zip(names, v)))
+                                                  for v in itertools.product(*(range(ext[n]) for n in names)))))
+    model = tuple(sorted((k, v) for k, v in sizes.items() if k not in params.MOVES_WITH_THE_GROUP + ("page_size",)))
+    if model not in seen:
+        seen[model] = (where, tuple(layout))
+        return ""
+    first, before = seen[model]
+    if before == tuple(layout):
+        return ""
+    return (f"agnostic is claimed with {first} and with {where}, but the canonical layouts differ: a page "
+            f"stored under one is not the page the other reads")
+
+
 def _checkable(inst) -> str:
     """'' when the pages are small enough to enumerate byte by byte, else why not."""
     big = max(inst.local_page, inst.canonical_page)
@@ -185,6 +205,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     error: a check that checks nothing does not pass.
     """
     rep = FamilyReport(cf.name)
+    agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
             inst, sizes = instantiate(cf, sizes)
@@ -225,6 +246,10 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                     rep.errors.append(f"{spec_line(lib, cf.name, 'shard')}: rank {rank}: runs differ from the "
                                       f"spec's direct reading, with {where}")
                     break
+            if maps[0].parallelism_agnostic:
+                why = _agnostic_differs(agnostic, sizes, readings, where)
+                if why:
+                    rep.errors.append(f"{spec_line(lib, cf.name, 'canonical')}: {why}")
     if not rep.certified and not rep.errors:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: none of the "
                           f"samples satisfies the family's guards and Z3 found no configuration that does")

@@ -37,6 +37,10 @@ TABLE = {
 PARALLEL = ("tp", "pcp", "dcp", "interleave", "total_heads")
 """The names that describe the worker group rather than one layer."""
 
+MOVES_WITH_THE_GROUP = ("tp", "pcp", "dcp", "interleave", "heads")
+"""Runtime names that change with the parallel configuration for one and the same model: an
+`agnostic` canonical page depends on none of them."""
+
 RUNTIME = {n: p.meaning for n, p in TABLE.items()}
 """Every runtime name with its meaning, in a fixed order."""
 

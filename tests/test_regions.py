@@ -308,3 +308,11 @@ def test_a_replica_that_is_no_rank_digit_is_named_where_it_is_written(tmp_path):
     with pytest.raises(SpecError, match="replica 't' is not a rank digit") as e:
         compile_named(load([spec]), "f")
     assert e.value.span.text.strip().startswith("shard b")
+
+
+def test_check_refuses_an_agnostic_claim_whose_canonical_layout_moves_with_tp():
+    from layoutalg.check import check_family
+    from layoutalg.compile import compile_named
+    lib = load([REVIEW / "false_agnostic.lal"])
+    rep = check_family(lib, compile_named(lib, "f"))
+    assert not rep.ok and any("canonical layouts differ" in e for e in rep.errors)

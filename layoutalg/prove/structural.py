@@ -71,8 +71,7 @@ def _nonneg(x) -> bool:
 
 
 
-MOVES_WITH_THE_GROUP = ("tp", "pcp", "dcp", "interleave", "heads")
-"""Runtime names that change with the parallel configuration for one and the same model."""
+from ..params import MOVES_WITH_THE_GROUP  # noqa: E402 - beside the code that reads it
 
 
 def agnostic_family(family: Family) -> Certificate | None:
