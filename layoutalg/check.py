@@ -205,6 +205,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     error: a check that checks nothing does not pass.
     """
     rep = FamilyReport(cf.name)
+    read = {b[0] for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
@@ -213,7 +214,8 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             rep.failed_closed += 1
             continue
         where = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in ("tp", "pcp", "dcp", "interleave",
-                                                                       "total_heads", "heads", "dtype_bytes"))
+                                                                       "total_heads", "heads", "dtype_bytes")
+                          or (k in read and k not in params.TABLE))
         too_big = _checkable(inst)
         if too_big:
             rep.errors.append(f"{spec_line(lib, cf.name, 'local')}: {too_big}, with {where}")

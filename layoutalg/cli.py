@@ -215,7 +215,8 @@ def _check(args) -> int:
         if example is None:
             continue
         sizes, maps = example
-        shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k not in ("per_token_head_quant", "compress_ratio"))
+        read = {b[0] for b in compiled[name].bounds} | {"tp", "pcp"}  # what the family reads, and the group
+        shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in read)
         print(f"\n{name}, example with {shown}: {len(maps)} ranks, runs as (local, canonical, fragment, count, "
               f"local stride, canonical stride)")
         for rank, m in enumerate(maps[:8]):
