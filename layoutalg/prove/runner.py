@@ -498,9 +498,9 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     """A family of pages: every obligation of each data region's part (`family.region`, with
     'page' the whole page), then that the regions and pads tile both pages."""
     parts = lib.parts_of(family)
-    rows = []
+    rows, found = [], {}
     for part in parts:
-        rows += prove_family(lib, part, budgets, quick)
+        rows += prove_family(lib, part, budgets, quick, found if part == parts[0] else None)
         if quick and any(r.status == "refuted" for r in rows):
             return rows
     first = parts[0]
@@ -508,10 +508,7 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     spec = lib.family_def(family).span.file
     if applies is not None and applies.status == "refuted":
         return rows + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0) for n in PAGE]
-    _, status = prove_applies(lib, first, budgets, quick) if not quick else (None, {})
-    fam = resolve(lib, first)
-    by_path = configurations(lib, first, compile_family(fam), status, budgets, 6 if quick else 24,
-                             1 if quick else 8) if status else {}
+    status, by_path = found.get("status", {}), found.get("by_path", {})  # the first region's: one grid, one page
     pads = [p for p in lib.parts_of(family, pads=True) if p not in parts]
     if not quick:  # the concatenation argument reads the pads' digit tables: they must be the spec's
         rows += [_safely(spec, pad, "digits-match-spec", lambda: _pad_digits(lib, pad, budgets)) for pad in pads]
@@ -564,8 +561,11 @@ def _pad_digits(lib: Library, pad: str, budgets: Budgets) -> Row:
     return Row(spec, pad, "digits-match-spec", "proved", "symbolic: all sizes, all ranks", time.perf_counter() - t0)
 
 
-def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quick: bool = False) -> list[Row]:
-    """Every obligation of one family, plus its structural certificate.
+def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quick: bool = False,
+                 found: dict | None = None) -> list[Row]:
+    """Every obligation of one family, plus its structural certificate. `found`, when given,
+    receives each case path's status and configurations (a family of pages reuses its first
+    region's for the page's own rows).
 
     `quick` hunts counterexamples only (small sizes, a few configurations) and stops at
     the first refutation: what the mutation tests need. It never reports "proved".
@@ -602,6 +602,8 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
                        for n in SYMBOLIC + PER_CONFIGURATION]
     by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
         if fam is not None else {}
+    if found is not None:
+        found.update(status=status, by_path=by_path)
     lemmas: dict = {}
     for name in SYMBOLIC:
         rows.append(_safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,
