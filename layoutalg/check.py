@@ -60,7 +60,7 @@ def tiling_errors(maps: tuple[CanonicalPageMapping, ...], local_pads=(), canonic
             errors.append(f"rank {rank}, local page: {why}")
     nw = 1
     for m in maps:
-        for n, _ in m.run_writers or ((m.num_writers, 0),):
+        for n, _ in m.elections:
             nw = lcm(nw, n)  # every combination of writer turns comes round within nw blocks
     for block in range(nw):
         stored = [(co, n) for m in maps for r in m.written_runs(block) for _, co, n in r.triples()]

@@ -47,16 +47,12 @@ class CopyPlan:
         """Copy this rank's bytes of each block into its canonical page, where this rank is the
         page's writer. Returns how many blocks it wrote."""
         blocks, ids = self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True)
-        m = self.mapping
-        if m.run_writers:  # regions replicated differently: each run elects its own writers
-            wrote = torch.zeros_like(ids, dtype=torch.bool)
-            for r, (n, w) in zip(m.runs, m.run_writers):
-                mine = (ids % n) == w
-                wrote |= mine
-                self._move(kv, pages, blocks[mine], ids[mine], to_pages=True, runs=(r,))
-            return int(wrote.sum())
-        mine = (ids % m.num_writers) == m.writer_index
-        return self._move(kv, pages, blocks[mine], ids[mine], to_pages=True)
+        wrote = torch.zeros_like(ids, dtype=torch.bool)
+        for (n, w), runs in _by_election(self.mapping):  # regions replicated differently elect their own
+            mine = (ids % n) == w
+            wrote |= mine
+            self._move(kv, pages, blocks[mine], ids[mine], to_pages=True, runs=runs)
+        return int(wrote.sum())
 
     def load(self, pages: torch.Tensor, page_ids, kv: torch.Tensor, block_ids) -> int:
         """Fill each block from its canonical page (every rank, every block). Returns the count."""
@@ -101,12 +97,8 @@ class CopyPlan:
         if step < m.local_page_size_bytes:
             raise LayoutMismatch(f"descriptors: blocks {step} bytes apart would overlap {m.local_page_size_bytes}-byte "
                                  f"pages")
-        elect = m.run_writers or ((m.num_writers, m.writer_index),) * len(m.runs)
-        groups: dict = {}
-        for r, nw in zip(m.runs, elect):  # runs that elect alike are merged together
-            groups.setdefault(nw if store else (1, 0), []).append(r)
         out = []
-        for (n, w), runs in sorted(groups.items()):
+        for (n, w), runs in _by_election(m) if store else [((1, 0), m.runs)]:
             mine = (ids % n) == w
             out.append(self._triples(runs, blocks[mine], ids[mine], step, kv_base, pages_base, store))
         return _merge(torch.cat(out)) if len(out) > 1 else out[0]
@@ -156,6 +148,14 @@ class CopyPlan:
         while w > 1 and any(x % w for x in (lb.storage_offset(), lb.stride(0), cb.storage_offset(), cb.stride(0))):
             w //= 2
         return _words(kv, lb, w), _words(pages, cb, w)
+
+
+def _by_election(m: CanonicalPageMapping) -> list:
+    """The mapping's runs grouped by the writer election they follow, `[((n, w), runs), ...]`."""
+    groups: dict = {}
+    for r, e in zip(m.runs, m.elections):
+        groups.setdefault(e, []).append(r)
+    return sorted(groups.items())
 
 
 def _words(t: torch.Tensor, raw: torch.Tensor, w: int) -> torch.Tensor:

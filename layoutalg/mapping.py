@@ -63,6 +63,11 @@ class CanonicalPageMapping:
                              f"per run ({len(self.runs) if hasattr(self.runs, '__len__') else '?'} runs), "
                              f"got {rw!r}")
 
+    @property
+    def elections(self) -> tuple[tuple[int, int], ...]:
+        """(num_writers, writer_index) of every run: `run_writers`, or the mapping's own for each."""
+        return self.run_writers or ((self.num_writers, self.writer_index),) * len(self.runs)
+
     def is_writer(self, block_id: int) -> bool:
         """Whether this rank stores any run of block `block_id` (writers take turns by block id)."""
         if self.run_writers:
@@ -78,9 +83,7 @@ class CanonicalPageMapping:
             >>> m.written_runs(0), m.written_runs(1) == m.runs
             ((CopyRun(local_offset=0, canonical_offset=0, fragment_size=2, num_fragments=1, local_stride=2, canonical_stride=2),), True)
         """
-        if not self.run_writers:
-            return self.runs if self.is_writer(block_id) else ()
-        return tuple(r for r, (n, w) in zip(self.runs, self.run_writers) if block_id % n == w)
+        return tuple(r for r, (n, w) in zip(self.runs, self.elections) if block_id % n == w)
 
 
 def merged_triples(runs) -> list[tuple[int, int, int]]:

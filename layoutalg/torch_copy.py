@@ -130,14 +130,13 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
     lb = page_bytes(local, m.local_page_size_bytes, "local", "store")
     cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "store")
     ids = _block_ids(blocks, _same_blocks(lb, cb, "store"))
-    elect = m.run_writers or ((m.num_writers, m.writer_index),) * len(m.runs)
-    for n, w in sorted(set(elect)):  # regions replicated differently elect their own writers
+    for n, w in sorted(set(m.elections)):  # regions replicated differently elect their own writers
         mine = ids[(ids % n) == w]
         if mine.numel() == 0:
             continue
         src, dst = lb[mine], torch.empty((mine.numel(), cb.shape[1]), dtype=torch.uint8, device=cb.device)
         dst.copy_(cb[mine])
-        for run, e in zip(m.runs, elect):
+        for run, e in zip(m.runs, m.elections):
             if e == (n, w):
                 _view(dst, run, local=False).copy_(_view(src, run, local=True))
         cb[mine] = dst
