@@ -72,6 +72,22 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("corpus", help="IN.jsonl or IN.jsonl.gz")
     d.add_argument("--specs", help="spec library folder (default: the shipped specs)")
 
+    rs = sub.add_parser("reshard", help="store KV under one configuration and reload it under another, "
+                                         "one process per rank (torch.distributed), checking every byte")
+    rs.add_argument("--family", required=True, help="the family of the layer (e.g. split_nhd, split_hnd, mla)")
+    rs.add_argument("--store", required=True, metavar="CONFIG",
+                    help="the producer configuration, e.g. tp=2,dcp=1,pcp=1 (also interleave, pcp_replicas)")
+    rs.add_argument("--load", required=True, metavar="CONFIG", help="the consumer configuration, e.g. tp=4")
+    rs.add_argument("--heads", type=_positive, default=8, help="KV heads of the model (default 8)")
+    rs.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
+    rs.add_argument("--head-size", type=_positive, default=128, help="head size (default 128; MLA: 576)")
+    rs.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32, fp8 or int8 (default bf16)")
+    rs.add_argument("--blocks", type=_positive, default=64, help="blocks per rank and layer (default 64)")
+    rs.add_argument("--layers", type=_positive, default=4, help="layers (default 4)")
+    rs.add_argument("--direct", action="store_true",
+                    help="both groups at once: consumers receive their bytes from producers by the direct plan, "
+                         "proved by Z3 for this pair first")
+
     pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
     pr.add_argument("--rlimit", type=_positive, default=None,
@@ -150,7 +166,7 @@ def main(argv=None) -> int:
     real, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
     try:
         return {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
-                "prove": _prove, "id": _id}[args.cmd](args)
+                "prove": _prove, "id": _id, "reshard": _reshard}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -165,6 +181,30 @@ def main(argv=None) -> int:
                 sys.stdout = open(os.devnull, "w")
             except OSError:
                 pass
+
+
+def _reshard(args) -> int:
+    from .distributed import group_of, parse_config, reshard
+    model = (args.heads, args.block_size, args.head_size, args.dtype, args.blocks)
+    store = group_of(args.family, parse_config(args.store), *model)
+    load = group_of(args.family, parse_config(args.load), *model)
+    if args.direct:
+        from .library import load_default
+        from .prove.reshard import prove_plans
+        from .prove.runner import Budgets
+        from .reshard import direct_plans
+        plans = direct_plans(store.mappings, load.mappings)
+        rows = prove_plans(load_default(), args.family, store.sizes, load.sizes, plans, Budgets.of().config)
+        for r in rows:
+            print(f"{r.obligation:<14} {r.status:<8} {r.method}{': ' + r.detail if r.detail else ''}")
+        if any(r.status == "refuted" for r in rows):
+            print("0 passed, 0 failed: the direct plan is refuted; nothing was moved")
+            return 1
+        reads = ", ".join(f"{p.consumer}<-{'+'.join(map(str, p.producers()))}" for p in plans)
+        print(f"direct plan: consumer<-producers {reads}; {sum(len(p.runs) for p in plans)} runs")
+    passed, failed = reshard(store, load, args.layers, args.direct)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
 
 
 def _families_in(spec: str, wanted: str | None):

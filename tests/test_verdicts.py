@@ -376,3 +376,43 @@ def test_runs_refuses_built_in_names_in_size_and_a_grid_that_is_not_the_group(tm
         "    canonical bytes(page_size * tp)\n    shard (b) -> (tp_rank * page_size + b)\n")
     proc = _cli("runs", tmp_path / "w.lal", "--tp", "2", "--pcp", "2", "--page-size", "8")
     assert proc.returncode == 1 and "worker group has tp * pcp = 4" in proc.stdout
+
+
+OVERLAPPING_CASES = """\
+layout heads_page(H, D, e):
+    index h < H, d < D
+    offset d + D * h
+    element e bytes
+
+grid g:
+    world tp * pcp
+    require pcp == 1
+    case tp == 1:
+        let mult = 1
+    case tp >= 1:                      # overlaps the first case at tp == 1, which wins there
+        let mult = (tp + STEP) // tp
+    ranks head_shard < tp
+
+family ov serves attention:
+    grid g
+    require total_heads % tp == 0
+    require heads == total_heads / tp * mult
+    local     heads_page(heads, head_size, dtype_bytes)
+    canonical heads_page(total_heads, head_size, dtype_bytes)
+    shard (h, d) -> (head_shard * heads + h, d)
+"""
+
+
+@pytest.mark.parametrize("step, sound", [(1, True), (2, False)])
+def test_cases_that_overlap_are_read_first_match_as_the_runtime_takes_them(tmp_path, step, sound):
+    """The second case is wrong only where the first one already holds (tp == 1, step 1): the
+    runtime never takes it there, so nothing is refuted. With step 2 it is wrong at tp == 2,
+    where it does run, and that is refuted with a counterexample there."""
+    folder = _folder(tmp_path, ov=OVERLAPPING_CASES.replace("STEP", str(step)))
+    rows = _rows(folder / "ov.lal", "ov")
+    refuted = {n: r for n, r in rows.items() if r.status == "refuted"}
+    if sound:
+        assert not refuted, refuted
+        assert rows["shard-in-range"].status == rows["writers-cover"].status == "proved"
+    else:
+        assert "shard-in-range" in refuted and "tp=2" in refuted["shard-in-range"].detail, refuted

@@ -12,9 +12,10 @@ from typing import NamedTuple
 
 import sympy
 import z3
+from z3 import z3util
 
 from .. import params
-from ..interpret import Reading
+from ..interpret import Reading, paths
 from ..library import Library
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .z3ops import Z3Ops
@@ -55,10 +56,11 @@ class Model:
     """One case path of one family, with sizes as Z3 variables or ints."""
 
     def __init__(self, lib: Library, family: str, path: tuple, sizes: dict | None = None,
-                 bounds: dict | None = None, page_guard: bool = True):
+                 bounds: dict | None = None, page_guard: bool = True, tag: str = ""):
         self.lib, self.family, self.path = lib, family, path
         self.page_guard = page_guard
-        self.ops = Z3Ops()
+        self.tag = tag  # two models in one query (a reshard: producer and consumer) name their variables apart
+        self.ops = Z3Ops(tag)
         self.symbolic = sizes is None
         vocabulary = lib.vocabulary()
         domain = {n: (p.lo, p.hi) for n, p in vocabulary.items()}
@@ -66,6 +68,7 @@ class Model:
         self.sizes = {n: z3.Int(n) for n in vocabulary} if sizes is None else dict(sizes)
         self.r = Reading(lib, family, self.sizes, self.ops, path)
         self.fdef = lib.family_def(family)
+        self.shadows = self._shadows()
         self.part = self.fdef.page is not None  # one region of a page: its box need not start at 0 or be dense
         self._n = 0
         self.guard_hit = False
@@ -76,12 +79,35 @@ class Model:
         if self.symbolic:
             for n, (lo, hi) in self.bounds.items():
                 a += [self.sizes[n] >= lo, self.sizes[n] <= hi]
-        a += [c for c, _ in self.r.cases] + [g for g, _ in self.r.guards]
+        a += [c for c, _ in self.r.cases] + [g for g, _ in self.r.guards] + self.shadows
         if self.page_guard:
             a.append(self.page_fits())
         a += self.extents_nonnegative()
         a.append(self.r.world == self.sizes["tp"] * self.sizes["pcp"])  # the runtime's other check
         return a
+
+    def _shadows(self) -> list:
+        """The runtime takes the first path whose cases all hold, so this path runs only where
+        every earlier path has a case that fails. Without this, cases that overlap would refute
+        a path at sizes an earlier path serves: a verdict about bytes this path never copies.
+
+        Each earlier path is read with arithmetic of its own (its divisions must not constrain
+        this path); one whose cases divide is left out, which only weakens the assumption."""
+        out = []
+        for path in paths(self.lib, self.family):
+            if path == self.path:
+                return out
+            try:
+                cases = [c for c, _ in Reading(self.lib, self.family, self.sizes, Z3Ops(), path).cases]
+            except (ArithmeticError, LookupError):
+                continue
+            if not cases or any(c is False for c in cases):
+                continue
+            terms = [c for c in cases if not isinstance(c, bool)]
+            if any("!" in str(v) for t in terms for v in z3util.get_vars(t)):
+                continue  # a quotient of its own: not a function of the sizes alone
+            out.append(z3.Not(z3.And(*terms)) if terms else z3.BoolVal(False))
+        return out
 
     def extents_nonnegative(self) -> list:
         """The runtime's guard: no index of any layout (every region of a page) has a negative
@@ -126,7 +152,7 @@ class Model:
     # -- variables
     def fresh(self, name: str):
         self._n += 1
-        return z3.Int(f"{name}@{self._n}")
+        return z3.Int(f"{self.tag}{name}@{self._n}")
 
     def index(self, role: str, tag: str):
         ext = self.r.extents(role)

@@ -23,7 +23,8 @@ def _key(x):
 class Z3Ops(Ops):
     """Z3 arithmetic; `side` collects the definitions of quotients and remainders."""
 
-    def __init__(self):
+    def __init__(self, tag: str = ""):
+        self.tag = tag  # names this arithmetic's quotients apart from another's in one query
         self.side: list = []
         self._memo: dict = {}
         self._by_divisor: dict = {}
@@ -33,7 +34,7 @@ class Z3Ops(Ops):
 
     def _fresh(self, what: str):
         self._n += 1
-        return z3.Int(f"{what}!{self._n}")
+        return z3.Int(f"{self.tag}{what}!{self._n}")
 
     def _divmod(self, a, b):
         key = (_key(a), _key(b))

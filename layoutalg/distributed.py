@@ -1,0 +1,279 @@
+"""Store under one parallel configuration, reload under another, across real processes.
+
+`reshard(...)` (the `layoutalg reshard` command) starts one process per rank of the store
+configuration (torch.distributed, gloo), fills every rank's KV cache, layer by layer,
+with a hash of each byte's global coordinate, and stores it through canonical pages in
+a shared-memory file as an offload worker would; it tears that group down, starts a
+group of the load configuration, loads, and checks every byte of every loading rank
+against the hash of its coordinate. With `direct` both groups run at once and each
+consumer rank receives its bytes from the producer ranks over the process group, by
+the direct plan (`layoutalg.reshard`), with no canonical page in between.
+
+A byte's global coordinate is (layer, page, canonical byte): the canonical layout names
+(K/V, token, global head, dim, byte) by its offset, and both configurations read one
+canonical page format. The coordinate of a local byte comes from the spec's own
+reading (`interpret.byte_map`), not from the runs under test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .compiled import CompiledFamily
+from .errors import ConfigError
+from .runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
+          "int8": torch.int8}
+CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One configuration of one layer: every rank's mapping and its KV tensor's shape."""
+
+    family: str
+    config: dict
+    sizes: dict          # the runtime names of a rank (the spec's reading)
+    mappings: tuple
+    shape: tuple         # (blocks, ...) of each rank's KV tensor
+    stride: tuple
+    dtype: torch.dtype
+
+    @property
+    def world(self) -> int:
+        return len(self.mappings)
+
+    def empty(self) -> torch.Tensor:
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype)
+
+
+def parse_config(text: str) -> dict:
+    """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0)."""
+    out = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq or name not in CONFIG_NAMES:
+            raise ConfigError(f"configuration {text!r}: expected NAME=VALUE items with NAME one of "
+                              f"{', '.join(CONFIG_NAMES)}, got {item!r}")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise ConfigError(f"configuration {text!r}: {name} must be a whole number, got {value!r}") from None
+    return out
+
+
+def group_of(family: str, config: dict, heads: int, block_size: int, head_size: int, dtype: str,
+             blocks: int) -> Group:
+    """The layer under `config`, served by `family` or a `ConfigError` saying why not."""
+    families = compiled_library()
+    if family not in families:
+        raise ConfigError(f"reshard: no family {family!r}; the shipped ones: {', '.join(sorted(families))}")
+    if dtype not in DTYPES:
+        raise ConfigError(f"reshard: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    cf, torch_dtype = families[family], DTYPES[dtype]
+    if not isinstance(cf, CompiledFamily):
+        raise ConfigError(f"reshard: {family} is a page of regions; this command reshards families of one layout "
+                          f"(the copy plans and direct plans of pages are tested in-process)")
+    e = torch.empty(0, dtype=torch_dtype).element_size()
+    tp = config["tp"]
+    mla = cf.serves == "mla"
+    total = 1 if mla else heads
+    local = 1 if mla else max(1, total // tp)
+    sizes = {"tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
+             "total_heads": total, "heads": local, "block_size": block_size, "head_size": head_size,
+             "dtype_bytes": e, "per_token_head_quant": 0, "compress_ratio": 1, "page_size": 0,
+             "pcp_replicas": config["pcp_replicas"]}
+    page = (block_size * head_size * e) if mla else None
+    if page is None:
+        try:  # the family's own page at these sizes: probe its layout
+            page = cf.evaluate({**sizes, "page_size": 1}, bounded=False).local_page
+        except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
+            raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {err}") from None
+    sizes["page_size"] = page
+    try:
+        inst = cf.evaluate(sizes)
+    except Exception as err:  # noqa: BLE001
+        raise ConfigError(f"reshard: {family} does not serve {_shown(config)} with {heads} KV heads: {err}") from None
+    elem = page // e
+    shape = (blocks,) + (tuple(inst.tensor_shape) or (elem,))
+    stride = (elem,) + (tuple(inst.tensor_strides) or (1,))
+    layer = LayerSpec(cf.serves, page, block_size, local, head_size, e,
+                      sizes={"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else ())
+    res = Deriver().derive(layer, TensorLayout(shape, stride, e),
+                           ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"]), blocks)
+    if res.result != "certified" or res.family != family:
+        raise ConfigError(f"reshard: {family} does not serve {_shown(config)} ({res.result}"
+                          f"{', by ' + res.family if res.family else ''}): " + "; ".join(res.reasons))
+    return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype)
+
+
+def _shown(config: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def coordinates(group: Group, rank: int) -> torch.Tensor:
+    """Each local byte's canonical byte on `rank`, by the spec's own reading."""
+    from .interpret import Reading, byte_map
+    from ._resources import specs_dir
+    from .library import load_default
+    lib = load_default(specs_dir())
+    m = byte_map(Reading(lib, group.family, dict(group.sizes)), rank)
+    out = torch.full((group.mappings[rank].local_page_size_bytes,), -1, dtype=torch.int64)
+    if m:
+        out[torch.tensor(list(m.keys()))] = torch.tensor(list(m.values()))
+    if int((out < 0).sum()):
+        raise ConfigError(f"reshard: rank {rank}'s page has bytes the spec gives no coordinate")
+    return out
+
+
+def hashed(layer: int, page_ids: torch.Tensor, canon: torch.Tensor) -> torch.Tensor:
+    """(pages, bytes) uint8: a mix of (layer, page id, canonical byte), the same on every rank."""
+    x = ((layer * 1_000_003 + page_ids.view(-1, 1)) << 24) + canon.view(1, -1) + 0x5bd1e995
+    x = x ^ (x >> 15)
+    x = x * 0x2C1B3C6D
+    x = x ^ (x >> 12)
+    x = x * 0x297A2D39
+    return (x ^ (x >> 15)).bitwise_and(255).to(torch.uint8)
+
+
+def layout_of_pages(group: Group, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(page ids, block ids): page i lives in a shuffled block of each rank (seeded by the configuration)."""
+    g = torch.Generator().manual_seed(sum(v * 31 ** k for k, v in enumerate(group.config.values())))
+    return torch.arange(blocks, dtype=torch.int64), torch.randperm(blocks, generator=g)
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+def _init(rank: int, world: int, folder: str, name: str):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{folder}/{name}.init", rank=rank, world_size=world)
+    return dist
+
+
+def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor) -> list[torch.Tensor]:
+    from .torch_copy import page_bytes
+    canon = coordinates(group, rank)
+    out = []
+    for layer in range(layers):
+        kv = group.empty()
+        raw = page_bytes(kv, group.mappings[rank].local_page_size_bytes, "kv", "fill")
+        raw.index_copy_(0, blocks, hashed(layer, pages, canon))
+        out.append(kv)
+    return out
+
+
+def _verify(group: Group, rank: int, kvs, pages, blocks) -> list[bool]:
+    from .torch_copy import page_bytes
+    canon = coordinates(group, rank)
+    return [torch.equal(page_bytes(kv, group.mappings[rank].local_page_size_bytes, "kv", "check")
+                        .index_select(0, blocks), hashed(layer, pages, canon)) for layer, kv in enumerate(kvs)]
+
+
+def _store_worker(rank: int, job: dict):
+    from .copy import plan
+    group, layers, folder = job["store"], job["layers"], job["folder"]
+    dist = _init(rank, group.world, folder, "store")
+    pages, blocks = layout_of_pages(group, group.shape[0])
+    m = group.mappings[rank]
+    buf = torch.from_file(job["pages"], shared=True, size=layers * group.shape[0] * m.canonical_page_size_bytes,
+                          dtype=torch.uint8).view(layers, group.shape[0], m.canonical_page_size_bytes)
+    for layer, kv in enumerate(_fill(group, rank, layers, pages, blocks)):
+        plan(m, kv).store(kv, blocks, buf[layer], pages)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _load_worker(rank: int, job: dict):
+    from .copy import plan
+    group, layers, folder = job["load"], job["layers"], job["folder"]
+    dist = _init(rank, group.world, folder, "load")
+    pages, blocks = layout_of_pages(group, group.shape[0])
+    m = group.mappings[rank]
+    buf = torch.from_file(job["pages"], shared=True, size=layers * group.shape[0] * m.canonical_page_size_bytes,
+                          dtype=torch.uint8).view(layers, group.shape[0], m.canonical_page_size_bytes)
+    kvs = []
+    for layer in range(layers):
+        kv = group.empty().zero_()
+        plan(m, kv).load(buf[layer], pages, kv, blocks)
+        kvs.append(kv)
+    _report(folder, rank, _verify(group, rank, kvs, pages, blocks), 0)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _direct_worker(rank: int, job: dict):
+    from .reshard import direct_plans, gather, scatter
+    store, load, layers, folder = job["store"], job["load"], job["layers"], job["folder"]
+    dist = _init(rank, store.world + load.world, folder, "direct")
+    plans = direct_plans(store.mappings, load.mappings)
+    if rank < store.world:  # a producer: send each consumer what its plan reads from here
+        pages, blocks = layout_of_pages(store, store.shape[0])
+        kvs = _fill(store, rank, layers, pages, blocks)
+        sends = [dist.isend(gather(p, rank, kv, blocks), store.world + p.consumer, tag=layer)
+                 for p in plans if rank in p.producers() for layer, kv in enumerate(kvs)]
+        for s in sends:
+            s.wait()
+    else:
+        me = rank - store.world
+        p = plans[me]
+        pages, blocks = layout_of_pages(load, load.shape[0])
+        _, src_blocks = layout_of_pages(store, store.shape[0])
+        kvs = [load.empty().zero_() for _ in range(layers)]
+        got = {(q, layer): torch.empty(p.bytes_from(q) * len(pages), dtype=torch.uint8)
+               for q in p.producers() for layer in range(layers)}
+        recvs = [(k, dist.irecv(buf, k[0], tag=k[1])) for k, buf in got.items()]
+        moved = 0
+        for (q, layer), r in recvs:
+            r.wait()
+            scatter(p, q, got[(q, layer)], kvs[layer], blocks)
+            moved += got[(q, layer)].numel()
+        _report(folder, me, _verify(load, me, kvs, pages, blocks), moved)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _report(folder: str, rank: int, ok: list[bool], moved: int) -> None:
+    with open(os.path.join(folder, f"result.{rank}.json"), "w") as f:
+        json.dump({"ok": ok, "moved": moved}, f)
+
+
+def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print) -> tuple[int, int]:
+    """Run it; returns (passed, failed) counting loading ranks x layers."""
+    import torch.multiprocessing as mp
+    if store.mappings[0].canonical_page_size_bytes != load.mappings[0].canonical_page_size_bytes or \
+            store.mappings[0].layout_id != load.mappings[0].layout_id:
+        raise ConfigError(f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical "
+                          f"page formats ({store.mappings[0].layout_id}, {store.mappings[0].canonical_page_size_bytes}"
+                          f" bytes vs {load.mappings[0].layout_id}, {load.mappings[0].canonical_page_size_bytes} "
+                          f"bytes): a page stored under one is not a page of the other")
+    if store.shape[0] != load.shape[0]:
+        raise ConfigError("reshard: both groups must hold the same number of blocks")
+    with tempfile.TemporaryDirectory(prefix="layoutalg-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm")
+                                     else None) as folder:
+        job = {"store": store, "load": load, "layers": layers, "folder": folder,
+               "pages": os.path.join(folder, "pages.bin")}
+        t0 = time.perf_counter()
+        if direct:
+            mp.spawn(_direct_worker, args=(job,), nprocs=store.world + load.world, join=True)
+        else:
+            mp.spawn(_store_worker, args=(job,), nprocs=store.world, join=True)
+            log(f"stored: {store.world} ranks of {_shown(store.config)} into {layers} x {store.shape[0]} canonical "
+                f"pages of {store.mappings[0].canonical_page_size_bytes} bytes (shared memory)")
+            mp.spawn(_load_worker, args=(job,), nprocs=load.world, join=True)
+        seconds = time.perf_counter() - t0
+        results = [json.load(open(os.path.join(folder, f"result.{r}.json"))) for r in range(load.world)]
+    ok = [x for r in results for x in r["ok"]]
+    moved = sum(r["moved"] for r in results)
+    if direct:
+        log(f"direct: {load.world} consumer ranks read {moved} bytes from {store.world} producer ranks over the "
+            f"process group in {seconds:.2f} s")
+    else:
+        log(f"loaded: {load.world} ranks of {_shown(load.config)} ({seconds:.2f} s in all)")
+    return sum(ok), len(ok) - sum(ok)

@@ -1,0 +1,126 @@
+"""Direct reshard plans against the spec, with Z3.
+
+A plan (`layoutalg.reshard.direct_plans`) is built from the two groups' copy runs. Here it
+is checked against the spec's own reading of both configurations, not against those runs:
+for each consumer rank, with the fragment, the byte, and the spec indices symbolic,
+
+    reshard-cover  every consumer byte is written exactly once, and every byte read lies
+                   inside the producer's local page;
+    reshard-match  the producer byte a consumer byte comes from holds the same canonical
+                   byte: the consumer's spec index of the destination and the producer's of
+                   the source name one canonical byte (each through its own shard map).
+
+The sizes of both configurations are numbers (a plan exists per configuration pair), so
+each row is "proved on this pair", never "for all sizes". What makes the pair's plan
+exist at all for every size is the two configurations' own rows (each tiles the one
+canonical page exactly: `layoutalg prove`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import z3
+
+from ..interpret import Reading
+from ..library import Library
+from .obligations import Budget, Model, value
+from .store import Row
+
+RESHARD = ("reshard-cover", "reshard-match")
+
+
+def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Sequence, budget: Budget) -> list[Row]:
+    """The two rows for the plans of every consumer rank of `load` reading from `store`."""
+    fdef = lib.family_def(family)
+    spec = fdef.span.file
+    if fdef.page is not None or lib.parts_of(family) != [family]:
+        return [Row(spec, family, n, "unknown", "a page of regions: its direct plans are checked where they are "
+                                                "built (reshard.check_plan), not yet by Z3", 0.0) for n in RESHARD]
+    if not plans:
+        return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
+    rows = []
+    for name in RESHARD:
+        t0 = time.perf_counter()
+        row = None
+        for plan in plans:
+            mx = Model(lib, family, tuple(Reading(lib, family, store).taken), sizes=store, tag="x.")
+            my = Model(lib, family, tuple(Reading(lib, family, load).taken), sizes=load, tag="y.")
+            violation, w = (_cover if name == "reshard-cover" else _match)(mx, my, plan)
+            status, model = _solve(mx, my, violation, budget)
+            if status != "unsat":
+                detail = _explain(name, mx, my, plan, model, w) if status == "sat" else \
+                    f"undecided for consumer rank {plan.consumer}"
+                row = Row(spec, family, name, "refuted" if status == "sat" else "unknown",
+                          "symbolic byte, one configuration pair", time.perf_counter() - t0, detail)
+                break
+        rows.append(row or Row(spec, family, name, "proved",
+                               f"symbolic fragment and byte, {len(plans)} consumer ranks of this configuration pair",
+                               time.perf_counter() - t0))
+    return rows
+
+
+def _pick(m: Model, plan):
+    """One fragment byte of one run of the plan, symbolic: (producer, src byte, dst byte)."""
+    P, S, D, F, N, SS, DS = (m.fresh(n) for n in ("producer", "src", "dst", "size", "count", "sstride", "dstride"))
+    pick = z3.Or(*[z3.And(P == r.producer, S == r.src_offset, D == r.dst_offset, F == r.fragment_size,
+                          N == r.num_fragments, SS == r.src_stride, DS == r.dst_stride) for r in plan.runs])
+    i, k = m.fresh("i"), m.fresh("k")
+    return z3.And(pick, i >= 0, i < N, k >= 0, k < F), P, S + i * SS + k, D + i * DS + k, (P, S, D, i, k)
+
+
+def _cover(mx: Model, my: Model, plan):
+    frag, p, src, dst, key = _pick(my, plan)
+    frag2, _, _, dst2, key2 = _pick(my, plan)
+    twice = z3.And(frag, frag2, z3.Or(*[a != b for a, b in zip(key, key2)]), dst == dst2)
+    outside = z3.And(frag, z3.Or(dst < 0, dst >= plan.local_page_size_bytes, src < 0,
+                                 src >= mx.r.page("local")))
+    total = sum(r.fragment_size * r.num_fragments for r in plan.runs)
+    short = z3.BoolVal(total != my.r.page("local"))  # with no byte twice, the count says none is missed
+    return z3.Or(twice, outside, short), {"dst": dst, "src": src, "p": p, "twice": twice, "outside": outside,
+                                          "total": total}
+
+
+def _match(mx: Model, my: Model, plan):
+    frag, p, src, dst, _ = _pick(my, plan)
+    dy, cdy = my.digits("")
+    iy, ciy = my.index("local", "")
+    by = my.fresh("b")
+    dx, cdx = mx.digits("")
+    ix, cix = mx.index("local", "")
+    bx = mx.fresh("b")
+    ey, ex = my.element(), mx.element()
+    here = [my.rank_of(dy) == plan.consumer, dst == my.r.offset("local", iy) + by, by >= 0, by < ey,
+            mx.rank_of(dx) == p, src == mx.r.offset("local", ix) + bx, bx >= 0, bx < ex]
+    cy, cx = my.canonical_byte(iy, dy) + by, mx.canonical_byte(ix, dx) + bx
+    return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, cy != cx), \
+        {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx}
+
+
+def _solve(mx: Model, my: Model, violation, budget: Budget):
+    s = z3.Solver()
+    s.set("rlimit", max(1, budget.rlimit))
+    s.set("timeout", max(1, int(budget.guard_s * 1000)))
+    s.add(*mx.assumptions(), *my.assumptions(), violation, *mx.ops.side, *my.ops.side)
+    res = s.check()
+    return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
+
+
+def _explain(name, mx, my, plan, model, w) -> str:
+    def v(x):
+        return value(model, x)
+
+    who = f"consumer rank {plan.consumer}"
+    if name == "reshard-cover":
+        if z3.is_true(model.eval(w["twice"], model_completion=True)):
+            return f"{who}: local byte {v(w['dst'])} is written twice"
+        if z3.is_true(model.eval(w["outside"], model_completion=True)):
+            return (f"{who}: reads producer rank {v(w['p'])} byte {v(w['src'])} into local byte {v(w['dst'])}, "
+                    f"outside a page")
+        return f"{who}: the plan writes {w['total']} bytes of a {v(my.r.page('local'))}-byte local page"
+
+    def idx(x):
+        return ", ".join(f"{n}={v(t)}" for n, t in x.items())
+    return (f"{who}: local byte {v(w['dst'])} (spec index {idx(w['iy'])}) holds canonical byte {v(w['cy'])}, "
+            f"but the plan reads producer rank {v(w['p'])} byte {v(w['src'])} (spec index {idx(w['ix'])}), "
+            f"which holds canonical byte {v(w['cx'])}")

@@ -1,0 +1,299 @@
+"""Direct reshard plans: a consumer rank's local page straight from producer ranks' local pages.
+
+For a producer configuration X and a consumer configuration Y of one layer, a consumer
+byte at local offset `b` of rank `s` holds canonical byte `Y_s(b)`; a producer rank `p`
+that holds that canonical byte has it at `X_p^-1(Y_s(b))`. The plan is that composition,
+
+    D_s = X^-1 . Y_s        (consumer local -> (producer rank, producer local))
+
+computed once per configuration pair from the two groups' copy runs, without a canonical
+buffer in between: what disaggregated prefill and decode at different parallelism need.
+
+The composition works on the runs' canonical fragments: the producers' fragments cut
+the canonical page into segments, each with the ranks that hold it (several where
+replicas hold the same bytes); every consumer fragment is cut at those segments and
+takes its bytes from one holder, the `s`-th of them modulo their number, so consumer
+ranks spread their reads over the replicas. Pieces are merged where contiguous on both
+sides and regrouped into strided runs. The plan is built only where both groups read
+the same canonical page format (same size and layout id); otherwise the canonical byte
+of one is not that of the other.
+
+A plan is checked where it is built: every consumer byte written exactly once, from a
+producer byte inside its page that holds the same canonical byte (each holder's own
+runs say so). `prove.reshard` proves the same with Z3 against the spec, reading the
+spec directly rather than the runs.
+
+Examples:
+    >>> from layoutalg.mapping import CanonicalPageMapping, CopyRun
+    >>> whole = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
+    >>> halves = [CanonicalPageMapping(8, 4, (CopyRun(0, 4 * r, 4, 1, 4, 4),), 1, 0, True) for r in (0, 1)]
+    >>> [tuple(r) for r in direct_plans(halves, [whole])[0].runs]
+    [(0, 0, 0, 4, 1, 4, 4), (1, 0, 4, 4, 1, 4, 4)]
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import NamedTuple, Sequence
+
+from .errors import ConfigError, LayoutalgError
+from .mapping import CanonicalPageMapping
+from .torch_copy import _check_runs
+
+MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
+
+
+class ReshardError(LayoutalgError):
+    """The two configurations cannot be resharded directly: the reason names what differs."""
+
+
+class DirectRun(NamedTuple):
+    """For i < num_fragments: consumer local bytes [dst_offset + i*dst_stride, +fragment_size)
+    come from producer `producer`'s local bytes [src_offset + i*src_stride, +fragment_size)."""
+
+    producer: int
+    src_offset: int
+    dst_offset: int
+    fragment_size: int
+    num_fragments: int
+    src_stride: int
+    dst_stride: int
+
+    def triples(self):
+        """The fragments as (src offset, dst offset, size)."""
+        for i in range(self.num_fragments):
+            yield (self.src_offset + i * self.src_stride, self.dst_offset + i * self.dst_stride, self.fragment_size)
+
+
+class DirectPlan(NamedTuple):
+    """How consumer rank `consumer` fills its whole local page from producer local pages."""
+
+    consumer: int
+    runs: tuple[DirectRun, ...]
+    local_page_size_bytes: int      # the consumer's
+    producer_page_size_bytes: int
+
+    def producers(self) -> tuple[int, ...]:
+        """The producer ranks this consumer reads, in order."""
+        return tuple(sorted({r.producer for r in self.runs}))
+
+    def runs_from(self, producer: int) -> tuple[DirectRun, ...]:
+        return tuple(r for r in self.runs if r.producer == producer)
+
+    def bytes_from(self, producer: int) -> int:
+        return sum(r.fragment_size * r.num_fragments for r in self.runs_from(producer))
+
+
+def direct_plans(producers: Sequence[CanonicalPageMapping],
+                 consumers: Sequence[CanonicalPageMapping]) -> tuple[DirectPlan, ...]:
+    """One `DirectPlan` per consumer rank, from every rank's mapping of both groups.
+
+    Pre-conditions: both groups map the same canonical page format (size and layout id);
+    every canonical byte a consumer reads has a producer rank.
+    Post-conditions: each consumer byte is written once, from a producer byte that holds
+    the same canonical byte (`check_plan`).
+    Raises `ReshardError` naming what differs or the canonical bytes no producer holds.
+    """
+    _compatible(producers, consumers)
+    cuts, holders = _segments(producers)
+    plans = []
+    for s, y in enumerate(consumers):
+        pieces = []
+        for lo, co, n in _fragments(y, "consumer", s):
+            pieces += _pieces(lo, co, n, cuts, holders, s)
+        plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, producers[0].local_page_size_bytes)
+        check_plan(plan, producers, y)
+        plans.append(plan)
+    return tuple(plans)
+
+
+def _compatible(producers, consumers) -> None:
+    if not producers or not consumers:
+        raise ReshardError(f"direct reshard: {len(producers)} producer and {len(consumers)} consumer mappings; "
+                           f"each group needs one mapping per rank")
+    for role, group in (("producer", producers), ("consumer", consumers)):
+        for r, m in enumerate(group):
+            if not isinstance(m, CanonicalPageMapping):
+                raise ConfigError(f"direct reshard: {role} rank {r} is a {type(m).__name__}, "
+                                  f"expected a CanonicalPageMapping")
+            _check_runs(m, f"direct reshard ({role} rank {r})")
+    first = producers[0]
+    for role, group in (("producer", producers), ("consumer", consumers)):
+        for r, m in enumerate(group):
+            for what, a, b in (("canonical page size", m.canonical_page_size_bytes, first.canonical_page_size_bytes),
+                               ("layout id", m.layout_id, first.layout_id)):
+                if a != b:
+                    raise ReshardError(f"direct reshard: {role} rank {r} has {what} {a!r}, producer rank 0 has "
+                                       f"{b!r}: the two read different canonical page formats, so a canonical "
+                                       f"byte of one is not that of the other")
+        if role == "producer" and any(m.local_page_size_bytes != first.local_page_size_bytes for m in group):
+            raise ReshardError("direct reshard: the producer ranks have local pages of different sizes")
+
+
+def _fragments(m: CanonicalPageMapping, role: str, rank: int) -> list[tuple[int, int, int]]:
+    total = sum(r.num_fragments for r in m.runs)
+    if total > MAX_FRAGMENTS:
+        raise ReshardError(f"direct reshard: {role} rank {rank} has {total} fragments, more than the "
+                           f"{MAX_FRAGMENTS} a plan composes")
+    return [t for r in m.runs for t in r.triples() if t[2]]
+
+
+def _segments(producers) -> tuple[list[int], list[list[tuple[int, int]]]]:
+    """The canonical page cut at every producer fragment's ends; for each segment
+    [cuts[k], cuts[k+1]), its holders as (producer rank, local offset of the segment's start)."""
+    frags = [(co, co + n, p, lo) for p, x in enumerate(producers) for lo, co, n in _fragments(x, "producer", p)]
+    cuts = sorted({c for a, b, _, _ in frags for c in (a, b)})
+    holders: list[list[tuple[int, int]]] = [[] for _ in cuts]
+    for a, b, p, lo in frags:
+        k = bisect_right(cuts, a) - 1
+        while cuts[k] < b:
+            holders[k].append((p, lo + cuts[k] - a))
+            k += 1
+    for h in holders:
+        h.sort()
+    return cuts, holders
+
+
+def _pieces(lo: int, co: int, n: int, cuts, holders, s: int) -> list[tuple[int, int, int, int]]:
+    """A consumer fragment (local lo, canonical co, n bytes) as (producer, src, dst, size) pieces."""
+    out, end = [], co + n
+    k = bisect_right(cuts, co) - 1
+    while co < end:
+        if k < 0 or k + 1 >= len(cuts) or not holders[k]:
+            raise ReshardError(f"direct reshard: canonical byte {co} of the page, read by consumer rank {s}, "
+                               f"is held by no producer rank")
+        step = min(end, cuts[k + 1]) - co
+        p, base = holders[k][s % len(holders[k])]   # replicas: consumer s reads the s-th holder
+        out.append((p, base + co - cuts[k], lo, step))
+        lo, co, k = lo + step, co + step, k + 1
+    return out
+
+
+def _merged(pieces) -> list[tuple[int, int, int, int]]:
+    """Pieces sorted by destination, merged where contiguous in both pages and from one producer."""
+    out: list[list[int]] = []
+    for p, src, dst, n in sorted(pieces, key=lambda t: t[2]):
+        last = out[-1] if out else None
+        if last and last[0] == p and last[1] + last[3] == src and last[2] + last[3] == dst:
+            last[3] += n
+        else:
+            out.append([p, src, dst, n])
+    return [tuple(t) for t in out]
+
+
+def _strided(pieces) -> tuple[DirectRun, ...]:
+    """Consecutive pieces of one producer and size, at constant steps on both sides, as one run."""
+    runs: list[list[int]] = []
+    for p, src, dst, n in sorted(pieces):
+        r = runs[-1] if runs else None
+        if r and r[0] == p and r[3] == n:
+            if r[4] == 1 and src > r[1] and dst != r[2]:
+                r[5], r[6], r[4] = src - r[1], dst - r[2], 2
+                continue
+            if r[4] > 1 and src == r[1] + r[4] * r[5] and dst == r[2] + r[4] * r[6]:
+                r[4] += 1
+                continue
+        runs.append([p, src, dst, n, 1, n, n])
+    return tuple(DirectRun(*r) for r in runs)
+
+
+def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], consumer: CanonicalPageMapping) -> None:
+    """The plan's certificate, by the runs of both groups: the consumer's whole page written
+    once, each byte from a producer byte inside its page holding the same canonical byte.
+
+    Raises `ReshardError` naming the first consumer byte that breaks it.
+    """
+    here = f"direct reshard, consumer rank {plan.consumer}"
+    end = 0
+    triples = sorted((d, s, n, r.producer) for r in plan.runs for s, d, n in r.triples() if n)
+    for dst, src, n, p in triples:
+        if dst != end:
+            what = "written twice" if dst < end else "never written"
+            raise ReshardError(f"{here}: local byte {min(dst, end)} is {what}")
+        if not 0 <= p < len(producers) or src < 0 or src + n > producers[p].local_page_size_bytes:
+            raise ReshardError(f"{here}: reads producer rank {p} bytes [{src}, {src + n}), outside its page")
+        end = dst + n
+    if end != consumer.local_page_size_bytes:
+        raise ReshardError(f"{here}: local bytes from {end} to {consumer.local_page_size_bytes} are never written")
+    want = _table(consumer)
+    have = {p: _table(producers[p]) for p in {t[3] for t in triples}}
+    for dst, src, n, p in triples:
+        a, b = _canonical(want, dst, n), _canonical(have[p], src, n)
+        if a is None or a != b:
+            raise ReshardError(f"{here}: local bytes [{dst}, {dst + n}) hold canonical {a}, but producer rank {p}'s "
+                               f"bytes [{src}, {src + n}) hold canonical {b}")
+
+
+def _table(m: CanonicalPageMapping) -> tuple[list[int], list[tuple[int, int, int]]]:
+    frags = sorted((lo, co, n) for r in m.runs for lo, co, n in r.triples() if n)
+    return [f[0] for f in frags], frags
+
+
+def _canonical(table, lo: int, n: int):
+    """The canonical bytes of local bytes [lo, lo + n) as merged (start, size) intervals,
+    or None where some of them are in no fragment."""
+    starts, frags = table
+    out: list[list[int]] = []
+    k = bisect_right(starts, lo) - 1
+    while n > 0:
+        if k < 0 or k >= len(frags) or not frags[k][0] <= lo < frags[k][0] + frags[k][2]:
+            return None
+        flo, fco, fn = frags[k]
+        step = min(n, flo + fn - lo)
+        c = fco + lo - flo
+        if out and out[-1][0] + out[-1][1] == c:
+            out[-1][1] += step
+        else:
+            out.append([c, step])
+        lo, n, k = lo + step, n - step, k + 1
+    return [tuple(x) for x in out]
+
+
+# ---- execution: gather on the producer, scatter on the consumer ----------------------------
+
+def _indices(runs: Sequence[DirectRun], side: str):
+    import torch
+    parts = [torch.arange(n, dtype=torch.int64) + (s if side == "src" else d) for r in runs for s, d, n in r.triples()]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+
+
+def gather(plan: DirectPlan, producer: int, kv, block_ids):
+    """Producer side: the bytes consumer `plan.consumer` reads from `producer`, for each block
+    of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire)."""
+    import torch
+    from .torch_copy import page_bytes
+    pages = page_bytes(kv, plan.producer_page_size_bytes, "producer kv", "gather")
+    blocks = _ids(block_ids, pages.shape[0], "gather")
+    idx = _indices(plan.runs_from(producer), "src").to(pages.device)
+    return pages.index_select(0, blocks)[:, idx].reshape(-1) if idx.numel() else torch.zeros(0, dtype=torch.uint8)
+
+
+def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
+    """Consumer side: put what `gather` sent from `producer` into the blocks `block_ids` of `kv`."""
+    from .torch_copy import page_bytes
+    pages = page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "scatter")
+    blocks = _ids(block_ids, pages.shape[0], "scatter")
+    idx = _indices(plan.runs_from(producer), "dst").to(pages.device)
+    if data.numel() != blocks.numel() * idx.numel():
+        raise ConfigError(f"scatter: received {data.numel()} bytes from producer rank {producer}, expected "
+                          f"{blocks.numel()} blocks x {idx.numel()} bytes")
+    if idx.numel():
+        rows = pages.index_select(0, blocks)
+        rows[:, idx] = data.view(blocks.numel(), idx.numel()).to(rows.device)
+        pages.index_copy_(0, blocks, rows)
+
+
+def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:
+    """In one process: fill consumer blocks `dst_blocks` of `kv` from producer blocks `src_blocks`
+    (block i of one is block i of the other) of every producer rank's tensor."""
+    for p in plan.producers():
+        scatter(plan, p, gather(plan, p, producer_kvs[p], src_blocks), kv, dst_blocks)
+
+
+def _ids(ids, n: int, op: str):
+    import torch
+    t = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+        raise ConfigError(f"{op}: block ids must lie in [0, {n}), got {t.min().item()}..{t.max().item()}")
+    if t.unique().numel() != t.numel():
+        raise ConfigError(f"{op}: block ids repeat")
+    return t

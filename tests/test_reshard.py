@@ -1,0 +1,164 @@
+"""Direct reshard plans: consumer ranks filled straight from producer ranks, checked against
+the path through canonical pages and against each byte's coordinate in the spec; proved
+by Z3 on each pair; refused where the two configurations read different page formats;
+and the `layoutalg reshard` command across real processes."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from layoutalg.copy import plan
+from layoutalg.distributed import coordinates, group_of, hashed, layout_of_pages, parse_config, reshard
+from layoutalg.errors import ConfigError
+from layoutalg.library import load_default
+from layoutalg.mapping import CanonicalPageMapping, CopyRun
+from layoutalg.prove.reshard import prove_plans
+from layoutalg.prove.runner import Budgets
+from layoutalg.reshard import ReshardError, check_plan, direct_plans, execute
+
+from conftest import ROOT
+
+BLOCKS = 5
+# (family, KV heads, producer, consumer): tp up and down, GQA replicas on either side, DCP with
+# replicated heads and interleave, PCP as token shards and as replicas
+PAIRS = [
+    ("split_nhd", 4, "tp=2", "tp=4"), ("split_nhd", 4, "tp=4", "tp=1"), ("split_hnd", 4, "tp=8", "tp=2"),
+    ("split_hnd", 4, "tp=1", "tp=16"), ("packed_nhd", 4, "tp=4", "tp=8"), ("packed_hnd", 2, "tp=8", "tp=4"),
+    ("split_nhd", 4, "tp=8,dcp=2", "tp=16,dcp=2"), ("split_hnd", 4, "tp=16,dcp=2,interleave=2", "tp=8,dcp=2,interleave=2"),
+    ("split_nhd", 4, "tp=2,pcp=2", "tp=4,pcp=2"), ("split_nhd", 4, "tp=4,pcp=2,pcp_replicas=1", "tp=1"),
+    ("mla", 1, "tp=4", "tp=1"), ("mla", 1, "tp=2,dcp=2,interleave=2", "tp=8,dcp=2,interleave=2"),
+    ("mla", 1, "tp=1,pcp=2", "tp=4,pcp=2"),
+]
+
+
+def _group(family, heads, config):
+    return group_of(family, parse_config(config), heads, 4, 8 if family == "mla" else 16, "bf16", BLOCKS)
+
+
+def _filled(group, layer=0):
+    """Every rank's KV tensor holding the hash of each byte's coordinate (layer, page, canonical byte)."""
+    pages, blocks = layout_of_pages(group, BLOCKS)
+    out = []
+    for rank, m in enumerate(group.mappings):
+        kv = group.empty().zero_()
+        raw = torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(BLOCKS, m.local_page_size_bytes)
+        raw.index_copy_(0, blocks, hashed(layer, pages, coordinates(group, rank)))
+        out.append(kv)
+    return out, pages, blocks
+
+
+def _bytes(kv, m):
+    return torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(-1, m.local_page_size_bytes)
+
+
+@pytest.mark.parametrize("family, heads, store, load", PAIRS)
+def test_direct_plan_equals_the_path_through_canonical_pages(family, heads, store, load):
+    x, y = _group(family, heads, store), _group(family, heads, load)
+    kvs, pages, src_blocks = _filled(x)
+    canonical = torch.zeros(BLOCKS, x.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
+    for m, kv in zip(x.mappings, kvs):
+        plan(m, kv).store(kv, src_blocks, canonical, pages)
+    _, dst_blocks = layout_of_pages(y, BLOCKS)
+    plans = direct_plans(x.mappings, y.mappings)
+    for p, m in zip(plans, y.mappings):
+        direct, through = y.empty().zero_(), y.empty().zero_()
+        execute(p, kvs, src_blocks[pages], direct, dst_blocks[pages])
+        plan(m, through).load(canonical, pages, through, dst_blocks)
+        assert torch.equal(_bytes(direct, m), _bytes(through, m)), (p.consumer, p.producers())
+        want = hashed(0, pages, coordinates(y, p.consumer))
+        assert torch.equal(_bytes(direct, m).index_select(0, dst_blocks), want), p.consumer
+
+
+def test_replicas_share_the_reads():
+    """Two producers hold each head (tp 8, 4 heads): the two consumers read from different ones."""
+    plans = direct_plans(_group("split_nhd", 4, "tp=8").mappings, _group("split_nhd", 4, "tp=2").mappings)
+    assert [p.producers() for p in plans] == [(0, 2), (5, 7)]
+    assert [p.bytes_from(q) for p in plans for q in p.producers()] == [plans[0].local_page_size_bytes // 2] * 4
+
+
+@pytest.mark.parametrize("family, heads, store, load", PAIRS[::3])
+def test_z3_proves_the_direct_plan_against_the_spec(family, heads, store, load):
+    x, y = _group(family, heads, store), _group(family, heads, load)
+    rows = prove_plans(load_default(), family, x.sizes, y.sizes, direct_plans(x.mappings, y.mappings),
+                       Budgets.of().config)
+    assert [(r.obligation, r.status) for r in rows] == [("reshard-cover", "proved"), ("reshard-match", "proved")], rows
+
+
+def _shifted(plans, k, **change):
+    run = plans[0].runs[k]
+    return [plans[0]._replace(runs=plans[0].runs[:k] + (run._replace(**change),) + plans[0].runs[k + 1:])] + \
+        list(plans[1:])
+
+
+@pytest.mark.parametrize("change, refuted", [
+    (dict(src_offset=2), {"reshard-match"}),                     # reads the next element: wrong bytes
+    (dict(dst_offset=2), {"reshard-cover", "reshard-match"}),    # writes one byte range twice
+    (dict(num_fragments=0), {"reshard-cover"}),                  # leaves bytes unwritten
+])
+def test_a_wrong_plan_is_refuted_with_a_counterexample_and_refused_at_run_time(change, refuted):
+    x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=4")
+    plans = direct_plans(x.mappings, y.mappings)
+    bad = _shifted(plans, 0, **change)
+    rows = {r.obligation: r for r in prove_plans(load_default(), "split_nhd", x.sizes, y.sizes, bad,
+                                                 Budgets.of().config)}
+    assert {n for n, r in rows.items() if r.status == "refuted"} == refuted, rows
+    assert all("consumer rank 0" in rows[n].detail for n in refuted)
+    with pytest.raises(ReshardError, match="consumer rank 0"):
+        check_plan(bad[0], x.mappings, y.mappings[0])
+
+
+def test_configurations_of_different_page_formats_are_refused():
+    x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=8,dcp=2")
+    with pytest.raises(ReshardError, match="different canonical page formats"):
+        direct_plans(x.mappings, y.mappings)
+    with pytest.raises(ConfigError, match="different canonical page formats"):
+        reshard(x, y, 1)
+
+
+def test_canonical_bytes_nobody_holds_are_named():
+    half = CanonicalPageMapping(8, 4, (CopyRun(0, 0, 4, 1, 4, 4),), 1, 0, True)
+    whole = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
+    with pytest.raises(ReshardError, match="canonical byte 4 of the page, read by consumer rank 0, is held by no"):
+        direct_plans([half], [whole])
+
+
+def test_a_configuration_the_family_cannot_serve_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"split_nhd .*tp / shards % dcp == 0"):
+        _group("split_nhd", 4, "tp=2,dcp=2")
+    with pytest.raises(ConfigError, match="expected NAME=VALUE"):
+        parse_config("tp=2,cp=2")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "layoutalg", "reshard", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_reshard_across_processes(direct):
+    args = ["--family", "split_hnd", "--store", "tp=4", "--load", "tp=2", "--heads", "2", "--block-size", "4",
+            "--head-size", "16", "--blocks", "6", "--layers", "2"] + (["--direct"] if direct else [])
+    proc = _cli(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "4 passed, 0 failed"
+    if direct:
+        assert "reshard-match  proved" in proc.stdout and "consumer<-producers 0<-0, 1<-3;" in proc.stdout
+
+
+def test_reshard_fails_where_a_loading_rank_gets_wrong_bytes():
+    """Consumer rank 1's mapping reads rank 0's heads (a run off by one shard): the check sees it."""
+    x, y = _group("split_nhd", 4, "tp=4"), _group("split_nhd", 4, "tp=2")
+    m = y.mappings[1]
+    wrong = m.__class__(m.canonical_page_size_bytes, m.local_page_size_bytes,
+                        tuple(r._replace(canonical_offset=r.canonical_offset - 64) for r in m.runs),
+                        m.num_writers, m.writer_index, m.parallelism_agnostic, m.layout_id)
+    broken = y.__class__(y.family, y.config, y.sizes, (y.mappings[0], wrong), y.shape, y.stride, y.dtype)
+    passed, failed = reshard(x, broken, 2, log=lambda *_: None)
+    assert (passed, failed) == (2, 2)
+
+
+def test_reshard_of_a_configuration_it_cannot_serve_exits_2():
+    proc = _cli("--family", "split_nhd", "--store", "tp=2,dcp=2", "--load", "tp=4", "--heads", "4")
+    assert proc.returncode == 2, proc.stderr
+    assert "error: reshard: split_nhd cannot size a page at tp=2" in proc.stderr and "dcp == 0" in proc.stderr
