@@ -35,10 +35,13 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import NamedTuple, Sequence
 
+import torch
+
 from .errors import ConfigError, LayoutalgError
 from .mapping import CanonicalPageMapping
-from .torch_copy import _check_runs
+from .torch_copy import _check_runs, page_bytes
 
+_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
 
 
@@ -250,36 +253,58 @@ def _canonical(table, lo: int, n: int):
 
 # ---- execution: gather on the producer, scatter on the consumer ----------------------------
 
-def _indices(runs: Sequence[DirectRun], side: str):
-    import torch
-    parts = [torch.arange(n, dtype=torch.int64) + (s if side == "src" else d) for r in runs for s, d, n in r.triples()]
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+def _word_of(raw, runs: Sequence[DirectRun], side: str) -> int:
+    """The widest word dividing every run's offsets, sizes and strides on that side, and the
+    base and block stride of `raw`, the (blocks, page) bytes."""
+    values = [raw.storage_offset(), raw.stride(0), raw.shape[1]]
+    for r in runs:
+        values += [r.src_offset if side == "src" else r.dst_offset, r.fragment_size,
+                   (r.src_stride if side == "src" else r.dst_stride) if r.num_fragments > 1 else 0]
+    w = next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
+    return w
+
+
+def _run_view(raw, w: int, offset: int, stride: int, r: DirectRun):
+    words = torch.empty(0, dtype=_WORDS[w], device=raw.device).set_(raw.untyped_storage())
+    return words.as_strided((raw.shape[0], r.num_fragments, r.fragment_size // w),
+                            (raw.stride(0) // w, stride // w, 1), (raw.storage_offset() + offset) // w)
 
 
 def gather(plan: DirectPlan, producer: int, kv, block_ids):
     """Producer side: the bytes consumer `plan.consumer` reads from `producer`, for each block
-    of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire)."""
-    import torch
-    from .torch_copy import page_bytes
-    pages = page_bytes(kv, plan.producer_page_size_bytes, "producer kv", "gather")
-    blocks = _ids(block_ids, pages.shape[0], "gather")
-    idx = _indices(plan.runs_from(producer), "src").to(pages.device)
-    return pages.index_select(0, blocks)[:, idx].reshape(-1) if idx.numel() else torch.zeros(0, dtype=torch.uint8)
+    of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire): one
+    strided view per run, gathered for every block at once."""
+    raw = page_bytes(kv, plan.producer_page_size_bytes, "producer kv", "gather")
+    blocks = _ids(block_ids, raw.shape[0], "gather")
+    runs = [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
+    if not runs:
+        return torch.zeros(0, dtype=torch.uint8, device=raw.device)
+    w = _word_of(raw, runs, "src")
+    parts = [_run_view(raw, w, r.src_offset, r.src_stride, r).index_select(0, blocks).reshape(blocks.numel(), -1)
+             for r in runs]
+    return torch.cat(parts, dim=1).view(torch.uint8).reshape(-1)
 
 
 def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     """Consumer side: put what `gather` sent from `producer` into the blocks `block_ids` of `kv`."""
-    from .torch_copy import page_bytes
-    pages = page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "scatter")
-    blocks = _ids(block_ids, pages.shape[0], "scatter")
-    idx = _indices(plan.runs_from(producer), "dst").to(pages.device)
-    if data.numel() != blocks.numel() * idx.numel():
-        raise ConfigError(f"scatter: received {data.numel()} bytes from producer rank {producer}, expected "
-                          f"{blocks.numel()} blocks x {idx.numel()} bytes")
-    if idx.numel():
-        rows = pages.index_select(0, blocks)
-        rows[:, idx] = data.view(blocks.numel(), idx.numel()).to(rows.device)
-        pages.index_copy_(0, blocks, rows)
+    raw = page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "scatter")
+    blocks = _ids(block_ids, raw.shape[0], "scatter")
+    runs = [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
+    per_block = sum(r.fragment_size * r.num_fragments for r in runs)
+    if data.dtype != torch.uint8 or data.dim() != 1 or data.numel() != blocks.numel() * per_block:
+        raise ConfigError(f"scatter: received {tuple(data.shape)} {data.dtype} from producer rank {producer}, "
+                          f"expected {blocks.numel()} blocks x {per_block} bytes of uint8")
+    if not runs or not blocks.numel():
+        return
+    w = _word_of(raw, runs, "dst")
+    rows = data.to(raw.device).view(blocks.numel(), per_block)
+    at = 0
+    for r in runs:
+        n = r.fragment_size * r.num_fragments
+        chunk = rows[:, at:at + n].contiguous().view(_WORDS[w])
+        _run_view(raw, w, r.dst_offset, r.dst_stride, r).index_copy_(
+            0, blocks, chunk.view(blocks.numel(), r.num_fragments, r.fragment_size // w))
+        at += n
 
 
 def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:
@@ -290,8 +315,8 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
 
 
 def _ids(ids, n: int, op: str):
-    import torch
-    t = torch.as_tensor(ids, dtype=torch.int64).reshape(-1)
+    from .copy import _ids as as_ids
+    t = as_ids(ids, "block ids", op)
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
         raise ConfigError(f"{op}: block ids must lie in [0, {n}), got {t.min().item()}..{t.max().item()}")
     if t.unique().numel() != t.numel():

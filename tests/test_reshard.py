@@ -162,3 +162,20 @@ def test_reshard_of_a_configuration_it_cannot_serve_exits_2():
     proc = _cli("--family", "split_nhd", "--store", "tp=2,dcp=2", "--load", "tp=4", "--heads", "4")
     assert proc.returncode == 2, proc.stderr
     assert "error: reshard: split_nhd cannot size a page at tp=2" in proc.stderr and "dcp == 0" in proc.stderr
+
+
+def test_gather_and_scatter_refuse_bad_input_untouched():
+    from layoutalg.errors import LayoutMismatch
+    from layoutalg.reshard import gather, scatter
+    x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=4")
+    p = direct_plans(x.mappings, y.mappings)[0]
+    kv = x.empty().zero_()
+    data = gather(p, 0, kv, [0, 1])
+    out = y.empty().fill_(1)
+    before = out.clone()
+    for bad, err in (([0, 5], ConfigError), ([1, 1], ConfigError), ([0.5, 1.0], LayoutMismatch)):
+        with pytest.raises(err):
+            scatter(p, 0, data, out, bad)
+    with pytest.raises(ConfigError, match="expected 2 blocks x"):
+        scatter(p, 0, data[:-1], out, [0, 1])
+    assert torch.equal(out, before)
