@@ -44,21 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("runs", help="print every rank's copy runs for one configuration")
     r.add_argument("spec", help="spec file (or folder) holding the family")
     r.add_argument("--family", help="family name (default: the first one defined in SPEC)")
-    r.add_argument("--tp", type=_positive, default=1, help="tensor-parallel ranks (default 1)")
-    r.add_argument("--pcp", type=_positive, default=1, help="prefill context-parallel ranks (default 1)")
-    r.add_argument("--dcp", type=_positive, default=1, help="decode context-parallel ranks (default 1)")
-    r.add_argument("--interleave", type=_positive, default=1, help="CP token interleave (default 1)")
-    r.add_argument("--heads", type=_positive, default=8, help="KV heads of the whole model (default 8)")
-    r.add_argument("--local-heads", type=_positive, help="KV heads per rank (default max(1, heads // tp))")
-    r.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
-    r.add_argument("--head-size", type=_positive, default=128, help="elements per head (default 128)")
-    r.add_argument("--dtype-bytes", type=_positive, default=2, help="bytes per element (default 2)")
-    r.add_argument("--page-size", type=_positive, help="page bytes (default: what the local layout holds; "
-                                                 "MLA: block_size * 1152)")
-    r.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", type=_named_size,
-                   help="a runtime name a spec declares (`param`), e.g. --size pcp_replicas=1; repeatable")
-    r.add_argument("--per-token-head-quant", type=int, choices=(0, 1), default=0,
-                   help="1 when K/V carry per-token-head scales (default 0)")
+    _configuration_options(r)
+
+    dr = sub.add_parser("draw", help="picture who writes which bytes: the canonical page coloured by the "
+                                     "rank that writes each byte, and each rank's local page")
+    dr.add_argument("spec", help="spec file (or folder) holding the family")
+    dr.add_argument("--family", help="family name (default: the first one defined in SPEC)")
+    dr.add_argument("-o", "--output", required=True, help="the picture: .svg or .png")
+    _configuration_options(dr)
 
     e = sub.add_parser("explain", help="show a family's digit table with symbolic strides")
     e.add_argument("spec", help="spec file (or folder)")
@@ -100,6 +93,24 @@ def _parser() -> argparse.ArgumentParser:
                     help="families proved in parallel (default: up to 4, one per core)")
     pr.add_argument("--no-cache", action="store_true", help="ignore cached proofs")
     return p
+
+
+def _configuration_options(r) -> None:
+    r.add_argument("--tp", type=_positive, default=1, help="tensor-parallel ranks (default 1)")
+    r.add_argument("--pcp", type=_positive, default=1, help="prefill context-parallel ranks (default 1)")
+    r.add_argument("--dcp", type=_positive, default=1, help="decode context-parallel ranks (default 1)")
+    r.add_argument("--interleave", type=_positive, default=1, help="CP token interleave (default 1)")
+    r.add_argument("--heads", type=_positive, default=8, help="KV heads of the whole model (default 8)")
+    r.add_argument("--local-heads", type=_positive, help="KV heads per rank (default max(1, heads // tp))")
+    r.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
+    r.add_argument("--head-size", type=_positive, default=128, help="elements per head (default 128)")
+    r.add_argument("--dtype-bytes", type=_positive, default=2, help="bytes per element (default 2)")
+    r.add_argument("--page-size", type=_positive, help="page bytes (default: what the local layout holds; "
+                                                 "MLA: block_size * 1152)")
+    r.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", type=_named_size,
+                   help="a runtime name a spec declares (`param`), e.g. --size pcp_replicas=1; repeatable")
+    r.add_argument("--per-token-head-quant", type=int, choices=(0, 1), default=0,
+                   help="1 when K/V carry per-token-head scales (default 0)")
 
 
 def _positive(text: str) -> int:
@@ -166,7 +177,8 @@ def main(argv=None) -> int:
     real, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
     try:
         return {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
-                "prove": _prove, "id": _id, "reshard": _reshard}[args.cmd](args)
+                "prove": _prove, "id": _id, "reshard": _reshard,
+                "draw": _draw}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -274,7 +286,48 @@ def _writer_text(m) -> str:
     return "writers per run " + " ".join(f"{w}/{n}" for n, w in m.run_writers)
 
 
+class _Inapplicable(LayoutalgError):
+    """The family does not apply at the configuration asked for: said, exit 1."""
+
+
 def _runs(args) -> int:
+    try:
+        cf, inst, maps = _derived(args)
+    except _Inapplicable as e:
+        print(e)
+        return 1
+    first = inst.regions[0][1] if hasattr(inst, "regions") else inst
+    regions = f", regions {', '.join(r for r, _ in inst.regions)}" if hasattr(inst, "regions") else ""
+    print(f"family {cf.name}: local page {inst.local_page} B, canonical page {inst.canonical_page} B{regions}, "
+          f"{len(maps)} rank(s), {maps[0].num_writers if not maps[0].run_writers else 'per-run'} writer(s) "
+          f"per block, agnostic={maps[0].parallelism_agnostic}")
+    for rank, m in enumerate(maps):
+        digits = []
+        for (n, rs, _, _), name in zip(first.ranks, first.rank_names):
+            digits.append(f"{name}={(rank // rs) % n}")
+        print(f"\nrank {rank} ({', '.join(digits)}), {_writer_text(m)}, {len(m.runs)} run(s)")
+        print(f"  {'local':>8} {'canonical':>10} {'fragment':>9} {'count':>6} {'l.stride':>9} {'c.stride':>9}")
+        for r in m.runs:
+            print(f"  {r.local_offset:>8} {r.canonical_offset:>10} {r.fragment_size:>9} {r.num_fragments:>6} "
+                  f"{r.local_stride:>9} {r.canonical_stride:>9}")
+    return 0
+
+
+def _draw(args) -> int:
+    try:
+        cf, inst, maps = _derived(args)
+    except _Inapplicable as e:
+        print(e)
+        return 1
+    from .draw import draw
+    title = (f"{cf.name}: tp={args.tp} pcp={args.pcp} dcp={args.dcp} interleave={args.interleave}, "
+             f"{args.heads} KV heads, block {args.block_size}, head {args.head_size} x {args.dtype_bytes} B")
+    print(draw(maps, args.output, title))
+    return 0
+
+
+def _derived(args):
+    """(compiled family, instance, every rank's mapping) at the configuration the options give."""
     from .compile import compile_named
     from .compiled import GuardFailed, misfit
     from .lower import TilingError, lower
@@ -297,8 +350,7 @@ def _runs(args) -> int:
         sizes[name] = value
     outside = cf.outside_domain(sizes)  # say it plainly before any guard or case speaks
     if outside:
-        print(f"{cf.name} does not apply (the layer would fail closed): {outside}")
-        return 1
+        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {outside}")
     page = args.page_size
     if page is None:
         page = args.block_size * 1152 if cf.serves == "mla" else 0
@@ -308,40 +360,22 @@ def _runs(args) -> int:
                 # a page padded to the runtime's page: by default, exactly its regions
                 page = sum(i.local_page for _, i in probe.regions) if hasattr(probe, "regions") else probe.local_page
             except GuardFailed as e:  # the family's own reason, not the empty probe page's
-                print(f"{cf.name} does not apply (the layer would fail closed): {e}")
-                return 1
+                raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
     try:
         inst = cf.evaluate({**sizes, "page_size": page})
     except GuardFailed as e:
-        print(f"{cf.name} does not apply (the layer would fail closed): {e}")
-        return 1
+        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
     why = misfit(inst, page, args.tp * args.pcp)
     if why:
-        print(f"{cf.name} does not apply (the layer would fail closed): {why}")
-        return 1
+        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {why}")
     outside = params.in_domain({**sizes, "page_size": page})
     if outside:
         print(f"note: {outside}: `layoutalg prove` does not cover these runs")
     try:
         maps = lower(inst)
     except TilingError as e:
-        print(f"{cf.name} does not apply (the layer would fail closed): {e}")
-        return 1
-    first = inst.regions[0][1] if hasattr(inst, "regions") else inst
-    regions = f", regions {', '.join(r for r, _ in inst.regions)}" if hasattr(inst, "regions") else ""
-    print(f"family {cf.name}: local page {inst.local_page} B, canonical page {inst.canonical_page} B{regions}, "
-          f"{len(maps)} rank(s), {maps[0].num_writers if not maps[0].run_writers else 'per-run'} writer(s) "
-          f"per block, agnostic={maps[0].parallelism_agnostic}")
-    for rank, m in enumerate(maps):
-        digits = []
-        for (n, rs, _, _), name in zip(first.ranks, first.rank_names):
-            digits.append(f"{name}={(rank // rs) % n}")
-        print(f"\nrank {rank} ({', '.join(digits)}), {_writer_text(m)}, {len(m.runs)} run(s)")
-        print(f"  {'local':>8} {'canonical':>10} {'fragment':>9} {'count':>6} {'l.stride':>9} {'c.stride':>9}")
-        for r in m.runs:
-            print(f"  {r.local_offset:>8} {r.canonical_offset:>10} {r.fragment_size:>9} {r.num_fragments:>6} "
-                  f"{r.local_stride:>9} {r.canonical_stride:>9}")
-    return 0
+        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
+    return cf, inst, maps
 
 
 def _explain(args) -> int:

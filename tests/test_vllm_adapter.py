@@ -311,16 +311,17 @@ def test_identical_layers_are_derived_once():
     assert deriver.derive.cache_info().misses == 1
 
 
-def test_runtime_never_imports_z3():
+def test_runtime_never_imports_z3_or_matplotlib():
     code = ("import sys, layoutalg, torch\n"
             "d = layoutalg.Deriver()\n"
             "t = torch.zeros(3, 2, 16, 2, 64, dtype=torch.float16)\n"
             "r = d.derive(layoutalg.LayerSpec('attention', 8192, 16, 2, 64, 2), layoutalg.TensorLayout.of(t),\n"
             "             layoutalg.ParallelConfig(tp=2, total_kv_heads=4), 3)\n"
             "assert r.result == 'certified'\n"
-            "print('z3' in sys.modules)\n")
+            "import layoutalg.copy, layoutalg.reshard\n"
+            "print('z3' in sys.modules, 'matplotlib' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert out.split() == ["False", "False"]
 
 
 def test_specs_are_parsed_once_per_process():
