@@ -65,6 +65,9 @@ def parse_config(text: str) -> dict:
             out[name] = int(value)
         except ValueError:
             raise ConfigError(f"configuration {text!r}: {name} must be a whole number, got {value!r}") from None
+        least = 0 if name == "pcp_replicas" else 1
+        if out[name] < least:
+            raise ConfigError(f"configuration {text!r}: {name} = {out[name]}, expected at least {least}")
     return out
 
 
@@ -144,7 +147,9 @@ def hashed(layer: int, page_ids: torch.Tensor, canon: torch.Tensor) -> torch.Ten
 
 def layout_of_pages(group: Group, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(page ids, block ids): page i lives in a shuffled block of each rank (seeded by the configuration)."""
-    g = torch.Generator().manual_seed(sum(v * 31 ** k for k, v in enumerate(group.config.values())))
+    import hashlib
+    seed = int.from_bytes(hashlib.sha256(repr(sorted(group.config.items())).encode()).digest()[:8], "little")
+    g = torch.Generator().manual_seed(seed)
     return torch.arange(blocks, dtype=torch.int64), torch.randperm(blocks, generator=g)
 
 

@@ -5,15 +5,20 @@ each cell coloured by the rank that writes it; a cell is hatched where more than
 holds its bytes (replicas: only the writer of the block stores them). Below, each rank's
 local page in its own physical byte order, each cell coloured by the rank that writes the
 canonical bytes it holds, hatched where that is another rank (this rank holds a replica).
-A cell is `unit` bytes, the largest power of two dividing every fragment of every run so
-that a cell never straddles two owners, doubled until a page fits in 4,096 cells; the
-legend says how many bytes a cell is, and where a cell had to merge bytes of several owners
-to fit (it then shows its first byte's). The runtime never imports this module.
+
+Two sources: the runs the runtime moves (`owners`, from mappings), or the spec's own
+reading (`owners_of_reading`), which also draws a spec that does not tile: a canonical
+cell two writers claim is outlined in red and crossed, a cell nobody writes is grey and
+crossed, as a prover counterexample says.
+
+A cell is `unit` bytes, the largest power of two dividing every fragment, doubled until a
+page fits in 4,096 cells (then a cell shows its first byte's owner, and the title says
+so). The runtime never imports this module.
 """
 from __future__ import annotations
 
 from math import gcd
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from .errors import LayoutalgError
 from .mapping import CanonicalPageMapping
@@ -21,15 +26,33 @@ from .mapping import CanonicalPageMapping
 MAX_CELLS = 4096
 
 
-def cell_bytes(maps: Sequence[CanonicalPageMapping]) -> int:
-    """The bytes of one cell: a power of two dividing every offset and fragment, grown until
-    the canonical page and every local page fit in `MAX_CELLS` cells (cells then mix owners
-    only where the page is too large to draw byte-exact: `exact` says whether it did).
+class Owners(NamedTuple):
+    """Who writes and who holds each canonical byte of one block, and what each local byte is."""
+
+    writers: list      # per canonical byte: the ranks that write it for this block
+    holders: list      # per canonical byte: how many ranks hold it
+    local: list        # per rank, per local byte: its canonical byte (-1: none)
+    unit: int          # bytes per cell
+    exact: bool        # whether no cell straddles two fragments
+
+
+def _cell(gcd_of: int, biggest: int) -> tuple[int, bool]:
+    unit = 1
+    while gcd_of and gcd_of % (unit * 2) == 0:
+        unit *= 2
+    exact = True
+    while biggest > unit * MAX_CELLS:
+        unit, exact = unit * 2, exact and gcd_of % (unit * 2) == 0
+    return unit, exact
+
+
+def cell_bytes(maps: Sequence[CanonicalPageMapping]) -> tuple[int, bool]:
+    """(bytes of one cell, whether cells never straddle two fragments) for these mappings.
 
     Examples:
         >>> from layoutalg.mapping import CopyRun
         >>> cell_bytes([CanonicalPageMapping(64, 32, (CopyRun(0, 0, 16, 2, 16, 32),), 1, 0, True)])
-        16
+        (16, True)
     """
     g = 0
     for m in maps:
@@ -37,28 +60,13 @@ def cell_bytes(maps: Sequence[CanonicalPageMapping]) -> int:
             for v in (r.local_offset, r.canonical_offset, r.fragment_size,
                       r.local_stride if r.num_fragments > 1 else 0, r.canonical_stride if r.num_fragments > 1 else 0):
                 g = gcd(g, v)
-    unit = 1
-    while g and g % (unit * 2) == 0:
-        unit *= 2
-    biggest = max([maps[0].canonical_page_size_bytes] + [m.local_page_size_bytes for m in maps])
-    while biggest > unit * MAX_CELLS:
-        unit *= 2
-    return unit
+    return _cell(g, max([maps[0].canonical_page_size_bytes] + [m.local_page_size_bytes for m in maps]))
 
 
-def exact(maps: Sequence[CanonicalPageMapping], unit: int) -> bool:
-    """Whether cells of `unit` bytes never straddle two fragments."""
-    return all(v % unit == 0 for m in maps for r in m.runs
-               for v in (r.local_offset, r.canonical_offset, r.fragment_size,
-                         r.local_stride if r.num_fragments > 1 else 0, r.canonical_stride if r.num_fragments > 1 else 0))
-
-
-def owners(maps: Sequence[CanonicalPageMapping], block: int = 0):
-    """(writer of each canonical byte, holders of each canonical byte, per rank: canonical
-    byte of each local byte), for block `block`; -1 where nobody writes or holds."""
+def owners(maps: Sequence[CanonicalPageMapping], block: int = 0) -> Owners:
+    """Who writes which bytes of block `block`, by the mappings' runs."""
     size = maps[0].canonical_page_size_bytes
-    writer, holders = [-1] * size, [0] * size
-    local = []
+    writers, holders, local = [[] for _ in range(size)], [0] * size, []
     for rank, m in enumerate(maps):
         written = set(id(r) for r in m.written_runs(block))
         here = [-1] * m.local_page_size_bytes
@@ -68,15 +76,51 @@ def owners(maps: Sequence[CanonicalPageMapping], block: int = 0):
                     here[lo + k] = co + k
                     holders[co + k] += 1
                     if id(r) in written:
-                        writer[co + k] = rank
+                        writers[co + k].append(rank)
         local.append(here)
-    return writer, holders, local
+    return Owners(writers, holders, local, *cell_bytes(maps))
 
 
-def draw(maps: Sequence[CanonicalPageMapping], path: str, title: str = "", block: int = 0) -> str:
-    """Write the picture to `path` (.svg or .png); returns a line saying what was drawn."""
-    if not maps:
-        raise LayoutalgError("draw: no rank mapping to draw")
+def owners_of_reading(lib, family: str, sizes: dict) -> Owners:
+    """Who writes which bytes of block 0 by the spec's own reading (`interpret`), whether or not
+    the family tiles there: a rank writes block 0 where every replica digit of it is 0."""
+    from .interpret import Reading, byte_map
+    r = Reading(lib, family, dict(sizes))
+    rext = r.rank_extents()
+    world = 1
+    for _, e in rext:
+        world *= e
+    canon = r.page("canonical")
+    writers, holders, local = [[] for _ in range(canon)], [0] * canon, []
+    g = 0
+    for rank in range(world):
+        digits, rest = {}, rank
+        for n, e in reversed(rext):
+            digits[n], rest = rest % e, rest // e
+        writes = all(digits[n] == 0 for n in r.replicas)
+        m = byte_map(r, rank)
+        here = [-1] * r.page("local")
+        for lo, co in m.items():
+            if 0 <= lo < len(here):
+                here[lo] = co
+            if 0 <= co < canon:
+                holders[co] += 1
+                if writes:
+                    writers[co].append(rank)
+        local.append(here)
+        ldef, bound = r.layout("local")
+        g = gcd(g, r.expr(ldef.element, bound) if ldef.element is not None else 1)
+    unit, exact = _cell(g, max([canon] + [len(h) for h in local]))
+    return Owners(writers, holders, local, unit, exact)
+
+
+def draw(source, path: str, title: str = "", block: int = 0) -> str:
+    """Write the picture of `source` (mappings, or an `Owners`) to `path` (.svg or .png);
+    returns a line saying what was drawn."""
+    if not isinstance(source, Owners):
+        if not source:
+            raise LayoutalgError("draw: no rank mapping to draw")
+        source = owners(source, block)
     if not str(path).endswith((".svg", ".png")):
         raise LayoutalgError(f"draw: {path}: the picture must be .svg or .png")
     import matplotlib
@@ -84,41 +128,60 @@ def draw(maps: Sequence[CanonicalPageMapping], path: str, title: str = "", block
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
-    unit = cell_bytes(maps)
-    writer, holders, local = owners(maps, block)
-    cmap = plt.get_cmap("tab20" if len(maps) > 10 else "tab10")
-    colour = (lambda r: "white" if r < 0 else cmap(r % cmap.N))
-    pages = [("canonical page", [(writer[c], holders[c] > 1) for c in range(0, len(writer), unit)])]
-    for rank, here in enumerate(local):
+    o, unit = source, source.unit
+    ranks = len(o.local)
+    cmap = plt.get_cmap("tab20" if ranks > 10 else "tab10")
+
+    def colour(w):
+        return "#d0d0d0" if w < 0 else cmap(w % cmap.N)
+
+    def first(ws):
+        return ws[0] if ws else -1
+
+    canon = [(first(o.writers[c]), o.holders[c] > 1, "clash" if len(o.writers[c]) > 1 else
+              "gap" if not o.writers[c] else None) for c in range(0, len(o.writers), unit)]
+    pages = [("canonical page", canon)]
+    for rank, here in enumerate(o.local):
         cells = []
         for b in range(0, len(here), unit):
             c = here[b]
-            w = writer[c] if c >= 0 else -1
-            cells.append((w, w != rank))
+            w = first(o.writers[c]) if 0 <= c < len(o.writers) else -1
+            cells.append((w, w != rank, None))
         pages.append((f"rank {rank}", cells))
-    cols = min(64, max(len(c) for _, c in pages))
+    cols = min(64, max(1, max(len(c) for _, c in pages)))
     heights = [max(1, -(-len(c) // cols)) for _, c in pages]
     fig, axes = plt.subplots(len(pages), 1, figsize=(10, 1.6 + 0.22 * sum(heights) + 0.35 * len(pages)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (name, cells), rows in zip(axes[:, 0], pages, heights):
-        for i, (w, hatched) in enumerate(cells):
-            ax.add_patch(Rectangle((i % cols, rows - 1 - i // cols), 1, 1, facecolor=colour(w), edgecolor="white",
-                                   linewidth=0.3, hatch="///" if hatched else None))
+        for i, (w, hatched, mark) in enumerate(cells):
+            x, y = i % cols, rows - 1 - i // cols
+            ax.add_patch(Rectangle((x, y), 1, 1, facecolor=colour(w), edgecolor="white", linewidth=0.3,
+                                   hatch="///" if hatched and mark is None else None))
+            if mark:
+                ax.add_patch(Rectangle((x, y), 1, 1, fill=False, edgecolor="red" if mark == "clash" else "black",
+                                       linewidth=1.2, hatch="xx"))
         ax.set_xlim(0, cols)
         ax.set_ylim(0, rows)
         ax.set_aspect("equal")
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
-    shown = sorted({w for _, cells in pages for w, _ in cells if w >= 0})
+    shown = sorted({w for _, cells in pages for w, _, _ in cells if w >= 0})
     legend = [Patch(facecolor=colour(r), label=f"rank {r} writes") for r in shown]
     legend.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="held by more than one rank"))
+    clashes = sum(1 for _, _, m in canon if m == "clash")
+    gaps = sum(1 for _, _, m in canon if m == "gap")
+    if clashes:
+        legend.append(Patch(facecolor="white", edgecolor="red", hatch="xx", label=f"two writers ({clashes} cells)"))
+    if gaps:
+        legend.append(Patch(facecolor="#d0d0d0", edgecolor="black", hatch="xx", label=f"nobody writes ({gaps} cells)"))
     fig.legend(handles=legend, loc="lower center", fontsize=7, ncol=min(6, len(legend)), frameon=False)
-    merged = "" if exact(maps, unit) else " (a cell shows its first byte's owner: fragments are smaller)"
+    merged = "" if o.exact else " (a cell shows its first byte's owner: fragments are smaller)"
     fig.suptitle(f"{title}\none cell = {unit} bytes{merged}, {cols} cells a row; block {block}'s writers", fontsize=9,
                  x=0.02, ha="left")
     fig.subplots_adjust(top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())
     fig.savefig(path)
     plt.close(fig)
-    return (f"wrote {path}: canonical page of {maps[0].canonical_page_size_bytes} bytes and {len(maps)} local "
-            f"pages, one cell = {unit} bytes")
+    broken = f"; {clashes} cells with two writers, {gaps} cells nobody writes" if clashes or gaps else ""
+    return (f"wrote {path}: canonical page of {len(o.writers)} bytes and {ranks} local pages, "
+            f"one cell = {unit} bytes{broken}")

@@ -166,10 +166,18 @@ def _run(stmts, state: _State, where: str) -> list[_State]:
 
 def _divisors_positive(s: _State) -> None:
     """Exact divisions that cancelled symbolically still hold only where the divisor is
-    positive (as the prover reads `/`): each becomes a guard of the state that divided."""
-    for den, span, text in s.scope.atoms.positive:
+    positive (as the prover reads `/`): each becomes a guard of the state that divided. So
+    does each exact division's remainder being zero, which an atom that later cancels
+    would never check."""
+    atoms = s.scope.atoms
+    exact, atoms.exact = atoms.exact, []
+    for den, span, text in atoms.positive:
         s.guards.append(Guard(sympy.Gt(den, 0), f"the divisor of {text} is positive", span))
-    s.scope.atoms.positive.clear()
+    atoms.positive.clear()
+    for num, den, span, text in exact:
+        rem = atoms.make("%", num, den, span)
+        s.guards.append(Guard(sympy.Eq(rem, 0), f"{text} is a whole number", span))
+    atoms.positive.clear()  # (the remainders' divisors are the divisions' own, already guarded)
 
 
 def _step(stmt, s: _State, where: str) -> None:

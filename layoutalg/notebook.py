@@ -1,39 +1,52 @@
-"""Run a notebook's code cells in one namespace and store their printed output.
+"""Execute notebooks on a real Jupyter kernel (nbclient), storing their outputs.
 
-    python -m layoutalg.notebook notebooks/01_tour.ipynb
+    python -m layoutalg.notebook notebooks/*.ipynb
 
-Enough to keep the tour executed and honest without a Jupyter kernel: the test suite
-runs every notebook this way, so a notebook that no longer runs fails CI.
+Every cell runs in order on an IPython kernel started in the repository root, so rich
+outputs (pictures, tables) are real cell outputs; a cell that raises stops the run with
+the cell and its traceback. The test suite executes every notebook this way, without
+writing, so a notebook that no longer runs fails CI. Needs the `test` extra (nbclient,
+ipykernel); the runtime never imports this module.
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def run(path: str | Path, write: bool = True) -> list[str]:
-    """Execute every code cell in order; returns (and optionally stores) each cell's output."""
-    nb = json.loads(Path(path).read_text())
-    namespace: dict = {"__name__": "__notebook__"}
-    outputs = []
-    count = 0
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        count += 1
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            exec(compile("".join(cell["source"]), f"{path}[cell {count}]", "exec"), namespace)
-        text = buf.getvalue()
-        outputs.append(text)
-        cell["execution_count"] = count
-        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": text.splitlines(True)}] if text else []
+
+def run(path: str | Path, write: bool = True, timeout: int = 600) -> list[str]:
+    """Execute every code cell in order; returns each code cell's text output (streams and
+    plain-text results), and with `write` stores the executed notebook in place."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(str(path), as_version=4)
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT)}}).execute()
     if write:
-        Path(path).write_text(json.dumps(nb, indent=1) + "\n")
-    return outputs
+        for k, cell in enumerate(nb.cells):  # nbformat 4.5 wants an id on every cell
+            cell.setdefault("id", f"cell-{k}")
+        nb.nbformat_minor = max(nb.nbformat_minor, 5)
+        nbformat.write(nb, str(path))
+    return [_text(cell) for cell in nb.cells if cell.cell_type == "code"]
+
+
+def _text(cell) -> str:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            out.append(o.get("text", ""))
+        elif "data" in o and "text/plain" in o["data"]:
+            out.append(o["data"]["text/plain"] + "\n")
+    return "".join(out)
+
+
+def kinds(path: str | Path) -> set[str]:
+    """The MIME types of every output the stored notebook holds (e.g. image/png)."""
+    import nbformat
+    nb = nbformat.read(str(path), as_version=4)
+    return {k for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) for k in o.get("data", {})}
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import torch
 
 from .errors import ConfigError, LayoutalgError
 from .mapping import CanonicalPageMapping
-from .torch_copy import _check_runs, page_bytes
+from .torch_copy import _check_runs, page_bytes, shared_byte
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -189,7 +189,7 @@ def _strided(pieces) -> tuple[DirectRun, ...]:
     for p, src, dst, n in sorted(pieces):
         r = runs[-1] if runs else None
         if r and r[0] == p and r[3] == n:
-            if r[4] == 1 and src > r[1] and dst != r[2]:
+            if r[4] == 1 and src > r[1] and dst > r[2]:  # strides positive on both sides
                 r[5], r[6], r[4] = src - r[1], dst - r[2], 2
                 continue
             if r[4] > 1 and src == r[1] + r[4] * r[5] and dst == r[2] + r[4] * r[6]:
@@ -206,6 +206,10 @@ def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], cons
     Raises `ReshardError` naming the first consumer byte that breaks it.
     """
     here = f"direct reshard, consumer rank {plan.consumer}"
+    validate(plan, [m.local_page_size_bytes for m in producers], here)
+    if plan.local_page_size_bytes != consumer.local_page_size_bytes:
+        raise ReshardError(f"{here}: the plan is for a {plan.local_page_size_bytes}-byte local page, the consumer's "
+                           f"mapping has {consumer.local_page_size_bytes}")
     end = 0
     triples = sorted((d, s, n, r.producer) for r in plan.runs for s, d, n in r.triples() if n)
     for dst, src, n, p in triples:
@@ -224,6 +228,31 @@ def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], cons
         if a is None or a != b:
             raise ReshardError(f"{here}: local bytes [{dst}, {dst + n}) hold canonical {a}, but producer rank {p}'s "
                                f"bytes [{src}, {src + n}) hold canonical {b}")
+
+
+def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here: str = "") -> None:
+    """The plan's shape, before anything reads it: every field a non-negative integer, every
+    producer one of the group (of `producer_pages`' length, when given), every run inside both
+    pages and no consumer byte written twice (the executors' precondition)."""
+    here = here or f"direct reshard, consumer rank {getattr(plan, 'consumer', '?')}"
+    if not isinstance(plan, DirectPlan):
+        raise ConfigError(f"{here}: expected a DirectPlan, got {type(plan).__name__}")
+    if producer_pages is None:
+        producer_pages = [plan.producer_page_size_bytes] * (1 + max((r.producer for r in plan.runs
+                                                                     if isinstance(r, DirectRun)), default=0))
+    for k, r in enumerate(plan.runs):
+        if not isinstance(r, DirectRun) or any(type(v) is not int or v < 0 for v in r):
+            raise ReshardError(f"{here}: run {k} {tuple(r)} must be a DirectRun of non-negative integers")
+        if r.producer >= len(producer_pages):
+            raise ReshardError(f"{here}: run {k} reads producer rank {r.producer} of a {len(producer_pages)}-rank group")
+        last = r.num_fragments - 1
+        for side, off, stride, page in (("producer", r.src_offset, r.src_stride, producer_pages[r.producer]),
+                                        ("consumer", r.dst_offset, r.dst_stride, plan.local_page_size_bytes)):
+            if r.num_fragments and r.fragment_size and off + last * stride + r.fragment_size > page:
+                raise ReshardError(f"{here}: run {k} {tuple(r)} reaches past the {page}-byte {side} page")
+    twice = shared_byte([(r.dst_offset, r.dst_stride, r.num_fragments, r.fragment_size) for r in plan.runs])
+    if twice is not None:
+        raise ReshardError(f"{here}: local byte {twice} is written twice")
 
 
 def _table(m: CanonicalPageMapping) -> tuple[list[int], list[tuple[int, int, int]]]:
@@ -274,10 +303,13 @@ def gather(plan: DirectPlan, producer: int, kv, block_ids):
     """Producer side: the bytes consumer `plan.consumer` reads from `producer`, for each block
     of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire): one
     strided view per run, gathered for every block at once."""
+    if producer < 0:
+        raise ConfigError(f"gather: producer rank {producer} is negative")
+    validate(plan)
     raw = page_bytes(kv, plan.producer_page_size_bytes, "producer kv", "gather")
     blocks = _ids(block_ids, raw.shape[0], "gather")
     runs = [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
-    if not runs:
+    if not runs or not blocks.numel():
         return torch.zeros(0, dtype=torch.uint8, device=raw.device)
     w = _word_of(raw, runs, "src")
     parts = [_run_view(raw, w, r.src_offset, r.src_stride, r).index_select(0, blocks).reshape(blocks.numel(), -1)
@@ -287,12 +319,16 @@ def gather(plan: DirectPlan, producer: int, kv, block_ids):
 
 def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     """Consumer side: put what `gather` sent from `producer` into the blocks `block_ids` of `kv`."""
+    if producer < 0:
+        raise ConfigError(f"scatter: producer rank {producer} is negative")
+    validate(plan)
     raw = page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "scatter")
     blocks = _ids(block_ids, raw.shape[0], "scatter")
     runs = [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
     per_block = sum(r.fragment_size * r.num_fragments for r in runs)
-    if data.dtype != torch.uint8 or data.dim() != 1 or data.numel() != blocks.numel() * per_block:
-        raise ConfigError(f"scatter: received {tuple(data.shape)} {data.dtype} from producer rank {producer}, "
+    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1 or data.numel() != blocks.numel() * per_block:
+        raise ConfigError(f"scatter: received {tuple(getattr(data, 'shape', ()))} {getattr(data, 'dtype', type(data))} "
+                          f"from producer rank {producer}, "
                           f"expected {blocks.numel()} blocks x {per_block} bytes of uint8")
     if not runs or not blocks.numel():
         return
@@ -310,6 +346,13 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
 def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:
     """In one process: fill consumer blocks `dst_blocks` of `kv` from producer blocks `src_blocks`
     (block i of one is block i of the other) of every producer rank's tensor."""
+    validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
+    dst = _ids(dst_blocks, page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "execute").shape[0], "execute")
+    for p in plan.producers():  # everything checked before the first byte moves
+        src = _ids(src_blocks, page_bytes(producer_kvs[p], plan.producer_page_size_bytes, f"producer {p} kv",
+                                          "execute").shape[0], "execute")
+        if src.numel() != dst.numel():
+            raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
     for p in plan.producers():
         scatter(plan, p, gather(plan, p, producer_kvs[p], src_blocks), kv, dst_blocks)
 

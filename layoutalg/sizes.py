@@ -58,6 +58,7 @@ class Atoms:
     def __init__(self) -> None:
         self.by_symbol: dict[sympy.Symbol, Atom] = {}
         self.positive: list[tuple] = []  # (divisor, span, text) of exact divisions that cancelled
+        self.exact: list[tuple] = []     # (numerator, divisor, span, text) of exact divisions kept as atoms
         self._by_key: dict[tuple, Atom] = {}
         self._nesting: dict[sympy.Symbol, int] = {}
 
@@ -75,6 +76,10 @@ class Atoms:
             n, d = sympy.fraction(q)
             if d == 1 and _int_poly(n):
                 return sympy.expand(n)
+            if not (num.is_Integer and den.is_Integer):
+                # the atom may cancel later (`tp / 2 - tp / 2`) and never be evaluated, while
+                # the prover reads every `/` as exact: the state that divided checks it itself
+                self.exact.append((num, den, span, f"({num}) / ({den})"))
         if num.is_Integer and den.is_Integer:
             a, b = int(num), int(den)
             if op == "/":

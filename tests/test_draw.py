@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from layoutalg.draw import cell_bytes, draw, exact, owners
+from layoutalg.draw import cell_bytes, draw, owners, owners_of_reading
 from layoutalg.errors import LayoutalgError
 
 from conftest import ROOT
@@ -15,9 +15,10 @@ from test_reshard import _group
 @pytest.mark.parametrize("config, writers", [("tp=4", 4), ("tp=8", 4), ("tp=8,dcp=2", 8)])
 def test_every_canonical_byte_has_one_writer_and_replicas_are_marked(config, writers):
     g = _group("split_nhd", 4, config)
-    writer, holders, local = owners(g.mappings)
-    assert -1 not in writer and len(set(writer)) == writers
-    assert set(writer) == {r for r, m in enumerate(g.mappings) if m.is_writer(0)}
+    o = owners(g.mappings)
+    assert all(len(w) == 1 for w in o.writers) and len({w[0] for w in o.writers}) == writers
+    assert {w[0] for w in o.writers} == {r for r, m in enumerate(g.mappings) if m.is_writer(0)}
+    holders, local = o.holders, o.local
     replicated = g.world // writers
     assert set(holders) == {replicated}
     for rank, here in enumerate(local):          # each local byte names a canonical byte its rank holds
@@ -30,7 +31,7 @@ def test_draw_writes_the_picture(tmp_path, suffix):
     out = tmp_path / f"page.{suffix}"
     line = draw(g.mappings, str(out), "split_hnd tp=8")
     assert out.stat().st_size > 1000 and "8 local pages" in line
-    assert exact(g.mappings, cell_bytes(g.mappings))
+    assert cell_bytes(g.mappings)[1]
     if suffix == "svg":
         assert "rank 0 writes" in out.read_text() and "held by more than one rank" in out.read_text()
 
@@ -51,3 +52,26 @@ def test_draw_command(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_nhd.lal", "--tp", "3", "--heads", "4",
                           "-o", str(tmp_path / "q.png")], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 1 and "does not apply" in bad.stdout and not (tmp_path / "q.png").exists()
+
+
+def test_the_spec_reading_agrees_with_the_runs():
+    from layoutalg.library import load_default
+    g = _group("split_hnd", 4, "tp=8")
+    a, b = owners(g.mappings), owners_of_reading(load_default(), "split_hnd", g.sizes)
+    assert (a.writers, a.holders, a.local) == (b.writers, b.holders, b.local)
+
+
+def test_a_spec_that_does_not_tile_is_drawn_with_its_conflicts(tmp_path):
+    """Every rank writes heads 0..heads-1 (the rank is missing from the shard map): two writers
+    on the first half of each row, nobody on the rest; draw says so and exits 1."""
+    spec = (ROOT / "specs" / "split_nhd.lal").read_text().replace("head_shard * heads + h", "h")
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    (tmp_path / "bad.lal").write_text(spec)
+    out = tmp_path / "bad.svg"
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "draw", str(tmp_path / "bad.lal"), "--tp", "2",
+                           "--heads", "4", "--block-size", "2", "--head-size", "8", "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr
+    assert "the canonical page is not tiled exactly" in proc.stdout
+    assert "64 cells with two writers, 64 cells nobody writes" in proc.stdout, proc.stdout
+    assert "two writers (64 cells)" in out.read_text() and "drawn from the spec's own reading" in out.read_text()

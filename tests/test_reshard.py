@@ -179,3 +179,100 @@ def test_gather_and_scatter_refuse_bad_input_untouched():
     with pytest.raises(ConfigError, match="expected 2 blocks x"):
         scatter(p, 0, data[:-1], out, [0, 1])
     assert torch.equal(out, before)
+
+
+# ---- regressions from an adversarial review ---------------------------------------------------
+
+def _rows(x, y, plans):
+    return {r.obligation: r for r in prove_plans(load_default(), "split_nhd", x.sizes, y.sizes, plans,
+                                                 Budgets.of().config)}
+
+
+def _pair():
+    x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=1")
+    return x, y, direct_plans(x.mappings, y.mappings)
+
+
+@pytest.mark.parametrize("lie", ["producer", "negative", "consumer", "repeated", "missing", "page"])
+def test_a_plan_that_is_no_plan_of_the_pair_is_never_proved(lie):
+    from layoutalg.reshard import DirectRun
+    x, y, plans = _pair()
+    p = plans[0]
+    n = p.runs[0].fragment_size * p.runs[0].num_fragments
+    bad = {"producer": [p._replace(runs=(p.runs[0], p.runs[1]._replace(producer=5)))],
+           "negative": [p._replace(runs=p.runs[1:] + (DirectRun(0, 0, 0, -1, -n, 0, 0),))],
+           "consumer": [p._replace(consumer=3)],
+           "repeated": [p, p],
+           "missing": [],
+           "page": [p._replace(local_page_size_bytes=2 * p.local_page_size_bytes)]}[lie]
+    rows = _rows(x, y, bad)
+    assert {r.status for r in rows.values()} == ({"unknown"} if lie == "missing" else {"refuted"}), rows
+
+
+def test_sizes_the_family_does_not_serve_prove_nothing():
+    x, y, plans = _pair()
+    rows = prove_plans(load_default(), "split_nhd", {**x.sizes, "page_size": 7}, y.sizes, plans, Budgets.of().config)
+    assert {r.status for r in rows} == {"unknown"} and "does not apply at the store" in rows[0].method
+
+
+def _random_group(rng, size, ranks):
+    """A random valid group: the canonical page cut into fragments dealt to ranks in random order."""
+    cuts = sorted(rng.sample(range(1, size), min(size - 1, rng.randint(0, 5))))
+    frags = list(zip([0] + cuts, cuts + [size]))
+    rng.shuffle(frags)
+    out = []
+    for r in range(ranks):
+        mine = frags[r::ranks] or frags[:1]
+        runs, lo = [], 0
+        for a, b in mine:
+            runs.append(CopyRun(lo, a, b - a, 1, b - a, b - a))
+            lo += b - a
+        out.append(CanonicalPageMapping(size, lo, tuple(runs), 1, 0, True))
+    return out
+
+
+def test_direct_plans_of_random_groups_execute_exactly():
+    """Seeded random groups (a fragment may be held by two ranks): every plan built executes,
+    with non-negative strides, and puts each producer byte where its canonical byte belongs."""
+    import random
+    from layoutalg.reshard import execute
+    rng = random.Random(7)
+    built = 0
+    for _ in range(300):
+        size = rng.randint(1, 24)
+        prods, cons = _random_group(rng, size, rng.randint(1, 3)), _random_group(rng, size, rng.randint(1, 3))
+        try:
+            plans = direct_plans(prods, cons)
+        except ReshardError:
+            continue  # some canonical byte no producer holds
+        built += 1
+        truth = torch.randint(0, 256, (3, size), dtype=torch.uint8)  # replicas hold the same bytes
+        kvs = [torch.zeros(3, m.local_page_size_bytes, dtype=torch.uint8) for m in prods]
+        for kv, m in zip(kvs, prods):
+            for r in m.runs:
+                for lo, co, n in r.triples():
+                    kv[:, lo:lo + n] = truth[:, co:co + n]
+        for p, m in zip(plans, cons):
+            assert all(r.src_stride >= 0 and r.dst_stride >= 0 for r in p.runs)
+            out = torch.zeros(3, m.local_page_size_bytes, dtype=torch.uint8)
+            execute(p, kvs, torch.arange(3), out, torch.arange(3))
+            for r in m.runs:
+                for lo, co, n in r.triples():
+                    for k in range(n):
+                        assert torch.equal(out[:, lo + k], truth[:, co + k])
+    assert built > 100
+
+
+def test_a_mapping_that_copies_one_byte_twice_is_refused():
+    twice = CanonicalPageMapping(8, 4, (CopyRun(0, 0, 4, 1, 4, 4), CopyRun(0, 4, 4, 1, 4, 4)), 1, 0, True)
+    whole = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
+    with pytest.raises(ConfigError, match="share local byte 0"):
+        direct_plans([twice], [whole])
+    with pytest.raises(ConfigError, match="share local byte 0"):
+        plan(twice, torch.zeros(2, 4, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("text", ["tp=0", "pcp=0", "dcp=-1", "pcp_replicas=-1"])
+def test_parallel_sizes_below_one_are_refused_by_name(text):
+    with pytest.raises(ConfigError, match="expected at least"):
+        parse_config(text)

@@ -416,3 +416,32 @@ def test_cases_that_overlap_are_read_first_match_as_the_runtime_takes_them(tmp_p
         assert rows["shard-in-range"].status == rows["writers-cover"].status == "proved"
     else:
         assert "shard-in-range" in refuted and "tp=2" in refuted["shard-in-range"].detail, refuted
+
+
+CANCELLED_DIVISION = """\
+import "grids.lal"
+
+layout bytes(P):
+    index b < P
+    offset b
+
+family van serves fallback:
+    grid private
+    require pcp == 1
+    require tp / 2 - tp / 2 == 0          # the division cancels: nothing would evaluate it
+    local     bytes(page_size)
+    canonical bytes(page_size * (tp - tp % 2))
+    shard (b) -> (tp_rank * page_size + b)
+"""
+
+
+def test_an_exact_division_that_cancels_is_still_checked_where_the_prover_assumes_it(tmp_path):
+    """The prover reads every `/` as exact; so must the runtime, even where sympy cancels the
+    division away. Else odd tp passed the guards the prover took to exclude it."""
+    from layoutalg.compiled import GuardFailed
+    folder = _folder(tmp_path, van=CANCELLED_DIVISION)
+    cf = compile_family(resolve(load([folder / "van.lal"]), "van"))
+    sizes = {"tp": 1, "pcp": 1, "page_size": 12}
+    with pytest.raises(GuardFailed, match=r"van.lal:10:.*\(tp\) / \(2\) is a whole number"):
+        cf.evaluate(sizes)
+    assert cf.evaluate({**sizes, "tp": 2}).canonical_page == 24

@@ -32,6 +32,9 @@ RESHARD = ("reshard-cover", "reshard-match")
 
 def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Sequence, budget: Budget) -> list[Row]:
     """The two rows for the plans of every consumer rank of `load` reading from `store`."""
+    if family not in lib.families:
+        from ..errors import LayoutalgError
+        raise LayoutalgError(f"prove_plans: no family {family!r}; the library's: {', '.join(lib.families)}")
     fdef = lib.family_def(family)
     spec = fdef.span.file
     if fdef.page is not None or lib.parts_of(family) != [family]:
@@ -39,13 +42,26 @@ def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Seque
                                                 "built (reshard.check_plan), not yet by Z3", 0.0) for n in RESHARD]
     if not plans:
         return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
+    try:
+        mx, my = _fresh(lib, family, store, load)
+    except (ArithmeticError, LookupError, TypeError) as e:
+        return [Row(spec, family, n, "unknown", f"the family does not apply at these configurations ({e})", 0.0)
+                for n in RESHARD]
+    for who, m in (("store", mx), ("load", my)):  # a configuration the family does not serve proves nothing
+        status = _solve(m, None, z3.BoolVal(True), budget)[0]
+        if status != "sat":
+            why = "its guards, cases and page do not hold there" if status == "unsat" else "undecided"
+            return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration ({why})",
+                        0.0) for n in RESHARD]
+    bad = _malformed(plans, mx, my)
+    if bad:
+        return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad) for n in RESHARD]
     rows = []
     for name in RESHARD:
         t0 = time.perf_counter()
         row = None
         for plan in plans:
-            mx = Model(lib, family, tuple(Reading(lib, family, store).taken), sizes=store, tag="x.")
-            my = Model(lib, family, tuple(Reading(lib, family, load).taken), sizes=load, tag="y.")
+            mx, my = _fresh(lib, family, store, load)
             violation, w = (_cover if name == "reshard-cover" else _match)(mx, my, plan)
             status, model = _solve(mx, my, violation, budget)
             if status != "unsat":
@@ -58,6 +74,33 @@ def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Seque
                                f"symbolic fragment and byte, {len(plans)} consumer ranks of this configuration pair",
                                time.perf_counter() - t0))
     return rows
+
+
+def _fresh(lib, family, store, load) -> tuple[Model, Model]:
+    return (Model(lib, family, tuple(Reading(lib, family, store).taken), sizes=store, tag="x."),
+            Model(lib, family, tuple(Reading(lib, family, load).taken), sizes=load, tag="y."))
+
+
+def _malformed(plans, mx: Model, my: Model) -> str:
+    """What makes the plans no plan of this pair at all ('' when nothing): one per consumer
+    rank of the load grid, each for the spec's own pages, runs of non-negative integers
+    reading producers of the store grid."""
+    from ..reshard import DirectPlan, DirectRun
+    if not all(isinstance(p, DirectPlan) and all(isinstance(r, DirectRun) for r in p.runs) for p in plans):
+        return "the plans must be DirectPlans of DirectRuns"
+    consumers = sorted(p.consumer for p in plans if type(p.consumer) is int)
+    if len(consumers) != len(plans) or consumers != list(range(my.r.world)):
+        return f"plans for consumer ranks {consumers}, expected one for each of the {my.r.world} ranks"
+    for p in plans:
+        if p.local_page_size_bytes != my.r.page("local") or p.producer_page_size_bytes != mx.r.page("local"):
+            return (f"consumer rank {p.consumer}: the plan is for {p.producer_page_size_bytes}-byte producer and "
+                    f"{p.local_page_size_bytes}-byte consumer pages; the spec's are {mx.r.page('local')} and "
+                    f"{my.r.page('local')} bytes")
+        for k, r in enumerate(p.runs):
+            if any(type(v) is not int or v < 0 for v in r) or r.producer >= mx.r.world:
+                return (f"consumer rank {p.consumer}: run {k} {tuple(r)} is not non-negative integers reading one "
+                        f"of the {mx.r.world} producer ranks")
+    return ""
 
 
 def _pick(m: Model, plan):
@@ -73,8 +116,8 @@ def _cover(mx: Model, my: Model, plan):
     frag, p, src, dst, key = _pick(my, plan)
     frag2, _, _, dst2, key2 = _pick(my, plan)
     twice = z3.And(frag, frag2, z3.Or(*[a != b for a, b in zip(key, key2)]), dst == dst2)
-    outside = z3.And(frag, z3.Or(dst < 0, dst >= plan.local_page_size_bytes, src < 0,
-                                 src >= mx.r.page("local")))
+    outside = z3.And(frag, z3.Or(dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local"),
+                                 p < 0, p >= mx.r.world))
     total = sum(r.fragment_size * r.num_fragments for r in plan.runs)
     short = z3.BoolVal(total != my.r.page("local"))  # with no byte twice, the count says none is missed
     return z3.Or(twice, outside, short), {"dst": dst, "src": src, "p": p, "twice": twice, "outside": outside,
@@ -97,11 +140,12 @@ def _match(mx: Model, my: Model, plan):
         {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx}
 
 
-def _solve(mx: Model, my: Model, violation, budget: Budget):
+def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     s = z3.Solver()
     s.set("rlimit", max(1, budget.rlimit))
     s.set("timeout", max(1, int(budget.guard_s * 1000)))
-    s.add(*mx.assumptions(), *my.assumptions(), violation, *mx.ops.side, *my.ops.side)
+    models = [m for m in (mx, my) if m is not None]
+    s.add(*[a for m in models for a in m.assumptions()], violation, *[c for m in models for c in m.ops.side])
     res = s.check()
     return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
 
