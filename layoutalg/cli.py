@@ -200,6 +200,24 @@ def _reshard(args) -> int:
     model = (args.heads, args.block_size, args.head_size, args.dtype, args.blocks)
     store = group_of(args.family, parse_config(args.store), *model)
     load = group_of(args.family, parse_config(args.load), *model)
+    conversion = None
+    a, b = store.mappings[0].canonical_page_size_bytes, load.mappings[0].canonical_page_size_bytes
+    if a != b and args.direct:
+        raise LayoutalgError(f"reshard: the two configurations read pages of another cp ({a} and {b} bytes): a direct "
+                             f"plan across them is not built yet; without --direct the stored pages are converted")
+    if a != b and not args.direct and store.mappings[0].layout_id == load.mappings[0].layout_id:
+        from .library import load_default
+        from .pageformat import conversion as converting
+        big, small = (store, load) if a > b else (load, store)
+        conversion = converting(load_default(), args.family, big.sizes, small.sizes)
+        blocks = args.blocks * conversion.k if small is load else args.blocks // conversion.k
+        if small is store and args.blocks % conversion.k:
+            raise LayoutalgError(f"reshard: --blocks {args.blocks} stored pages of {a} bytes do not fill whole "
+                                 f"loading pages of {b} bytes ({conversion.k} each)")
+        load = group_of(args.family, parse_config(args.load), args.heads, args.block_size, args.head_size,
+                        args.dtype, blocks)
+        print(f"another cp: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; the stored pages are "
+              f"converted ({len(conversion.mapping.runs)} runs, by the algebra)")
     if args.direct:
         from .library import load_default
         from .prove.reshard import prove_plans
@@ -214,7 +232,7 @@ def _reshard(args) -> int:
             return 1
         reads = ", ".join(f"{p.consumer}<-{'+'.join(map(str, p.producers()))}" for p in plans)
         print(f"direct plan: consumer<-producers {reads}; {sum(len(p.runs) for p in plans)} runs")
-    passed, failed = reshard(store, load, args.layers, args.direct)
+    passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 

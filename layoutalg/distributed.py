@@ -136,8 +136,10 @@ def coordinates(group: Group, rank: int) -> torch.Tensor:
 
 
 def hashed(layer: int, page_ids: torch.Tensor, canon: torch.Tensor) -> torch.Tensor:
-    """(pages, bytes) uint8: a mix of (layer, page id, canonical byte), the same on every rank."""
-    x = ((layer * 1_000_003 + page_ids.view(-1, 1)) << 24) + canon.view(1, -1) + 0x5bd1e995
+    """(pages, bytes) uint8: a mix of (layer, page id, canonical byte), the same on every rank.
+    `canon` is one canonical byte per local byte, or a row of them per page."""
+    canon = canon.view(1, -1) if canon.dim() == 1 else canon
+    x = ((layer * 1_000_003 + page_ids.view(-1, 1)) << 24) + canon + 0x5bd1e995
     x = x ^ (x >> 15)
     x = x * 0x2C1B3C6D
     x = x ^ (x >> 12)
@@ -162,23 +164,35 @@ def _init(rank: int, world: int, folder: str, name: str):
     return dist
 
 
-def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor) -> list[torch.Tensor]:
-    from .torch_copy import page_bytes
+def global_coordinates(group: Group, rank: int, pages: torch.Tensor, small=None):
+    """(page, canonical byte) of each local byte of each page, in one format for both groups:
+    the larger canonical page's. `small` is (k, `pageformat.spec_coordinates`) where this group
+    reads the smaller pages of another cp (its page p is part p % k of big page p // k), else None."""
     canon = coordinates(group, rank)
+    if small is None:
+        return pages, canon
+    k, table = small  # (k, the spec's big page byte of each byte of each part), `pageformat.spec_coordinates`
+    return pages // k, table[pages % k][:, canon]
+
+
+def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor,
+          small=None) -> list[torch.Tensor]:
+    from .torch_copy import page_bytes
+    where, canon = global_coordinates(group, rank, pages, small)
     out = []
     for layer in range(layers):
         kv = group.empty()
         raw = page_bytes(kv, group.mappings[rank].local_page_size_bytes, "kv", "fill")
-        raw.index_copy_(0, blocks, hashed(layer, pages, canon))
+        raw.index_copy_(0, blocks, hashed(layer, where, canon))
         out.append(kv)
     return out
 
 
-def _verify(group: Group, rank: int, kvs, pages, blocks) -> list[bool]:
+def _verify(group: Group, rank: int, kvs, pages, blocks, small=None) -> list[bool]:
     from .torch_copy import page_bytes
-    canon = coordinates(group, rank)
+    where, canon = global_coordinates(group, rank, pages, small)
     return [torch.equal(page_bytes(kv, group.mappings[rank].local_page_size_bytes, "kv", "check")
-                        .index_select(0, blocks), hashed(layer, pages, canon)) for layer, kv in enumerate(kvs)]
+                        .index_select(0, blocks), hashed(layer, where, canon)) for layer, kv in enumerate(kvs)]
 
 
 def _store_worker(rank: int, job: dict):
@@ -189,7 +203,8 @@ def _store_worker(rank: int, job: dict):
     m = group.mappings[rank]
     buf = torch.from_file(job["pages"], shared=True, size=layers * group.shape[0] * m.canonical_page_size_bytes,
                           dtype=torch.uint8).view(layers, group.shape[0], m.canonical_page_size_bytes)
-    for layer, kv in enumerate(_fill(group, rank, layers, pages, blocks)):
+    small = job["coordinates"] if job.get("small") == "store" else None
+    for layer, kv in enumerate(_fill(group, rank, layers, pages, blocks, small)):
         plan(m, kv).store(kv, blocks, buf[layer], pages)
     dist.barrier()
     dist.destroy_process_group()
@@ -201,14 +216,16 @@ def _load_worker(rank: int, job: dict):
     dist = _init(rank, group.world, folder, "load")
     pages, blocks = layout_of_pages(group, group.shape[0])
     m = group.mappings[rank]
-    buf = torch.from_file(job["pages"], shared=True, size=layers * group.shape[0] * m.canonical_page_size_bytes,
+    buf = torch.from_file(job["load_pages"], shared=True,
+                          size=layers * group.shape[0] * m.canonical_page_size_bytes,
                           dtype=torch.uint8).view(layers, group.shape[0], m.canonical_page_size_bytes)
     kvs = []
     for layer in range(layers):
         kv = group.empty().zero_()
         plan(m, kv).load(buf[layer], pages, kv, blocks)
         kvs.append(kv)
-    _report(folder, rank, _verify(group, rank, kvs, pages, blocks), 0)
+    small = job["coordinates"] if job.get("small") == "load" else None
+    _report(folder, rank, _verify(group, rank, kvs, pages, blocks, small), 0)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -249,28 +266,56 @@ def _report(folder: str, rank: int, ok: list[bool], moved: int) -> None:
         json.dump({"ok": ok, "moved": moved}, f)
 
 
-def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print) -> tuple[int, int]:
-    """Run it; returns (passed, failed) counting loading ranks x layers."""
+def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print,
+            conversion=None) -> tuple[int, int]:
+    """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
+    read pages of another cp, `conversion` (`pageformat.conversion`, big to small pages)
+    converts the stored pages between the two formats in between (not with `direct`); the
+    byte check then names each byte by the spec's own reading of both layouts, not by the
+    conversion under test."""
     import torch.multiprocessing as mp
-    if store.mappings[0].canonical_page_size_bytes != load.mappings[0].canonical_page_size_bytes or \
-            store.mappings[0].layout_id != load.mappings[0].layout_id:
+    a, b = store.mappings[0], load.mappings[0]
+    if a.layout_id != b.layout_id or (a.canonical_page_size_bytes != b.canonical_page_size_bytes
+                                      and conversion is None):
         raise ConfigError(f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical "
-                          f"page formats ({store.mappings[0].layout_id}, {store.mappings[0].canonical_page_size_bytes}"
-                          f" bytes vs {load.mappings[0].layout_id}, {load.mappings[0].canonical_page_size_bytes} "
-                          f"bytes): a page stored under one is not a page of the other")
-    if store.shape[0] != load.shape[0]:
+                          f"page formats ({a.layout_id}, {a.canonical_page_size_bytes} bytes vs {b.layout_id}, "
+                          f"{b.canonical_page_size_bytes} bytes): a page stored under one is not a page of the other")
+    small = None
+    if a.canonical_page_size_bytes != b.canonical_page_size_bytes:
+        if direct:
+            raise ConfigError("reshard: a direct plan across another cp (pages of other sizes) is not built yet; "
+                              "without --direct the pages are converted between the two formats")
+        small = "store" if a.canonical_page_size_bytes < b.canonical_page_size_bytes else "load"
+        big_group, small_group = (load, store) if small == "store" else (store, load)
+        if (big_group.mappings[0].canonical_page_size_bytes != conversion.big_page or
+                small_group.mappings[0].canonical_page_size_bytes != conversion.small_page or
+                small_group.shape[0] != conversion.k * big_group.shape[0]):
+            raise ConfigError(f"reshard: the conversion is for {conversion.big_page}- and {conversion.small_page}-"
+                              f"byte pages, {conversion.k} small a big one: it does not fit these groups")
+        from ._resources import specs_dir
+        from .library import load_default
+        from .pageformat import spec_coordinates
+        coords = (conversion.k, spec_coordinates(load_default(specs_dir()), store.family, big_group.sizes,
+                                                 small_group.sizes, conversion.k, conversion.token))
+    elif store.shape[0] != load.shape[0]:
         raise ConfigError("reshard: both groups must hold the same number of blocks")
     with tempfile.TemporaryDirectory(prefix="layoutalg-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                      else None) as folder:
-        job = {"store": store, "load": load, "layers": layers, "folder": folder,
-               "pages": os.path.join(folder, "pages.bin")}
+        job = {"store": store, "load": load, "layers": layers, "folder": folder, "conversion": conversion,
+               "small": small, "coordinates": coords if small else None, "pages": os.path.join(folder, "pages.bin"),
+               "load_pages": os.path.join(folder, "pages.bin" if small is None else "converted.bin")}
         t0 = time.perf_counter()
         if direct:
             mp.spawn(_direct_worker, args=(job,), nprocs=store.world + load.world, join=True)
         else:
             mp.spawn(_store_worker, args=(job,), nprocs=store.world, join=True)
             log(f"stored: {store.world} ranks of {_shown(store.config)} into {layers} x {store.shape[0]} canonical "
-                f"pages of {store.mappings[0].canonical_page_size_bytes} bytes (shared memory)")
+                f"pages of {a.canonical_page_size_bytes} bytes (shared memory)")
+            if small is not None:
+                _convert(job)
+                log(f"converted: {layers} x {store.shape[0]} pages of {a.canonical_page_size_bytes} bytes into "
+                    f"{layers} x {load.shape[0]} of {b.canonical_page_size_bytes} (another cp: {conversion.k} "
+                    f"small pages a big one, along '{conversion.token}')")
             mp.spawn(_load_worker, args=(job,), nprocs=load.world, join=True)
         seconds = time.perf_counter() - t0
         results = [json.load(open(os.path.join(folder, f"result.{r}.json"))) for r in range(load.world)]
@@ -282,3 +327,19 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     else:
         log(f"loaded: {load.world} ranks of {_shown(load.config)} ({seconds:.2f} s in all)")
     return sum(ok), len(ok) - sum(ok)
+
+
+def _convert(job: dict) -> None:
+    """The stored pages in the other format: big pages to groups of k small ones, or back.
+    Sequence pages are consecutive page ids, so a group of k small pages is one row."""
+    from .pageformat import convert
+    conv, layers = job["conversion"], job["layers"]
+    store, load = job["store"], job["load"]
+    src = torch.from_file(job["pages"], shared=True, size=layers * store.shape[0] *
+                          store.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
+    dst = torch.from_file(job["load_pages"], shared=True, size=layers * load.shape[0] *
+                          load.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
+    big, small = (src, dst) if job["small"] == "load" else (dst, src)
+    groups = big.numel() // conv.big_page
+    convert(conv, big.view(groups, conv.big_page), small.view(groups * conv.k, conv.small_page),
+            to_small=job["small"] == "load")
