@@ -299,16 +299,25 @@ def _run_view(raw, w: int, offset: int, stride: int, r: DirectRun):
                             (raw.stride(0) // w, stride // w, 1), (raw.storage_offset() + offset) // w)
 
 
+def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
+    """Checked before anything moves: the plan, the producer, the tensor's pages (the
+    producer's for a gather, the consumer's for a scatter) and the block ids; with the
+    producer's runs that move bytes."""
+    if producer < 0:
+        raise ConfigError(f"{op}: producer rank {producer} is negative")
+    validate(plan)
+    page, name = ((plan.producer_page_size_bytes, "producer kv") if op == "gather" else
+                  (plan.local_page_size_bytes, "consumer kv"))
+    raw = page_bytes(kv, page, name, op)
+    blocks = _ids(block_ids, raw.shape[0], op)
+    return raw, blocks, [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
+
+
 def gather(plan: DirectPlan, producer: int, kv, block_ids):
     """Producer side: the bytes consumer `plan.consumer` reads from `producer`, for each block
     of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire): one
     strided view per run, gathered for every block at once."""
-    if producer < 0:
-        raise ConfigError(f"gather: producer rank {producer} is negative")
-    validate(plan)
-    raw = page_bytes(kv, plan.producer_page_size_bytes, "producer kv", "gather")
-    blocks = _ids(block_ids, raw.shape[0], "gather")
-    runs = [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
+    raw, blocks, runs = _side(plan, producer, kv, block_ids, "gather")
     if not runs or not blocks.numel():
         return torch.zeros(0, dtype=torch.uint8, device=raw.device)
     w = _word_of(raw, runs, "src")
@@ -319,14 +328,10 @@ def gather(plan: DirectPlan, producer: int, kv, block_ids):
 
 def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     """Consumer side: put what `gather` sent from `producer` into the blocks `block_ids` of `kv`."""
-    if producer < 0:
-        raise ConfigError(f"scatter: producer rank {producer} is negative")
-    validate(plan)
-    raw = page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "scatter")
-    blocks = _ids(block_ids, raw.shape[0], "scatter")
-    runs = [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
+    raw, blocks, runs = _side(plan, producer, kv, block_ids, "scatter")
     per_block = sum(r.fragment_size * r.num_fragments for r in runs)
-    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1 or data.numel() != blocks.numel() * per_block:
+    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1 or \
+            data.numel() != blocks.numel() * per_block:
         raise ConfigError(f"scatter: received {tuple(getattr(data, 'shape', ()))} {getattr(data, 'dtype', type(data))} "
                           f"from producer rank {producer}, "
                           f"expected {blocks.numel()} blocks x {per_block} bytes of uint8")
