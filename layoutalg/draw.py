@@ -17,6 +17,7 @@ so). The runtime never imports this module.
 """
 from __future__ import annotations
 
+import textwrap
 from math import gcd
 from typing import NamedTuple, Sequence
 
@@ -145,7 +146,8 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
         cells = []
         for b in range(0, len(here), unit):
             c = here[b]
-            w = first(o.writers[c]) if 0 <= c < len(o.writers) else -1
+            ws = o.writers[c] if 0 <= c < len(o.writers) else []
+            w = rank if rank in ws else first(ws)
             cells.append((w, w != rank, None))
         pages.append((f"rank {rank}", cells))
     cols = min(64, max(1, max(len(c) for _, c in pages)))
@@ -177,6 +179,7 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
         legend.append(Patch(facecolor="#d0d0d0", edgecolor="black", hatch="xx", label=f"nobody writes ({gaps} cells)"))
     fig.legend(handles=legend, loc="lower center", fontsize=7, ncol=min(6, len(legend)), frameon=False)
     merged = "" if o.exact else " (a cell shows its first byte's owner: fragments are smaller)"
+    title = "\n".join(textwrap.wrap(title, 150))
     fig.suptitle(f"{title}\none cell = {unit} bytes{merged}, {cols} cells a row; block {block}'s writers", fontsize=9,
                  x=0.02, ha="left")
     fig.subplots_adjust(top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())

@@ -75,3 +75,21 @@ def test_a_spec_that_does_not_tile_is_drawn_with_its_conflicts(tmp_path):
     assert "the canonical page is not tiled exactly" in proc.stdout
     assert "64 cells with two writers, 64 cells nobody writes" in proc.stdout, proc.stdout
     assert "two writers (64 cells)" in out.read_text() and "drawn from the spec's own reading" in out.read_text()
+
+
+def test_prove_draws_each_refutation_at_its_counterexample(tmp_path):
+    """A shard map that forgets the rank: the refuted rows carry their configuration, and
+    `prove --draw` pictures it with the clashes and gaps the counterexample names."""
+    spec = (ROOT / "specs" / "split_nhd.lal").read_text().replace("head_shard * heads + h", "h")
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    (tmp_path / "bad.lal").write_text(spec)
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "prove", str(tmp_path / "bad.lal"), "--no-cache",
+                           "--draw", str(tmp_path / "pics")], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1
+    assert (tmp_path / "pics" / "split_nhd-writers-disjoint.png").stat().st_size > 1000
+    assert "cells with two writers" in proc.stdout and "counterexample(s) drawn into" in proc.stdout
+    from layoutalg.library import load
+    from layoutalg.prove.runner import Budgets, prove_obligation
+    row = prove_obligation(load([tmp_path / "bad.lal"]), "split_nhd", "writers-disjoint", {}, Budgets.of())
+    assert row.status == "refuted" and row.witness["tp"] >= 2
+    assert f"tp={row.witness['tp']}" in row.detail

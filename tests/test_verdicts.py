@@ -201,7 +201,7 @@ def test_a_forged_proof_cache_entry_is_not_believed(tmp_path, monkeypatch):
     lib = load([SPECS / "opaque.lal"])
     key = store.proof_key(lib, "opaque")
     rows = [dict(spec="s", family="opaque", obligation="x", status="proved", method="m", seconds=0.0, detail="",
-                 configurations=[], final=True)]
+                 configurations=[], final=True, witness={})]
     store.write(key, rows)
     assert store.read(key) == rows
     path = next(tmp_path.glob("proof-*.json"))

@@ -144,6 +144,14 @@ def _sizes_text(m: Model, model) -> str:
     return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in m.sizes if n in used)
 
 
+def _witness(m: Model, model) -> dict:
+    """The counterexample's configuration, every runtime name as an int (empty if it cannot be read)."""
+    try:
+        return {n: value(model, v) for n, v in m.sizes.items()}
+    except Exception:  # noqa: BLE001 - the refutation stands without its picture
+        return {}
+
+
 def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
     """A counterexample a person can act on, in the spec's own names (never raises)."""
     where = _where(lib, family, name)
@@ -390,7 +398,8 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
                 if bounds is None:
                     m, model, w = _smaller(lib, family, name, path, extra, budgets, m, model, w)
                 return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
-                           time.perf_counter() - t0, explain(lib, family, name, m, model, w))
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w),
+                           witness=_witness(m, model))
             if st == "unsat" and bounds is None:
                 methods.append("symbolic")
                 proved.setdefault(name, set()).add(path)
@@ -407,7 +416,7 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
             guard |= m.guard_hit
             if st == "sat":
                 return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
-                           time.perf_counter() - t0, explain(lib, family, name, m, model, w))
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w), witness=dict(sizes))
             if st == "unsat":
                 proved_configs.append(sizes)
                 done += 1
@@ -450,14 +459,15 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
                                                       f"{text} but the compiled family fails closed: {e}")
             except TilingError as e:
                 return Row(spec, family, name, "refuted", "lowering certificate, one configuration",
-                           time.perf_counter() - t0, f"{_where(lib, family, name)}: {e}, with {text}")
+                           time.perf_counter() - t0, f"{_where(lib, family, name)}: {e}, with {text}",
+                           witness=dict(sizes))
             m = Model(lib, family, path, sizes=sizes)
             v, w = runs_query(m, name, inst, *plan)
             status, model = m.solve(v, budgets.config)
             guard |= m.guard_hit
             if status == "sat":
                 return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
-                           time.perf_counter() - t0, explain(lib, family, name, m, model, w))
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w), witness=dict(sizes))
             if status == "unknown":
                 return Row(spec, family, name, "unknown", f"undecided at {text}", time.perf_counter() - t0,
                            final=not guard)

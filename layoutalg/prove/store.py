@@ -54,6 +54,7 @@ class Row:
     detail: str = ""
     configurations: list = field(default_factory=list)  # proved configurations, where not all sizes
     final: bool = True  # False when the wall-clock guard decided part of it: never cached
+    witness: dict = field(default_factory=dict)  # a refutation's configuration (name -> int), to draw it
 
 
 def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
@@ -129,7 +130,8 @@ def read(key: str):
 def _valid_row(r) -> bool:
     fields = {f.name for f in Row.__dataclass_fields__.values()}
     return isinstance(r, dict) and set(r) == fields and r["status"] in ("proved", "refuted", "unknown") \
-        and isinstance(r["configurations"], list) and all(isinstance(r[k], str) for k in
+        and isinstance(r["configurations"], list) and isinstance(r["witness"], dict) \
+        and all(isinstance(k, str) and type(v) is int for k, v in r["witness"].items()) and all(isinstance(r[k], str) for k in
                                                             ("spec", "family", "obligation", "method", "detail"))
 
 
