@@ -205,10 +205,7 @@ def _reshard(args) -> int:
     load = group_of(args.family, parse_config(args.load), *model)
     conversion = None
     a, b = store.mappings[0].canonical_page_size_bytes, load.mappings[0].canonical_page_size_bytes
-    if a != b and args.direct:
-        raise LayoutalgError(f"reshard: the two configurations read pages of another cp ({a} and {b} bytes): a direct "
-                             f"plan across them is not built yet; without --direct the stored pages are converted")
-    if a != b and not args.direct and store.mappings[0].layout_id == load.mappings[0].layout_id:
+    if a != b and store.mappings[0].layout_id == load.mappings[0].layout_id:
         from .library import load_default
         from .pageformat import conversion as converting
         big, small = (store, load) if a > b else (load, store)
@@ -219,22 +216,31 @@ def _reshard(args) -> int:
                                  f"loading pages of {b} bytes ({conversion.k} each)")
         load = group_of(args.family, parse_config(args.load), args.heads, args.block_size, args.head_size,
                         args.dtype, blocks)
-        print(f"another cp: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; the stored pages are "
-              f"converted ({len(conversion.mapping.runs)} runs, by the algebra)")
+        print(f"another cp: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; "
+              f"{'the plans compose' if args.direct else 'the stored pages are converted by'} a conversion of "
+              f"{len(conversion.mapping.runs)} runs (by the algebra)")
     if args.direct:
         from .library import load_default
-        from .prove.reshard import prove_plans
+        from .prove.reshard import prove_cross_plans, prove_plans
         from .prove.runner import Budgets
-        from .reshard import direct_plans
-        plans = direct_plans(store.mappings, load.mappings)
-        rows = prove_plans(load_default(), args.family, store.sizes, load.sizes, plans, Budgets.of().config)
+        from .reshard import cross_plans, direct_plans
+        if conversion is None:
+            plans = direct_plans(store.mappings, load.mappings)
+            rows = prove_plans(load_default(), args.family, store.sizes, load.sizes, plans, Budgets.of().config)
+        else:
+            cross = cross_plans(store.mappings, load.mappings, conversion.mapping, conversion.k)
+            rows = prove_cross_plans(load_default(), args.family, store.sizes, load.sizes, cross, conversion.token,
+                                     Budgets.of().config)
+            plans = [p for part in cross.parts for p in part]
         for r in rows:
             print(f"{r.obligation:<14} {r.status:<8} {r.method}{': ' + r.detail if r.detail else ''}")
         if any(r.status != "proved" for r in rows):
             print("0 passed, 0 failed: the direct plan is not proved for this pair; nothing was moved")
             return 1
         reads = ", ".join(f"{p.consumer}<-{'+'.join(map(str, p.producers()))}" for p in plans)
-        print(f"direct plan: consumer<-producers {reads}; {sum(len(p.runs) for p in plans)} runs")
+        print(f"direct plan: consumer<-producers {reads}; {sum(len(p.runs) for p in plans)} runs"
+              + ("" if conversion is None else f" (producers numbered part * {store.world} + rank where the "
+                                               f"producers read the small pages; one plan per part otherwise)"))
     passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
@@ -350,8 +356,11 @@ def _draw(args) -> int:
         if e.broken is None:
             return 1
         lib, family, sizes = e.broken  # the spec is wrong here: draw what it says, the conflicts marked
-        print(draw(owners_of_reading(lib, family, sizes), args.output,
-                   f"{family}: {config}. Does not tile: drawn from the spec's own reading"))
+        try:
+            print(draw(owners_of_reading(lib, family, sizes), args.output,
+                       f"{family}: {config}. Does not tile: drawn from the spec's own reading"))
+        except LayoutalgError as why:
+            print(f"not drawn: {why}")
         return 1
     print(draw(maps, args.output, f"{cf.name}: {config}"))
     return 0

@@ -230,33 +230,47 @@ def _load_worker(rank: int, job: dict):
     dist.destroy_process_group()
 
 
+def _transfers(job: dict) -> list:
+    """(plan, producer as the plan names it, producer rank, producer pages, consumer pages) of
+    every transfer of the direct reshard: one format, or across another cp (`CrossPlans`)."""
+    from .reshard import direct_plans
+    store, load = job["store"], job["load"]
+    if job.get("cross") is not None:
+        return job["cross"].transfers(min(store.shape[0], load.shape[0]))
+    pages = list(range(store.shape[0]))
+    return [(p, v, v, pages, pages) for p in direct_plans(store.mappings, load.mappings) for v in p.producers()]
+
+
 def _direct_worker(rank: int, job: dict):
-    from .reshard import direct_plans, gather, scatter
+    from .reshard import gather, scatter
     store, load, layers, folder = job["store"], job["load"], job["layers"], job["folder"]
     dist = _init(rank, store.world + load.world, folder, "direct")
-    plans = direct_plans(store.mappings, load.mappings)
+    transfers = _transfers(job)
+    tag = len(transfers)
     if rank < store.world:  # a producer: send each consumer what its plan reads from here
         pages, blocks = layout_of_pages(store, store.shape[0])
-        kvs = _fill(store, rank, layers, pages, blocks)
-        sends = [dist.isend(gather(p, rank, kv, blocks), store.world + p.consumer, tag=layer)
-                 for p in plans if rank in p.producers() for layer, kv in enumerate(kvs)]
+        kvs = _fill(store, rank, layers, pages, blocks, job["coordinates"] if job.get("small") == "store" else None)
+        sends = [dist.isend(gather(plan, v, kv, blocks[src]), store.world + plan.consumer, tag=layer * tag + t)
+                 for t, (plan, v, p, src, dst) in enumerate(transfers) if p == rank
+                 for layer, kv in enumerate(kvs)]
         for s in sends:
             s.wait()
     else:
         me = rank - store.world
-        p = plans[me]
         pages, blocks = layout_of_pages(load, load.shape[0])
-        _, src_blocks = layout_of_pages(store, store.shape[0])
         kvs = [load.empty().zero_() for _ in range(layers)]
-        got = {(q, layer): torch.empty(p.bytes_from(q) * len(pages), dtype=torch.uint8)
-               for q in p.producers() for layer in range(layers)}
-        recvs = [(k, dist.irecv(buf, k[0], tag=k[1])) for k, buf in got.items()]
+        mine = [(t, x) for t, x in enumerate(transfers) if x[0].consumer == me]
+        got = {(t, layer): torch.empty(x[0].bytes_from(x[1]) * len(x[4]), dtype=torch.uint8)
+               for t, x in mine for layer in range(layers)}
+        recvs = [((t, layer), dist.irecv(got[(t, layer)], transfers[t][2], tag=layer * tag + t)) for t, layer in got]
         moved = 0
-        for (q, layer), r in recvs:
+        for (t, layer), r in recvs:
             r.wait()
-            scatter(p, q, got[(q, layer)], kvs[layer], blocks)
-            moved += got[(q, layer)].numel()
-        _report(folder, me, _verify(load, me, kvs, pages, blocks), moved)
+            plan, v, _, _, dst = transfers[t]
+            scatter(plan, v, got[(t, layer)], kvs[layer], blocks[dst])
+            moved += got[(t, layer)].numel()
+        small = job["coordinates"] if job.get("small") == "load" else None
+        _report(folder, me, _verify(load, me, kvs, pages, blocks, small), moved)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -270,7 +284,8 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             conversion=None) -> tuple[int, int]:
     """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
     read pages of another cp, `conversion` (`pageformat.conversion`, big to small pages)
-    converts the stored pages between the two formats in between (not with `direct`); the
+    converts the stored pages between the two formats in between, or with `direct` is
+    composed into the plans (`reshard.cross_plans`); the
     byte check then names each byte by the spec's own reading of both layouts, not by the
     conversion under test."""
     import torch.multiprocessing as mp
@@ -280,11 +295,8 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
         raise ConfigError(f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical "
                           f"page formats ({a.layout_id}, {a.canonical_page_size_bytes} bytes vs {b.layout_id}, "
                           f"{b.canonical_page_size_bytes} bytes): a page stored under one is not a page of the other")
-    small = None
+    small = cross = None
     if a.canonical_page_size_bytes != b.canonical_page_size_bytes:
-        if direct:
-            raise ConfigError("reshard: a direct plan across another cp (pages of other sizes) is not built yet; "
-                              "without --direct the pages are converted between the two formats")
         small = "store" if a.canonical_page_size_bytes < b.canonical_page_size_bytes else "load"
         big_group, small_group = (load, store) if small == "store" else (store, load)
         if (big_group.mappings[0].canonical_page_size_bytes != conversion.big_page or
@@ -297,12 +309,15 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
         from .pageformat import spec_coordinates
         coords = (conversion.k, spec_coordinates(load_default(specs_dir()), store.family, big_group.sizes,
                                                  small_group.sizes, conversion.k, conversion.token))
+        if direct:
+            from .reshard import cross_plans
+            cross = cross_plans(store.mappings, load.mappings, conversion.mapping, conversion.k)
     elif store.shape[0] != load.shape[0]:
         raise ConfigError("reshard: both groups must hold the same number of blocks")
     with tempfile.TemporaryDirectory(prefix="layoutalg-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                      else None) as folder:
         job = {"store": store, "load": load, "layers": layers, "folder": folder, "conversion": conversion,
-               "small": small, "coordinates": coords if small else None, "pages": os.path.join(folder, "pages.bin"),
+               "small": small, "coordinates": coords if small else None, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
                "load_pages": os.path.join(folder, "pages.bin" if small is None else "converted.bin")}
         t0 = time.perf_counter()
         if direct:
@@ -311,7 +326,7 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             mp.spawn(_store_worker, args=(job,), nprocs=store.world, join=True)
             log(f"stored: {store.world} ranks of {_shown(store.config)} into {layers} x {store.shape[0]} canonical "
                 f"pages of {a.canonical_page_size_bytes} bytes (shared memory)")
-            if small is not None:
+            if small is not None:  # (a direct reshard needs no conversion: its plans compose it)
                 _convert(job)
                 log(f"converted: {layers} x {store.shape[0]} pages of {a.canonical_page_size_bytes} bytes into "
                     f"{layers} x {load.shape[0]} of {b.canonical_page_size_bytes} (another cp: {conversion.k} "

@@ -25,6 +25,7 @@ from .errors import LayoutalgError
 from .mapping import CanonicalPageMapping
 
 MAX_CELLS = 4096
+MAX_READING_BYTES = 1 << 18  # pages drawn from the spec's reading are enumerated element by element
 
 
 class Owners(NamedTuple):
@@ -86,7 +87,17 @@ def owners_of_reading(lib, family: str, sizes: dict) -> Owners:
     """Who writes which bytes of block 0 by the spec's own reading (`interpret`), whether or not
     the family tiles there: a rank writes block 0 where every replica digit of it is 0."""
     from .interpret import Reading, byte_map
-    r = Reading(lib, family, dict(sizes))
+    if family not in lib.families or lib.parts_of(family) != [family]:
+        raise LayoutalgError(f"draw: {family} is a page of regions (or a part of one): drawn from its runs only, "
+                             f"not yet from the spec's reading")
+    try:
+        r = Reading(lib, family, dict(sizes))
+    except (ArithmeticError, LookupError) as e:
+        raise LayoutalgError(f"draw: {family} cannot be read at these sizes: {e}") from None
+    for role in ("local", "canonical"):
+        if r.page(role) > MAX_READING_BYTES:
+            raise LayoutalgError(f"draw: the {role} page is {r.page(role)} bytes; drawn from the spec's reading "
+                                 f"(element by element) only up to {MAX_READING_BYTES}: try smaller sizes")
     rext = r.rank_extents()
     world = 1
     for _, e in rext:

@@ -13,6 +13,8 @@ digits by another stride (see `algebra.invert_and_compose`).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from math import prod
 
@@ -133,14 +135,13 @@ class _State:
 
 
 def _names(e) -> set[str]:
+    """Every name an expression or condition mentions (any node of the syntax tree)."""
     if isinstance(e, Name):
         return {e.id}
-    if isinstance(e, BinOp):
-        return _names(e.left) | _names(e.right)
-    if isinstance(e, Call):
-        return set().union(*(_names(a) for a in e.args)) if e.args else set()
-    if hasattr(e, "arg"):
-        return _names(e.arg)
+    if isinstance(e, (list, tuple)):
+        return set().union(*(_names(x) for x in e)) if e else set()
+    if dataclasses.is_dataclass(e) and not isinstance(e, type):
+        return set().union(*(_names(getattr(e, f.name)) for f in dataclasses.fields(e) if f.name != "span"))
     return set()
 
 
@@ -153,6 +154,7 @@ def _run(stmts, state: _State, where: str) -> list[_State]:
             for s in states:
                 for case in item:
                     c = s.copy()
+                    _reads(c, case.cond)
                     c.cases.append(Guard(c.scope.cond(case.cond), _text(case.span), case.span))
                     _divisors_positive(c)
                     forked.extend(_run(case.body, c, where))
@@ -162,6 +164,32 @@ def _run(stmts, state: _State, where: str) -> list[_State]:
                 _step(item, s, where)
                 _divisors_positive(s)
     return states
+
+
+def _let_size(scope: Scope, let) -> sympy.Expr:
+    """A size let's value; the exact divisions it made are kept with it, to be checked by a
+    state only where something it reads names the let (the spec's reading evaluates a let
+    only where it is used, and so does the prover)."""
+    atoms = scope.atoms
+    mark = len(atoms.exact)
+    value = scope.size(let.value, f"'let {let.name}'")
+    made = atoms.exact[mark:]
+    del atoms.exact[mark:]
+    for n in _names(let.value):
+        made += atoms.let_exact.get(n, [])
+    atoms.let_exact[let.name] = made
+    return value
+
+
+def _reads(s: _State, *exprs) -> None:
+    """The exact divisions of the lets these expressions name, now read by this state."""
+    atoms = s.scope.atoms
+    names = set().union(*(_names(e) for e in exprs if e is not None)) if exprs else set()
+    for e in list(s.index_lets.values()):
+        if _names(e) & names:
+            names |= _names(e)
+    for n in names:
+        atoms.exact.extend(atoms.let_exact.get(n, []))
 
 
 def _divisors_positive(s: _State) -> None:
@@ -174,9 +202,12 @@ def _divisors_positive(s: _State) -> None:
     for den, span, text in atoms.positive:
         s.guards.append(Guard(sympy.Gt(den, 0), f"the divisor of {text} is positive", span))
     atoms.positive.clear()
+    have = {g.text for g in s.guards}
     for num, den, span, text in exact:
         rem = atoms.make("%", num, den, span)
-        s.guards.append(Guard(sympy.Eq(rem, 0), f"{text} is a whole number", span))
+        if f"{text} is a whole number" not in have:
+            have.add(f"{text} is a whole number")
+            s.guards.append(Guard(sympy.Eq(rem, 0), f"{text} is a whole number", span))
     atoms.positive.clear()  # (the remainders' divisors are the divisions' own, already guarded)
 
 
@@ -191,12 +222,14 @@ def _step(stmt, s: _State, where: str) -> None:
         if _names(stmt.value) & (rank_names | set(s.index_lets) | {"rank"}):
             s.index_lets[stmt.name] = stmt.value
         else:
-            s.scope.names[stmt.name] = s.scope.size(stmt.value, f"'let {stmt.name}'")
+            s.scope.names[stmt.name] = _let_size(s.scope, stmt)
     elif isinstance(stmt, Require):
+        _reads(s, stmt.cond)
         s.guards.append(Guard(s.scope.cond(stmt.cond), _text(stmt.span), stmt.span))
     elif isinstance(stmt, Fn):
         s.scope.fns[stmt.name] = stmt
     elif isinstance(stmt, World):
+        _reads(s, stmt.size)
         s.world = s.scope.size(stmt.size, "world size")
     elif isinstance(stmt, Ranks):
         if s.ranks is not None:
@@ -207,6 +240,7 @@ def _step(stmt, s: _State, where: str) -> None:
                 raise SpecError(f"rank digit '{d.name}' is declared twice or shadows a size", d.span)
             seen.add(d.name)
         s.ranks = stmt
+        _reads(s, *(d.extent for d in stmt.digits))
         rank = Name(stmt.digits[0].name, stmt.digits[0].span)
         for d in stmt.digits[1:]:
             rank = BinOp("+", BinOp("*", rank, d.extent, d.span), Name(d.name, d.span), d.span)
@@ -215,6 +249,7 @@ def _step(stmt, s: _State, where: str) -> None:
         s.replicas = s.replicas + tuple(n for n in dict.fromkeys(stmt.names) if n not in s.replicas)
         s.replica_spans.update({n: stmt.span for n in stmt.names})
     elif isinstance(stmt, Agnostic):
+        _reads(s, stmt.cond)
         s.agnostic = s.scope.cond(stmt.cond)
     else:  # pragma: no cover - the grammar admits nothing else
         raise TypeError(stmt)
@@ -309,7 +344,7 @@ def _resolve(lib: Library, name: str) -> Family:
     vocabulary = lib.vocabulary()
     top = Scope(atoms, {n: param(n) for n in vocabulary}, fns=dict(lib.fns))
     for let in lib.lets.values():
-        top.names[let.name] = top.size(let.value, f"'let {let.name}'")
+        top.names[let.name] = _let_size(top, let)
     fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms, vocabulary=vocabulary,
                  region=fdef.shard.region if fdef.page is not None and fdef.shard else None)
     start = _State(top, {}, [], [])
@@ -326,6 +361,9 @@ def _resolve(lib: Library, name: str) -> Family:
 
 def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     scope = s.scope
+    shards = [fdef.shard] + list(fdef.shards or ())
+    _reads(s, *fdef.local.call.args, *fdef.canonical.call.args,
+           *[t for sh in shards if sh is not None for t in sh.targets])
     local = instantiate(lib, fdef.local, scope, "local")
     canon = instantiate(lib, fdef.canonical, scope, "canonical")
     if not scope.atoms.equal(local.element, canon.element):

@@ -43,7 +43,15 @@ def canonical_layout(lib, family: str, sizes: dict) -> tuple[tuple[str, ...], di
     """(index names, extents, byte strides, element bytes, page bytes) of the family's
     canonical layout at `sizes`, its affinity proved by Z3 (a `LayoutalgError` otherwise)."""
     from .interpret import Reading
-    r = Reading(lib, family, dict(sizes))
+    if family not in lib.families or lib.parts_of(family) != [family]:
+        raise LayoutalgError(f"{family}: not a family of one canonical layout in this library (pages of regions "
+                             f"do not convert yet)")
+    try:
+        r = Reading(lib, family, dict(sizes))
+        if not all(ok is True for ok, _ in r.cases + r.guards):
+            raise LayoutalgError(f"{family} does not apply at {_shown(sizes)}: its cases or guards do not hold")
+    except (ArithmeticError, LookupError) as e:
+        raise LayoutalgError(f"{family} cannot be read at {_shown(sizes)}: {e}") from None
     ldef, bound = r.layout("canonical")
     ext = r.extents("canonical")
     names = tuple(ext)
@@ -55,6 +63,10 @@ def canonical_layout(lib, family: str, sizes: dict) -> tuple[tuple[str, ...], di
         raise LayoutalgError(f"{family}: the canonical layout starts at byte {base}, not 0")
     _prove_affine(lib, family, sizes, names, ext, strides)
     return names, ext, strides, e, r.page("canonical")
+
+
+def _shown(sizes: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
 def _prove_affine(lib, family, sizes, names, ext, strides) -> None:
@@ -81,11 +93,19 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     ns, es, ss, elem_s, page_s = canonical_layout(lib, family, small)
     if nb != ns or elem_b != elem_s:
         raise LayoutalgError(f"{family}: the two canonical layouts have other indices or elements")
+    seq = lib.family_def(family).sequence
+    if seq is None:
+        raise LayoutalgError(f"{family} declares no `sequence` index: its pages under two configurations are not "
+                             f"parts of one another (a page of another cp joins along the tokens it names)")
+    if seq.id not in nb:
+        raise LayoutalgError(f"{family}: `sequence {seq.id}` names no index of its canonical layout "
+                             f"({', '.join(nb)})")
     differ = [n for n in nb if eb[n] != es[n]]
-    if len(differ) > 1:
-        raise LayoutalgError(f"{family}: the two canonical pages differ in {', '.join(differ)}; a conversion "
-                             f"joins pages along one index (the tokens)")
-    tok = differ[0] if differ else nb[0]
+    if differ != [seq.id]:
+        what = "nothing" if not differ else ", ".join(differ)
+        raise LayoutalgError(f"{family}: the two canonical pages differ in {what}; pages of another cp differ in "
+                             f"the sequence index '{seq.id}' alone")
+    tok = seq.id
     if es[tok] < 1 or eb[tok] % es[tok]:
         raise LayoutalgError(f"{family}: {eb[tok]} {tok} a page is not a multiple of {es[tok]}: a big page is "
                              f"not a whole number of small pages")
@@ -135,12 +155,15 @@ def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: st
 def convert(conv: PageConversion, big, small, to_small: bool) -> None:
     """Copy between `big` (G, big page) and `small` (G * k, small page) uint8 page tensors:
     big page g is small pages k*g .. k*g + k - 1 (consecutive in the token sequence)."""
-    from .copy import plan
     import torch
-    groups = big.shape[0]
-    if small.shape[0] != conv.k * groups or not small.is_contiguous():
-        raise LayoutalgError(f"convert: {small.shape[0]} small pages for {groups} big pages of {conv.k} each "
-                             f"(and they must be one contiguous tensor)")
+    from .copy import plan
+    groups = big.shape[0] if big.dim() == 2 else -1
+    if big.dim() != 2 or small.dim() != 2 or big.dtype != torch.uint8 or small.dtype != torch.uint8 or \
+            big.shape[1] != conv.big_page or small.shape[1] != conv.small_page or \
+            small.shape[0] != conv.k * groups or not small.is_contiguous():
+        raise LayoutalgError(f"convert: expected (G, {conv.big_page}) big and contiguous (G * {conv.k}, "
+                             f"{conv.small_page}) small uint8 pages, got {tuple(big.shape)} {big.dtype} and "
+                             f"{tuple(small.shape)} {small.dtype}")
     grouped, ids = small.view(groups, conv.k * conv.small_page), torch.arange(groups)
     p = plan(conv.mapping, big)
     if to_small:

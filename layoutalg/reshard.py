@@ -38,7 +38,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from .errors import ConfigError, LayoutalgError
-from .mapping import CanonicalPageMapping
+from .mapping import CanonicalPageMapping, CopyRun
 from .torch_copy import _check_runs, page_bytes, shared_byte
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
@@ -370,3 +370,76 @@ def _ids(ids, n: int, op: str):
     if t.unique().numel() != t.numel():
         raise ConfigError(f"{op}: block ids repeat")
     return t
+
+
+# ---- across another cp: pages of two formats --------------------------------------------------
+
+def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: int, part: int) -> CanonicalPageMapping:
+    """`m`, a mapping onto small canonical pages, as a mapping onto the big page whose part
+    `part` (of `k`) its page is: `conversion⁻¹ ∘ shift(part)`, composed as a direct plan with
+    the conversion (`pageformat.conversion(...).mapping`: big page -> group of k small pages)
+    as the one producer.
+
+    Examples:
+        >>> from layoutalg.mapping import CopyRun
+        >>> swap = CanonicalPageMapping(8, 8, (CopyRun(0, 4, 4, 1, 4, 4), CopyRun(4, 0, 4, 1, 4, 4)), 1, 0, False)
+        >>> m = CanonicalPageMapping(4, 4, (CopyRun(0, 0, 4, 1, 4, 4),), 1, 0, True)
+        >>> [tuple(r) for r in in_pages_of(m, swap, 2, 1).runs]
+        [(0, 0, 4, 1, 4, 4)]
+    """
+    small = m.canonical_page_size_bytes
+    if conversion.canonical_page_size_bytes != k * small or not 0 <= part < k:
+        raise ReshardError(f"direct reshard: a conversion onto {conversion.canonical_page_size_bytes} bytes is not "
+                           f"{k} pages of {small} bytes, or part {part} is not one of them")
+    shifted = CanonicalPageMapping(k * small, m.local_page_size_bytes,
+                                   tuple(r._replace(canonical_offset=r.canonical_offset + part * small) for r in m.runs),
+                                   1, 0, m.parallelism_agnostic, conversion.layout_id)
+    plan, = direct_plans([conversion], [shifted])
+    runs = tuple(CopyRun(r.dst_offset, r.src_offset, r.fragment_size, r.num_fragments, r.dst_stride, r.src_stride)
+                 for r in plan.runs)
+    return CanonicalPageMapping(conversion.local_page_size_bytes, m.local_page_size_bytes, runs, m.num_writers,
+                                m.writer_index, m.parallelism_agnostic, m.layout_id)
+
+
+class CrossPlans(NamedTuple):
+    """Direct plans between groups that read pages of another cp (`k` small pages a big one).
+
+    `small` is "consumer" or "producer": which group reads the small pages. With small
+    consumers, `parts[j]` are the plans for consumer pages `k*P + j`, reading producer page P.
+    With small producers, `parts[0]` are the plans over virtual producers `v = j*world + p`:
+    producer `p`'s page `k*P + j` into consumer page P."""
+
+    k: int
+    small: str
+    world: int                      # producer ranks
+    parts: tuple
+
+    def transfers(self, pages: int):
+        """(plan, virtual producer, actual producer, producer pages, consumer pages) for every
+        transfer, over `pages` big pages (page lists as sequence numbers)."""
+        out = []
+        for j, plans in enumerate(self.parts):
+            for plan in plans:
+                for v in plan.producers():
+                    if self.small == "consumer":
+                        src, dst = list(range(pages)), [self.k * P + j for P in range(pages)]
+                        out.append((plan, v, v, src, dst))
+                    else:
+                        p, part = v % self.world, v // self.world
+                        out.append((plan, v, p, [self.k * P + part for P in range(pages)], list(range(pages))))
+        return out
+
+
+def cross_plans(producers: Sequence[CanonicalPageMapping], consumers: Sequence[CanonicalPageMapping],
+                conversion: CanonicalPageMapping, k: int) -> CrossPlans:
+    """Direct plans across another cp: the small group's mappings expressed onto the big pages
+    (`in_pages_of`, one per part), then composed as for one format (`direct_plans`)."""
+    a, b = producers[0].canonical_page_size_bytes, consumers[0].canonical_page_size_bytes
+    if a * k == b or b * k == a:
+        if a > b:
+            parts = tuple(direct_plans(producers, [in_pages_of(y, conversion, k, j) for y in consumers])
+                          for j in range(k))
+            return CrossPlans(k, "consumer", len(producers), parts)
+        virtual = [in_pages_of(x, conversion, k, j) for j in range(k) for x in producers]
+        return CrossPlans(k, "producer", len(producers), (direct_plans(virtual, consumers),))
+    raise ReshardError(f"direct reshard: pages of {a} and {b} bytes are not {k} small pages a big one")

@@ -221,6 +221,7 @@ class Deriver:
                               f"'{FALLBACK}', found {len(fallback)} ({', '.join(cf.name for cf in fallback)})")
         self.fallback = fallback[0] if fallback else None  # a library without one fails closed instead
         self.names = {b[0] for cf in self.families.values() for b in cf.bounds}  # every name some family reads
+        self.domains = {b[0]: (b[1], b[2]) for cf in self.families.values() for b in cf.bounds}
         self.derive = functools.lru_cache(maxsize=4096)(self._derive)
 
     def _derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
@@ -239,8 +240,12 @@ class Deriver:
             return LayerResult(NO_MAPPINGS, None, (), (f"the page is {layer.page_size_bytes} bytes: "
                                                        "no family holds an empty or negative page",))
         sizes = _sizes(layer, tensor, parallel)
-        reasons = []
-        for cf in self._by_kind.get(layer.kind, []):
+        reasons = [f"{n} = {v} is outside its declared domain [{self.domains[n][0]}, {self.domains[n][1]}]: no "
+                   f"family reads this layer but the fallback" for n, v in layer.sizes
+                   if n in self.domains and not self.domains[n][0] <= v <= self.domains[n][1]]
+        # a name given out of its domain is a misdeclared deployment (`aiter_kv = 2`): a family
+        # that does not read it must not take the layer in its place
+        for cf in self._by_kind.get(layer.kind, []) if not reasons else []:
             runs = _apply(cf, sizes, layer, tensor, num_blocks)
             if isinstance(runs, str):
                 reasons.append(f"{cf.name}: {runs}")

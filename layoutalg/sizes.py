@@ -59,6 +59,7 @@ class Atoms:
         self.by_symbol: dict[sympy.Symbol, Atom] = {}
         self.positive: list[tuple] = []  # (divisor, span, text) of exact divisions that cancelled
         self.exact: list[tuple] = []     # (numerator, divisor, span, text) of exact divisions kept as atoms
+        self.let_exact: dict[str, list] = {}  # those a `let` made: checked only where the let is read
         self._by_key: dict[tuple, Atom] = {}
         self._nesting: dict[sympy.Symbol, int] = {}
 

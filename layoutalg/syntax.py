@@ -218,6 +218,7 @@ class FamilyDef:
     shards: tuple[Shard, ...] = ()  # one per data region, when the layouts are pages of regions
     part_of: str | None = None  # a region's part of a family of pages (made by `Library`)
     page: tuple[str, str] | None = None  # (local, canonical) page layouts a part's regions belong to
+    sequence: Name | None = None  # the canonical index pages of another cp join along (`sequence t`)
 
 
 @dataclass(frozen=True)
@@ -657,6 +658,9 @@ class _Build(Transformer_NonRecursive):
     def canonical_stmt(self, meta, c):
         return ("canonical", LayoutUse(c[0], self._at(meta)), self._at(meta))
 
+    def sequence_stmt(self, meta, c):
+        return ("sequence", Name(str(c[0]), self._tok(c[0])), self._at(meta))
+
     def shard_stmt(self, meta, c):
         region, sources, targets, replicas = c
         at = self._at(meta)
@@ -684,7 +688,7 @@ class _Build(Transformer_NonRecursive):
                             f"a page of regions names each region's map", found["shard"].span)
         return FamilyDef(name, serves, self._order(order), found.get("grid"),
                          found.get("local"), found.get("canonical"), found.get("shard"),
-                         tuple(body), where, shards)
+                         tuple(body), where, shards, sequence=found.get("sequence"))
 
     def _order(self, tok: Token | None) -> int:
         if tok is None:

@@ -35,8 +35,9 @@ CONFIGS = ["tp=1", "tp=2", "tp=4", "tp=8", "tp=16", "tp=8,dcp=2", "tp=16,dcp=2",
 FAMILIES = [("split_nhd", 4), ("split_hnd", 4), ("packed_nhd", 4), ("packed_hnd", 2), ("mla", 1)]
 
 
-def converted(family: str, heads: int, a: str, b: str) -> bool:
-    """Store under `a`, convert the pages to `b`'s format, load under `b`: every byte in place."""
+def converted(family: str, heads: int, a: str, b: str, direct: bool = False) -> bool:
+    """Store under `a`, convert the pages to `b`'s format, load under `b`: every byte in place.
+    With `direct`, no canonical page: the cross-cp direct plans, rank to rank."""
     lib = load_default()
     d = 8 if family == "mla" else 16
     x, y = (group_of(family, parse_config(c), heads, 4, d, "bf16", 2) for c in (a, b))
@@ -48,23 +49,41 @@ def converted(family: str, heads: int, a: str, b: str) -> bool:
     coords = (conv.k, spec_coordinates(lib, family, big.sizes, small.sizes, conv.k, conv.token))
     pages_x, blocks_x = layout_of_pages(x, x.shape[0])
     store = torch.zeros(x.shape[0], x.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
+    kvs = []
     for rank, m in enumerate(x.mappings):
         kv = x.empty().zero_()
         raw = torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(-1, m.local_page_size_bytes)
         where, canon = global_coordinates(x, rank, pages_x, None if x_big else coords)
         raw.index_copy_(0, blocks_x, hashed(0, where, canon))
         plan(m, kv).store(kv, blocks_x, store, pages_x)
+        kvs.append(kv)
+    pages_y, blocks_y = layout_of_pages(y, y.shape[0])
+    if direct:
+        return _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, coords if x_big else None)
     load = torch.zeros(y.shape[0], y.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
     if x_big:
         convert(conv, store, load, to_small=True)
     else:
         convert(conv, load, store, to_small=False)
-    pages_y, blocks_y = layout_of_pages(y, y.shape[0])
     for rank, m in enumerate(y.mappings):
         kv = y.empty().zero_()
         plan(m, kv).load(load, pages_y, kv, blocks_y)
         raw = torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(-1, m.local_page_size_bytes)
         where, canon = global_coordinates(y, rank, pages_y, coords if x_big else None)
+        if not torch.equal(raw.index_select(0, blocks_y), hashed(0, where, canon)):
+            return False
+    return True
+
+
+def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
+    from layoutalg.reshard import cross_plans, gather, scatter
+    cross = cross_plans(x.mappings, y.mappings, conv.mapping, conv.k)
+    out = [y.empty().zero_() for _ in y.mappings]
+    for p, v, rank, src, dst in cross.transfers(G):
+        scatter(p, v, gather(p, v, kvs[rank], blocks_x[src]), out[p.consumer], blocks_y[dst])
+    for rank, m in enumerate(y.mappings):
+        raw = torch.empty(0, dtype=torch.uint8).set_(out[rank].untyped_storage()).view(-1, m.local_page_size_bytes)
+        where, canon = global_coordinates(y, rank, pages_y, small)
         if not torch.equal(raw.index_select(0, blocks_y), hashed(0, where, canon)):
             return False
     return True
@@ -86,7 +105,7 @@ def main(prove: bool) -> int:
                 plans = direct_plans(x.mappings, y.mappings)
             except ReshardError:
                 try:
-                    ok = converted(family, heads, a, b)
+                    ok = converted(family, heads, a, b) and converted(family, heads, a, b, direct=True)
                 except LayoutalgError as e:
                     refused += 1
                     print(f"refused {family} {a} -> {b}: {e}")

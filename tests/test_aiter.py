@@ -69,3 +69,10 @@ def test_store_under_one_tp_load_under_another(deriver, src, dst):
         kv = torch.zeros(like.shape, dtype=torch.int16)
         plan(m, kv).load(pages, ids, kv, torch.arange(N))
         assert torch.equal(kv, _shard(full, dst, rank)), (src, dst, rank)
+
+
+def test_a_name_given_outside_its_domain_takes_no_family_but_the_fallback(deriver):
+    """aiter_kv = 2 is no backend: the packed family, which does not read the name, must not take it."""
+    res, _ = _derive(deriver, 2, total=4, aiter=2)
+    assert (res.result, res.family) == ("opaque", "opaque")
+    assert "aiter_kv = 2 is outside its declared domain [0, 1]" in res.reasons[0]

@@ -44,8 +44,8 @@ def test_conversion_matches_the_spec_byte_for_byte(family, heads, big, small, k)
 def test_pages_that_differ_in_more_than_the_tokens_do_not_convert():
     lib = load_default()
     a = _group("split_nhd", 4, "tp=8,dcp=2")
-    with pytest.raises(LayoutalgError, match="differ in t, h"):
-        conversion(lib, "split_nhd", a.sizes, {**_group("split_nhd", 4, "tp=2").sizes, "total_heads": 2})
+    with pytest.raises(LayoutalgError, match="differ in t, h; pages of another cp differ in the sequence"):
+        conversion(lib, "split_nhd", a.sizes, _group("split_nhd", 2, "tp=1").sizes)
 
 
 def _cli(*args):
@@ -59,8 +59,11 @@ def test_reshard_to_another_dcp_across_processes():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "converted: 1 x 4 pages of 1024 bytes into 1 x 2 of 2048" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "8 passed, 0 failed"
-    direct = _cli("--family", "split_hnd", "--store", "tp=2", "--load", "tp=8,dcp=2", "--heads", "4", "--direct")
-    assert direct.returncode == 2 and "a direct plan across them is not built yet" in direct.stderr
+    direct = _cli("--family", "split_hnd", "--store", "tp=8,dcp=2", "--load", "tp=2", "--heads", "4",
+                  "--block-size", "4", "--head-size", "16", "--blocks", "2", "--layers", "1", "--direct")
+    assert direct.returncode == 0, direct.stdout + direct.stderr
+    assert "reshard-match  proved" in direct.stdout and "across another cp" in direct.stdout
+    assert direct.stdout.strip().splitlines()[-1] == "2 passed, 0 failed"
 
 
 def test_a_wrong_conversion_is_caught_by_the_byte_check():
@@ -78,10 +81,65 @@ def test_a_wrong_conversion_is_caught_by_the_byte_check():
 
 
 @pytest.mark.parametrize("family, heads, a, b", [("split_nhd", 4, "tp=2", "tp=8,dcp=2"),
-                                                 ("split_hnd", 4, "tp=16,dcp=2,interleave=2", "tp=1,pcp=2"),
+                                                 ("split_hnd", 4, "tp=16,dcp=2,interleave=2", "tp=1"),
                                                  ("mla", 1, "tp=2,dcp=2,interleave=2", "tp=1")])
 def test_stored_under_one_cp_loaded_under_another_in_process(family, heads, a, b):
     """A slice of tests/reshard_matrix.py's 532 such pairs: store, convert, load, every byte checked
     against the spec's coordinates of both formats."""
     from reshard_matrix import converted
     assert converted(family, heads, a, b)
+
+
+@pytest.mark.parametrize("family, heads, a, b", [("split_nhd", 4, "tp=2", "tp=8,dcp=2"),
+                                                 ("split_hnd", 4, "tp=16,dcp=2,interleave=2", "tp=4"),
+                                                 ("mla", 1, "tp=1", "tp=2,dcp=2,interleave=2")])
+def test_direct_plans_across_another_cp_execute_and_are_proved(family, heads, a, b):
+    """No canonical page in between: the small group's mappings composed onto the big pages,
+    each consumer byte checked against the spec's coordinates; Z3 proves each plan, and
+    refutes the plans of the parts taken the other way round."""
+    from reshard_matrix import converted
+    from layoutalg.prove.reshard import prove_cross_plans
+    from layoutalg.prove.runner import Budgets
+    from layoutalg.reshard import cross_plans
+    assert converted(family, heads, a, b, direct=True)
+    lib = load_default()
+    x, y = _group(family, heads, a), _group(family, heads, b)
+    big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
+    c = conversion(lib, family, big.sizes, small.sizes)
+    cross = cross_plans(x.mappings, y.mappings, c.mapping, c.k)
+    rows = prove_cross_plans(lib, family, x.sizes, y.sizes, cross, c.token, Budgets.of().config)
+    assert [r.status for r in rows] == ["proved", "proved"], rows
+    if cross.small == "consumer":
+        wrong = cross._replace(parts=cross.parts[::-1])
+    else:
+        shift = [p._replace(runs=tuple(r._replace(producer=(r.producer + cross.world) % (cross.world * cross.k))
+                                       for r in p.runs)) for p in cross.parts[0]]
+        wrong = cross._replace(parts=(tuple(shift),))
+    rows = prove_cross_plans(lib, family, x.sizes, y.sizes, wrong, c.token, Budgets.of().config)
+    assert rows[1].status == "refuted" and "part" in rows[1].detail, rows[1]
+
+
+@pytest.mark.parametrize("family, a, b, why", [
+    ("opaque", "tp=1", "tp=2", "declares no `sequence`"),          # its page grows with tp, not with cp
+    ("split_nhd", "tp=2", "tp=2", "differ in nothing"),
+])
+def test_pages_that_are_not_parts_of_one_another_do_not_convert(family, a, b, why):
+    lib = load_default()
+    x = _group(family, 4, a) if family != "opaque" else None
+    if family == "opaque":
+        sizes = dict(tp=1, pcp=1, dcp=1, interleave=1, page_size=4)
+        with pytest.raises(LayoutalgError, match=why):
+            conversion(lib, family, {**sizes, "tp": 2}, sizes)
+        return
+    with pytest.raises(LayoutalgError, match=why):
+        conversion(lib, family, x.sizes, x.sizes)
+
+
+def test_convert_refuses_pages_of_the_wrong_shape():
+    import torch
+    from layoutalg.pageformat import convert
+    lib = load_default()
+    c = conversion(lib, "mla", _group("mla", 1, "tp=2,dcp=2").sizes, _group("mla", 1, "tp=1").sizes)
+    with pytest.raises(LayoutalgError, match="expected"):
+        convert(c, torch.zeros(2, c.big_page, dtype=torch.uint8), torch.zeros(4, c.small_page + 1, dtype=torch.uint8),
+                to_small=True)

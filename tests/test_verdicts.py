@@ -445,3 +445,33 @@ def test_an_exact_division_that_cancels_is_still_checked_where_the_prover_assume
     with pytest.raises(GuardFailed, match=r"van.lal:10:.*\(tp\) / \(2\) is a whole number"):
         cf.evaluate(sizes)
     assert cf.evaluate({**sizes, "tp": 2}).canonical_page == 24
+
+
+UNUSED_LET = """\
+import "grids.lal"
+
+let junk = tp / 3                        # read by nothing: never evaluated, so never a guard
+
+layout bytes(P):
+    index b < P
+    offset b
+
+family lets serves fallback:
+    grid private
+    let unused = tp / 5
+    let half = page_size / 2
+    require half - half == 0             # reads half: its division is checked
+    local     bytes(page_size)
+    canonical bytes(page_size * tp * pcp)
+    shard (b) -> (rank * page_size + b)
+"""
+
+
+def test_a_division_in_a_let_is_checked_only_where_the_let_is_read(tmp_path):
+    """As the spec's reading (and the prover) evaluates a let only where it is used."""
+    from layoutalg.compiled import GuardFailed
+    folder = _folder(tmp_path, lets=UNUSED_LET)
+    cf = compile_family(resolve(load([folder / "lets.lal"]), "lets"))
+    assert cf.evaluate({"tp": 2, "pcp": 1, "page_size": 8}).canonical_page == 16   # tp / 3, tp / 5 not asked
+    with pytest.raises(GuardFailed, match=r"\(page_size\) / \(2\) is a whole number"):
+        cf.evaluate({"tp": 2, "pcp": 1, "page_size": 7})

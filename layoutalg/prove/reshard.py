@@ -18,7 +18,7 @@ canonical page exactly: `layoutalg prove`).
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import z3
 
@@ -32,6 +32,29 @@ RESHARD = ("reshard-cover", "reshard-match")
 
 def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Sequence, budget: Budget) -> list[Row]:
     """The two rows for the plans of every consumer rank of `load` reading from `store`."""
+    return _prove(lib, family, store, load, [(tuple(plans), None)], budget)
+
+
+def prove_cross_plans(lib: Library, family: str, store: dict, load: dict, cross, token: str,
+                      budget: Budget) -> list[Row]:
+    """The same rows for plans across another cp (`reshard.CrossPlans`): a consumer byte's
+    source must hold the same canonical index, with the token of the small page shifted by
+    its part of the big page (`token`: the canonical index the two formats differ in)."""
+    if not cross.parts:
+        return _prove(lib, family, store, load, [((), None)], budget)
+    return _prove(lib, family, store, load, [(tuple(plans), _Cross(cross.k, cross.small, cross.world, j, token))
+                                             for j, plans in enumerate(cross.parts)], budget)
+
+
+class _Cross(NamedTuple):
+    k: int
+    small: str        # "consumer" or "producer": which group reads the small pages
+    world: int        # producer ranks
+    part: int         # with small consumers: the part of the big page these plans fill
+    token: str
+
+
+def _prove(lib, family, store, load, groups, budget) -> list[Row]:
     if family not in lib.families:
         from ..errors import LayoutalgError
         raise LayoutalgError(f"prove_plans: no family {family!r}; the library's: {', '.join(lib.families)}")
@@ -40,7 +63,7 @@ def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Seque
     if fdef.page is not None or lib.parts_of(family) != [family]:
         return [Row(spec, family, n, "unknown", "a page of regions: its direct plans are checked where they are "
                                                 "built (reshard.check_plan), not yet by Z3", 0.0) for n in RESHARD]
-    if not plans:
+    if not all(plans for plans, _ in groups):
         return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
     try:
         mx, my = _fresh(lib, family, store, load)
@@ -53,27 +76,40 @@ def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Seque
             why = "its guards, cases and page do not hold there" if status == "unsat" else "undecided"
             return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration ({why})",
                         0.0) for n in RESHARD]
-    bad = _malformed(plans, mx, my)
-    if bad:
-        return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad) for n in RESHARD]
+    for plans, cross in groups:
+        bad = _malformed(plans, mx, my, cross)
+        if bad:
+            return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad)
+                    for n in RESHARD]
+    count = sum(len(plans) for plans, _ in groups)
+    what = "this configuration pair" if groups[0][1] is None else \
+        f"this configuration pair across another cp ({groups[0][1].k} small pages a big one)"
     rows = []
     for name in RESHARD:
         t0 = time.perf_counter()
         row = None
-        for plan in plans:
-            mx, my = _fresh(lib, family, store, load)
-            violation, w = (_cover if name == "reshard-cover" else _match)(mx, my, plan)
-            status, model = _solve(mx, my, violation, budget)
-            if status != "unsat":
-                detail = _explain(name, mx, my, plan, model, w) if status == "sat" else \
-                    f"undecided for consumer rank {plan.consumer}"
-                row = Row(spec, family, name, "refuted" if status == "sat" else "unknown",
-                          "symbolic byte, one configuration pair", time.perf_counter() - t0, detail)
+        for plans, cross in groups:
+            for plan in plans:
+                mx, my = _fresh(lib, family, store, load)
+                violation, w = (_cover if name == "reshard-cover" else _match)(mx, my, plan, cross)
+                status, model = _solve(mx, my, violation, budget)
+                if status != "unsat":
+                    detail = _explain(name, mx, my, plan, model, w) if status == "sat" else \
+                        f"undecided for consumer rank {plan.consumer}"
+                    row = Row(spec, family, name, "refuted" if status == "sat" else "unknown",
+                              "symbolic byte, one configuration pair", time.perf_counter() - t0, detail)
+                    break
+            if row:
                 break
         rows.append(row or Row(spec, family, name, "proved",
-                               f"symbolic fragment and byte, {len(plans)} consumer ranks of this configuration pair",
+                               f"symbolic fragment and byte, {count} consumer plans of {what}",
                                time.perf_counter() - t0))
     return rows
+
+
+def _producers(mx: Model, cross) -> int:
+    """How many producers a plan may read: the ranks, or with small producers each rank's k parts."""
+    return mx.r.world * (cross.k if cross is not None and cross.small == "producer" else 1)
 
 
 def _fresh(lib, family, store, load) -> tuple[Model, Model]:
@@ -81,7 +117,7 @@ def _fresh(lib, family, store, load) -> tuple[Model, Model]:
             Model(lib, family, tuple(Reading(lib, family, load).taken), sizes=load, tag="y."))
 
 
-def _malformed(plans, mx: Model, my: Model) -> str:
+def _malformed(plans, mx: Model, my: Model, cross=None) -> str:
     """What makes the plans no plan of this pair at all ('' when nothing): one per consumer
     rank of the load grid, each for the spec's own pages, runs of non-negative integers
     reading producers of the store grid."""
@@ -97,9 +133,9 @@ def _malformed(plans, mx: Model, my: Model) -> str:
                     f"{p.local_page_size_bytes}-byte consumer pages; the spec's are {mx.r.page('local')} and "
                     f"{my.r.page('local')} bytes")
         for k, r in enumerate(p.runs):
-            if any(type(v) is not int or v < 0 for v in r) or r.producer >= mx.r.world:
+            if any(type(v) is not int or v < 0 for v in r) or r.producer >= _producers(mx, cross):
                 return (f"consumer rank {p.consumer}: run {k} {tuple(r)} is not non-negative integers reading one "
-                        f"of the {mx.r.world} producer ranks")
+                        f"of the {_producers(mx, cross)} producers")
     return ""
 
 
@@ -112,19 +148,19 @@ def _pick(m: Model, plan):
     return z3.And(pick, i >= 0, i < N, k >= 0, k < F), P, S + i * SS + k, D + i * DS + k, (P, S, D, i, k)
 
 
-def _cover(mx: Model, my: Model, plan):
+def _cover(mx: Model, my: Model, plan, cross=None):
     frag, p, src, dst, key = _pick(my, plan)
     frag2, _, _, dst2, key2 = _pick(my, plan)
     twice = z3.And(frag, frag2, z3.Or(*[a != b for a, b in zip(key, key2)]), dst == dst2)
     outside = z3.And(frag, z3.Or(dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local"),
-                                 p < 0, p >= mx.r.world))
+                                 p < 0, p >= _producers(mx, cross)))
     total = sum(r.fragment_size * r.num_fragments for r in plan.runs)
     short = z3.BoolVal(total != my.r.page("local"))  # with no byte twice, the count says none is missed
     return z3.Or(twice, outside, short), {"dst": dst, "src": src, "p": p, "twice": twice, "outside": outside,
                                           "total": total}
 
 
-def _match(mx: Model, my: Model, plan):
+def _match(mx: Model, my: Model, plan, cross=None):
     frag, p, src, dst, _ = _pick(my, plan)
     dy, cdy = my.digits("")
     iy, ciy = my.index("local", "")
@@ -133,10 +169,26 @@ def _match(mx: Model, my: Model, plan):
     ix, cix = mx.index("local", "")
     bx = mx.fresh("b")
     ey, ex = my.element(), mx.element()
+    rank = p if cross is None or cross.small == "consumer" else p % cross.world
     here = [my.rank_of(dy) == plan.consumer, dst == my.r.offset("local", iy) + by, by >= 0, by < ey,
-            mx.rank_of(dx) == p, src == mx.r.offset("local", ix) + bx, bx >= 0, bx < ex]
-    cy, cx = my.canonical_byte(iy, dy) + by, mx.canonical_byte(ix, dx) + bx
-    return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, cy != cx), \
+            mx.rank_of(dx) == rank, src == mx.r.offset("local", ix) + bx, bx >= 0, bx < ex]
+    if cross is None:  # one page format: the same canonical byte
+        cy, cx = my.canonical_byte(iy, dy) + by, mx.canonical_byte(ix, dx) + bx
+        differ = cy != cx
+    else:  # pages of another cp: the same canonical index, the small page's token shifted by its part
+        cy, cx = my.r.shard(iy, dy), mx.r.shard(ix, dx)
+        t = cross.token
+        if cross.small == "consumer":
+            shift = cross.part * my.r.extents("canonical")[t]
+            same_token = cx[t] == cy[t] + shift
+        else:
+            shift = (p / cross.world) * mx.r.extents("canonical")[t]  # Z3 integer division: p >= 0
+            same_token = cy[t] == cx[t] + shift
+        differ = z3.Or(z3.Not(same_token), bx != by, *[cx[n] != cy[n] for n in cx if n != t])
+        return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, differ), \
+            {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx, "shift": shift,
+             "small": cross.small, "token": t}
+    return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, differ), \
         {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx}
 
 
@@ -165,6 +217,14 @@ def _explain(name, mx, my, plan, model, w) -> str:
 
     def idx(x):
         return ", ".join(f"{n}={v(t)}" for n, t in x.items())
-    return (f"{who}: local byte {v(w['dst'])} (spec index {idx(w['iy'])}) holds canonical byte {v(w['cy'])}, "
-            f"but the plan reads producer rank {v(w['p'])} byte {v(w['src'])} (spec index {idx(w['ix'])}), "
-            f"which holds canonical byte {v(w['cx'])}")
+
+    def canon(x):
+        return f"canonical ({idx(x)})" if isinstance(x, dict) else f"canonical byte {v(x)}"
+    part = ""
+    if "shift" in w:
+        side = "consumer's" if w["small"] == "consumer" else "producer's"
+        part = (f"; the {side} small page is the part of the big one at {w['token']} + {v(w['shift'])}, "
+                f"so the two must differ by that")
+    return (f"{who}: local byte {v(w['dst'])} (spec index {idx(w['iy'])}) holds {canon(w['cy'])}, "
+            f"but the plan reads producer {v(w['p'])} byte {v(w['src'])} (spec index {idx(w['ix'])}), "
+            f"which holds {canon(w['cx'])}{part}")
