@@ -6,8 +6,9 @@ Every ordered pair of the configurations below that share a canonical page forma
 every family of one layout: the direct plan and the path through canonical pages give
 the same consumer bytes, each the hash of its coordinate in the spec; with --prove, Z3
 proves each pair's plan against the spec. Pairs of another cp (pages of two formats)
-have no direct plan: they go through canonical pages converted between the formats
-(`pageformat`), each loaded byte checked against the spec's own coordinates. Last line:
+go through canonical pages converted between the formats (`pageformat`) and through
+cross-cp direct plans (`reshard.cross_plans`, proved with --prove), each loaded byte
+checked against the spec's own coordinates. Last line:
 `N passed, M failed`; exits 1 on any failure.
 """
 from __future__ import annotations
@@ -75,6 +76,17 @@ def converted(family: str, heads: int, a: str, b: str, direct: bool = False) -> 
     return True
 
 
+def cross_proved(family: str, x, y) -> bool:
+    from layoutalg.prove.reshard import prove_cross_plans
+    from layoutalg.reshard import cross_plans
+    lib = load_default()
+    big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
+    conv = conversion(lib, family, big.sizes, small.sizes)
+    cross = cross_plans(x.mappings, y.mappings, conv.mapping, conv.k)
+    rows = prove_cross_plans(lib, family, x.sizes, y.sizes, cross, conv.token, Budgets.of().config)
+    return all(r.status == "proved" for r in rows)
+
+
 def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
     from layoutalg.reshard import cross_plans, gather, scatter
     cross = cross_plans(x.mappings, y.mappings, conv.mapping, conv.k)
@@ -105,7 +117,8 @@ def main(prove: bool) -> int:
                 plans = direct_plans(x.mappings, y.mappings)
             except ReshardError:
                 try:
-                    ok = converted(family, heads, a, b) and converted(family, heads, a, b, direct=True)
+                    ok = converted(family, heads, a, b) and converted(family, heads, a, b, direct=True) \
+                        and (not prove or cross_proved(family, x, y))
                 except LayoutalgError as e:
                     refused += 1
                     print(f"refused {family} {a} -> {b}: {e}")
