@@ -14,7 +14,8 @@ SHOWS = {"01_tour.ipynb": ["certified split_nhd"],
          "02_author_a_family.ipynb": ["writers-disjoint   refuted", "ranks 0 and 1 both write canonical byte",
                                       "32 cells with two writers", "tp=2 -> tp=4: every byte in place"],
          "03_reshard.ipynb": ["4 of 4 consumer ranks hold every byte", "reshard-match proved",
-                              "direct plan: every byte in place", "refused: direct reshard", "4 passed, 0 failed"]}
+                              "direct plan: every byte in place", "refused: direct reshard",
+                              "2 pages of 1024 bytes are one of 2048, along 't'", "4 passed, 0 failed"]}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
