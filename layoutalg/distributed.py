@@ -285,39 +285,15 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
     read pages of another cp, `conversion` (`pageformat.conversion`, big to small pages)
     converts the stored pages between the two formats in between, or with `direct` is
-    composed into the plans (`reshard.cross_plans`); the
-    byte check then names each byte by the spec's own reading of both layouts, not by the
-    conversion under test."""
+    composed into the plans (`reshard.cross_plans`); the byte check then names each byte by
+    the spec's own reading of both layouts, not by the conversion under test."""
     import torch.multiprocessing as mp
     a, b = store.mappings[0], load.mappings[0]
-    if a.layout_id != b.layout_id or (a.canonical_page_size_bytes != b.canonical_page_size_bytes
-                                      and conversion is None):
-        raise ConfigError(f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical "
-                          f"page formats ({a.layout_id}, {a.canonical_page_size_bytes} bytes vs {b.layout_id}, "
-                          f"{b.canonical_page_size_bytes} bytes): a page stored under one is not a page of the other")
-    small = cross = None
-    if a.canonical_page_size_bytes != b.canonical_page_size_bytes:
-        small = "store" if a.canonical_page_size_bytes < b.canonical_page_size_bytes else "load"
-        big_group, small_group = (load, store) if small == "store" else (store, load)
-        if (big_group.mappings[0].canonical_page_size_bytes != conversion.big_page or
-                small_group.mappings[0].canonical_page_size_bytes != conversion.small_page or
-                small_group.shape[0] != conversion.k * big_group.shape[0]):
-            raise ConfigError(f"reshard: the conversion is for {conversion.big_page}- and {conversion.small_page}-"
-                              f"byte pages, {conversion.k} small a big one: it does not fit these groups")
-        from ._resources import specs_dir
-        from .library import load_default
-        from .pageformat import spec_coordinates
-        coords = (conversion.k, spec_coordinates(load_default(specs_dir()), store.family, big_group.sizes,
-                                                 small_group.sizes, conversion.k, conversion.token))
-        if direct:
-            from .reshard import cross_plans
-            cross = cross_plans(store.mappings, load.mappings, conversion.mapping, conversion.k)
-    elif store.shape[0] != load.shape[0]:
-        raise ConfigError("reshard: both groups must hold the same number of blocks")
+    small, coords, cross = _formats(store, load, conversion, direct)
     with tempfile.TemporaryDirectory(prefix="layoutalg-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                      else None) as folder:
         job = {"store": store, "load": load, "layers": layers, "folder": folder, "conversion": conversion,
-               "small": small, "coordinates": coords if small else None, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
+               "small": small, "coordinates": coords, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
                "load_pages": os.path.join(folder, "pages.bin" if small is None else "converted.bin")}
         t0 = time.perf_counter()
         if direct:
@@ -342,6 +318,36 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     else:
         log(f"loaded: {load.world} ranks of {_shown(load.config)} ({seconds:.2f} s in all)")
     return sum(ok), len(ok) - sum(ok)
+
+
+def _formats(store: Group, load: Group, conversion, direct: bool):
+    """(which group reads the small pages, the spec's coordinates of those, the cross-cp plans):
+    all None where both read one page format; a `ConfigError` where they do not convert."""
+    a, b = store.mappings[0], load.mappings[0]
+    if a.layout_id != b.layout_id or (a.canonical_page_size_bytes != b.canonical_page_size_bytes
+                                      and conversion is None):
+        raise ConfigError(f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical "
+                          f"page formats ({a.layout_id}, {a.canonical_page_size_bytes} bytes vs {b.layout_id}, "
+                          f"{b.canonical_page_size_bytes} bytes): a page stored under one is not a page of the other")
+    if a.canonical_page_size_bytes == b.canonical_page_size_bytes:
+        if store.shape[0] != load.shape[0]:
+            raise ConfigError("reshard: both groups must hold the same number of blocks")
+        return None, None, None
+    small = "store" if a.canonical_page_size_bytes < b.canonical_page_size_bytes else "load"
+    big_group, small_group = (load, store) if small == "store" else (store, load)
+    if (big_group.mappings[0].canonical_page_size_bytes != conversion.big_page or
+            small_group.mappings[0].canonical_page_size_bytes != conversion.small_page or
+            small_group.shape[0] != conversion.k * big_group.shape[0]):
+        raise ConfigError(f"reshard: the conversion is for {conversion.big_page}- and {conversion.small_page}-"
+                          f"byte pages, {conversion.k} small a big one: it does not fit these groups")
+    from ._resources import specs_dir
+    from .library import load_default
+    from .pageformat import spec_coordinates
+    from .reshard import cross_plans
+    coords = (conversion.k, spec_coordinates(load_default(specs_dir()), store.family, big_group.sizes,
+                                             small_group.sizes, conversion.k, conversion.token))
+    cross = cross_plans(store.mappings, load.mappings, conversion.mapping, conversion.k) if direct else None
+    return small, coords, cross
 
 
 def _convert(job: dict) -> None:

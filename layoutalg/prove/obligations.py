@@ -14,7 +14,6 @@ import sympy
 import z3
 from z3 import z3util
 
-from .. import params
 from ..interpret import Reading, paths
 from ..library import Library
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
