@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     dr.add_argument("spec", help="spec file (or folder) holding the family")
     dr.add_argument("--family", help="family name (default: the first one defined in SPEC)")
     dr.add_argument("-o", "--output", required=True, help="the picture: .svg or .png")
+    dr.add_argument("--store", metavar="CONFIG", help="with --load: draw the direct reshard from this configuration "
+                                                     "(e.g. tp=2): each consumer byte coloured by its producer")
+    dr.add_argument("--load", metavar="CONFIG", help="with --store: the consumer configuration (e.g. tp=4)")
     _configuration_options(dr)
 
     e = sub.add_parser("explain", help="show a family's digit table with symbolic strides")
@@ -345,7 +348,34 @@ def _runs(args) -> int:
     return 0
 
 
+def _draw_reshard(args) -> int:
+    import copy
+    from .distributed import parse_config
+    from .draw import draw_reshard
+    from .reshard import direct_plans
+    if not (args.store and args.load):
+        raise LayoutalgError("draw: --store and --load go together (the producer and the consumer configuration)")
+    groups = []
+    for text in (args.store, args.load):
+        config, a = parse_config(text), copy.copy(args)
+        a.tp, a.pcp, a.dcp, a.interleave = config["tp"], config["pcp"], config["dcp"], config["interleave"]
+        a.local_heads = None
+        if config["pcp_replicas"]:
+            a.size = list(a.size) + [("pcp_replicas", config["pcp_replicas"])]
+        try:
+            groups.append(_derived(a)[2])
+        except _Inapplicable as e:
+            print(f"{text}: {e}")
+            return 1
+    plans = direct_plans(*groups)
+    print(draw_reshard(plans, len(groups[0]), args.output, f"direct reshard {args.store} -> {args.load}: "
+                                                           f"{args.heads} KV heads, block {args.block_size}"))
+    return 0
+
+
 def _draw(args) -> int:
+    if args.store or args.load:
+        return _draw_reshard(args)
     from .draw import draw, owners_of_reading
     config = (f"tp={args.tp} pcp={args.pcp} dcp={args.dcp} interleave={args.interleave}, {args.heads} KV heads, "
               f"block {args.block_size}, head {args.head_size} x {args.dtype_bytes} B")

@@ -133,19 +133,8 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
         if not source:
             raise LayoutalgError("draw: no rank mapping to draw")
         source = owners(source, block)
-    if not str(path).endswith((".svg", ".png")):
-        raise LayoutalgError(f"draw: {path}: the picture must be .svg or .png")
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Rectangle
-
+    _check_path(path)
     o, unit = source, source.unit
-    ranks = len(o.local)
-    cmap = plt.get_cmap("tab20" if ranks > 10 else "tab10")
-
-    def colour(w):
-        return "#d0d0d0" if w < 0 else cmap(w % cmap.N)
 
     def first(ws):
         return ws[0] if ws else -1
@@ -161,6 +150,61 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
             w = rank if rank in ws else first(ws)
             cells.append((w, w != rank, None))
         pages.append((f"rank {rank}", cells))
+    clashes = sum(1 for _, _, m in canon if m == "clash")
+    gaps = sum(1 for _, _, m in canon if m == "gap")
+    merged = "" if o.exact else " (a cell shows its first byte's owner: fragments are smaller)"
+    _render(pages, path, f"{title}\none cell = {unit} bytes{merged}", "writes", "held by more than one rank",
+            len(o.local), clashes, gaps, f"block {block}'s writers")
+    broken = f"; {clashes} cells with two writers, {gaps} cells nobody writes" if clashes or gaps else ""
+    return (f"wrote {path}: canonical page of {len(o.writers)} bytes and {len(o.local)} local pages, "
+            f"one cell = {unit} bytes{broken}")
+
+
+def draw_reshard(plans, producers: int, path: str, title: str = "") -> str:
+    """A direct reshard as a picture: each consumer rank's local page in its own byte order,
+    each cell coloured by the producer rank it is read from (`reshard.DirectPlan`s, one format;
+    with `producers` ranks)."""
+    if not plans:
+        raise LayoutalgError("draw: no consumer plan to draw")
+    _check_path(path)
+    g = 0
+    for p in plans:
+        for r in p.runs:
+            for v in (r.dst_offset, r.fragment_size, r.dst_stride if r.num_fragments > 1 else 0):
+                g = gcd(g, v)
+    unit, exact = _cell(g, max(p.local_page_size_bytes for p in plans))
+    pages = []
+    for p in plans:
+        source = [-1] * p.local_page_size_bytes
+        for r in p.runs:
+            for _, d, n in r.triples():
+                source[d:d + n] = [r.producer] * n
+        pages.append((f"consumer {p.consumer}", [(source[b], False, None if source[b] >= 0 else "gap")
+                                                 for b in range(0, len(source), unit)]))
+    merged = "" if exact else " (a cell shows its first byte's source)"
+    _render(pages, path, f"{title}\none cell = {unit} bytes{merged}", "feeds", None, producers, 0,
+            sum(1 for _, cells in pages for _, _, m in cells if m), "the producer each byte is read from")
+    return f"wrote {path}: {len(plans)} consumer pages, each cell coloured by its producer, one cell = {unit} bytes"
+
+
+def _check_path(path) -> None:
+    if not str(path).endswith((".svg", ".png")):
+        raise LayoutalgError(f"draw: {path}: the picture must be .svg or .png")
+
+
+def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, clashes: int, gaps: int,
+            what: str) -> None:
+    """Rows of cells, `pages` as (name, [(rank or -1, hatched, None | "clash" | "gap"), ...])."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    cmap = plt.get_cmap("tab20" if ranks > 10 else "tab10")
+
+    def colour(w):
+        return "#d0d0d0" if w < 0 else cmap(w % cmap.N)
+
     cols = min(64, max(1, max(len(c) for _, c in pages)))
     heights = [max(1, -(-len(c) // cols)) for _, c in pages]
     fig, axes = plt.subplots(len(pages), 1, figsize=(10, 1.6 + 0.22 * sum(heights) + 0.35 * len(pages)),
@@ -180,22 +224,17 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
         ax.set_yticks([])
         ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
     shown = sorted({w for _, cells in pages for w, _, _ in cells if w >= 0})
-    legend = [Patch(facecolor=colour(r), label=f"rank {r} writes") for r in shown]
-    legend.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="held by more than one rank"))
-    clashes = sum(1 for _, _, m in canon if m == "clash")
-    gaps = sum(1 for _, _, m in canon if m == "gap")
+    legend = [Patch(facecolor=colour(r), label=f"rank {r} {verb}") for r in shown]
+    if hatch_label:
+        legend.append(Patch(facecolor="white", edgecolor="black", hatch="///", label=hatch_label))
     if clashes:
         legend.append(Patch(facecolor="white", edgecolor="red", hatch="xx", label=f"two writers ({clashes} cells)"))
     if gaps:
         legend.append(Patch(facecolor="#d0d0d0", edgecolor="black", hatch="xx", label=f"nobody writes ({gaps} cells)"))
     fig.legend(handles=legend, loc="lower center", fontsize=7, ncol=min(6, len(legend)), frameon=False)
-    merged = "" if o.exact else " (a cell shows its first byte's owner: fragments are smaller)"
-    title = "\n".join(textwrap.wrap(title, 150))
-    fig.suptitle(f"{title}\none cell = {unit} bytes{merged}, {cols} cells a row; block {block}'s writers", fontsize=9,
-                 x=0.02, ha="left")
+    head, _, tail = title.rpartition("\n")
+    head = "\n".join(textwrap.wrap(head, 150))
+    fig.suptitle(f"{head}\n{tail}, {cols} cells a row; {what}", fontsize=9, x=0.02, ha="left")
     fig.subplots_adjust(top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())
     fig.savefig(path)
     plt.close(fig)
-    broken = f"; {clashes} cells with two writers, {gaps} cells nobody writes" if clashes or gaps else ""
-    return (f"wrote {path}: canonical page of {len(o.writers)} bytes and {ranks} local pages, "
-            f"one cell = {unit} bytes{broken}")

@@ -93,3 +93,17 @@ def test_prove_draws_each_refutation_at_its_counterexample(tmp_path):
     row = prove_obligation(load([tmp_path / "bad.lal"]), "split_nhd", "writers-disjoint", {}, Budgets.of())
     assert row.status == "refuted" and row.witness["tp"] >= 2
     assert f"tp={row.witness['tp']}" in row.detail
+
+
+def test_a_direct_reshard_is_drawn_by_producer(tmp_path):
+    """tp 8 -> 2 with 4 heads: each consumer reads from two producers, replicas spread."""
+    out = tmp_path / "r.svg"
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_hnd.lal", "--store", "tp=8",
+                           "--load", "tp=2", "--heads", "4", "--block-size", "4", "--head-size", "16", "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert all(f"rank {r} feeds" in text for r in (0, 2, 5, 7)) and "rank 1 feeds" not in text
+    half = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_hnd.lal", "--store", "tp=8",
+                           "-o", str(tmp_path / "x.svg")], capture_output=True, text=True, cwd=ROOT)
+    assert half.returncode == 2 and "--store and --load go together" in half.stderr
