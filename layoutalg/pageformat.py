@@ -3,7 +3,8 @@
 Under cp context-parallel ranks a canonical page covers `block_size * cp` tokens, so two
 configurations of one family with another cp read pages of two formats: one page of the
 larger holds `k` pages of the smaller, consecutive in the token sequence. The canonical
-layout is the same layout at both sizes, with only the token extent differing; so the
+layout is the same layout at both sizes, with only the token extent (the family's `sequence`
+index) differing; so the
 conversion is a layout composition, in the algebra:
 
     big page  --A^-1-->  (element byte, indices..., token split as (t_small, page j))
@@ -33,7 +34,7 @@ class PageConversion(NamedTuple):
     """`mapping` sends each byte of one big page to its byte in the group of `k` small pages."""
 
     k: int
-    token: str              # the canonical index whose extent differs
+    token: str              # the family's `sequence` index, the one whose extent differs
     mapping: CanonicalPageMapping
     big_page: int
     small_page: int
