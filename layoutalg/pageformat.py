@@ -3,9 +3,8 @@
 Under cp context-parallel ranks a canonical page covers `block_size * cp` tokens, so two
 configurations of one family with another cp read pages of two formats: one page of the
 larger holds `k` pages of the smaller, consecutive in the token sequence. The canonical
-layout is the same layout at both sizes, with only the token extent (the family's `sequence`
-index) differing; so the
-conversion is a layout composition, in the algebra:
+layout is the same layout at both sizes, with only the extent of the family's `sequence`
+index (its tokens) differing; so the conversion is a layout composition, in the algebra:
 
     big page  --A^-1-->  (element byte, indices..., token split as (t_small, page j))
               --B----->  byte of the group of k small pages (page j at j * small page)
