@@ -182,14 +182,34 @@ def _let_size(scope: Scope, let) -> sympy.Expr:
 
 
 def _reads(s: _State, *exprs) -> None:
-    """The exact divisions of the lets these expressions name, now read by this state."""
+    """The exact divisions of the lets these expressions name, now read by this state: through
+    the index lets and functions they use, whose bodies are read where they are used."""
     atoms = s.scope.atoms
-    names = set().union(*(_names(e) for e in exprs if e is not None)) if exprs else set()
-    for e in list(s.index_lets.values()):
-        if _names(e) & names:
-            names |= _names(e)
+    todo, names = [e for e in exprs if e is not None], set()
+    while todo:
+        e = todo.pop()
+        for n in _names(e) - names:
+            names.add(n)
+            if n in s.index_lets:
+                todo.append(s.index_lets[n])
+        for fn in _calls(e):
+            body = s.scope.fns.get(fn)
+            if body is not None and fn not in names:
+                names.add(fn)
+                todo.append(body.body)
     for n in names:
         atoms.exact.extend(atoms.let_exact.get(n, []))
+
+
+def _calls(e) -> set[str]:
+    """The functions an expression calls."""
+    if isinstance(e, Call):
+        return {e.fn} | set().union(*(_calls(a) for a in e.args))
+    if dataclasses.is_dataclass(e) and not isinstance(e, type):
+        return set().union(*(_calls(getattr(e, f.name)) for f in dataclasses.fields(e) if f.name != "span"))
+    if isinstance(e, (list, tuple)):
+        return set().union(*(_calls(x) for x in e)) if e else set()
+    return set()
 
 
 def _divisors_positive(s: _State) -> None:

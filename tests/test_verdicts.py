@@ -475,3 +475,32 @@ def test_a_division_in_a_let_is_checked_only_where_the_let_is_read(tmp_path):
     assert cf.evaluate({"tp": 2, "pcp": 1, "page_size": 8}).canonical_page == 16   # tp / 3, tp / 5 not asked
     with pytest.raises(GuardFailed, match=r"\(page_size\) / \(2\) is a whole number"):
         cf.evaluate({"tp": 2, "pcp": 1, "page_size": 7})
+
+
+THROUGH_A_FUNCTION = """\
+layout bytes(P):
+    index b < P
+    offset b
+
+grid g:
+    world tp * pcp
+    require pcp == 1
+    let half = page_size / 2
+    fn off(x) = x + half - half          # the shard map reads half through the function
+    ranks tp_rank < tp
+
+family viafn serves fallback:
+    grid g
+    local     bytes(page_size)
+    canonical bytes(page_size * tp)
+    shard (b) -> (tp_rank * page_size + off(b))
+"""
+
+
+def test_a_let_read_through_a_function_has_its_division_checked(tmp_path):
+    from layoutalg.compiled import GuardFailed
+    folder = _folder(tmp_path, viafn=THROUGH_A_FUNCTION)
+    cf = compile_family(resolve(load([folder / "viafn.lal"]), "viafn"))
+    assert cf.evaluate({"tp": 2, "pcp": 1, "page_size": 8}).canonical_page == 16
+    with pytest.raises(GuardFailed, match=r"\(page_size\) / \(2\) is a whole number"):
+        cf.evaluate({"tp": 2, "pcp": 1, "page_size": 7})
