@@ -33,6 +33,7 @@ Examples:
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import lru_cache
 from typing import NamedTuple, Sequence
 
 import torch
@@ -255,6 +256,21 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
         raise ReshardError(f"{here}: local byte {twice} is written twice")
 
 
+def _validated(plan) -> None:
+    """`validate(plan)`, once per plan: gather and scatter run it on every block batch and layer."""
+    try:
+        hash(plan)
+    except TypeError:  # not a plan of integers: validate says what is wrong with it
+        validate(plan)
+    _validated_plan(plan)
+
+
+@lru_cache(maxsize=1024)
+def _validated_plan(plan) -> bool:
+    validate(plan)  # (a plan that fails raises, and nothing is cached)
+    return True
+
+
 def _table(m: CanonicalPageMapping) -> tuple[list[int], list[tuple[int, int, int]]]:
     frags = sorted((lo, co, n) for r in m.runs for lo, co, n in r.triples() if n)
     return [f[0] for f in frags], frags
@@ -305,7 +321,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     producer's runs that move bytes."""
     if producer < 0:
         raise ConfigError(f"{op}: producer rank {producer} is negative")
-    validate(plan)
+    _validated(plan)
     page, name = ((plan.producer_page_size_bytes, "producer kv") if op == "gather" else
                   (plan.local_page_size_bytes, "consumer kv"))
     raw = page_bytes(kv, page, name, op)
@@ -323,7 +339,8 @@ def gather(plan: DirectPlan, producer: int, kv, block_ids):
     w = _word_of(raw, runs, "src")
     parts = [_run_view(raw, w, r.src_offset, r.src_stride, r).index_select(0, blocks).reshape(blocks.numel(), -1)
              for r in runs]
-    return torch.cat(parts, dim=1).view(torch.uint8).reshape(-1)
+    data = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (one run: no second copy)
+    return data.view(torch.uint8).reshape(-1)
 
 
 def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
