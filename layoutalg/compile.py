@@ -126,4 +126,13 @@ def compile_named(lib, name: str):
     local_pads = tuple(compile_family(resolve(lib, p)) for p in pads if not p.endswith("'"))
     canonical_pads = tuple(compile_family(resolve(lib, p)) for p in pads if p.endswith("'"))
     return CompiledPage(name, fdef.serves, fdef.order, str(fdef.span), tuple(data), local_pads, canonical_pads,
-                        page_id(lib, name))
+                        page_id(lib, name), views=_views(lib.layouts[fdef.local.call.fn]))
+
+
+def _views(page) -> tuple:
+    """(tensor name, (region, ...)) of each tensor viewing the local page, in page order."""
+    views: dict[str, list[str]] = {}
+    for r in page.regions:
+        if not r.pad and r.tensor_name is not None:
+            views.setdefault(r.tensor_name, []).append(r.name)
+    return tuple((name, tuple(regions)) for name, regions in views.items())

@@ -407,9 +407,37 @@ class CompiledPage:
     canonical_pads: tuple
     layout_id: str = ""
     family: object = None
+    views: tuple = ()  # (tensor name, (region, ...)) of each layer tensor viewing the page
 
     tensor = ()
     tensor_dims = 0
+
+    def tensor_views(self, page: Page) -> tuple:
+        """Each tensor's `TensorView` at this configuration: its regions joined along the one
+        dimension they continue each other in. Raises `GuardFailed` where they do not join."""
+        from .mapping import TensorView
+        insts = dict(page.regions)
+        out = []
+        for name, regions in self.views:
+            first = insts[regions[0]]
+            shape, base = list(first.tensor_shape), first.local_base
+            for prev, r in zip(regions, regions[1:]):
+                inst = insts[r]
+                d = _joined(shape, base, first, inst)
+                if d is None:
+                    raise GuardFailed(f"{self.where}: tensor '{name}' of family '{self.name}' does not view its "
+                                      f"regions as one tensor: region '{r}' ({inst.tensor_shape} at byte "
+                                      f"{inst.local_base}, strides {inst.tensor_strides}) does not continue "
+                                      f"'{prev}' along one dimension of shape {tuple(shape)} at byte {base}")
+                shape[d] += inst.tensor_shape[d]
+            view = TensorView(name, base, tuple(shape), first.tensor_strides, first.element)
+            held = sum(insts[r].local_page for r in regions)
+            if view.bytes_per_block != held:
+                raise GuardFailed(f"{self.where}: tensor '{name}' of family '{self.name}' views "
+                                  f"{view.bytes_per_block} bytes of a block but its regions "
+                                  f"({', '.join(regions)}) hold {held}")
+            out.append(view)
+        return tuple(out)
 
     @property
     def bounds(self) -> tuple:
@@ -441,14 +469,29 @@ class CompiledPage:
         return {"page": True, "name": self.name, "serves": self.serves, "order": self.order, "where": self.where,
                 "layout_id": self.layout_id, "parts": [[r, cf.to_json()] for r, cf in self.parts],
                 "local_pads": [cf.to_json() for cf in self.local_pads],
-                "canonical_pads": [cf.to_json() for cf in self.canonical_pads]}
+                "canonical_pads": [cf.to_json() for cf in self.canonical_pads],
+                "views": [[t, list(regions)] for t, regions in self.views]}
 
     @staticmethod
     def from_json(d: dict) -> "CompiledPage":
         return CompiledPage(d["name"], d["serves"], d["order"], d["where"],
                             tuple((r, CompiledFamily.from_json(p)) for r, p in d["parts"]),
                             tuple(CompiledFamily.from_json(p) for p in d["local_pads"]),
-                            tuple(CompiledFamily.from_json(p) for p in d["canonical_pads"]), d["layout_id"])
+                            tuple(CompiledFamily.from_json(p) for p in d["canonical_pads"]), d["layout_id"],
+                            views=tuple((t, tuple(regions)) for t, regions in d["views"]))
+
+
+def _joined(shape: list, base: int, first: Instance, inst: Instance) -> int | None:
+    """The dimension along which region `inst` continues a tensor view (`shape` at byte `base`,
+    `first`'s strides and element), or None."""
+    if (inst.tensor_strides, inst.element, len(inst.tensor_shape)) != (first.tensor_strides, first.element,
+                                                                       len(shape)):
+        return None
+    for d, (extent, stride) in enumerate(zip(shape, first.tensor_strides)):
+        same = all(a == b for k, (a, b) in enumerate(zip(shape, inst.tensor_shape)) if k != d)
+        if same and inst.local_base == base + extent * stride * first.element:
+            return d
+    return None
 
 
 def valid_entry(d) -> bool:
@@ -459,7 +502,10 @@ def valid_entry(d) -> bool:
                 and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and valid_json(p[1])
                         for p in d["parts"])
                 and all(isinstance(d.get(k), list) and all(valid_json(p) for p in d[k])
-                        for k in ("local_pads", "canonical_pads")))
+                        for k in ("local_pads", "canonical_pads"))
+                and isinstance(d.get("views"), list)
+                and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], list)
+                        and v[1] and all(r in {p[0] for p in d["parts"]} for r in v[1]) for v in d["views"]))
     return valid_json(d)
 
 

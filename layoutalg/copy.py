@@ -26,22 +26,44 @@ import torch
 
 from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping
-from .torch_copy import _check_runs, page_bytes
+from .torch_copy import _check_runs, layer_bytes, page_bytes
 
 
-def plan(mapping: CanonicalPageMapping, kv: torch.Tensor) -> "CopyPlan":
-    """A plan for `kv`: the tensor must hold the mapping's local page in each block."""
-    lb = page_bytes(kv, mapping.local_page_size_bytes, "kv", "plan")
+def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
+    """A plan for `kv`: a tensor holding the mapping's local page in each block, or the
+    list of tensors that view it (a Mamba layer's conv and SSM state), checked against the
+    tensors the mapping was derived for (`torch_copy.layer_bytes`)."""
+    lb = layer_bytes(kv, mapping, "kv", "plan")
     _check_runs(mapping, "plan")  # every run inside both pages, every writer election sound
     word = _word(mapping, lb)
-    return CopyPlan(mapping, (tuple(kv.shape), tuple(kv.stride()), kv.dtype, kv.device), word)
+    return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)))
+
+
+def _signature(kv) -> tuple:
+    """(shape, stride, dtype, device) of a tensor, or a tuple of them for a list of tensors."""
+    if isinstance(kv, (list, tuple)):
+        return tuple(_signature(t) for t in kv)
+    return (tuple(kv.shape), tuple(kv.stride()), kv.dtype, kv.device)
+
+
+def _same_tensor(planned: tuple, kv, several: bool) -> bool:
+    """`kv` is the planned tensor (or list of them) but for the block count."""
+    if several:
+        return (isinstance(kv, (list, tuple)) and len(kv) == len(planned)
+                and all(_same_tensor(p, t, False) for p, t in zip(planned, kv)))
+    if not isinstance(kv, torch.Tensor):
+        return False
+    shape, stride, dtype, device = planned
+    return (tuple(kv.shape[1:]), tuple(kv.stride()[1:]), kv.dtype, kv.device) == (shape[1:], stride[1:], dtype,
+                                                                                     device)
 
 
 @dataclass(frozen=True)
 class CopyPlan:
     mapping: CanonicalPageMapping
-    tensor: tuple  # (shape, stride, dtype, device) of the KV tensor the plan was made for
+    tensor: tuple  # (shape, stride, dtype, device) of the KV tensor the plan was made for (of each, `several`)
     word: int      # bytes moved per element of the views
+    several: bool = False  # made for a list of tensors viewing the page (a Mamba layer's conv and SSM state)
 
     def store(self, kv: torch.Tensor, block_ids, pages: torch.Tensor, page_ids) -> int:
         """Copy this rank's bytes of each block into its canonical page, where this rank is the
@@ -92,7 +114,7 @@ class CopyPlan:
         dst_name, dst = ("page_ids", ids) if store else ("block_ids", blocks)
         if torch.unique(dst).numel() != dst.numel():
             raise LayoutMismatch(f"descriptors: {dst_name} repeats an id: two sources would write one destination")
-        shape, stride, dtype, _ = self.tensor
+        shape, stride, dtype, _ = self.tensor[0] if self.several else self.tensor
         step = stride[0] * torch.empty(0, dtype=dtype).element_size() if block_bytes is None else block_bytes
         if step < m.local_page_size_bytes:
             raise LayoutMismatch(f"descriptors: blocks {step} bytes apart would overlap {m.local_page_size_bytes}-byte "
@@ -115,12 +137,12 @@ class CopyPlan:
 
     # -- checks, then views
     def _batch(self, op, kv, block_ids, pages, page_ids, unique_pages=False, unique_blocks=False):
-        shape, stride, dtype, device = self.tensor
-        if not isinstance(kv, torch.Tensor) or (tuple(kv.shape[1:]), tuple(kv.stride()[1:]), kv.dtype, kv.device) \
-                != (shape[1:], stride[1:], dtype, device):
-            got = (tuple(kv.shape), tuple(kv.stride()), kv.dtype) if isinstance(kv, torch.Tensor) else type(kv)
-            raise LayoutMismatch(f"{op}: kv is not the tensor this plan was made for: shape, stride and dtype "
-                                 f"{(shape, stride, dtype)} expected (any block count), got {got}")
+        if not _same_tensor(self.tensor, kv, self.several):
+            got = _signature(kv) if isinstance(kv, torch.Tensor) or (
+                isinstance(kv, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in kv)) else type(kv)
+            raise LayoutMismatch(f"{op}: kv is not the tensor{'s' if self.several else ''} this plan was made for: "
+                                 f"shape, stride, dtype and device {self.tensor} expected (any block count), got {got}")
+        kv = kv[0] if self.several else kv  # the first tensor gives the block count and the device
         if not isinstance(pages, torch.Tensor) or pages.dtype != torch.uint8 or pages.dim() != 2 \
                 or pages.shape[1] != self.mapping.canonical_page_size_bytes:
             got = (tuple(pages.shape), pages.dtype) if isinstance(pages, torch.Tensor) else type(pages)
@@ -142,12 +164,11 @@ class CopyPlan:
     def _pair(self, kv: torch.Tensor, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Both sides as `(blocks, page / w)` words, w the plan's word or less where a base demands."""
         m = self.mapping
-        lb, cb = page_bytes(kv, m.local_page_size_bytes, "kv", "copy"), page_bytes(pages, m.canonical_page_size_bytes,
-                                                                                   "pages", "copy")
+        lb, cb = layer_bytes(kv, m, "kv", "copy"), page_bytes(pages, m.canonical_page_size_bytes, "pages", "copy")
         w = self.word
         while w > 1 and any(x % w for x in (lb.storage_offset(), lb.stride(0), cb.storage_offset(), cb.stride(0))):
             w //= 2
-        return _words(kv, lb, w), _words(pages, cb, w)
+        return _words(lb, w), _words(cb, w)
 
 
 def _by_election(m: CanonicalPageMapping) -> list:
@@ -158,10 +179,10 @@ def _by_election(m: CanonicalPageMapping) -> list:
     return sorted(groups.items())
 
 
-def _words(t: torch.Tensor, raw: torch.Tensor, w: int) -> torch.Tensor:
-    """The bytes `raw` (a `page_bytes` view of `t`) as words of `w` bytes."""
+def _words(raw: torch.Tensor, w: int) -> torch.Tensor:
+    """The bytes `raw` (a `page_bytes` view) as words of `w` bytes."""
     dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[w]
-    words = torch.empty(0, dtype=dtype, device=t.device).set_(t.untyped_storage())
+    words = torch.empty(0, dtype=dtype, device=raw.device).set_(raw.untyped_storage())
     return words.as_strided((raw.shape[0], raw.shape[1] // w), (raw.stride(0) // w, 1), raw.storage_offset() // w)
 
 

@@ -32,6 +32,30 @@ class CopyRun(NamedTuple):
                    self.canonical_offset + i * self.canonical_stride, self.fragment_size)
 
 
+class TensorView(NamedTuple):
+    """A layer tensor as the mapping was derived for it: block `b`'s element `idx` is the
+    `element` bytes at `b * block stride + offset + element * sum(idx * strides)`.
+
+    Examples:
+        >>> v = TensorView("ssm", 96, (2, 4), (4, 1), 4)
+        >>> v.bytes_per_block
+        32
+    """
+
+    name: str
+    offset: int      # bytes from the start of the page to element 0
+    shape: tuple     # extents of the dims after the block dim
+    strides: tuple   # their strides, in elements
+    element: int     # bytes per element
+
+    @property
+    def bytes_per_block(self) -> int:
+        n = self.element
+        for extent in self.shape:
+            n *= extent
+        return n
+
+
 @dataclass(frozen=True)
 class CanonicalPageMapping:
     """How one rank's page of one layer maps onto the canonical page.
@@ -55,6 +79,10 @@ class CanonicalPageMapping:
     # than ranks, its x slice sharded): (num_writers, writer_index) of each run; empty when
     # every run follows the mapping's own
     run_writers: tuple[tuple[int, int], ...] = ()
+    # the layer tensor(s) the mapping was derived for, where the family reads them: one view
+    # of the page (`tensor (block, ...)`), or one per tensor of a page of regions (Mamba's
+    # conv and SSM state); copy plans check the tensors they are given against them
+    tensors: tuple[TensorView, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
         rw = self.run_writers

@@ -15,6 +15,7 @@ fails closed, as the reference's derivation returns no certified mapping for it.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from dataclasses import dataclass
@@ -22,10 +23,10 @@ from math import prod
 from pathlib import Path
 
 from . import params
-from .compiled import CompiledFamily, GuardFailed, Instance, from_entry, misfit
+from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, misfit
 from .errors import ConfigError
 from .lower import TilingError, lower
-from .mapping import CanonicalPageMapping
+from .mapping import CanonicalPageMapping, TensorView
 
 CERTIFIED, OPAQUE, NO_MAPPINGS, OMITTED = "certified", "opaque", "no_mappings", "omitted"
 FALLBACK = "fallback"
@@ -177,8 +178,16 @@ class TensorLayout:
         _check_ints(self, ("element_size",), minimum=1)
 
     @staticmethod
-    def of(tensor) -> "TensorLayout | None":
-        """From a torch tensor (or anything with shape/stride/element_size); None otherwise."""
+    def of(tensor) -> "TensorLayout | tuple[TensorLayout, ...] | None":
+        """From a torch tensor (or anything with shape/stride/element_size); from a list or
+        tuple of them (a layer of several tensors, as vLLM gives a Mamba layer's conv and SSM
+        state), a tuple of them; None otherwise."""
+        if isinstance(tensor, (list, tuple)) and tensor:
+            layouts = tuple(TensorLayout.of(t) for t in tensor)
+            bad = next((i for i, t in enumerate(layouts) if not isinstance(t, TensorLayout)), None)
+            if bad is not None:
+                raise ConfigError(f"a layer's tensors: item {bad} is a {type(tensor[bad]).__name__}, not a tensor")
+            return layouts
         if not all(hasattr(tensor, a) for a in ("shape", "stride", "element_size")):
             return None
         if not (callable(tensor.stride) and callable(tensor.element_size)):
@@ -266,8 +275,10 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
     for value, cls, what in ((layer, LayerSpec, "layer"), (parallel, ParallelConfig, "parallel")):
         if not isinstance(value, cls):
             raise ConfigError(f"Deriver.derive: {what} must be a {cls.__name__}, got {type(value).__name__}")
-    if tensor is not None and not isinstance(tensor, TensorLayout):
-        raise ConfigError(f"Deriver.derive: tensor must be a TensorLayout or None, got {type(tensor).__name__}")
+    if tensor is not None and not isinstance(tensor, TensorLayout) and not (
+            type(tensor) is tuple and tensor and all(isinstance(t, TensorLayout) for t in tensor)):
+        raise ConfigError(f"Deriver.derive: tensor must be a TensorLayout, a tuple of them (a layer of several "
+                          f"tensors) or None, got {type(tensor).__name__}")
     if num_blocks is None or type(num_blocks) is int and num_blocks >= 0:
         return num_blocks
     return as_int(num_blocks, "Deriver.derive: num_blocks", minimum=0)
@@ -275,20 +286,25 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
 
 def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks):
     """Every rank's mappings where `cf` describes the layer exactly, else why not (a string)."""
-    if cf.tensor_dims and (tensor is None or len(tensor.shape) != cf.tensor_dims + 1):
-        return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions"
+    if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
+        return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
+            f", got a list of {len(tensor)} tensors" if isinstance(tensor, tuple) else "")
     try:
         inst = cf.evaluate(sizes)
+        views = cf.tensor_views(inst) if isinstance(cf, CompiledPage) else \
+            (TensorView("kv", 0, inst.tensor_shape, inst.tensor_strides, inst.element),) if inst.tensor_shape else ()
     except GuardFailed as e:
         return str(e)
-    why = _mismatch(inst, cf.tensor, layer, tensor, num_blocks) or misfit(inst, layer.page_size_bytes,
+    why = (_mismatch_views(views, tensor, num_blocks) if isinstance(cf, CompiledPage) else
+           _mismatch(inst, cf.tensor, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
     if why:
         return why
     try:
-        return lower(inst, cf.layout_id)
+        runs = lower(inst, cf.layout_id)
     except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
         return str(e)
+    return tuple(dataclasses.replace(m, tensors=views) for m in runs) if views else runs
 
 
 _DERIVED = ("tp", "pcp", "dcp", "interleave", "total_heads", "heads", "block_size", "head_size", "dtype_bytes",
@@ -302,7 +318,7 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
         "tp": parallel.tp, "pcp": parallel.pcp, "dcp": parallel.dcp, "interleave": parallel.interleave,
         "total_heads": parallel.total_kv_heads, "heads": layer.num_kv_heads,
         "block_size": layer.block_size, "head_size": layer.head_size,
-        "dtype_bytes": tensor.element_size if tensor is not None else layer.dtype_bytes,
+        "dtype_bytes": tensor.element_size if isinstance(tensor, TensorLayout) else layer.dtype_bytes,
         "page_size": layer.page_size_bytes if layer.page_size_bytes is not None else 0,
         "per_token_head_quant": int(bool(layer.per_token_head_quant)),
         "compress_ratio": layer.compress_ratio,
@@ -328,6 +344,40 @@ def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayo
         held = prod(tensor.shape[1:]) * tensor.element_size
         if held != page:
             return f"KV tensor holds {held} bytes per block but the page is {page}"
+    return ""
+
+
+def _mismatch_views(views: tuple, tensors, num_blocks) -> str:
+    """Why a page's tensors are not the ones its family views ('' when they are, or when the
+    layer gives none: then its kind and sizes alone select the family, and copy plans check
+    the tensors they are given against the mapping's views)."""
+    if tensors is None:
+        return ""
+    names = ", ".join(v.name for v in views)
+    if not views:
+        return ""  # a page whose spec names no tensors is read from its sizes alone
+    if isinstance(tensors, TensorLayout):
+        return f"the page is viewed by {len(views)} tensor(s) ({names}), not by one KV tensor"
+    if len(tensors) != len(views):
+        return f"the layer gives {len(tensors)} tensor(s) but the page is viewed by {len(views)} ({names})"
+    for i, (v, t) in enumerate(zip(views, tensors)):
+        why = view_mismatch(v, t.shape, t.stride, t.element_size, num_blocks)
+        if why:
+            return f"tensor {i} ({v.name}): {why}"
+    return ""
+
+
+def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_blocks=None) -> str:
+    """Why a tensor of `shape` and `stride` (elements) is not view `v` ('' when it is)."""
+    blocks = num_blocks if num_blocks is not None else (shape[0] if shape else None)
+    expected = (blocks,) + tuple(v.shape)
+    if tuple(shape) != expected:
+        return f"shape {tuple(shape)} is not {expected} (blocks, then the view's dims)"
+    if element != v.element:
+        return f"elements of {element} bytes, expected {v.element}"
+    for dim, (want, got, extent) in enumerate(zip(v.strides, stride[1:], shape[1:]), start=1):
+        if want != got and extent != 1:  # a dim of one element has no stride to misread
+            return f"dimension {dim} has stride {got}, expected {want} (elements)"
     return ""
 
 

@@ -160,6 +160,21 @@ def grouped(stmts) -> list:
     return out
 
 
+def _check_views(page: str, regions) -> None:
+    """A page's tensors: every data region names the tensor that views it, or none does."""
+    data = [r for r in regions if not r.pad]
+    named = [r for r in data if r.tensor is not None]
+    if named and len(named) != len(data):
+        r = next(r for r in data if r.tensor is None)
+        raise SpecError(f"region '{r.name}' of layout '{page}' has no tensor view, but region '{named[0].name}' "
+                        f"has one: the layer's tensors view every data region of the page, or none", r.span)
+    for r in named:
+        if r.tensor_name is None:
+            raise SpecError(f"region '{r.name}' of layout '{page}': a page is viewed by several tensors; name "
+                            f"the one that views this region ('tensor NAME (block, ...)')",
+                            r.tensor[0].span if r.tensor else r.span)
+
+
 @dataclass(frozen=True)
 class LayoutDef:
     """One index box and its offset, or (`regions`) a page of several named boxes.
@@ -176,6 +191,7 @@ class LayoutDef:
     span: Span
     regions: tuple["RegionDef", ...] = ()
     pad: bool = False  # a region that is padding (`pad NAME:`)
+    tensor_name: str | None = None  # a region: the layer tensor that views it (`tensor conv (block, ...)`)
 
 
 RegionDef = LayoutDef
@@ -599,14 +615,15 @@ class _Build(Transformer_NonRecursive):
         return ("element", c[0], self._at(meta))
 
     def tensor_clause(self, meta, c):
-        return ("tensor", tuple(Name(str(t), self._tok(t)) for t in c[1:]), self._at(meta))
+        name = None if c[0] is None else Name(str(c[0]), self._tok(c[0]))
+        return ("tensor", (name, tuple(Name(str(t), self._tok(t)) for t in c[2:])), self._at(meta))
 
     def region_kind(self, meta, c):
         return str(c[0])
 
     def region_def(self, meta, c):
         kind, name, items = c[0], c[1], c[2:]
-        return self._box(f"{kind} '{name}'", str(name), (), items, self._tok(name), pad=kind == "pad")
+        return self._box(f"{kind} '{name}'", str(name), (), items, self._tok(name), pad=kind == "pad", region=True)
 
     def layout_def(self, meta, c):
         name, params, items = str(c[0]), c[1], c[2:]
@@ -620,18 +637,15 @@ class _Build(Transformer_NonRecursive):
                 seen[r.name] = r
             if all(r.pad for r in items):
                 raise SpecError(f"layout '{name}' is all padding: at least one region must hold data", where)
-            for r in items:
-                if r.tensor is not None:  # pages are told by the layer's kind and names, not from a tensor
-                    raise SpecError(f"region '{r.name}' of layout '{name}' has a tensor view; a page of regions "
-                                    f"is not recognised from a tensor (say it with a runtime name instead)",
-                                    r.span)
-            regions = tuple(LayoutDef(r.name, names, r.indices, r.offset, r.element, r.tensor, r.span, (), r.pad)
-                            for r in items)
+            _check_views(name, items)
+            regions = tuple(LayoutDef(r.name, names, r.indices, r.offset, r.element, r.tensor, r.span, (), r.pad,
+                                      r.tensor_name) for r in items)
             return LayoutDef(name, names, (), None, None, None, where, regions)
         return self._box(f"layout '{name}'", name, names, items, where)
 
     @staticmethod
-    def _box(what: str, name: str, params: tuple, items, where: Span, pad: bool = False) -> LayoutDef:
+    def _box(what: str, name: str, params: tuple, items, where: Span, pad: bool = False,
+             region: bool = False) -> LayoutDef:
         found: dict[str, tuple] = {}
         for kind, value, at in items:
             if kind in found:
@@ -642,8 +656,12 @@ class _Build(Transformer_NonRecursive):
                 raise SpecError(f"{what} has no '{required}' clause", where)
         if pad and "tensor" in found:
             raise SpecError(f"{what} is padding: it has no tensor view", found["tensor"][1])
+        view, dims = found.get("tensor", ((None, None),))[0]
+        if view is not None and not region:
+            raise SpecError(f"{what} is one box, viewed by the layer's one tensor: only a region of a page "
+                            f"names its tensor ('tensor (block, ...)' here)", view.span)
         return LayoutDef(name, params, found["index"][0], found["offset"][0], found.get("element", (None,))[0],
-                         found.get("tensor", (None,))[0], where, (), pad)
+                         dims, where, (), pad, view.id if view is not None else None)
 
     # grids and families
     def grid_def(self, meta, c):

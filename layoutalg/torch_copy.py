@@ -43,6 +43,82 @@ def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages", op: str
     return raw.as_strided((pages.shape[0], page_size), (step, 1), pages.storage_offset() * elem)
 
 
+def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_bytes") -> torch.Tensor:
+    """A layer's local pages as a `(num_blocks, local page)` uint8 view, from its tensor or
+    tensors, checked against the views the mapping was derived for (`m.tensors`).
+
+    - A uint8 tensor is the pages' own bytes: any dense `(blocks, ...)` view of them.
+    - A typed tensor must be the mapping's one view: shape, strides and element size.
+    - A list or tuple (vLLM's Mamba layer: conv state, SSM state) must be the mapping's
+      views, in order, over one memory: each tensor where its view says in every block,
+      the blocks one stride apart, and the whole page inside that memory.
+    Raises `LayoutMismatch` naming the tensor, the dimension and the expected and actual
+    stride, offset or size.
+    """
+    views = m.tensors
+    if isinstance(kv, (list, tuple)):
+        if not kv or not all(isinstance(t, torch.Tensor) for t in kv):
+            kinds = ", ".join(sorted({type(t).__name__ for t in kv})) or "nothing"
+            raise LayoutMismatch(f"{op}: {name} must be a torch.Tensor, got {type(kv).__name__} (of {kinds}); "
+                                 f"a page viewed by several tensors takes a list of those tensors")
+        return _from_views(list(kv), views, m.local_page_size_bytes, name, op)
+    if isinstance(kv, torch.Tensor) and kv.dtype != torch.uint8 and views:
+        if len(views) > 1:
+            raise LayoutMismatch(f"{op}: {name} is one tensor but the page is viewed by {len(views)} "
+                                 f"({', '.join(v.name for v in views)}): give them as a list, in that order")
+        _check_view(kv, views[0], f"{name}", op)
+    return page_bytes(kv, m.local_page_size_bytes, name, op)
+
+
+def _check_view(t: torch.Tensor, v, name: str, op: str) -> None:
+    from .runtime import view_mismatch  # the runtime's own test, on the tensor itself
+    why = view_mismatch(v, tuple(t.shape), tuple(t.stride()), t.element_size())
+    if why:
+        raise LayoutMismatch(f"{op}: {name} is not the tensor '{v.name}' the mapping was derived for: {why}")
+
+
+def _from_views(tensors: list, views: tuple, page: int, name: str, op: str) -> torch.Tensor:
+    if not views:
+        raise LayoutMismatch(f"{op}: {name} is a list of {len(tensors)} tensors, but the mapping names no tensor "
+                             f"views (its family's spec gives none): give the pages as one tensor")
+    if len(tensors) != len(views):
+        raise LayoutMismatch(f"{op}: {name} holds {len(tensors)} tensors but the page is viewed by {len(views)} "
+                             f"({', '.join(v.name for v in views)})")
+    first = tensors[0]
+    base = None
+    for i, (t, v) in enumerate(zip(tensors, views)):
+        what = f"{name}[{i}] ({v.name})"
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            raise LayoutMismatch(f"{op}: {what} must be a torch.Tensor with a block dimension, got "
+                                 f"{type(t).__name__ if not isinstance(t, torch.Tensor) else 'a scalar'}")
+        _check_view(t, v, what, op)
+        if t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or t.device != first.device:
+            raise LayoutMismatch(f"{op}: {what} is not in the memory of {name}[0]: a page's tensors are views of "
+                                 f"one buffer (one page a block)")
+        if t.shape[0] != first.shape[0]:
+            raise LayoutMismatch(f"{op}: {what} has {t.shape[0]} blocks but {name}[0] has {first.shape[0]}")
+        step = t.stride(0) * t.element_size()
+        if t.shape[0] > 1 and step != first.stride(0) * first.element_size():
+            raise LayoutMismatch(f"{op}: {what}, dimension 0 (block): {step} bytes a block but {name}[0] has "
+                                 f"{first.stride(0) * first.element_size()}")
+        start = t.storage_offset() * t.element_size() - v.offset  # where this tensor says the page starts
+        if base is None:
+            base = start
+        elif start != base:
+            raise LayoutMismatch(f"{op}: {what} starts at byte {v.offset + start - base} of the page, expected "
+                                 f"{v.offset} (its place after {name}[0])")
+    step = first.stride(0) * first.element_size() if first.shape[0] > 1 else page
+    if step < page:
+        raise LayoutMismatch(f"{op}: {name}: blocks are {step} bytes apart, less than the {page}-byte page")
+    blocks = first.shape[0]
+    end = base + (blocks - 1) * step + page if blocks else base
+    if base < 0 or end > first.untyped_storage().nbytes():
+        raise LayoutMismatch(f"{op}: {name}: the pages span bytes [{base}, {end}) of a "
+                             f"{first.untyped_storage().nbytes()}-byte buffer")
+    raw = torch.empty(0, dtype=torch.uint8, device=first.device).set_(first.untyped_storage())
+    return raw.as_strided((blocks, page), (step, 1), base)
+
+
 def _check_dense(pages: torch.Tensor, name: str, op: str) -> None:
     """A block's elements must fill one contiguous stretch of memory, in some dimension order.
 
@@ -158,7 +234,7 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
     (a 1-D int64 tensor, each id once).
     """
     _check_runs(m, "store")
-    lb = page_bytes(local, m.local_page_size_bytes, "local", "store")
+    lb = layer_bytes(local, m, "local", "store")
     cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "store")
     ids = _block_ids(blocks, _same_blocks(lb, cb, "store"))
     for n, w in sorted(set(m.elections)):  # regions replicated differently elect their own writers
@@ -176,7 +252,7 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
 def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) -> None:
     """Fill this rank's local pages from canonical pages (every block, every rank)."""
     _check_runs(m, "load")
-    lb = page_bytes(local, m.local_page_size_bytes, "local", "load")
+    lb = layer_bytes(local, m, "local", "load")
     cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "load")
     _same_blocks(lb, cb, "load")
     for run in m.runs:

@@ -112,8 +112,20 @@ def test_bad_arguments_change_nothing(deriver, break_it, message):
 def test_a_plan_refuses_a_tensor_that_is_not_one_page_a_block(deriver):
     maps, like = group(deriver, 2)
     padded = torch.zeros(N, 2, BS, like.shape[3], 2 * D, dtype=torch.bfloat16)[..., :D]
+    with pytest.raises(LayoutMismatch, match="dimension 1 has stride 256, expected 128"):
+        plan(maps[0], padded)  # the tensor the mapping was derived for has other strides
     with pytest.raises(LayoutMismatch, match="dense page"):
-        plan(maps[0], padded)
+        plan(maps[0], padded.view(torch.uint8))  # bytes, but not one page a block
+
+
+def test_a_plan_refuses_a_tensor_of_another_layout_with_the_same_page(deriver):
+    maps, like = group(deriver, 2)
+    other = torch.zeros(like.shape, dtype=like.dtype).transpose(2, 3).contiguous().transpose(2, 3)  # HND memory
+    assert other.shape == like.shape and other.stride() != like.stride()
+    with pytest.raises(LayoutMismatch, match=r"not the tensor 'kv' the mapping was derived for: dimension 2 has "
+                                             r"stride"):
+        plan(maps[0], other)
+    plan(maps[0], other.contiguous().view(torch.uint8))  # its bytes, as bytes: the caller's word
 
 
 def test_ids_that_are_not_integers_are_refused(deriver):

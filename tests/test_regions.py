@@ -294,10 +294,25 @@ def test_sound_specs_are_proved_and_run(spec):
     assert not [r for r in rows if r.status == "refuted"], [(r.family, r.obligation, r.detail) for r in rows]
 
 
-def test_a_region_with_a_tensor_view_is_refused(tmp_path):
+@pytest.mark.parametrize("regions, message, at", [
+    ("    region a:\n        index t < T\n        offset t\n        tensor (block, t)\n",
+     "name the one that views this region", "tensor (block"),
+    ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
+     "    region b:\n        index t < T\n        offset T + t\n",
+     "region 'b' of layout 'pg' has no tensor view, but region 'a' has one", "region b"),
+])
+def test_a_page_names_the_tensors_of_every_region_or_none(tmp_path, regions, message, at):
     spec = tmp_path / "p.lal"
-    spec.write_text("layout pg(T):\n    region a:\n        index t < T\n        offset t\n        tensor (block, t)\n")
-    with pytest.raises(SpecError, match="not recognised from a tensor"):
+    spec.write_text("layout pg(T):\n" + regions)
+    with pytest.raises(SpecError, match=message) as e:
+        load([spec])
+    assert e.value.span.text.strip().startswith(at) and "^" in str(e.value)
+
+
+def test_a_layout_of_one_box_names_no_tensor(tmp_path):
+    spec = tmp_path / "p.lal"
+    spec.write_text("layout one(T):\n    index t < T\n    offset t\n    tensor kv (block, t)\n")
+    with pytest.raises(SpecError, match="only a region of a page names its tensor"):
         load([spec])
 
 

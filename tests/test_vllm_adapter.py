@@ -458,3 +458,30 @@ def test_state_mappings_are_parallelism_agnostic():
     out = derive_canonical_mappings(state_config(2, 0), cache_config([(mamba2_spec(2), ["m"]), (gdn_spec(2), ["g"])]),
                                     {}, state_layers=True)
     assert out["m"].parallelism_agnostic and out["g"].parallelism_agnostic
+
+
+def engine_state_tensors(spec, num_blocks=3):
+    """A Mamba layer's tensors as vLLM's model runner views them: one raw buffer of a page a
+    block, each state an `as_strided` view of it after the previous one."""
+    raw = torch.zeros(num_blocks * spec.page_size_bytes, dtype=torch.uint8)
+    out, start = [], 0
+    for shape, dtype in zip(spec.shapes, spec.dtypes):
+        e = dtype.itemsize
+        inner = torch.empty((1, *shape)).stride()[1:]
+        out.append(torch.as_strided(raw.view(dtype), (num_blocks, *shape), (spec.page_size_bytes // e, *inner),
+                                    start // e))
+        start += e * prod(shape)
+    return out
+
+
+def test_a_state_layers_tensors_are_recognised_and_planned():
+    from layoutalg.copy import plan
+    spec = mamba2_spec(2, 4)
+    kv = cache_config([(spec, ["m"])], num_blocks=3)
+    tensors = engine_state_tensors(spec, kv.num_blocks)
+    out = derive_canonical_mappings(state_config(2, 1, 4), kv, {"m": tensors}, state_layers=True)["m"]
+    assert [v.name for v in out.tensors] == ["conv", "ssm"] and out.run_writers == ()
+    assert out.tensors[1].offset == 2 * prod(spec.shapes[0]) and out.tensors[1].shape == spec.shapes[1]
+    plan(out, tensors)                                   # the engine's own tensors, as they are
+    swapped = derive_canonical_mappings(state_config(2, 1, 4), kv, {"m": tensors[::-1]}, state_layers=True)["m"]
+    assert swapped.canonical_page_size_bytes == 2 * spec.page_size_bytes  # opaque: not the tensors the spec views

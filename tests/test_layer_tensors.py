@@ -1,0 +1,161 @@
+"""A layer of several tensors: vLLM views a Mamba layer's page through two tensors, the
+conv state and the SSM state, in one buffer. The spec names the tensor that views each
+region; the runtime recognises the tensors by shape, strides and element size, and copy
+plans take them as given, checked to sit where their views say, in one memory."""
+import pytest
+import torch
+
+from layoutalg.copy import plan
+from layoutalg.errors import LayoutMismatch
+from layoutalg.mapping import TensorView
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+M = dict(ssm_heads=4, ssm_head_dim=4, state_size=2, conv_kernel=4, conv_bytes=2, ssm_bytes=4)
+PAD = 8
+BLOCKS = 5
+
+
+@pytest.fixture(scope="module")
+def deriver():
+    return Deriver()
+
+
+def state_shapes(tp, ng, ds=False):
+    """vLLM's per-rank Mamba2 state shapes: conv (K - 1, channels) (or dim-first), SSM (heads, dim, N)."""
+    K, N = M["conv_kernel"] - 1, M["state_size"]
+    groups = ng // tp if ng % tp == 0 else 1
+    channels = M["ssm_heads"] // tp * M["ssm_head_dim"] + 2 * groups * N
+    conv = (channels, K) if ds else (K, channels)
+    return conv, (M["ssm_heads"] // tp, M["ssm_head_dim"], N)
+
+
+def engine_tensors(raw: torch.Tensor, shapes, dtypes, page: int):
+    """The tensors as vLLM's model runner makes them: each state a strided view of the raw
+    buffer, one page a block, the states one after the other within the page."""
+    out, start, blocks = [], 0, raw.numel() // page
+    for shape, dtype in zip(shapes, dtypes):
+        e = torch.empty(0, dtype=dtype).element_size()
+        inner = torch.empty((1, *shape)).stride()[1:]
+        out.append(torch.as_strided(raw.view(dtype), (blocks, *shape), (page // e, *inner), start // e))
+        start += e * torch.Size(shape).numel()
+    return out
+
+
+def layer(tp, ng, ds=False):
+    shapes = state_shapes(tp, ng, ds)
+    page = 2 * torch.Size(shapes[0]).numel() + 4 * torch.Size(shapes[1]).numel() + PAD
+    raw = (torch.arange(BLOCKS * page, dtype=torch.int64) * 7 % 251).to(torch.uint8)
+    tensors = engine_tensors(raw, shapes, (torch.int16, torch.int32), page)
+    spec = LayerSpec("mamba2", page, sizes={**M, "n_groups": ng, "conv_dim_first": int(ds)})
+    return spec, raw.view(BLOCKS, page), tensors
+
+
+@pytest.mark.parametrize("tp,ng,ds", [(2, 4, False), (4, 1, False), (2, 4, True), (1, 2, True)])
+def test_the_engines_tensors_are_recognised_and_carried_by_every_mapping(deriver, tp, ng, ds):
+    spec, _, tensors = layer(tp, ng, ds)
+    res = deriver.derive(spec, TensorLayout.of(tensors), ParallelConfig(tp, 1))
+    assert res.result == "certified" and res.family == ("mamba2_ds" if ds else "mamba2"), res.reasons
+    conv, ssm = state_shapes(tp, ng, ds)
+    for m in res.mappings:
+        assert [v.name for v in m.tensors] == ["conv", "ssm"]
+        assert m.tensors[0] == TensorView("conv", 0, conv, tuple(tensors[0].stride()[1:]), 2)
+        assert m.tensors[1] == TensorView("ssm", 2 * torch.Size(conv).numel(), ssm, tuple(tensors[1].stride()[1:]), 4)
+
+
+@pytest.mark.parametrize("tp,ng,ds", [(2, 4, False), (4, 1, False), (2, 4, True)])
+def test_a_plan_over_the_tensors_moves_the_bytes_of_the_raw_page(deriver, tp, ng, ds):
+    spec, raw, tensors = layer(tp, ng, ds)
+    maps = deriver.derive(spec, TensorLayout.of(tensors), ParallelConfig(tp, 1)).mappings
+    blocks, ids = [4, 0, 2], [1, 2, 0]
+    via_tensors = torch.zeros(3, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
+    via_raw = torch.zeros_like(via_tensors)
+    for m in maps:  # every rank stores (its writers' share); the raw pages stand in for each rank's state
+        plan(m, tensors).store(tensors, blocks, via_tensors, ids)
+        plan(m, raw).store(raw, blocks, via_raw, ids)
+    assert torch.equal(via_tensors, via_raw) and via_tensors.any()
+    for m in maps:
+        loaded_raw = torch.zeros_like(raw)
+        plan(m, loaded_raw).load(via_raw, ids, loaded_raw, blocks)
+        back = engine_tensors(torch.zeros_like(raw).flatten(), [t.shape[1:] for t in tensors],
+                              (torch.int16, torch.int32), raw.shape[1])
+        plan(m, back).load(via_raw, ids, back, blocks)
+        again = engine_tensors(loaded_raw.flatten(), [t.shape[1:] for t in tensors], (torch.int16, torch.int32),
+                               raw.shape[1])
+        for b, a in zip(back, again):
+            assert torch.equal(b, a)                      # every state element, through either path
+    if ng % tp == 0:                                      # nothing copied: each rank reloads its own state
+        for t, b in zip(tensors, back):
+            assert torch.equal(t[blocks], b[blocks])
+
+
+def test_tensors_in_another_order_or_shape_fail_closed_by_name(deriver):
+    spec, _, (conv, ssm) = layer(2, 4)
+    swapped = deriver.derive(spec, TensorLayout.of([ssm, conv]), ParallelConfig(2, 1))
+    assert swapped.result == "opaque"
+    assert any("tensor 0 (conv): shape" in r for r in swapped.reasons), swapped.reasons
+    one = deriver.derive(spec, TensorLayout.of(conv), ParallelConfig(2, 1))
+    assert one.result == "opaque" and any("viewed by 2 tensor(s) (conv, ssm), not by one" in r for r in one.reasons)
+    ds_sizes = layer(2, 4, ds=True)[0]            # the sizes say dim-first; the tensors are kernel-first
+    res = deriver.derive(ds_sizes, TensorLayout.of([conv, ssm]), ParallelConfig(2, 1))
+    assert res.result == "opaque" and any("mamba2_ds: tensor 0 (conv)" in r for r in res.reasons), res.reasons
+
+
+@pytest.mark.parametrize("break_it, message", [
+    (lambda c, s: [s, c], r"kv\[0\] \(conv\) is not the tensor 'conv'"),
+    (lambda c, s: [c], r"holds 1 tensors but the page is viewed by 2 \(conv, ssm\)"),
+    (lambda c, s: [c.clone(), s], r"kv\[1\] \(ssm\) is not in the memory of kv\[0\]"),
+    (lambda c, s: [c, torch.as_strided(s, s.shape, s.stride(), s.storage_offset() + 1)],
+     r"kv\[1\] \(ssm\) starts at byte 100 of the page, expected 96"),
+    (lambda c, s: [c[1:], s[1:]], None),           # a view of later blocks is still the page's memory
+    (lambda c, s: [c, s[:3]], r"kv\[1\] \(ssm\) has 3 blocks but kv\[0\] has 5"),
+    (lambda c, s: [c, s.view(torch.float32)], None),  # the same bytes in elements of the same size
+    (lambda c, s: [c, s.view(torch.int16)], r"kv\[1\] \(ssm\) is not the tensor 'ssm'.*shape \(5, 2, 4, 4\)"),
+    (lambda c, s: c, r"kv is one tensor but the page is viewed by 2 \(conv, ssm\)"),
+    (lambda c, s: [c, 3], r"kv must be a torch.Tensor, got list \(of Tensor, int\)"),
+])
+def test_a_plan_refuses_tensors_that_are_not_the_page(deriver, break_it, message):
+    spec, raw, (conv, ssm) = layer(2, 4)
+    m = deriver.derive(spec, TensorLayout.of([conv, ssm]), ParallelConfig(2, 1)).mappings[0]
+    given = break_it(conv, ssm)
+    if message is None:
+        plan(m, given)
+        return
+    with pytest.raises(LayoutMismatch, match=message):
+        plan(m, given)
+
+
+def test_a_rejected_call_moves_nothing(deriver):
+    spec, raw, (conv, ssm) = layer(2, 4)
+    m = deriver.derive(spec, TensorLayout.of([conv, ssm]), ParallelConfig(2, 1)).mappings[0]
+    p = plan(m, [conv, ssm])
+    pages = torch.zeros(BLOCKS, m.canonical_page_size_bytes, dtype=torch.uint8)
+    before = raw.clone()
+    with pytest.raises(LayoutMismatch, match="not the tensors this plan was made for"):
+        p.store([ssm, conv], [0], pages, [0])
+    with pytest.raises(LayoutMismatch, match="block_ids holds 9"):
+        p.load(pages, [0, 1], [conv, ssm], [0, 9])
+    assert not pages.any() and torch.equal(raw, before)
+
+
+def test_a_page_with_no_tensor_views_takes_no_list(deriver):
+    from layoutalg.mapping import CanonicalPageMapping, CopyRun
+    m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
+    t = torch.zeros(2, 8, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match="the mapping names no tensor views"):
+        plan(m, [t])
+
+
+def test_regions_of_one_tensor_that_do_not_join_fail_closed(tmp_path):
+    spec = tmp_path / "p.lal"
+    spec.write_text(
+        "param n_things in 1 .. 64 samples 2 \"things\"\n"
+        "layout pg(T):\n"
+        "    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
+        "    region b:\n        index t < T, u < 2\n        offset T + 2 * t + u\n        tensor s (block, t, u)\n"
+        "grid one:\n    world tp * pcp\n    ranks r < tp * pcp\n"
+        "family f serves things:\n    grid one\n    require tp == 1 and pcp == 1\n"
+        "    local pg(n_things)\n    canonical pg(n_things)\n"
+        "    shard a (t) -> (t)\n    shard b (t, u) -> (t, u)\n")
+    res = Deriver(tmp_path).derive(LayerSpec("things", 6, sizes={"n_things": 2}), None, ParallelConfig(1, 1))
+    assert res.result == "no_mappings" and any("tensor 's' of family 'f' does not view its regions as one tensor"
+                                               in r for r in res.reasons), res.reasons
