@@ -88,7 +88,9 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
         repr(v.family), loc, rk, pr(v.canonical_base), pr(v.local.size_bytes()),
         pr(v.canonical.size_bytes()), pr(v.world), f"bool({pr(v.agnostic)})", pr(v.local.element),
         shape, strides, targets, repr(tuple(d.name for d in local)),
-        repr(tuple(d.name for d in ranks)), pr(v.local_base)]) + ")")
+        repr(tuple(d.name for d in ranks)), pr(v.local_base),
+        _tup((pr(v.canonical.base), pr(v.canonical.element),
+              _tup(_tup((pr(e), pr(c))) for e, c in zip(v.canonical.extents, v.canonical.coefficients))))]) + ")")
     # read only the names this case uses: a runtime that lacks one fails closed naming it
     prelude = [f"    {n} = P[{n!r}]" if pr.vocabulary[n].default is None else
                f"    {n} = P.get({n!r}, {int(pr.vocabulary[n].default)})" for n in sorted(pr.used)]
@@ -107,8 +109,9 @@ def compile_family(family: Family) -> CompiledFamily:
     bounds = tuple((n, vocabulary[n].lo, vocabulary[n].hi) for n in sorted(read | {"page_size"}))
     guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
+    claims = any(v.agnostic is not sympy.false for v in family.variants)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
-                          tuple(family.tensor or ()), layout_id(family), bounds, family)
+                          tuple(family.tensor or ()), layout_id(family), bounds, family, claims)
 
 
 def compile_named(lib, name: str):

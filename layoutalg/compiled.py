@@ -40,6 +40,7 @@ class Instance(NamedTuple):
     local_names: tuple
     rank_names: tuple
     local_base: int = 0   # bytes before the region (a page of regions); 0 for a layout of one box
+    canonical_form: tuple = ()  # (base, element, ((extent, stride), ...)) of the canonical layout
 
 
 # A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition
@@ -112,7 +113,7 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
     (imports, attributes, other calls, subscripts, lambdas, dunder names) is refused.
 
     Examples:
-        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 15 + ")"
+        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 16 + ")"
         >>> _ = check_source(source, (0,), 0)
         >>> check_source("def _variant_0(P):\\n    import os\\n    return None", (0,), 0)
         Traceback (most recent call last):
@@ -270,7 +271,7 @@ def valid_json(d) -> bool:
 
     if not (isinstance(d, dict) and all(isinstance(d.get(k), str)
                                         for k in ("name", "serves", "where", "source", "layout_id"))
-            and type(d.get("order")) is int
+            and type(d.get("order")) is int and type(d.get("claims_agnostic")) is bool
             and items(d.get("guards"), lambda v: items(v, lambda g: strings(g, 2)))
             and items(d.get("atoms"), lambda a: strings(a, 3))
             and items(d.get("tensor"), lambda t: isinstance(t, str))
@@ -303,6 +304,9 @@ class CompiledFamily:
     layout_id: str = ""  # the canonical page format's identity (`identity.layout_id`)
     bounds: tuple = ()  # (name, lo, hi) of each runtime name the family reads: where it is proved
     family: object = None  # the family IR, when compiled in this process
+    # its grid claims `agnostic` in some case: the canonical indices name the data (a token,
+    # a head), not where a rank put it, so the canonical layout's numbers are its format
+    claims_agnostic: bool = True
 
     def __post_init__(self):
         tree = check_source(self.source, tuple(len(g) for g in self.guards), len(self.atoms))
@@ -317,14 +321,14 @@ class CompiledFamily:
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                           "tensor", "layout_id", "bounds")}
+                                           "tensor", "layout_id", "bounds", "claims_agnostic")}
 
     @staticmethod
     def from_json(d: dict) -> "CompiledFamily":
         return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
                               tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"],
-                              tuple(tuple(b) for b in d["bounds"]))
+                              tuple(tuple(b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"])
 
     @property
     def tensor_dims(self) -> int:
@@ -411,6 +415,10 @@ class CompiledPage:
 
     tensor = ()
     tensor_dims = 0
+
+    @property
+    def claims_agnostic(self) -> bool:
+        return any(cf.claims_agnostic for _, cf in self.parts)
 
     def tensor_views(self, page: Page) -> tuple:
         """Each tensor's `TensorView` at this configuration: its regions joined along the one

@@ -33,8 +33,8 @@ def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     """A plan for `kv`: a tensor holding the mapping's local page in each block, or the
     list of tensors that view it (a Mamba layer's conv and SSM state), checked against the
     tensors the mapping was derived for (`torch_copy.layer_bytes`)."""
+    _check_runs(mapping, "plan")  # a mapping, every run inside both pages, every writer election sound
     lb = layer_bytes(kv, mapping, "kv", "plan")
-    _check_runs(mapping, "plan")  # every run inside both pages, every writer election sound
     word = _word(mapping, lb)
     return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)))
 

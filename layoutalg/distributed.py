@@ -330,6 +330,11 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
                           f"page formats ({a.layout_id}, {a.canonical_page_size_bytes} bytes vs {b.layout_id}, "
                           f"{b.canonical_page_size_bytes} bytes): a page stored under one is not a page of the other")
     if a.canonical_page_size_bytes == b.canonical_page_size_bytes:
+        if a.format_id != b.format_id:  # one family, one page size, bytes in other places (the opaque
+            raise ConfigError(            # fallback under another tp, a model of other sizes)
+                f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical page "
+                f"formats ({a.format_id} vs {b.format_id}, {a.canonical_page_size_bytes} bytes each): a page "
+                f"stored under one is not a page of the other")
         if store.shape[0] != load.shape[0]:
             raise ConfigError("reshard: both groups must hold the same number of blocks")
         return None, None, None

@@ -1,11 +1,12 @@
 """The identity of a canonical page format, derived from the layout itself.
 
-A page store keyed by this identifier can never hand one layout's pages to a reader of
-another: two families whose canonical pages put the same bytes in the same places, in
-every case of their grids, share it; any difference in an index, an extent, a stride,
+It names a family's format for all sizes: two families whose canonical pages put the
+same bytes in the same places, in every case of their grids, share it; any difference in an index, an extent, a stride,
 the element size or the base gives another. It is computed from the family IR, not
 from file text or a hand-kept version string, so comments, names of layouts and
-parameters, `let`s and the local layout do not change it.
+parameters, `let`s and the local layout do not change it. At one configuration a mapping
+adds the sizes (`CanonicalPageMapping.format_id`, `runtime.format_id`): key stored pages
+by that, since one family at other sizes (8 heads of 4 or 4 of 8) puts bytes elsewhere.
 
     layout_id(resolve(lib, "split_nhd"))   # 'lal2-...' (16 hex digits)
 """

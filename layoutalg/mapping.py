@@ -83,6 +83,11 @@ class CanonicalPageMapping:
     # of the page (`tensor (block, ...)`), or one per tensor of a page of regions (Mamba's
     # conv and SSM state); copy plans check the tensors they are given against them
     tensors: tuple[TensorView, ...] = field(default=(), compare=False)
+    # the concrete page format: `layout_id` and the sizes that place each byte at this
+    # configuration (the canonical layout's numbers; for a page that is not parallelism-
+    # agnostic, the whole configuration). Key stored pages by it: two mappings share it only
+    # where a canonical byte of one is the same byte of the other
+    format_id: str = field(default="", compare=False)
 
     def __post_init__(self):
         rw = self.run_writers

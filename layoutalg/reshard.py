@@ -124,7 +124,8 @@ def _compatible(producers, consumers) -> None:
     for role, group in (("producer", producers), ("consumer", consumers)):
         for r, m in enumerate(group):
             for what, a, b in (("canonical page size", m.canonical_page_size_bytes, first.canonical_page_size_bytes),
-                               ("layout id", m.layout_id, first.layout_id)):
+                               ("layout id", m.layout_id, first.layout_id),
+                               ("page format", m.format_id, first.format_id)):
                 if a != b:
                     raise ReshardError(f"direct reshard: {role} rank {r} has {what} {a!r}, producer rank 0 has "
                                        f"{b!r}: the two read different canonical page formats, so a canonical "
@@ -391,7 +392,8 @@ def _ids(ids, n: int, op: str):
 
 # ---- across another cp: pages of two formats --------------------------------------------------
 
-def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: int, part: int) -> CanonicalPageMapping:
+def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: int, part: int,
+                format_id: str = "") -> CanonicalPageMapping:
     """`m`, a mapping onto small canonical pages, as a mapping onto the big page whose part
     `part` (of `k`) its page is: `conversion⁻¹ ∘ shift(part)`, composed as a direct plan with
     the conversion (`pageformat.conversion(...).mapping`: big page -> group of k small pages)
@@ -415,7 +417,8 @@ def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: in
     runs = tuple(CopyRun(r.dst_offset, r.src_offset, r.fragment_size, r.num_fragments, r.dst_stride, r.src_stride)
                  for r in plan.runs)
     return CanonicalPageMapping(conversion.local_page_size_bytes, m.local_page_size_bytes, runs, m.num_writers,
-                                m.writer_index, m.parallelism_agnostic, m.layout_id)
+                                m.writer_index, m.parallelism_agnostic, m.layout_id,
+                                format_id=format_id)  # the big page's format (`conversion` reads it)
 
 
 class CrossPlans(NamedTuple):
@@ -454,9 +457,11 @@ def cross_plans(producers: Sequence[CanonicalPageMapping], consumers: Sequence[C
     a, b = producers[0].canonical_page_size_bytes, consumers[0].canonical_page_size_bytes
     if a * k == b or b * k == a:
         if a > b:
-            parts = tuple(direct_plans(producers, [in_pages_of(y, conversion, k, j) for y in consumers])
+            big = producers[0].format_id
+            parts = tuple(direct_plans(producers, [in_pages_of(y, conversion, k, j, big) for y in consumers])
                           for j in range(k))
             return CrossPlans(k, "consumer", len(producers), parts)
-        virtual = [in_pages_of(x, conversion, k, j) for j in range(k) for x in producers]
+        big = consumers[0].format_id
+        virtual = [in_pages_of(x, conversion, k, j, big) for j in range(k) for x in producers]
         return CrossPlans(k, "producer", len(producers), (direct_plans(virtual, consumers),))
     raise ReshardError(f"direct reshard: pages of {a} and {b} bytes are not {k} small pages a big one")

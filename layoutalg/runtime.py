@@ -23,7 +23,7 @@ from math import prod
 from pathlib import Path
 
 from . import params
-from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, misfit
+from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, from_entry, misfit
 from .errors import ConfigError
 from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping, TensorView
@@ -304,7 +304,29 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         runs = lower(inst, cf.layout_id)
     except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
         return str(e)
-    return tuple(dataclasses.replace(m, tensors=views) for m in runs) if views else runs
+    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes)
+    return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
+
+
+def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = None) -> str:
+    """The concrete page format of an instance (or a page of them): the family's format and
+    the numbers of its canonical layout (`Instance.canonical_form`). A family whose grid
+    never claims `agnostic` (`semantic` False: the opaque fallback, whose page is its ranks'
+    pages side by side) has canonical indices that name where a rank put a byte, not what
+    the byte is, so its format also covers the configuration (`sizes`): 2 x 256 bytes and
+    1 x 512 bytes are two formats of one size.
+
+    Examples:
+        >>> format_id("lal2-0", ()) == format_id("lal2-0", ()) != format_id("lal2-1", ())
+        True
+    """
+    import hashlib
+    if isinstance(inst, Page):
+        forms = tuple(i.canonical_form for _, i in inst.regions) + tuple(p.canonical_form for p in inst.canonical_pads)
+    else:
+        forms = getattr(inst, "canonical_form", ())
+    key = repr((forms, getattr(inst, "canonical_page", 0)) if semantic else (forms, sorted((sizes or {}).items())))
+    return f"{layout_id}.{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
 _DERIVED = ("tp", "pcp", "dcp", "interleave", "total_heads", "heads", "block_size", "head_size", "dtype_bytes",

@@ -140,6 +140,25 @@ def _check_runs(m: CanonicalPageMapping, op: str) -> None:
     """Every run inside both pages, so no view reaches into the next block, and no two
     fragments sharing a byte on either side (a local byte copied to two canonical bytes,
     or two local bytes into one, is no mapping)."""
+    if not isinstance(m, CanonicalPageMapping):
+        raise ConfigError(f"{op}: mapping must be a CanonicalPageMapping, got {type(m).__name__}")
+    if not isinstance(m.runs, tuple):
+        raise ConfigError(f"{op}: mapping.runs must be a tuple of CopyRun, got {type(m.runs).__name__}")
+    for i, run in enumerate(m.runs):
+        if not isinstance(run, tuple) or len(run) != 6 or not all(type(v) is int for v in run):
+            raise ConfigError(f"{op}: run {i} is {run!r}, expected a CopyRun of six integers")
+        if run.num_fragments > 1 and run.fragment_size > 0 and 0 <= run.local_stride < run.fragment_size:
+            raise ConfigError(f"{op}: run {i} {tuple(run)}: its local fragments overlap (stride "
+                              f"{run.local_stride} < fragment {run.fragment_size}); a mapping sends each byte once")
+        if run.num_fragments > 1 and run.fragment_size > 0 and 0 <= run.canonical_stride < run.fragment_size:
+            raise ConfigError(f"{op}: run {i} {tuple(run)}: its canonical fragments overlap (stride "
+                              f"{run.canonical_stride} < fragment {run.fragment_size}); a mapping sends each byte "
+                              f"once")
+    if type(m.num_writers) is not int or type(m.writer_index) is not int \
+            or type(m.local_page_size_bytes) is not int or type(m.canonical_page_size_bytes) is not int:
+        raise ConfigError(f"{op}: mapping sizes and writers must be integers, got pages "
+                          f"{m.local_page_size_bytes!r}/{m.canonical_page_size_bytes!r}, writer {m.writer_index!r} "
+                          f"of {m.num_writers!r}")
     if m.num_writers < 1 or not 0 <= m.writer_index < m.num_writers:
         raise ConfigError(f"{op}: mapping has writer_index {m.writer_index} of {m.num_writers} writers, expected "
                           f"num_writers >= 1 and 0 <= writer_index < num_writers")
@@ -149,7 +168,12 @@ def _check_runs(m: CanonicalPageMapping, op: str) -> None:
                                            ("canonical", run.canonical_offset, run.canonical_stride,
                                             m.canonical_page_size_bytes)):
             end = offset + (run.num_fragments - 1) * stride + run.fragment_size
-            if offset < 0 or stride < 0 or run.fragment_size < 0 or run.num_fragments < 0 or end > page:
+            negative = next((f for f, v in (("offset", offset), ("stride", stride), ("fragment size",
+                                                                                  run.fragment_size),
+                                                ("fragment count", run.num_fragments)) if v < 0), None)
+            if negative:
+                raise ConfigError(f"{op}: run {i} {tuple(run)} has a negative {side} {negative}")
+            if end > page:
                 raise ConfigError(f"{op}: run {i} {tuple(run)} reaches {side} bytes [{offset}, {end}), "
                                   f"outside the {page}-byte {side} page")
     for side in ("local", "canonical"):
@@ -241,12 +265,10 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
         mine = ids[(ids % n) == w]
         if mine.numel() == 0:
             continue
-        src, dst = lb[mine], torch.empty((mine.numel(), cb.shape[1]), dtype=torch.uint8, device=cb.device)
-        dst.copy_(cb[mine])
+        mine = mine.to(cb.device)
         for run, e in zip(m.runs, m.elections):
-            if e == (n, w):
-                _view(dst, run, local=False).copy_(_view(src, run, local=True))
-        cb[mine] = dst
+            if e == (n, w):  # only this rank's fragments, in place: ranks sharing a page never race
+                _view(cb, run, local=False)[mine] = _view(lb, run, local=True)[mine]
 
 
 def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) -> None:

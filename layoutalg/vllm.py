@@ -274,7 +274,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
                 state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"))
                 layer = state or layer
             if sizes:
-                layer = dataclasses.replace(layer, sizes={**dict(layer.sizes), **dict(sizes)})
+                layer = _with_sizes(layer, sizes)
             tensor = TensorLayout.of(kv_caches.get(name))
         except ConfigError as e:
             raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None
@@ -287,6 +287,18 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             out[name] = result.mappings[rank]
     _warn(failed)
     return out
+
+
+def _with_sizes(layer: LayerSpec, sizes) -> LayerSpec:
+    """The layer with the deployment's names added; a name the layer's own spec already gives
+    (a state's heads or groups, read from its shapes) may not be given another value."""
+    given = dict(LayerSpec(layer.kind, None, sizes=sizes).sizes)  # checked as LayerSpec.sizes checks them
+    own = dict(layer.sizes)
+    clash = next((n for n in given if n in own and own[n] != given[n]), None)
+    if clash is not None:
+        raise ConfigError(f"sizes[{clash!r}] = {given[clash]}, but the layer's own spec gives {clash} = "
+                          f"{own[clash]} (read from its shapes and the model config)")
+    return dataclasses.replace(layer, sizes={**own, **given})
 
 
 def _derive(deriver: Deriver, layer: LayerSpec, tensor, parallel, num_blocks, cls: str) -> LayerResult:

@@ -276,3 +276,37 @@ def test_a_mapping_that_copies_one_byte_twice_is_refused():
 def test_parallel_sizes_below_one_are_refused_by_name(text):
     with pytest.raises(ConfigError, match="expected at least"):
         parse_config(text)
+
+
+# ---- the concrete page format: one family at other sizes is another format ------------------
+
+def test_opaque_pages_of_two_configurations_are_two_formats():
+    """The fallback's canonical page is the group's pages side by side: 2 x 256 bytes and
+    1 x 512 bytes are one size and one family, but not one format (a review found them mixed)."""
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    d = Deriver()
+    two = d.derive(LayerSpec("other", 256), None, ParallelConfig(2, 1)).mappings
+    one = d.derive(LayerSpec("other", 512), None, ParallelConfig(1, 1)).mappings
+    assert two[0].canonical_page_size_bytes == one[0].canonical_page_size_bytes == 512
+    assert two[0].layout_id == one[0].layout_id and two[0].format_id != one[0].format_id
+    with pytest.raises(ReshardError, match="page format"):
+        direct_plans(two, one)
+    assert direct_plans(two, d.derive(LayerSpec("other", 256), None, ParallelConfig(2, 1)).mappings)
+
+
+@pytest.mark.parametrize("a, b, same", [((2, 8, 4), (4, 8, 4), True), ((2, 8, 4), (2, 4, 8), False),
+                                        ((1, 8, 4), (8, 8, 4), True)])
+def test_an_agnostic_format_is_one_across_tp_and_another_at_other_sizes(a, b, same):
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    d, out = Deriver(), []
+    for tp, heads, dim in (a, b):
+        kv = torch.zeros(1, 2, 4, max(heads // tp, 1), dim, dtype=torch.bfloat16)
+        res = d.derive(LayerSpec("attention", kv[0].numel() * 2, 4, kv.shape[3], dim, 2), TensorLayout.of(kv),
+                       ParallelConfig(tp, heads))
+        assert res.result == "certified", res.reasons
+        out.append(res.mappings)
+    assert out[0][0].canonical_page_size_bytes == out[1][0].canonical_page_size_bytes
+    assert (out[0][0].format_id == out[1][0].format_id) == same
+    if not same:
+        with pytest.raises(ReshardError, match="page format"):
+            direct_plans(out[0], out[1])

@@ -146,3 +146,48 @@ def test_not_a_tensor_is_named():
     m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
     with pytest.raises(LayoutMismatch, match=r"store: local must be a torch.Tensor, got list"):
         store([1, 2], torch.zeros(1, 8, dtype=torch.uint8), m)
+
+
+def test_a_store_writes_only_its_own_bytes_so_ranks_sharing_pages_never_race(deriver, monkeypatch):
+    """Rank 1 stores while rank 0's store is under way (forced: right when rank 0 makes its
+    first view). A store that copied pages out and wrote them back whole lost rank 1's bytes."""
+    import layoutalg.torch_copy as tc
+    kvs = [torch.full((3, 2, 4, 1, 8), 257 * (r + 1), dtype=torch.int16) for r in range(2)]
+    m0, m1 = (mapping_for(deriver, kvs[0], tp=2, rank=r, total=2) for r in range(2))
+    pages = torch.zeros(3, m0.canonical_page_size_bytes, dtype=torch.uint8)
+    view, fired = tc._view, []
+
+    def meanwhile(*args, **kw):
+        if not fired:
+            fired.append(1)
+            monkeypatch.setattr(tc, "_view", view)
+            store(kvs[1], pages, m1)          # the other rank, in between
+            monkeypatch.setattr(tc, "_view", meanwhile)
+        return view(*args, **kw)
+
+    monkeypatch.setattr(tc, "_view", meanwhile)
+    store(kvs[0], pages, m0)
+    assert fired and int((pages == 1).sum()) == int((pages == 2).sum()) == 3 * m0.local_page_size_bytes
+
+
+@pytest.mark.parametrize("run, message", [
+    (CopyRun(0, 0, 4.0, 1, 4, 4), r"run 1 is .* expected a CopyRun of six integers"),
+    (CopyRun(0, 0, True, 1, 4, 4), r"run 1 is .* expected a CopyRun of six integers"),
+    (CopyRun(8, 8, 1, 2 ** 34, 0, 0), r"run 1 .* its local fragments overlap \(stride 0 < fragment 1\)"),
+    (CopyRun(8, 8, 4, 1, -4, 4), r"run 1 .* has a negative local stride"),
+])
+def test_hand_built_runs_are_refused_before_any_byte_moves(run, message):
+    from layoutalg.copy import plan
+    m = CanonicalPageMapping(16, 16, (CopyRun(0, 0, 8, 1, 8, 8), run), 1, 0, True)
+    kv = torch.arange(32, dtype=torch.uint8).reshape(2, 16)
+    pages = torch.zeros(2, 16, dtype=torch.uint8)
+    for call in (lambda: plan(m, kv), lambda: store(kv, pages, m), lambda: load(pages, kv.clone(), m)):
+        with pytest.raises(ConfigError, match=message):
+            call()
+    assert not pages.any()
+
+
+def test_a_mapping_that_is_not_one_is_named():
+    from layoutalg.copy import plan
+    with pytest.raises(ConfigError, match="mapping must be a CanonicalPageMapping, got str"):
+        plan("x", torch.zeros(2, 16, dtype=torch.uint8))

@@ -485,3 +485,12 @@ def test_a_state_layers_tensors_are_recognised_and_planned():
     plan(out, tensors)                                   # the engine's own tensors, as they are
     swapped = derive_canonical_mappings(state_config(2, 1, 4), kv, {"m": tensors[::-1]}, state_layers=True)["m"]
     assert swapped.canonical_page_size_bytes == 2 * spec.page_size_bytes  # opaque: not the tensors the spec views
+
+
+def test_sizes_may_not_contradict_what_the_layer_spec_gives():
+    kv = cache_config([(mamba2_spec(2, 4), ["m"])])
+    with pytest.raises(layoutalg.errors.ConfigError, match=r"sizes\['ssm_heads'\] = 4, but the layer's own spec "
+                                                           r"gives ssm_heads = 8"):
+        derive_canonical_mappings(state_config(2, 1, 4), kv, {}, sizes={"ssm_heads": 4}, state_layers=True)
+    same = derive_canonical_mappings(state_config(2, 1, 4), kv, {}, sizes={"ssm_heads": 8}, state_layers=True)
+    assert same["m"].parallelism_agnostic                    # the same value is no contradiction
