@@ -224,7 +224,8 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
 def _in_range(t: torch.Tensor, n: int, name: str, op: str) -> None:
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
         bad = int(t[(t < 0) | (t >= n)][0])
-        raise LayoutMismatch(f"{op}: {name} holds {bad}, outside the {n} there are (valid: 0 to {n - 1})")
+        valid = f"valid: 0 to {n - 1}" if n else "there are none"
+        raise LayoutMismatch(f"{op}: {name} holds {bad}, outside the {n} there are ({valid})")
 
 
 def _merge(d: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,9 @@ def canonical_layout(lib, family: str, sizes: dict) -> tuple[tuple[str, ...], di
     """(index names, extents, byte strides, element bytes, page bytes) of the family's
     canonical layout at `sizes`, its affinity proved by Z3 (a `LayoutalgError` otherwise)."""
     from .interpret import Reading
+    bad = next(((n, v) for n, v in dict(sizes).items() if type(v) is not int), None)
+    if bad is not None:
+        raise LayoutalgError(f"{family}: size {bad[0]} = {bad[1]!r} is not an integer")
     if family not in lib.families or lib.parts_of(family) != [family]:
         raise LayoutalgError(f"{family}: not a family of one canonical layout in this library (pages of regions "
                              f"do not convert yet)")
@@ -157,6 +160,9 @@ def convert(conv: PageConversion, big, small, to_small: bool) -> None:
     big page g is small pages k*g .. k*g + k - 1 (consecutive in the token sequence)."""
     import torch
     from .copy import plan
+    if not isinstance(big, torch.Tensor) or not isinstance(small, torch.Tensor):
+        raise LayoutalgError(f"convert: big and small must be uint8 torch tensors of pages, got "
+                             f"{type(big).__name__} and {type(small).__name__}")
     groups = big.shape[0] if big.dim() == 2 else -1
     if big.dim() != 2 or small.dim() != 2 or big.dtype != torch.uint8 or small.dtype != torch.uint8 or \
             big.shape[1] != conv.big_page or small.shape[1] != conv.small_page or \

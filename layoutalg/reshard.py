@@ -97,6 +97,10 @@ def direct_plans(producers: Sequence[CanonicalPageMapping],
     the same canonical byte (`check_plan`).
     Raises `ReshardError` naming what differs or the canonical bytes no producer holds.
     """
+    for role, group in (("producers", producers), ("consumers", consumers)):
+        if isinstance(group, CanonicalPageMapping) or not isinstance(group, Sequence):
+            raise ConfigError(f"direct reshard: {role} must be a list of every rank's CanonicalPageMapping, "
+                              f"got {type(group).__name__}")
     _compatible(producers, consumers)
     cuts, holders = _segments(producers)
     plans = []
@@ -320,8 +324,8 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     """Checked before anything moves: the plan, the producer, the tensor's pages (the
     producer's for a gather, the consumer's for a scatter) and the block ids; with the
     producer's runs that move bytes."""
-    if producer < 0:
-        raise ConfigError(f"{op}: producer rank {producer} is negative")
+    if type(producer) is not int or producer < 0:
+        raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
     _validated(plan)
     page, name = ((plan.producer_page_size_bytes, "producer kv") if op == "gather" else
                   (plan.local_page_size_bytes, "consumer kv"))
@@ -369,6 +373,11 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
 def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:
     """In one process: fill consumer blocks `dst_blocks` of `kv` from producer blocks `src_blocks`
     (block i of one is block i of the other) of every producer rank's tensor."""
+    if not isinstance(plan, DirectPlan):
+        raise ConfigError(f"execute: expected a DirectPlan, got {type(plan).__name__}")
+    if isinstance(producer_kvs, torch.Tensor) or not isinstance(producer_kvs, Sequence):
+        raise ConfigError(f"execute: producer_kvs must be a list of every producer rank's tensor, got "
+                          f"{type(producer_kvs).__name__}")
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
     dst = _ids(dst_blocks, page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "execute").shape[0], "execute")
     for p in plan.producers():  # everything checked before the first byte moves

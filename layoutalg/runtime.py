@@ -231,7 +231,20 @@ class Deriver:
         self.fallback = fallback[0] if fallback else None  # a library without one fails closed instead
         self.names = {b[0] for cf in self.families.values() for b in cf.bounds}  # every name some family reads
         self.domains = {b[0]: (b[1], b[2]) for cf in self.families.values() for b in cf.bounds}
-        self.derive = functools.lru_cache(maxsize=4096)(self._derive)
+        self._memo = functools.lru_cache(maxsize=4096)(self._derive)
+
+    def derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
+               num_blocks: int | None = None) -> LayerResult:
+        """Every rank's mapping of `layer` (memoised: the arguments are hashable records)."""
+        try:
+            return self._memo(layer, tensor, parallel, num_blocks)
+        except TypeError:  # an argument that is no hashable record: say which, as on a cache miss
+            _check_arguments(layer, tensor, parallel, num_blocks)
+            raise
+
+    def cache_info(self):
+        """Hits and misses of the memoised derivations (`functools.lru_cache`)."""
+        return self._memo.cache_info()
 
     def _derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
                 num_blocks: int | None = None) -> LayerResult:

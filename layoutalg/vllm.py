@@ -259,6 +259,9 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     deriver = _deriver(specs)
     parallel = parallel_config(vllm_config)
     if parallel.world_size != parallel.tp * parallel.pcp:
+        _log.warning("no canonical mappings: world_size %d is not tensor_parallel_size %d x "
+                     "prefill_context_parallel_size %d (pipeline or data parallel ranks are not a KV grid)",
+                     parallel.world_size, parallel.tp, parallel.pcp)
         return {}
     rank = _rank(vllm_config, parallel.world_size)
     num_blocks = as_int(_field(kv_cache_config, "kv_cache_config", "num_blocks"), "kv_cache_config.num_blocks",

@@ -389,3 +389,14 @@ def test_derive_canonical_mappings_on_random_configs():
         for m in out.values():
             assert covers_page_once(m, m.local_page_size_bytes) and m.local_page_size_bytes > 0
     assert results > 100 and errors > 100, (results, errors)
+
+
+@pytest.mark.parametrize("args, message", [
+    (({}, None, ParallelConfig(1, 1)), "layer must be a LayerSpec, got dict"),
+    ((LayerSpec("attention", 64), None, ParallelConfig(1, 1), [3]), r"num_blocks must be an integer, got \[3\]"),
+    ((LayerSpec("attention", 64), [1], ParallelConfig(1, 1)), "tensor must be a TensorLayout"),
+])
+def test_unhashable_arguments_are_named_not_a_traceback(args, message):
+    from layoutalg.errors import ConfigError
+    with pytest.raises(ConfigError, match=message):
+        Deriver().derive(*args)

@@ -504,3 +504,64 @@ def test_a_let_read_through_a_function_has_its_division_checked(tmp_path):
     assert cf.evaluate({"tp": 2, "pcp": 1, "page_size": 8}).canonical_page == 16
     with pytest.raises(GuardFailed, match=r"\(page_size\) / \(2\) is a whole number"):
         cf.evaluate({"tp": 2, "pcp": 1, "page_size": 7})
+
+
+def test_an_agnostic_claim_read_through_the_per_rank_page_is_not_proved():
+    """page_size is each rank's page: where the local layout builds it from heads it moves with
+    tp, so a canonical page built from it is not agnostic (both the region and its pads)."""
+    lib = load([ROOT / "tests/data/review/agnostic_page_size.lal"])
+    rows = [r for r in prove_family(lib, "lead3") if r.obligation == "agnostic"]
+    assert rows and all(r.status == "unknown" for r in rows), [(r.family, r.status) for r in rows]
+    assert any("depends on page_size" in r.detail for r in rows)
+
+
+def test_mlas_agnostic_claim_says_it_reads_the_page_as_a_model_size():
+    from layoutalg.library import load_default
+    row = next(r for r in prove_family(load_default(), "mla") if r.obligation == "agnostic")
+    assert row.status == "proved"
+    from layoutalg.prove.structural import agnostic_family, agnostic
+    fam = resolve(load_default(), "mla")
+    details = [agnostic(fam, v).detail for v in fam.variants if str(v.agnostic) != "False"]
+    assert any("page_size) is read as a model size" in d for d in details), details
+
+
+def test_single_rank_identity_compares_the_pages_too(tmp_path):
+    spec = _folder(tmp_path, **{"twice": """
+grid one:
+    world tp * pcp
+    require pcp == 1 and dcp == 1
+    ranks r < tp
+
+layout bytes(P):
+    index b < P
+    offset b
+
+family twice serves twice:
+    grid one
+    local     bytes(page_size)
+    canonical bytes(2 * page_size)
+    shard (b) -> (r * page_size + b)
+"""})
+    row = _rows(spec / "twice.lal", "twice")["single-rank-identity"]
+    assert row.status == "refuted" and "the local page is" in row.detail and "canonical page is" in row.detail, \
+        (row.status, row.detail)
+
+
+def test_rows_of_a_spec_that_changed_during_the_run_are_not_cached(tmp_path, monkeypatch):
+    """The parent keys each family by the bytes it read at the start; a worker proves what it
+    reads later. Where the two differ the rows are not stored (a review replayed a stale
+    'proved' for a broken spec that way): the parent's key is made to differ here."""
+    import io
+    from layoutalg.prove import cli
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
+    written = []
+    monkeypatch.setattr(cli, "_write", lambda key, data: written.append(key))
+    spec = shutil.copy(SPECS / "opaque.lal", tmp_path / "opaque.lal")
+    shutil.copy(SPECS / "grids.lal", tmp_path / "grids.lal")
+    real = cli.proof_key
+    monkeypatch.setattr(cli, "proof_key", lambda lib, fam, rlimit: "stale-" + real(lib, fam, rlimit))
+    cli.prove_paths([spec], jobs=1, use_cache=False, out=io.StringIO())
+    assert written == []
+    monkeypatch.setattr(cli, "proof_key", real)
+    cli.prove_paths([spec], jobs=1, use_cache=False, out=io.StringIO())
+    assert len(written) == 1                     # the same bytes on both sides: cached as before

@@ -12,12 +12,13 @@ from ..library import load, spec_files
 from .store import Row, describe, proof_key, read as _read, write as _write
 
 
-def _prove_one(args) -> tuple[str, list[dict], float]:
+def _prove_one(args) -> tuple[str, list[dict], float, str]:
     from .runner import Budgets, prove_family, to_json  # Z3 and sympy load only when something is proved
     paths, family, rlimit, guard_s = args
     lib = load(paths)
+    key = proof_key(lib, family, rlimit)  # of the bytes this worker read, which may be newer than the parent's
     t = time.perf_counter()
-    return family, to_json(prove_family(lib, family, Budgets.of(rlimit, guard_s))), time.perf_counter() - t
+    return family, to_json(prove_family(lib, family, Budgets.of(rlimit, guard_s))), time.perf_counter() - t, key
 
 
 def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
@@ -71,11 +72,14 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     keys = dict(todo)
 
     def finish(result, k):
-        fam, data, seconds = result
+        fam, data, seconds, key = result
         rows[fam] = data
         _progress(fam, data, seconds, k, len(args))
-        if cacheable(data):
-            _write(keys[fam], data)
+        if key != keys[fam]:  # a spec changed while this run was under way: these rows are of other bytes
+            print(f"prove: {fam}: its spec files changed during the run; the rows shown are of the newer "
+                  f"files and are not cached", file=sys.stderr)
+        elif cacheable(data):
+            _write(key, data)
 
     if args:
         with _fresh_processes(min(jobs, len(args))) as pool:

@@ -196,6 +196,10 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
     if name == "writers-cover":
         return f"{where}: {_cover_text(m, model, w, idx, rank, holds)}, with {sizes}" + _gap_text(lib, family, m, model)
     if name == "single-rank-identity":
+        pages = (value(model, m.r.page("local")), value(model, m.r.page("canonical")))
+        if not m.part and pages[0] != pages[1]:
+            return (f"{where}: on a single rank the local page is {pages[0]} bytes but the canonical page is "
+                    f"{pages[1]}, with {sizes}")
         return f"{where}: on a single rank local ({idx(w['i'])}) moves to another canonical byte, with {sizes}"
     if name == "runs-match-spec":
         spec_byte = value(model, m.canonical_byte(w["i"], w["d"]) + w["b"])

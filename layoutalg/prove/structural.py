@@ -120,6 +120,8 @@ def agnostic(family: Family, v: Variant) -> Certificate:
     c = v.canonical
     moving = {sympy.Symbol(n, integer=True) for n in MOVES_WITH_THE_GROUP} | \
         {sympy.Symbol(n) for n in v.rank_digits} | {sympy.Symbol(n, integer=True) for n in v.rank_digits}
+    page, assumed = _page_moves(family, v, norm, moving)
+    moving |= page
     for what, x in [*((f"extent of '{i}'", e) for i, e in zip(c.indices, c.extents)),
                     *((f"stride of '{i}'", k) for i, k in zip(c.indices, c.coefficients)),
                     ("element size", c.element), ("base", c.base)]:
@@ -131,7 +133,24 @@ def agnostic(family: Family, v: Variant) -> Certificate:
             where = f" (when {cases})" if cases else ""
             return Certificate("unknown", f"agnostic is claimed{where} but the canonical {what} is "
                                           f"{norm(x)}, which depends on {', '.join(hit)}")
-    return Certificate("proved", "the canonical page is built from no parallel quantity")
+    return Certificate("proved", "the canonical page is built from no parallel quantity" + (
+        f"; the runtime's page (page_size) is read as a model size: {assumed}" if assumed else ""))
+
+
+def _page_moves(family: Family, v: Variant, norm, moving: set) -> tuple[set, str]:
+    """The runtime's page is per rank, so it moves with the group unless the family's local
+    layout says otherwise: ({page_size} and '') where the local page is built from a moving
+    name (or, a region of a page, cannot be told here), (set(), why it does not) where the
+    local page is the page itself, from nothing that moves (MLA's latent, the same on every
+    rank). The runtime applies a family only where its local layout is exactly the page."""
+    symbols = {sympy.Symbol("page_size", integer=True), sympy.Symbol("page_size")}
+    if family.region is not None or "." in family.name:  # a region's or a pad's part: the page is all of them
+        return symbols, ""
+    size = v.local.size_bytes()
+    free = family.atoms.expand(norm(size)).free_symbols | {s for a in _atoms_in(family, norm(size)) for s in a}
+    if free & moving:
+        return symbols, ""
+    return set(), f"the local page, {size}, is built from no parallel quantity"
 
 
 def _atoms_in(family: Family, x) -> list[set]:
