@@ -364,6 +364,9 @@ def _resolve(lib: Library, name: str) -> Family:
     vocabulary = lib.vocabulary()
     top = Scope(atoms, {n: param(n) for n in vocabulary}, fns=dict(lib.fns))
     for let in lib.lets.values():
+        if let.name in vocabulary:  # one meaning per name, in every file of the library
+            raise SpecError(f"'{let.name}' is a runtime name ({vocabulary[let.name].meaning}); a let may not "
+                            f"redefine it", let.span)
         top.names[let.name] = _let_size(top, let)
     fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms, vocabulary=vocabulary,
                  region=fdef.shard.region if fdef.page is not None and fdef.shard else None)
@@ -376,6 +379,11 @@ def _resolve(lib: Library, name: str) -> Family:
             raise SpecError(f"grid '{gdef.name}' has no 'world' line", gdef.span)
         for v in _run(fdef.body, s, where):
             fam.variants.append(_variant(lib, fdef, v))
+    seq = getattr(fdef, "sequence", None)
+    if seq is not None and fam.variants and seq.id not in fam.variants[0].canonical.indices:
+        raise SpecError(f"{where}: 'sequence {seq.id}' names no index of the canonical layout "
+                        f"'{fam.variants[0].canonical.name}' (its indices: "
+                        f"{', '.join(fam.variants[0].canonical.indices)})", seq.span)
     return fam
 
 

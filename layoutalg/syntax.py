@@ -299,6 +299,10 @@ class _DedentAt(DedentError):
         self.line, self.column, self.indent, self.expected = line, column, indent, expected
 
 
+class _TabAt(_DedentAt):
+    """Tabs and spaces mixed in indentation: a tab's width is the editor's choice, the block is not."""
+
+
 class _Indenter(Indenter):
     NL_type = "_NL"
     OPEN_PAREN_types = ["LPAR"]
@@ -307,12 +311,23 @@ class _Indenter(Indenter):
     DEDENT_type = "_DEDENT"
     tab_len = 4
 
+    indent_chars = ""
+
+    def process(self, stream):
+        self.indent_chars = ""  # the parser is shared: each file sets its own
+        return super().process(stream)
+
     def handle_NL(self, token: Token):
         # lark's own version raises DedentError without a position
         if self.paren_level > 0:
             return
         yield token
         indent_str = token.rsplit("\n", 1)[1]
+        if indent_str:  # a file indents with tabs or with spaces; mixed, a tab's width would decide the block
+            self.indent_chars = self.indent_chars or indent_str[0]
+            if set(indent_str) != {self.indent_chars}:
+                other = next(i for i, c in enumerate(indent_str) if c != self.indent_chars)
+                raise _TabAt(token.end_line, other + 1, 0, [])
         indent = indent_str.count(" ") + indent_str.count("\t") * self.tab_len
         if indent > self.indent_level[-1]:
             self.indent_level.append(indent)
@@ -402,6 +417,10 @@ def _parse_tree(text: str, lines: list[str], span) -> Tree:
     except UnexpectedEOF as e:
         raise SpecError(f"unexpected end of file; expected {_describe_expected(e.expected)}",
                         span(len(lines), 1)) from None
+    except _TabAt as e:
+        raise SpecError("this indentation mixes tabs and spaces (the file indents with one of them): how wide a "
+                        "tab is depends on the editor, so which block the line belongs to would too",
+                        span(e.line, e.column)) from None
     except _DedentAt as e:
         levels = ", ".join(map(str, e.expected))
         raise SpecError(f"inconsistent indentation: this line is indented by {e.indent}, which matches no "

@@ -98,6 +98,13 @@ CASES = [
      "the file is not UTF-8 text: byte 0xe9 (byte 45 of the file) cannot be decoded; save it as UTF-8"),
     # str.splitlines() counts '\x0c' as a line break and lark does not: the caret used to sit under another line
     ("# a\x0cb\nlayout a(T):\n    index t < T\n    offset Q\n", 4, 12, "unknown name 'Q'"),
+    # a library-level let gave tp (or a declared name) another meaning in every file loaded with it
+    (FAMILY + "let tp = 2\n", 10, 5, "'tp' is a runtime name (tensor-parallel ranks); a let may not redefine it"),
+    (FAMILY.replace("    shard (t) -> (t)\n", "    sequence zz\n    shard (t) -> (t)\n"), 9, 14,
+     "'sequence zz' names no index of the canonical layout 'a' (its indices: t)"),
+    # a tab's width is the editor's: which block a line joins must not depend on it
+    ("grid g:\n    world tp\n    case tp == 1:\n        let x = 1\n\tranks r < tp\n", 5, 1,
+     "this indentation mixes tabs and spaces"),
 ]
 
 
