@@ -565,3 +565,11 @@ def test_rows_of_a_spec_that_changed_during_the_run_are_not_cached(tmp_path, mon
     monkeypatch.setattr(cli, "proof_key", real)
     cli.prove_paths([spec], jobs=1, use_cache=False, out=io.StringIO())
     assert len(written) == 1                     # the same bytes on both sides: cached as before
+
+
+def test_a_term_that_is_never_exact_proves_nothing():
+    """Every query assumes each division exact; where one never is, no row may be proved:
+    the witness search reads the shard map too, so the family applies nowhere."""
+    rows = _rows(ROOT / "tests/data/review/never_exact.lal", "vacuous")
+    assert rows["page-size"].status == "refuted"
+    assert not [n for n, r in rows.items() if r.status == "proved"], {n: r.status for n, r in rows.items()}

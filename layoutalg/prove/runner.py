@@ -108,6 +108,7 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
     found, status = [], "sat"
     for cap in (2, 4, 16):
         m = Model(lib, family, path, bounds=_Capped(cap, WITNESS.page))
+        m.touch()
         other = lambda sizes: z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes])  # noqa: E731
         block = [other(sizes) for sizes in [*avoid, *found]]
         while len(found) < n:
@@ -120,6 +121,7 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
             break
     if not found:  # nothing small: a path is dead only if nothing in the whole domain takes it
         m = Model(lib, family, path)
+        m.touch()
         status, model = m.solve(z3.BoolVal(True), budget)
         if status == "sat":
             found.append({k: value(model, v) for k, v in m.sizes.items()})
