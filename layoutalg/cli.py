@@ -276,6 +276,9 @@ def _check(args) -> int:
     layouts = [n for n in lib.layouts if "." not in n]  # a page's regions are not layouts of their own here
     print(f"{len(layouts)} layout(s), {len(lib.grids)} grid(s), {len(lib.families)} family(ies) "
           f"in {len(lib.modules)} file(s)\n")
+    for fam, b in lib.unloaded:  # a misspelt preference would otherwise never apply, silently
+        print(f"note: {b.span}: family '{fam}' is preferred before '{b.id}', which is not loaded with it: "
+              f"no preference here\n")
     print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
     bad, examples = 0, {}
     for n, (name, cf) in enumerate(compiled.items(), 1):

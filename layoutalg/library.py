@@ -43,6 +43,7 @@ class Library:
     params: dict[str, ParamDef] = field(default_factory=dict)
     parts: dict[str, FamilyDef] = field(default_factory=dict)  # 'family.region' -> that region's family
     pages: dict[str, tuple[str, ...]] = field(default_factory=dict)  # page layout -> its region layouts
+    unloaded: list = field(default_factory=list)  # (family, Name) of each `before` naming a family not loaded
 
     def family_def(self, name: str) -> FamilyDef:
         """A family, or one region's part of a family of pages (`family.region`)."""
@@ -81,6 +82,39 @@ class Library:
                                 f"declare only new ones", d.span)
             if d.name.startswith("_") or d.name in RESERVED or keyword.iskeyword(d.name):
                 raise SpecError(f"'{d.name}' cannot name a runtime quantity (reserved)", d.span)
+
+    def rank_families(self) -> None:
+        """Give each family its place among those serving its layer kind: every `before`
+        honoured (a family, of the same kind, and no cycle), the rest by `order`, then name.
+        The runtime tries them in that order, so where two hold a layer the spec chose which."""
+        self.unloaded = []
+        for fam in self.families.values():
+            for b in fam.before:
+                other = self.families.get(b.id)
+                if b.id == fam.name:
+                    raise SpecError(f"family '{fam.name}' is preferred before itself", b.span)
+                if other is None:  # a file read on its own: nothing to prefer it over (`check` says so)
+                    self.unloaded.append((fam.name, b))
+                    continue
+                if other.serves != fam.serves:
+                    raise SpecError(f"family '{fam.name}' serves '{fam.serves}' but '{b.id}' serves "
+                                    f"'{other.serves}': a preference is between families of one layer kind", b.span)
+        placed: list[str] = []
+        waiting = {n: {b.id for b in f.before if b.id in self.families} for n, f in self.families.items()}
+        preds = {n: {m for m, after in waiting.items() if n in after} for n in self.families}
+        while len(placed) < len(self.families):
+            ready = sorted((f.order, n) for n, f in self.families.items() if n not in placed and preds[n] <= set(placed))
+            if not ready:  # every family left waits for another left: walk back to a circle
+                cur, seen = min(n for n in self.families if n not in placed), []
+                while cur not in seen:
+                    seen.append(cur)
+                    cur = min(p for p in preds[cur] if p not in placed)
+                circle = seen[seen.index(cur):]
+                raise SpecError(f"the preferences between families {' and '.join(sorted(circle))} go round in a "
+                                f"circle: each is to be tried before another of them", self.families[circle[0]].span)
+            placed.append(ready[0][1])
+        for rank, name in enumerate(placed):
+            self.families[name] = dataclasses.replace(self.families[name], order=rank)
 
     def check_limits(self) -> None:
         """Refuse a family whose `case` groups multiply into more than MAX_VARIANTS variants."""
@@ -208,6 +242,7 @@ def load(paths) -> Library:
     for f in spec_files(paths):
         lib.add(parse_file(f.resolve()))
     lib.check_limits()
+    lib.rank_families()
     lib.expand_pages()
     return lib
 

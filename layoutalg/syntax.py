@@ -235,6 +235,7 @@ class FamilyDef:
     part_of: str | None = None  # a region's part of a family of pages (made by `Library`)
     page: tuple[str, str] | None = None  # (local, canonical) page layouts a part's regions belong to
     sequence: Name | None = None  # the canonical index pages of another cp join along (`sequence t`)
+    before: tuple[Name, ...] = ()  # families of the same kind this one is tried before (`before F, G`)
 
 
 @dataclass(frozen=True)
@@ -706,7 +707,7 @@ class _Build(Transformer_NonRecursive):
         return ("shard" if region is None else ("shard", str(region)), shard, at)
 
     def family_def(self, meta, c):
-        name, serves, order, items = str(c[0]), str(c[1]), c[2], c[3:]
+        name, serves, order, before, items = str(c[0]), str(c[1]), c[2], c[3], c[4:]
         where = self._at(meta)
         found: dict[object, object] = {}
         body = []
@@ -725,7 +726,7 @@ class _Build(Transformer_NonRecursive):
                             f"a page of regions names each region's map", found["shard"].span)
         return FamilyDef(name, serves, self._order(order), found.get("grid"),
                          found.get("local"), found.get("canonical"), found.get("shard"),
-                         tuple(body), where, shards, sequence=found.get("sequence"))
+                         tuple(body), where, shards, sequence=found.get("sequence"), before=tuple(before or ()))
 
     def _order(self, tok: Token | None) -> int:
         if tok is None:

@@ -224,3 +224,59 @@ family f serves thing:
 def test_empty_sizes_are_no_sizes():
     assert LayerSpec("x", 4, sizes={}).sizes == () == LayerSpec("x", 4, sizes=[]).sizes
     hash(LayerSpec("x", 4, sizes={}))
+
+
+# ---- preferences between families: `before` ----------------------------------------------
+
+TWIN = """grid one:
+    world tp * pcp
+    require pcp == 1
+    ranks r < tp
+layout flat(N):
+    index i < N
+    offset i
+family {a} serves twin{a_pref}:
+    grid one
+    require tp == 1
+    local     flat(page_size)
+    canonical flat(page_size)
+    shard (i) -> (i)
+family {b} serves {b_kind}{b_pref}:
+    grid one
+    require tp == 1
+    local     flat(page_size)
+    canonical flat(page_size)
+    shard (i) -> (i)
+"""
+
+
+def _twins(tmp_path, a_pref="", b_pref="", b_kind="twin", a="zeta", b="alpha"):
+    (tmp_path / "t.lal").write_text(TWIN.format(a=a, b=b, a_pref=a_pref, b_pref=b_pref, b_kind=b_kind))
+    return tmp_path / "t.lal"
+
+
+@pytest.mark.parametrize("a_pref, b_pref, taken", [("", "", "alpha"), (", before alpha", "", "zeta"),
+                                                     ("", ", before zeta", "alpha"), (", order 0", ", order 1", "zeta")])
+def test_where_two_families_hold_a_layer_the_preference_decides(tmp_path, a_pref, b_pref, taken):
+    spec = _twins(tmp_path, a_pref, b_pref)
+    res = Deriver(tmp_path).derive(LayerSpec("twin", 64), None, ParallelConfig(1, 1))
+    assert res.result == "certified" and res.family == taken   # without one, by name: alpha
+
+
+@pytest.mark.parametrize("a_pref, b_pref, b_kind, message", [
+    (", before alpha", ", before zeta", "twin", "the preferences between families alpha and zeta go round in a circle"),
+    (", before alpha", "", "other", "family 'zeta' serves 'twin' but 'alpha' serves 'other'"),
+    (", before zeta", "", "twin", "family 'zeta' is preferred before itself"),
+])
+def test_a_preference_that_cannot_hold_is_a_spec_error(tmp_path, a_pref, b_pref, b_kind, message):
+    from layoutalg.errors import SpecError
+    with pytest.raises(SpecError, match=message):
+        load([_twins(tmp_path, a_pref, b_pref, b_kind)])
+
+
+def test_a_preference_over_a_family_not_loaded_is_noted_by_check(tmp_path):
+    import subprocess
+    import sys
+    spec = _twins(tmp_path, ", before gamma")
+    out = subprocess.run([sys.executable, "-m", "layoutalg", "check", str(spec)], capture_output=True, text=True)
+    assert "family 'zeta' is preferred before 'gamma', which is not loaded with it" in out.stdout, out.stdout
