@@ -9,13 +9,19 @@ memory, a file mapped into memory, a device buffer); block `block_ids[i]` of `kv
 to or comes from page `page_ids[i]`. Writers take turns by canonical page id
 (`page_id % num_writers == writer_index`), as engines key them by the offload page.
 
-Each run is one strided view on each side, `(pages, fragments, fragment words)`, and a
-batch is one gather and one scatter per run through those views (`index_select`,
-`index_copy_` on the view), so a store writes exactly this rank's bytes of each page and
-nothing else: ranks storing into one shared page never race. The views use the widest
-word (8, 4, 2 or 1 bytes) that divides every offset, size and stride, so a fragment of
-256 bytes moves as 32 words. `descriptors` lists the same plan as flat `(src, dst, size)`
-byte triples for a batched-memcpy engine, merged where contiguous across fragments.
+Each run is a progression of equal fragments on each side. Where a side's fragments start
+on rows of one dense `(rows, fragment)` view of its buffer (offsets, strides and the block
+stride multiples of the fragment; fragments that continue each other make one row a
+block), the run moves whole rows by row number: on the CPU through numpy's row indexing
+of the same memory (several times faster than torch's index ops on small rows), else
+`index_select` / `index_copy_`. Elsewhere it is a 3-D strided view `(blocks, fragments,
+fragment words)` on that side. A batch goes a chunk of blocks at a time (2 MiB of
+fragments), so what is gathered is still in cache when it is scattered. A store writes
+exactly this rank's bytes of each page and nothing else: ranks storing into one shared
+page never race. The words are the widest (8, 4, 2 or 1 bytes) that divide every offset,
+size and stride, so a fragment of 256 bytes moves as 32 words. `descriptors` lists the
+same plan as flat `(src, dst, size)` byte triples for a batched-memcpy engine, merged
+where contiguous across fragments.
 Every argument is checked before the first byte moves; a rejected call changes nothing.
 """
 from __future__ import annotations
@@ -23,6 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+try:  # on the CPU, numpy's row gather and scatter run several times faster than torch's index ops
+    import numpy as _np
+except ImportError:  # pragma: no cover - torch works without it, and so do the plans
+    _np = None
 
 from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping
@@ -86,12 +97,11 @@ class CopyPlan:
         if ids.numel():
             local, canon = self._pair(kv, pages)
             for r in self.mapping.runs if runs is None else runs:
-                lv = _view(local, r.local_offset, r.local_stride, r)
-                cv = _view(canon, r.canonical_offset, r.canonical_stride, r)
-                if to_pages:
-                    cv.index_copy_(0, ids, lv.index_select(0, blocks))
-                else:
-                    lv.index_copy_(0, blocks, cv.index_select(0, ids))
+                src, dst = ((local, r.local_offset, r.local_stride, blocks), (canon, r.canonical_offset,
+                                                                              r.canonical_stride, ids))
+                if not to_pages:
+                    src, dst = dst, src
+                _copy_run(src, dst, r)
         return int(ids.numel())
 
     def descriptors(self, block_ids, page_ids, store: bool = True, kv_base: int = 0, pages_base: int = 0,
@@ -184,6 +194,61 @@ def _words(raw: torch.Tensor, w: int) -> torch.Tensor:
     dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[w]
     words = torch.empty(0, dtype=dtype, device=raw.device).set_(raw.untyped_storage())
     return words.as_strided((raw.shape[0], raw.shape[1] // w), (raw.stride(0) // w, 1), raw.storage_offset() // w)
+
+
+_CHUNK = 1 << 21
+"""Bytes of fragments gathered at a time: the gathered chunk is still in cache when it is scattered."""
+
+
+def _rows(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor):
+    """The run's fragments of blocks `which` as rows of one `(rows, fragment words)` view of
+    the whole buffer, and their row numbers `(blocks, rows a block)`, where every fragment
+    starts on a row (offsets, strides and the block stride multiples of the fragment); else
+    None. Fragments that continue each other are one row a block. Rows of a dense 2-D view
+    copy at the speed of whole pages, where a 3-D strided view goes element-wise."""
+    w = words.element_size()
+    if r.num_fragments > 1 and stride == r.fragment_size:  # one dense stretch a block: one row each
+        r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
+    n = r.fragment_size // w
+    step = words.stride(0)
+    if n == 0 or (offset // w) % n or (step % n if words.shape[0] > 1 else 0) or \
+            (r.num_fragments > 1 and (stride // w) % n):
+        return None
+    total = ((words.shape[0] - 1) * step + words.shape[1]) // n
+    rows = words.as_strided((total, n), (n, 1), words.storage_offset())
+    frag = offset // w // n + torch.arange(r.num_fragments, dtype=torch.int64) * (stride // w // n)
+    return rows, which[:, None] * (step // n) + frag[None, :]  # (blocks, rows a block)
+
+
+def _copy_run(src: tuple, dst: tuple, r) -> None:
+    """Copy run `r` of blocks `src[3]` into blocks `dst[3]` (each side `(words, offset, stride,
+    which)`), a chunk of blocks at a time: gathered, then scattered while still in cache.
+    A side whose fragments start on rows of a dense 2-D view (`_rows`) moves whole rows (on
+    the CPU through numpy's row indexing, several times torch's index ops); else a 3-D
+    strided view of the run."""
+    (sw, so, ss, sb), (dw, do, ds, db) = src, dst
+    fw = r.fragment_size // sw.element_size()
+    per = max(1, _CHUNK // max(1, r.fragment_size * r.num_fragments))  # blocks a chunk
+    s_rows, d_rows = _rows(sw, so, ss, r, sb), _rows(dw, do, ds, r, db)
+    if _np is not None and sw.device.type == dw.device.type == "cpu" and s_rows and d_rows:
+        (s_view, s_ids), (d_view, d_ids) = s_rows, d_rows
+        src_np, dst_np, s_ids, d_ids = s_view.numpy(), d_view.numpy(), s_ids.numpy(), d_ids.numpy()
+        for at in range(0, sb.numel(), per):
+            chunk = src_np[s_ids[at:at + per].reshape(-1)]
+            dst_np[d_ids[at:at + per].reshape(-1)] = chunk.reshape(-1, dst_np.shape[1])
+        return
+    for at in range(0, sb.numel(), per):
+        if s_rows:
+            data = s_rows[0].index_select(0, s_rows[1][at:at + per].reshape(-1).to(sw.device))
+        else:
+            data = _view(sw, so, ss, r).index_select(0, sb[at:at + per].to(sw.device))
+        data = data.reshape(-1, r.num_fragments * fw)  # one block a row, in fragment order
+        if d_rows:
+            d_rows[0].index_copy_(0, d_rows[1][at:at + per].reshape(-1).to(dw.device),
+                                  data.reshape(-1, d_rows[0].shape[1]))
+        else:
+            _view(dw, do, ds, r).index_copy_(0, db[at:at + per].to(dw.device),
+                                             data.view(-1, r.num_fragments, fw))
 
 
 def _view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:

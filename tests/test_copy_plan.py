@@ -38,7 +38,12 @@ def shard(full, tp, rank, like):
 
 
 @pytest.mark.parametrize("src,dst,layout", [(4, 2, "nhd"), (2, 4, "nhd"), (8, 1, "hnd"), (1, 8, "nhd"), (16, 4, "hnd")])
-def test_store_under_one_tp_load_under_another(deriver, src, dst, layout):
+@pytest.mark.parametrize("executor", ["numpy rows", "torch rows and views"])
+def test_store_under_one_tp_load_under_another(deriver, src, dst, layout, executor, monkeypatch):
+    import layoutalg.copy
+    if executor != "numpy rows":  # what runs off the CPU (a CUDA tensor) or without numpy
+        monkeypatch.setattr(layoutalg.copy, "_np", None)
+    monkeypatch.setattr(layoutalg.copy, "_CHUNK", 3 * 1024)  # several chunks a batch, a last one short
     full = torch.randn(N, 2, BS, TOTAL, D, generator=torch.Generator().manual_seed(src * 10 + dst)).to(torch.bfloat16)
     maps, like = group(deriver, src, layout)
     pages = torch.zeros(N + 3, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
