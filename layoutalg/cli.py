@@ -380,15 +380,15 @@ def _draw(args) -> int:
     if args.store or args.load:
         return _draw_reshard(args)
     from .draw import draw, owners_of_reading
-    config = (f"tp={args.tp} pcp={args.pcp} dcp={args.dcp} interleave={args.interleave}, {args.heads} KV heads, "
-              f"block {args.block_size}, head {args.head_size} x {args.dtype_bytes} B")
     try:
         cf, inst, maps = _derived(args)
+        config = _config_line(cf, args)
     except _Inapplicable as e:
         print(e)
         if e.broken is None:
             return 1
         lib, family, sizes = e.broken  # the spec is wrong here: draw what it says, the conflicts marked
+        config = ", ".join(f"{n}={v}" for n, v in sizes.items() if n in _read_names(lib, family))
         try:
             print(draw(owners_of_reading(lib, family, sizes), args.output,
                        f"{family}: {config}. Does not tile: drawn from the spec's own reading"))
@@ -397,6 +397,21 @@ def _draw(args) -> int:
         return 1
     print(draw(maps, args.output, f"{cf.name}: {config}"))
     return 0
+
+
+def _read_names(lib, family: str) -> set:
+    from .compile import compile_named
+    return {b[0] for b in compile_named(lib, family).bounds}
+
+
+def _config_line(cf, args) -> str:
+    """The configuration a picture shows, in the names its family reads (heads for attention,
+    SSM heads for a Mamba state, ...)."""
+    values = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave,
+              "total_heads": args.heads, "block_size": args.block_size, "head_size": args.head_size,
+              "dtype_bytes": args.dtype_bytes, **dict(args.size)}
+    read = {b[0] for b in cf.bounds}
+    return ", ".join(f"{n}={v}" for n, v in values.items() if n in read or n == "tp")
 
 
 def _derived(args):

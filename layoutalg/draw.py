@@ -36,6 +36,7 @@ class Owners(NamedTuple):
     local: list        # per rank, per local byte: its canonical byte (-1: none)
     unit: int          # bytes per cell
     exact: bool        # whether no cell straddles two fragments
+    pads: list | None = None  # per canonical byte: padding, never copied (a page of regions)
 
 
 def _cell(gcd_of: int, biggest: int) -> tuple[int, bool]:
@@ -85,45 +86,55 @@ def owners(maps: Sequence[CanonicalPageMapping], block: int = 0) -> Owners:
 
 def owners_of_reading(lib, family: str, sizes: dict) -> Owners:
     """Who writes which bytes of block 0 by the spec's own reading (`interpret`), whether or not
-    the family tiles there: a rank writes block 0 where every replica digit of it is 0."""
+    the family tiles there: a rank writes block 0 where every replica digit of it is 0 (of
+    each region's own replicas, for a page of regions; the canonical page's pads are marked)."""
     from .interpret import Reading, byte_map
-    if family not in lib.families or lib.parts_of(family) != [family]:
-        raise LayoutalgError(f"draw: {family} is a page of regions (or a part of one): drawn from its runs only, "
-                             f"not yet from the spec's reading")
+    if family not in lib.families:
+        raise LayoutalgError(f"draw: {family} is not a family of this library (a part of a page is drawn with "
+                             f"its page)")
+    parts = lib.parts_of(family)
+    pads = [p for p in lib.parts_of(family, pads=True) if p.endswith("'")]  # the canonical page's
     try:
-        r = Reading(lib, family, dict(sizes))
+        readings = [Reading(lib, p, dict(sizes)) for p in parts]
+        pad_readings = [Reading(lib, p, dict(sizes)) for p in pads]
     except (ArithmeticError, LookupError) as e:
         raise LayoutalgError(f"draw: {family} cannot be read at these sizes: {e}") from None
+    first = readings[0]
     for role in ("local", "canonical"):
-        if r.page(role) > MAX_READING_BYTES:
-            raise LayoutalgError(f"draw: the {role} page is {r.page(role)} bytes; drawn from the spec's reading "
+        if first.page(role) > MAX_READING_BYTES:
+            raise LayoutalgError(f"draw: the {role} page is {first.page(role)} bytes; drawn from the spec's reading "
                                  f"(element by element) only up to {MAX_READING_BYTES}: try smaller sizes")
-    rext = r.rank_extents()
     world = 1
-    for _, e in rext:
+    for _, e in first.rank_extents():
         world *= e
-    canon = r.page("canonical")
+    canon = first.page("canonical")
     writers, holders, local = [[] for _ in range(canon)], [0] * canon, []
     g = 0
     for rank in range(world):
-        digits, rest = {}, rank
-        for n, e in reversed(rext):
-            digits[n], rest = rest % e, rest // e
-        writes = all(digits[n] == 0 for n in r.replicas)
-        m = byte_map(r, rank)
-        here = [-1] * r.page("local")
-        for lo, co in m.items():
-            if 0 <= lo < len(here):
-                here[lo] = co
-            if 0 <= co < canon:
-                holders[co] += 1
-                if writes:
-                    writers[co].append(rank)
+        here = [-1] * first.page("local")
+        for r in readings:
+            digits, rest = {}, rank
+            for n, e in reversed(r.rank_extents()):
+                digits[n], rest = rest % e, rest // e
+            writes = all(digits[n] == 0 for n in r.replicas)
+            for lo, co in byte_map(r, rank).items():
+                if 0 <= lo < len(here):
+                    here[lo] = co
+                if 0 <= co < canon:
+                    holders[co] += 1
+                    if writes:
+                        writers[co].append(rank)
         local.append(here)
+    for r in readings:
         ldef, bound = r.layout("local")
         g = gcd(g, r.expr(ldef.element, bound) if ldef.element is not None else 1)
+    padded = [False] * canon
+    for r in pad_readings:  # a pad maps onto itself: its bytes are where its box lies
+        for lo in byte_map(r, 0):
+            if 0 <= lo < canon:
+                padded[lo] = True
     unit, exact = _cell(g, max([canon] + [len(h) for h in local]))
-    return Owners(writers, holders, local, unit, exact)
+    return Owners(writers, holders, local, unit, exact, padded if any(padded) else None)
 
 
 def draw(source, path: str, title: str = "", block: int = 0) -> str:
@@ -139,8 +150,10 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
     def first(ws):
         return ws[0] if ws else -1
 
+    pad = o.pads or [False] * len(o.writers)
     canon = [(first(o.writers[c]), o.holders[c] > 1, "clash" if len(o.writers[c]) > 1 else
-              "gap" if not o.writers[c] else None) for c in range(0, len(o.writers), unit)]
+              "pad" if pad[c] and not o.writers[c] else "gap" if not o.writers[c] else None)
+             for c in range(0, len(o.writers), unit)]
     pages = [("canonical page", canon)]
     for rank, here in enumerate(o.local):
         cells = []
@@ -214,7 +227,9 @@ def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, cl
             x, y = i % cols, rows - 1 - i // cols
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=colour(w), edgecolor="white", linewidth=0.3,
                                    hatch="///" if hatched and mark is None else None))
-            if mark:
+            if mark == "pad":
+                ax.add_patch(Rectangle((x, y), 1, 1, facecolor="white", edgecolor="#d0d0d0", linewidth=0.3))
+            elif mark:
                 ax.add_patch(Rectangle((x, y), 1, 1, fill=False, edgecolor="red" if mark == "clash" else "black",
                                        linewidth=1.2, hatch="xx"))
         ax.set_xlim(0, cols)
@@ -231,6 +246,8 @@ def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, cl
         legend.append(Patch(facecolor="white", edgecolor="red", hatch="xx", label=f"two writers ({clashes} cells)"))
     if gaps:
         legend.append(Patch(facecolor="#d0d0d0", edgecolor="black", hatch="xx", label=f"nobody writes ({gaps} cells)"))
+    if any(m == "pad" for _, cells in pages for _, _, m in cells):
+        legend.append(Patch(facecolor="white", edgecolor="#d0d0d0", label="padding (never copied)"))
     fig.legend(handles=legend, loc="lower center", fontsize=7, ncol=min(6, len(legend)), frameon=False)
     head, _, tail = title.rpartition("\n")
     head = "\n".join(textwrap.wrap(head, 150))

@@ -107,3 +107,40 @@ def test_a_direct_reshard_is_drawn_by_producer(tmp_path):
     half = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_hnd.lal", "--store", "tp=8",
                            "-o", str(tmp_path / "x.svg")], capture_output=True, text=True, cwd=ROOT)
     assert half.returncode == 2 and "--store and --load go together" in half.stderr
+
+
+STATE = ["--size", "conv_kernel=3", "--size", "conv_bytes=2", "--size", "ssm_bytes=4", "--size", "ssm_heads=4",
+         "--size", "ssm_head_dim=2", "--size", "state_size=2"]
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_a_page_of_regions_read_from_the_spec_agrees_with_the_runs(groups):
+    """Mamba2's conv x | B | C and SSM regions, B and C copied on two ranks when groups < tp."""
+    from layoutalg.library import load_default
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    names = dict(conv_kernel=3, conv_bytes=2, ssm_bytes=4, ssm_heads=4, ssm_head_dim=2, state_size=2,
+                 n_groups=groups)
+    page = 2 * 2 * (4 + 2 * max(1, groups // 2) * 2) + 4 * 2 * 2 * 2 + 6   # tp=2, a padded page
+    res = Deriver().derive(LayerSpec("mamba2", page, sizes=names), None, ParallelConfig(2, 1))
+    assert res.result == "certified", res.reasons
+    sizes = dict(tp=2, pcp=1, dcp=1, conv_dim_first=0, page_size=page, **names)
+    a, b = owners(res.mappings), owners_of_reading(load_default(), "mamba2", sizes)
+    assert (a.writers, a.holders, a.local) == (b.writers, b.holders, b.local)
+    assert any(h == 2 for h in b.holders) == (groups == 1)     # copied groups: two holders, one writer
+
+
+def test_a_page_that_does_not_tile_is_drawn_from_the_spec_with_its_conflicts(tmp_path):
+    """B's shard map forgets the group shard: both ranks write the first groups, nobody the rest."""
+    for f in ("mamba2.lal", "state.lal"):
+        (tmp_path / f).write_text((ROOT / "specs" / f).read_text())
+    text = (tmp_path / "mamba2.lal").read_text()
+    broken = text.replace("shard b   (k, j) -> (k, group_shard * groups_here * state_size + j) replica group_copy",
+                          "shard b   (k, j) -> (k, j) replica group_copy")
+    assert broken != text
+    (tmp_path / "mamba2.lal").write_text(broken)
+    out = tmp_path / "bad.svg"
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "draw", str(tmp_path / "mamba2.lal"), "--tp", "2",
+                           *STATE, "--size", "n_groups=4", "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "cells with two writers" in proc.stdout and "cells nobody writes" in proc.stdout, proc.stdout
+    assert "drawn from the spec's own reading" in out.read_text() and "ssm_heads=4" in out.read_text()
