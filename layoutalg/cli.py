@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32, fp8 or int8 (default bf16)")
     rs.add_argument("--blocks", type=_positive, default=64, help="blocks per rank and layer (default 64)")
     rs.add_argument("--layers", type=_positive, default=4, help="layers (default 4)")
+    rs.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", type=_named_size,
+                    help="a runtime name the family's spec declares, e.g. --size ssm_heads=8 for mamba2; repeatable")
     rs.add_argument("--direct", action="store_true",
                     help="both groups at once: consumers receive their bytes from producers by the direct plan, "
                          "proved by Z3 for this pair first")
@@ -204,8 +206,9 @@ def main(argv=None) -> int:
 def _reshard(args) -> int:
     from .distributed import group_of, parse_config, reshard
     model = (args.heads, args.block_size, args.head_size, args.dtype, args.blocks)
-    store = group_of(args.family, parse_config(args.store), *model)
-    load = group_of(args.family, parse_config(args.load), *model)
+    names = dict(args.size)
+    store = group_of(args.family, parse_config(args.store), *model, names=names)
+    load = group_of(args.family, parse_config(args.load), *model, names=names)
     conversion = None
     a, b = store.mappings[0].canonical_page_size_bytes, load.mappings[0].canonical_page_size_bytes
     if a != b and store.mappings[0].layout_id == load.mappings[0].layout_id:

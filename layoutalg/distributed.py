@@ -72,8 +72,9 @@ def parse_config(text: str) -> dict:
 
 
 def group_of(family: str, config: dict, heads: int, block_size: int, head_size: int, dtype: str,
-             blocks: int) -> Group:
-    """The layer under `config`, served by `family` or a `ConfigError` saying why not."""
+             blocks: int, names: dict | None = None) -> Group:
+    """The layer under `config`, served by `family` or a `ConfigError` saying why not. `names`
+    gives the runtime names a spec declares (a Mamba state's heads, groups, ...)."""
     families = compiled_library()
     if family not in families:
         raise ConfigError(f"reshard: no family {family!r}; the shipped ones: {', '.join(sorted(families))}")
@@ -81,8 +82,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
         raise ConfigError(f"reshard: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     cf, torch_dtype = families[family], DTYPES[dtype]
     if not isinstance(cf, CompiledFamily):
-        raise ConfigError(f"reshard: {family} is a page of regions; this command reshards families of one layout "
-                          f"(the copy plans and direct plans of pages are tested in-process)")
+        return _page_group(family, cf, config, (heads, block_size, head_size, torch_dtype), blocks, dict(names or {}))
     e = torch.empty(0, dtype=torch_dtype).element_size()
     tp = config["tp"]
     mla = cf.serves == "mla"
@@ -116,6 +116,40 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype)
 
 
+def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names: dict) -> Group:
+    """A family of pages (Mamba2 or GDN state, quantised KV with its scales) under `config`:
+    the names it declares come from `names`; each rank's layer is one uint8 page a block,
+    exactly its regions."""
+    from . import params
+    from ._resources import specs_dir
+    from .library import load_default
+    vocabulary = load_default(specs_dir()).vocabulary()
+    missing = sorted(n for n, *_ in cf.bounds if n not in params.TABLE and n not in names
+                     and vocabulary[n].default is None)
+    if missing:
+        raise ConfigError(f"reshard: {family} reads {', '.join(missing)}: give each with --size NAME=VALUE")
+    heads, block_size, head_size, dtype = model
+    e, tp = torch.empty(0, dtype=dtype).element_size(), config["tp"]
+    local = max(1, heads // tp)
+    given = {**names, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})}
+    sizes = {"tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
+             "total_heads": heads, "heads": local, "block_size": block_size, "head_size": head_size,
+             "dtype_bytes": e, "per_token_head_quant": 0, "compress_ratio": 1, **given}
+    try:  # its regions at these sizes (the page is exactly them: no padding here)
+        probe = cf.evaluate({**sizes, "page_size": 0}, bounded=False)
+        page = sum(i.local_page for _, i in probe.regions)
+    except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
+        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {err}") from None
+    sizes["page_size"] = page
+    layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, sizes=given)
+    res = Deriver().derive(layer, None, ParallelConfig(tp, heads, config["pcp"], config["dcp"], config["interleave"]),
+                           blocks)
+    if res.result != "certified" or res.family != family:
+        raise ConfigError(f"reshard: {family} does not serve {_shown(config)} ({res.result}"
+                          f"{', by ' + res.family if res.family else ''}): " + "; ".join(res.reasons))
+    return Group(family, dict(config), sizes, res.mappings, (blocks, page), (page, 1), torch.uint8)
+
+
 def _shown(config: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 
@@ -126,13 +160,14 @@ def coordinates(group: Group, rank: int) -> torch.Tensor:
     from ._resources import specs_dir
     from .library import load_default
     lib = load_default(specs_dir())
-    m = byte_map(Reading(lib, group.family, dict(group.sizes)), rank)
     out = torch.full((group.mappings[rank].local_page_size_bytes,), -1, dtype=torch.int64)
-    if m:
-        out[torch.tensor(list(m.keys()))] = torch.tensor(list(m.values()))
-    if int((out < 0).sum()):
+    for part in lib.parts_of(group.family):  # every data region of a page (a layout of one box: itself)
+        m = byte_map(Reading(lib, part, dict(group.sizes)), rank)
+        if m:
+            out[torch.tensor(list(m.keys()))] = torch.tensor(list(m.values()))
+    if int((out < 0).sum()) and lib.parts_of(group.family) == [group.family]:
         raise ConfigError(f"reshard: rank {rank}'s page has bytes the spec gives no coordinate")
-    return out
+    return out  # -1: a pad byte, never copied
 
 
 def hashed(layer: int, page_ids: torch.Tensor, canon: torch.Tensor) -> torch.Tensor:
@@ -191,8 +226,10 @@ def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: tor
 def _verify(group: Group, rank: int, kvs, pages, blocks, small=None) -> list[bool]:
     from .torch_copy import page_bytes
     where, canon = global_coordinates(group, rank, pages, small)
+    data = canon >= 0  # a page's padding is never copied, so it holds nothing to check
     return [torch.equal(page_bytes(kv, group.mappings[rank].local_page_size_bytes, "kv", "check")
-                        .index_select(0, blocks), hashed(layer, where, canon)) for layer, kv in enumerate(kvs)]
+                        .index_select(0, blocks)[..., data], hashed(layer, where, canon)[..., data])
+            for layer, kv in enumerate(kvs)]
 
 
 def _store_worker(rank: int, job: dict):

@@ -206,8 +206,9 @@ def _strided(pieces) -> tuple[DirectRun, ...]:
 
 
 def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], consumer: CanonicalPageMapping) -> None:
-    """The plan's certificate, by the runs of both groups: the consumer's whole page written
-    once, each byte from a producer byte inside its page holding the same canonical byte.
+    """The plan's certificate, by the runs of both groups: every byte the consumer's mapping
+    holds (its whole page, but for a page's padding) written once and nothing else, each
+    from a producer byte inside its page holding the same canonical byte.
 
     Raises `ReshardError` naming the first consumer byte that breaks it.
     """
@@ -216,17 +217,21 @@ def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], cons
     if plan.local_page_size_bytes != consumer.local_page_size_bytes:
         raise ReshardError(f"{here}: the plan is for a {plan.local_page_size_bytes}-byte local page, the consumer's "
                            f"mapping has {consumer.local_page_size_bytes}")
-    end = 0
     triples = sorted((d, s, n, r.producer) for r in plan.runs for s, d, n in r.triples() if n)
+    end = -1
     for dst, src, n, p in triples:
-        if dst != end:
-            what = "written twice" if dst < end else "never written"
-            raise ReshardError(f"{here}: local byte {min(dst, end)} is {what}")
+        if dst < end:
+            raise ReshardError(f"{here}: local byte {dst} is written twice")
         if not 0 <= p < len(producers) or src < 0 or src + n > producers[p].local_page_size_bytes:
             raise ReshardError(f"{here}: reads producer rank {p} bytes [{src}, {src + n}), outside its page")
         end = dst + n
-    if end != consumer.local_page_size_bytes:
-        raise ReshardError(f"{here}: local bytes from {end} to {consumer.local_page_size_bytes} are never written")
+    # exactly the bytes the consumer's own runs hold: its whole page, but for a page's padding
+    written, held = _spans((d, n) for d, _, n, _ in triples), _spans((lo, n) for r in consumer.runs
+                                                                     for lo, _, n in r.triples() if n)
+    if written != held:
+        first = _first_unlike(written, held)
+        raise ReshardError(f"{here}: the plan writes local bytes {_shown_spans(written)} but the consumer's "
+                           f"mapping holds {_shown_spans(held)} (from byte {first} on they differ)")
     want = _table(consumer)
     have = {p: _table(producers[p]) for p in {t[3] for t in triples}}
     for dst, src, n, p in triples:
@@ -234,6 +239,32 @@ def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], cons
         if a is None or a != b:
             raise ReshardError(f"{here}: local bytes [{dst}, {dst + n}) hold canonical {a}, but producer rank {p}'s "
                                f"bytes [{src}, {src + n}) hold canonical {b}")
+
+
+def _spans(pieces) -> list[tuple[int, int]]:
+    """(offset, size) pieces as sorted, merged [start, end) spans."""
+    out: list[list[int]] = []
+    for lo, n in sorted(pieces):
+        if out and out[-1][1] >= lo:
+            out[-1][1] = max(out[-1][1], lo + n)
+        else:
+            out.append([lo, lo + n])
+    return [tuple(x) for x in out]
+
+
+def _first_unlike(a: list, b: list) -> int:
+    """The first byte in one list of spans and not the other (they differ)."""
+    for (x0, x1), (y0, y1) in zip(a, b):
+        if x0 != y0:
+            return min(x0, y0)
+        if x1 != y1:
+            return min(x1, y1)
+    return (a if len(a) > len(b) else b)[min(len(a), len(b))][0]
+
+
+def _shown_spans(spans) -> str:
+    text = ", ".join(f"[{a}, {b})" for a, b in spans[:4])
+    return text + (f" and {len(spans) - 4} more" if len(spans) > 4 else "") if spans else "none"
 
 
 def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here: str = "") -> None:

@@ -310,3 +310,51 @@ def test_an_agnostic_format_is_one_across_tp_and_another_at_other_sizes(a, b, sa
     if not same:
         with pytest.raises(ReshardError, match="page format"):
             direct_plans(out[0], out[1])
+
+
+# ---- pages of regions: Mamba2 state across TP, proved and moved -----------------------------
+
+MAMBA = dict(conv_kernel=4, conv_bytes=2, ssm_bytes=4, ssm_heads=8, ssm_head_dim=4, state_size=2)
+
+
+def _mamba(tp, groups, pad=6):
+    """Every rank's mapping of a padded Mamba2 page (groups sharded, or one copied when fewer than tp)."""
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    here = groups // tp if groups % tp == 0 else 1
+    page = 2 * 3 * (8 // tp * 4 + 2 * here * 2) + 4 * (8 // tp) * 4 * 2 + pad
+    names = {**MAMBA, "n_groups": groups}
+    res = Deriver().derive(LayerSpec("mamba2", page, sizes=names), None, ParallelConfig(tp, 1))
+    assert res.result == "certified", res.reasons
+    return res.mappings, dict(tp=tp, pcp=1, dcp=1, interleave=1, conv_dim_first=0, page_size=page, **names)
+
+
+@pytest.mark.parametrize("a, b, groups", [(2, 4, 2), (4, 1, 1), (1, 4, 2)])
+def test_direct_plans_of_padded_pages_are_proved_and_a_wrong_one_refuted(a, b, groups):
+    from layoutalg.reshard import DirectPlan
+    (xm, xs), (ym, ys) = _mamba(a, groups), _mamba(b, groups)
+    plans = direct_plans(xm, ym)          # the consumers' padding is written by no plan
+    budget = Budgets.of().config
+    rows = prove_plans(load_default(), "mamba2", xs, ys, plans, budget)
+    assert [(r.obligation, r.status) for r in rows] == [("reshard-cover", "proved"), ("reshard-match", "proved")]
+    p, r0 = plans[0], plans[0].runs[0]
+    shifted = DirectPlan(p.consumer, (r0._replace(src_offset=r0.src_offset + 2),) + p.runs[1:],
+                         p.local_page_size_bytes, p.producer_page_size_bytes)
+    rows = prove_plans(load_default(), "mamba2", xs, ys, (shifted,) + plans[1:], budget)
+    assert rows[1].status == "refuted" and "read from a producer byte holding another canonical byte" in rows[1].detail
+    pad = p.local_page_size_bytes - 6     # the consumer's padding, written from the producer's
+    padded = DirectPlan(p.consumer, p.runs + (r0._replace(dst_offset=pad, fragment_size=2, num_fragments=1),),
+                        p.local_page_size_bytes, p.producer_page_size_bytes)
+    rows = prove_plans(load_default(), "mamba2", xs, ys, (padded,) + plans[1:], budget)
+    assert rows[0].status == "refuted", rows[0]
+    with pytest.raises(ReshardError, match="the plan writes local bytes .* but the consumer's mapping holds"):
+        check_plan(padded, xm, ym[p.consumer])
+
+
+def test_reshard_of_mamba_state_across_processes():
+    names = [f"--size={n}={v}" for n, v in {**MAMBA, "n_groups": 1}.items()]
+    proc = _cli("--family", "mamba2", "--store", "tp=4", "--load", "tp=2", "--blocks", "4", "--layers", "2",
+                "--direct", *names)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reshard-match  proved" in proc.stdout and proc.stdout.strip().splitlines()[-1] == "4 passed, 0 failed"
+    missing = _cli("--family", "mamba2", "--store", "tp=4", "--load", "tp=2")
+    assert missing.returncode == 2 and "give each with --size NAME=VALUE" in missing.stderr

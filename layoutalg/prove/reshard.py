@@ -60,9 +60,13 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
         raise LayoutalgError(f"prove_plans: no family {family!r}; the library's: {', '.join(lib.families)}")
     fdef = lib.family_def(family)
     spec = fdef.span.file
-    if fdef.page is not None or lib.parts_of(family) != [family]:
-        return [Row(spec, family, n, "unknown", "a page of regions: its direct plans are checked where they are "
-                                                "built (reshard.check_plan), not yet by Z3", 0.0) for n in RESHARD]
+    if fdef.page is not None:
+        return [Row(spec, family, n, "unknown", "a part of a page: prove the page's family", 0.0) for n in RESHARD]
+    if lib.parts_of(family) != [family]:
+        if groups[0][1] is not None:
+            return [Row(spec, family, n, "unknown", "pages of regions do not convert across another cp", 0.0)
+                    for n in RESHARD]
+        return _prove_pages(lib, family, store, load, groups[0][0], budget)
     if not all(plans for plans, _ in groups):
         return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
     try:
@@ -228,3 +232,105 @@ def _explain(name, mx, my, plan, model, w) -> str:
     return (f"{who}: local byte {v(w['dst'])} (spec index {idx(w['iy'])}) holds {canon(w['cy'])}, "
             f"but the plan reads producer {v(w['p'])} byte {v(w['src'])} (spec index {idx(w['ix'])}), "
             f"which holds {canon(w['cx'])}{part}")
+
+
+# ---- pages of regions: each byte of a page lies in one region or pad (regions-tile-*) -----------
+
+def _page_models(lib, family: str, sizes: dict, side: str) -> tuple[list, list]:
+    """(region name, Model) of every data region and Model of every local pad, at `sizes`."""
+    def model(part, k):
+        return Model(lib, part, tuple(Reading(lib, part, sizes).taken), sizes=sizes, tag=f"{side}{k}.")
+    data = [(lib.family_def(p).shard.region, model(p, k)) for k, p in enumerate(lib.parts_of(family))]
+    pads = [p for p in lib.parts_of(family, pads=True) if p not in lib.parts_of(family) and not p.endswith("'")]
+    return data, [model(p, len(data) + k) for k, p in enumerate(pads)]
+
+
+def _in(m: Model, byte):
+    """Constraints that `byte` is byte `b` of element `i` of `m`'s local layout (its region or pad)."""
+    i, ci = m.index("local", "")
+    b = m.fresh("b")
+    return i, [*ci, byte == m.r.offset("local", i) + b, b >= 0, b < m.element()], b
+
+
+def _prove_pages(lib, family, store, load, plans, budget) -> list[Row]:
+    """reshard-cover and reshard-match for a family of pages, at one configuration pair. Every
+    byte of a page lies in exactly one data region or pad (the regions-tile rows), so: a plan
+    covers the consumer's data once when it writes no byte twice, no pad byte and as many
+    bytes as the data regions hold; it matches when each byte it reads lies in the same region
+    of the producer's page, at the same canonical byte (never in another region or a pad)."""
+    spec = lib.family_def(family).span.file
+    t0 = time.perf_counter()
+    try:
+        xs, xpads = _page_models(lib, family, store, "x")
+        ys, ypads = _page_models(lib, family, load, "y")
+    except (ArithmeticError, LookupError, TypeError) as e:
+        return [Row(spec, family, n, "unknown", f"the family does not apply at these configurations ({e})", 0.0)
+                for n in RESHARD]
+    for who, m in (("store", xs[0][1]), ("load", ys[0][1])):
+        status = _solve(m, None, z3.BoolVal(True), budget)[0]
+        if status != "sat":
+            return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration", 0.0)
+                    for n in RESHARD]
+    if not plans:
+        return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
+    bad = _malformed(plans, xs[0][1], ys[0][1])
+    if bad:
+        return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad) for n in RESHARD]
+    data = sum(m.r.bytes_of(*m.r.layout("local")) for _, m in ys)
+    rows = []
+    for name in RESHARD:
+        t0, found = time.perf_counter(), None
+        for plan in plans:
+            for violation, m1, m2, what in _page_violations(name, plan, xs, xpads, ys, ypads, data):
+                status, model = _solve(m1, m2, violation, budget)
+                if status != "unsat":
+                    found = (status, f"consumer rank {plan.consumer}: {what}" if status == "sat" else
+                             f"undecided for consumer rank {plan.consumer}")
+                    break
+            if found:
+                break
+        if found:
+            rows.append(Row(spec, family, name, "refuted" if found[0] == "sat" else "unknown",
+                            "symbolic byte, one configuration pair", time.perf_counter() - t0, found[1]))
+        else:
+            rows.append(Row(spec, family, name, "proved", f"symbolic fragment and byte, every region and pad, "
+                                                          f"{len(plans)} consumer plans of this configuration pair",
+                            time.perf_counter() - t0))
+    return rows
+
+
+def _page_violations(name, plan, xs, xpads, ys, ypads, data):
+    """(violation, model, other model, what it means) of each query the row asks."""
+    my0, mx0 = ys[0][1], xs[0][1]
+    if name == "reshard-cover":
+        frag, p, src, dst, key = _pick(my0, plan)
+        frag2, _, _, dst2, key2 = _pick(my0, plan)
+        yield z3.And(frag, frag2, z3.Or(*[a != b for a, b in zip(key, key2)]), dst == dst2), my0, None, \
+            "a local byte is written twice"
+        yield z3.And(frag, z3.Or(dst < 0, dst >= my0.r.page("local"), src < 0, src >= mx0.r.page("local"),
+                                 p < 0, p >= mx0.r.world)), mx0, my0, "a byte outside a page is read or written"
+        total = sum(r.fragment_size * r.num_fragments for r in plan.runs)
+        yield z3.BoolVal(total != data), my0, None, f"the plan writes {total} bytes; the data regions hold {data}"
+        for pad in ypads:
+            frag, _, _, dst, _ = _pick(pad, plan)
+            _, inside, _ = _in(pad, dst)
+            yield z3.And(frag, *inside), pad, None, "the plan writes a byte of the local page's padding"
+        return
+    for ry, my in ys:
+        for rx, mx in xs:
+            frag, p, src, dst, _ = _pick(my, plan)
+            dy, cdy = my.digits("")
+            dx, cdx = mx.digits("")
+            iy, in_y, by = _in(my, dst)
+            ix, in_x, bx = _in(mx, src)
+            here = [frag, *cdy, *cdx, my.rank_of(dy) == plan.consumer, mx.rank_of(dx) == p, *in_y, *in_x]
+            if rx != ry:
+                yield z3.And(*here), mx, my, f"a byte of region '{ry}' is read from region '{rx}' of the producer"
+            else:
+                yield z3.And(*here, my.canonical_byte(iy, dy) + by != mx.canonical_byte(ix, dx) + bx), mx, my, \
+                    f"a byte of region '{ry}' is read from a producer byte holding another canonical byte"
+        for pad in xpads:
+            frag, p, src, dst, _ = _pick(my, plan)
+            iy, in_y, _ = _in(my, dst)
+            _, in_pad, _ = _in(pad, src)
+            yield z3.And(frag, *in_y, *in_pad), pad, my, f"a byte of region '{ry}' is read from the producer's padding"
