@@ -45,7 +45,7 @@ def test_the_same_canonical_bytes_written_another_way_share_the_id(tmp_path):
         ("tensor (block, kv, t, h, d)                  # the torch tensor's dims after the block dim",
          "tensor (block, kv, t, h, d)"),
         ("local     split_nhd(", "local     rows("), ("canonical split_nhd(", "canonical rows("),
-        ("family split_nhd serves attention, order 3:", "family other serves attention, order 3:")], "other")
+        ("family split_nhd serves attention, before split_hnd:", "family other serves attention, order 3:")], "other")
     assert _id(path, "other") == _id(SPECS / "split_nhd.lal", "split_nhd")
 
 

@@ -11,7 +11,7 @@ from conftest import ROOT
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SHOWS = {"01_tour.ipynb": ["certified split_nhd"],
-         "02_author_a_family.ipynb": ["writers-disjoint   refuted", "ranks 0 and 1 both write canonical byte",
+         "02_author_a_family.ipynb": ["writers-disjoint   refuted", "both write canonical byte",
                                       "32 cells with two writers", "tp=2 -> tp=4: every byte in place"],
          "03_reshard.ipynb": ["4 of 4 consumer ranks hold every byte", "reshard-match proved",
                               "direct plan: every byte in place", "refused: direct reshard",

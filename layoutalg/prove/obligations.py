@@ -175,6 +175,11 @@ class Model:
         one where every term of the family can be exact (a division that never is would
         otherwise leave every query vacuously unsat, "proved")."""
         try:
+            page, bound = self.r.layout("local")
+            if page.regions:  # a family of pages: each region's offset (its parts read their shard maps)
+                for region in page.regions:
+                    self.r.expr(region.offset, {**bound, **{d.name: self.fresh(d.name + "~") for d in region.indices}})
+                return
             i, _ = self.index("local", "~")
             d, _ = self.digits("~")
             self.r.offset("local", i)
