@@ -222,8 +222,13 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             break
         try:
             maps = lower(inst)
+            if hasattr(cf, "tensor_views"):  # the runtime fails closed where a page's tensors do not join
+                cf.tensor_views(inst)
         except TilingError as e:
             rep.errors.append(f"{spec_line(lib, cf.name, str(e))}: {e}, with {where}")
+            continue
+        except GuardFailed as e:
+            rep.errors.append(f"{e}, with {where}")
             continue
         rep.certified += 1
         if rep.example is None or _variety(maps) > _variety(rep.example[1]):

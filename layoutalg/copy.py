@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - torch works without it, and so do the 
 
 from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping
-from .torch_copy import _check_runs, layer_bytes, page_bytes
+from .torch_copy import _check_runs, check_apart, layer_bytes, page_bytes
 
 
 def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
@@ -152,24 +152,25 @@ class CopyPlan:
                 isinstance(kv, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in kv)) else type(kv)
             raise LayoutMismatch(f"{op}: kv is not the tensor{'s' if self.several else ''} this plan was made for: "
                                  f"shape, stride, dtype and device {self.tensor} expected (any block count), got {got}")
-        kv = kv[0] if self.several else kv  # the first tensor gives the block count and the device
+        first = kv[0] if self.several else kv  # the first tensor gives the block count and the device
         if not isinstance(pages, torch.Tensor) or pages.dtype != torch.uint8 or pages.dim() != 2 \
                 or pages.shape[1] != self.mapping.canonical_page_size_bytes:
             got = (tuple(pages.shape), pages.dtype) if isinstance(pages, torch.Tensor) else type(pages)
             raise LayoutMismatch(f"{op}: pages must be a (num_pages, {self.mapping.canonical_page_size_bytes}) "
                                  f"uint8 tensor, got {got}")
-        if pages.device != kv.device:
-            raise LayoutMismatch(f"{op}: pages are on {pages.device} but kv is on {kv.device}")
-        page_bytes(pages, self.mapping.canonical_page_size_bytes, "pages", op)
+        if pages.device != first.device:
+            raise LayoutMismatch(f"{op}: pages are on {pages.device} but kv is on {first.device}")
+        check_apart(layer_bytes(kv, self.mapping, "kv", op), page_bytes(pages, self.mapping.canonical_page_size_bytes,
+                                                                        "pages", op), op)
         blocks, ids = _ids(block_ids, "block_ids", op), _ids(page_ids, "page_ids", op)
         if blocks.numel() != ids.numel():
             raise LayoutMismatch(f"{op}: {blocks.numel()} block ids but {ids.numel()} page ids")
-        _in_range(blocks, kv.shape[0], "block_ids", op)
+        _in_range(blocks, first.shape[0], "block_ids", op)
         _in_range(ids, pages.shape[0], "page_ids", op)
         for name, t, must in (("page_ids", ids, unique_pages), ("block_ids", blocks, unique_blocks)):
             if must and torch.unique(t).numel() != t.numel():
                 raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
-        return blocks.to(kv.device), ids.to(kv.device)
+        return blocks.to(first.device), ids.to(first.device)
 
     def _pair(self, kv: torch.Tensor, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Both sides as `(blocks, page / w)` words, w the plan's word or less where a base demands."""

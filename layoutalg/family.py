@@ -247,6 +247,9 @@ def _step(stmt, s: _State, where: str) -> None:
         _reads(s, stmt.cond)
         s.guards.append(Guard(s.scope.cond(stmt.cond), _text(stmt.span), stmt.span))
     elif isinstance(stmt, Fn):
+        if stmt.name in s.scope.names:  # one meaning per name: `tp(x)` beside `tp` would read as two
+            raise SpecError(f"'{stmt.name}' is already a runtime name or a let; a fn may not take its name",
+                            stmt.span)
         s.scope.fns[stmt.name] = stmt
     elif isinstance(stmt, World):
         _reads(s, stmt.size)
@@ -363,6 +366,10 @@ def _resolve(lib: Library, name: str) -> Family:
     atoms = Atoms()
     vocabulary = lib.vocabulary()
     top = Scope(atoms, {n: param(n) for n in vocabulary}, fns=dict(lib.fns))
+    for fn in lib.fns.values():
+        if fn.name in vocabulary:
+            raise SpecError(f"'{fn.name}' is a runtime name ({vocabulary[fn.name].meaning}); a fn may not take "
+                            f"its name", fn.span)
     for let in lib.lets.values():
         if let.name in vocabulary:  # one meaning per name, in every file of the library
             raise SpecError(f"'{let.name}' is a runtime name ({vocabulary[let.name].meaning}); a let may not "

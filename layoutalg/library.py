@@ -93,6 +93,9 @@ class Library:
                 other = self.families.get(b.id)
                 if b.id == fam.name:
                     raise SpecError(f"family '{fam.name}' is preferred before itself", b.span)
+                if other is None and (b.id in self.layouts or b.id in self.grids):
+                    raise SpecError(f"family '{fam.name}' is preferred before '{b.id}', which is a "
+                                    f"{'layout' if b.id in self.layouts else 'grid'}, not a family", b.span)
                 if other is None:  # a file read on its own: nothing to prefer it over (`check` says so)
                     self.unloaded.append((fam.name, b))
                     continue
@@ -163,6 +166,11 @@ class Library:
         if fam.shard is not None:
             raise SpecError(f"layout '{local.name}' is a page of regions ({', '.join(data(local))}): name each "
                             f"region's shard map ('shard {data(local)[0]} (...) -> (...)')", fam.shard.span)
+        seq = fam.sequence
+        if seq is not None and any(seq.id not in {d.name for d in r.indices} for r in canon.regions if not r.pad):
+            raise SpecError(f"family '{fam.name}': 'sequence {seq.id}' names no index of every data region of the "
+                            f"canonical page '{canon.name}' (pages of regions do not yet convert across another cp)",
+                            seq.span)
         if data(local) != data(canon):
             raise SpecError(f"family '{fam.name}': the local page '{local.name}' has data regions "
                             f"({', '.join(data(local))}) but the canonical page '{canon.name}' has "

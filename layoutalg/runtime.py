@@ -166,6 +166,7 @@ class TensorLayout:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     element_size: int
+    dtype: str = ""  # the element type's name, where known ('torch.bfloat16'): part of the page format
 
     def __post_init__(self):
         shape, stride = _int_tuple(self.shape, "TensorLayout.shape"), _int_tuple(self.stride, "TensorLayout.stride")
@@ -176,6 +177,8 @@ class TensorLayout:
             _set(self, "shape", shape)
             _set(self, "stride", stride)
         _check_ints(self, ("element_size",), minimum=1)
+        if not isinstance(self.dtype, str):
+            raise ConfigError(f"TensorLayout.dtype must be the element type's name, got {_shown(self.dtype)}")
 
     @staticmethod
     def of(tensor) -> "TensorLayout | tuple[TensorLayout, ...] | None":
@@ -193,7 +196,7 @@ class TensorLayout:
         if not (callable(tensor.stride) and callable(tensor.element_size)):
             raise ConfigError(f"a {type(tensor).__name__} with shape, stride and element_size that are not "
                               "a torch tensor's (stride() and element_size() must be methods)")
-        return TensorLayout(tensor.shape, tensor.stride(), tensor.element_size())
+        return TensorLayout(tensor.shape, tensor.stride(), tensor.element_size(), str(getattr(tensor, "dtype", "")))
 
 
 def _int_tuple(values, field: str) -> tuple[int, ...]:
@@ -317,17 +320,25 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         runs = lower(inst, cf.layout_id)
     except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
         return str(e)
-    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes)
+    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensor))
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
 
 
-def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = None) -> str:
+def _dtypes(tensor) -> tuple:
+    """The element types a layer's tensor(s) name: bf16 and fp16 bytes are not one format."""
+    if isinstance(tensor, TensorLayout):
+        return (tensor.dtype,) if tensor.dtype else ()
+    return tuple(t.dtype for t in tensor) if isinstance(tensor, tuple) and any(t.dtype for t in tensor) else ()
+
+
+def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = None, dtypes: tuple = ()) -> str:
     """The concrete page format of an instance (or a page of them): the family's format and
     the numbers of its canonical layout (`Instance.canonical_form`). A family whose grid
     never claims `agnostic` (`semantic` False: the opaque fallback, whose page is its ranks'
     pages side by side) has canonical indices that name where a rank put a byte, not what
     the byte is, so its format also covers the configuration (`sizes`): 2 x 256 bytes and
-    1 x 512 bytes are two formats of one size.
+    1 x 512 bytes are two formats of one size. Where the layer's tensors name their element
+    types (`dtypes`), those too: bf16 and fp16 bytes are not one format.
 
     Examples:
         >>> format_id("lal2-0", ()) == format_id("lal2-0", ()) != format_id("lal2-1", ())
@@ -338,7 +349,8 @@ def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = 
         forms = tuple(i.canonical_form for _, i in inst.regions) + tuple(p.canonical_form for p in inst.canonical_pads)
     else:
         forms = getattr(inst, "canonical_form", ())
-    key = repr((forms, getattr(inst, "canonical_page", 0)) if semantic else (forms, sorted((sizes or {}).items())))
+    key = repr(((forms, getattr(inst, "canonical_page", 0)) if semantic else (forms, sorted((sizes or {}).items())))
+               + ((dtypes,) if dtypes else ()))
     return f"{layout_id}.{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 

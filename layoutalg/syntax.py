@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import NamedTuple, Union
 
 from lark import Lark, Token, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
@@ -168,11 +168,26 @@ def _check_views(page: str, regions) -> None:
         r = next(r for r in data if r.tensor is None)
         raise SpecError(f"region '{r.name}' of layout '{page}' has no tensor view, but region '{named[0].name}' "
                         f"has one: the layer's tensors view every data region of the page, or none", r.span)
+    dims: dict[str, LayoutDef] = {}
+    for r in named:
+        first = dims.setdefault(r.tensor_name, r) if r.tensor_name is not None else r
+        if r.tensor_name is not None and len(r.tensor) != len(first.tensor):
+            raise SpecError(f"region '{r.name}' of layout '{page}' views tensor '{r.tensor_name}' with "
+                            f"{len(r.tensor)} dimension(s) after the block, region '{first.name}' with "
+                            f"{len(first.tensor)}: the regions of one tensor join along one of its dimensions",
+                            r.tensor[0].span if r.tensor else r.span)
     for r in named:
         if r.tensor_name is None:
             raise SpecError(f"region '{r.name}' of layout '{page}': a page is viewed by several tensors; name "
                             f"the one that views this region ('tensor NAME (block, ...)')",
                             r.tensor[0].span if r.tensor else r.span)
+
+
+class _Option(NamedTuple):
+    """`order N` or `before F, G` on a family's line."""
+    kind: str
+    value: object
+    at: Span
 
 
 @dataclass(frozen=True)
@@ -706,8 +721,25 @@ class _Build(Transformer_NonRecursive):
                       tuple(n.id for n in replicas or ()))
         return ("shard" if region is None else ("shard", str(region)), shard, at)
 
+    def order_option(self, meta, c):
+        return _Option("order", c[0], self._at(meta))
+
+    def before_option(self, meta, c):
+        names = tuple(Name(str(t), self._tok(t)) for t in c if not isinstance(t, _Option))
+        return [_Option("before", names, self._at(meta)), *(t for t in c if isinstance(t, _Option))]
+
     def family_def(self, meta, c):
-        name, serves, order, before, items = str(c[0]), str(c[1]), c[2], c[3], c[4:]
+        name, serves = str(c[0]), str(c[1])
+        rest = [y for x in c[2:] for y in (x if isinstance(x, list) else [x])]
+        options = [x for x in rest if isinstance(x, _Option)]
+        items = [x for x in rest if not isinstance(x, _Option)]
+        given: dict[str, _Option] = {}
+        for o in options:
+            if o.kind in given:
+                raise SpecError(f"family '{name}' says '{o.kind}' twice", o.at)
+            given[o.kind] = o
+        order = given["order"].value if "order" in given else None
+        before = given["before"].value if "before" in given else ()
         where = self._at(meta)
         found: dict[object, object] = {}
         body = []

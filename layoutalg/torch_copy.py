@@ -119,6 +119,18 @@ def _from_views(tensors: list, views: tuple, page: int, name: str, op: str) -> t
     return raw.as_strided((blocks, page), (step, 1), base)
 
 
+def check_apart(a: torch.Tensor, b: torch.Tensor, op: str, names: str = "kv and pages") -> None:
+    """Two `(blocks, page)` byte views must not share a byte of memory: a copy between
+    overlapping buffers would read bytes it has already overwritten."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or not a.numel() or not b.numel():
+        return
+    spans = [(t.storage_offset(), t.storage_offset() + (t.shape[0] - 1) * t.stride(0) + t.shape[1]) for t in (a, b)]
+    if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
+        raise LayoutMismatch(f"{op}: {names} share memory (bytes [{spans[0][0]}, {spans[0][1]}) and "
+                             f"[{spans[1][0]}, {spans[1][1]}) of one buffer): a copy between them would read what "
+                             f"it has already written")
+
+
 def _check_dense(pages: torch.Tensor, name: str, op: str) -> None:
     """A block's elements must fill one contiguous stretch of memory, in some dimension order.
 
@@ -260,6 +272,7 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
     _check_runs(m, "store")
     lb = layer_bytes(local, m, "local", "store")
     cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "store")
+    check_apart(lb, cb, "store", "the local and canonical tensors")
     ids = _block_ids(blocks, _same_blocks(lb, cb, "store"))
     for n, w in sorted(set(m.elections)):  # regions replicated differently elect their own writers
         mine = ids[(ids % n) == w]
@@ -276,6 +289,7 @@ def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) 
     _check_runs(m, "load")
     lb = layer_bytes(local, m, "local", "load")
     cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "load")
+    check_apart(lb, cb, "load", "the local and canonical tensors")
     _same_blocks(lb, cb, "load")
     for run in m.runs:
         _view(lb, run, local=True).copy_(_view(cb, run, local=False))

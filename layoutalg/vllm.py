@@ -288,6 +288,8 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             failed.setdefault((type(spec).__name__, result.result, result.reasons), []).append(name)
         if result.mappings:
             out[name] = result.mappings[rank]
+            if result.result == "opaque":  # its bytes are the layer's own: the format is the spec's too
+                out[name] = dataclasses.replace(out[name], format_id=_opaque_format(out[name].format_id, spec))
     _warn(failed)
     return out
 
@@ -302,6 +304,19 @@ def _with_sizes(layer: LayerSpec, sizes) -> LayerSpec:
         raise ConfigError(f"sizes[{clash!r}] = {given[clash]}, but the layer's own spec gives {clash} = "
                           f"{own[clash]} (read from its shapes and the model config)")
     return dataclasses.replace(layer, sizes={**own, **given})
+
+
+def _opaque_format(fmt: str, spec) -> str:
+    """An opaque page holds the rank's bytes as the layer lays them out, so two layers of one
+    page size are one format only if their specs are one: the class, the shapes and dtypes of
+    a state, its conv orientation, an attention layer's heads, size and dtype."""
+    import hashlib
+    fields = ("shapes", "dtypes", "mamba_type", "block_size", "num_kv_heads", "head_size", "dtype",
+              "kv_quant_mode", "cache_dtype_str")
+    seen = [type(spec).__name__] + [f"{f}={getattr(spec, f, None)!r}" for f in fields]
+    if "MambaSpec" in _class_names(spec):
+        seen.append(os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper())
+    return f"{fmt}.{hashlib.sha256(repr(seen).encode()).hexdigest()[:8]}"
 
 
 def _derive(deriver: Deriver, layer: LayerSpec, tensor, parallel, num_blocks, cls: str) -> LayerResult:

@@ -150,12 +150,18 @@ def test_regions_of_one_tensor_that_do_not_join_fail_closed(tmp_path):
     spec.write_text(
         "param n_things in 1 .. 64 samples 2 \"things\"\n"
         "layout pg(T):\n"
-        "    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
-        "    region b:\n        index t < T, u < 2\n        offset T + 2 * t + u\n        tensor s (block, t, u)\n"
+        "    region a:\n        index t < T\n        offset 2 * t\n        tensor s (block, t)\n"
+        "    region b:\n        index t < T\n        offset 2 * t + 1\n        tensor s (block, t)\n"
         "grid one:\n    world tp * pcp\n    ranks r < tp * pcp\n"
         "family f serves things:\n    grid one\n    require tp == 1 and pcp == 1\n"
         "    local pg(n_things)\n    canonical pg(n_things)\n"
-        "    shard a (t) -> (t)\n    shard b (t, u) -> (t, u)\n")
-    res = Deriver(tmp_path).derive(LayerSpec("things", 6, sizes={"n_things": 2}), None, ParallelConfig(1, 1))
+        "    shard a (t) -> (t)\n    shard b (t) -> (t)\n")
+    res = Deriver(tmp_path).derive(LayerSpec("things", 4, sizes={"n_things": 2}), None, ParallelConfig(1, 1))
     assert res.result == "no_mappings" and any("tensor 's' of family 'f' does not view its regions as one tensor"
                                                in r for r in res.reasons), res.reasons
+    from layoutalg.check import check_family
+    from layoutalg.compile import compile_named
+    from layoutalg.library import load
+    lib = load([spec])
+    report = check_family(lib, compile_named(lib, "f"))    # check says so too, never "ok"
+    assert not report.ok and any("does not view its regions as one tensor" in e for e in report.errors)

@@ -256,7 +256,9 @@ def _twins(tmp_path, a_pref="", b_pref="", b_kind="twin", a="zeta", b="alpha"):
 
 
 @pytest.mark.parametrize("a_pref, b_pref, taken", [("", "", "alpha"), (", before alpha", "", "zeta"),
-                                                     ("", ", before zeta", "alpha"), (", order 0", ", order 1", "zeta")])
+                                                     ("", ", before zeta", "alpha"), (", order 0", ", order 1", "zeta"),
+                                                     (", before alpha, order 5", "", "zeta"),
+                                                     (", order 5, before alpha", "", "zeta")])
 def test_where_two_families_hold_a_layer_the_preference_decides(tmp_path, a_pref, b_pref, taken):
     spec = _twins(tmp_path, a_pref, b_pref)
     res = Deriver(tmp_path).derive(LayerSpec("twin", 64), None, ParallelConfig(1, 1))
@@ -267,6 +269,9 @@ def test_where_two_families_hold_a_layer_the_preference_decides(tmp_path, a_pref
     (", before alpha", ", before zeta", "twin", "the preferences between families alpha and zeta go round in a circle"),
     (", before alpha", "", "other", "family 'zeta' serves 'twin' but 'alpha' serves 'other'"),
     (", before zeta", "", "twin", "family 'zeta' is preferred before itself"),
+    (", before flat", "", "twin", "family 'zeta' is preferred before 'flat', which is a layout, not a family"),
+    (", before one", "", "twin", "family 'zeta' is preferred before 'one', which is a grid, not a family"),
+    (", order 1, order 2", "", "twin", "family 'zeta' says 'order' twice"),
 ])
 def test_a_preference_that_cannot_hold_is_a_spec_error(tmp_path, a_pref, b_pref, b_kind, message):
     from layoutalg.errors import SpecError

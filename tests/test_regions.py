@@ -300,6 +300,9 @@ def test_sound_specs_are_proved_and_run(spec):
     ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
      "    region b:\n        index t < T\n        offset T + t\n",
      "region 'b' of layout 'pg' has no tensor view, but region 'a' has one", "region b"),
+    ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
+     "    region b:\n        index t < T, u < 2\n        offset T + 2 * t + u\n        tensor s (block, t, u)\n",
+     "views tensor 's' with 2 dimension\\(s\\) after the block, region 'a' with 1", "tensor s"),
 ])
 def test_a_page_names_the_tensors_of_every_region_or_none(tmp_path, regions, message, at):
     spec = tmp_path / "p.lal"
@@ -331,3 +334,12 @@ def test_check_refuses_an_agnostic_claim_whose_canonical_layout_moves_with_tp():
     lib = load([REVIEW / "false_agnostic.lal"])
     rep = check_family(lib, compile_named(lib, "f"))
     assert not rep.ok and any("canonical layouts differ" in e for e in rep.errors)
+
+
+def test_a_family_of_pages_with_a_sequence_naming_no_index_of_its_regions_is_refused(tmp_path):
+    for f in ("mamba2.lal", "state.lal"):
+        (tmp_path / f).write_text((ROOT / "specs" / f).read_text())
+    text = (tmp_path / "mamba2.lal").read_text().replace("    shard x   (k, j)", "    sequence zz\n    shard x   (k, j)", 1)
+    (tmp_path / "mamba2.lal").write_text(text)
+    with pytest.raises(SpecError, match="'sequence zz' names no index of every data region"):
+        load([tmp_path / "mamba2.lal"])

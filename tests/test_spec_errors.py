@@ -102,6 +102,7 @@ CASES = [
     (FAMILY + "let tp = 2\n", 10, 5, "'tp' is a runtime name (tensor-parallel ranks); a let may not redefine it"),
     (FAMILY.replace("    shard (t) -> (t)\n", "    sequence zz\n    shard (t) -> (t)\n"), 9, 14,
      "'sequence zz' names no index of the canonical layout 'a' (its indices: t)"),
+    (FAMILY + "fn tp(x) = x\n", 10, 4, "'tp' is a runtime name (tensor-parallel ranks); a fn may not take its name"),
     # a tab's width is the editor's: which block a line joins must not depend on it
     ("grid g:\n    world tp\n    case tp == 1:\n        let x = 1\n\tranks r < tp\n", 5, 1,
      "this indentation mixes tabs and spaces"),

@@ -191,3 +191,19 @@ def test_a_mapping_that_is_not_one_is_named():
     from layoutalg.copy import plan
     with pytest.raises(ConfigError, match="mapping must be a CanonicalPageMapping, got str"):
         plan("x", torch.zeros(2, 16, dtype=torch.uint8))
+
+
+def test_pages_in_the_memory_of_the_kv_blocks_are_refused():
+    """Page 0 is block 1's own bytes: a copy would read what it has already written."""
+    from layoutalg.copy import plan
+    m = CanonicalPageMapping(16, 16, (CopyRun(0, 8, 8, 1, 8, 8), CopyRun(8, 0, 8, 1, 8, 8)), 1, 0, False)
+    raw = torch.arange(48, dtype=torch.uint8)
+    kv, pages = raw[0:32].view(2, 16), raw[16:48].view(2, 16)
+    before = raw.clone()
+    with pytest.raises(LayoutMismatch, match="kv and pages share memory"):
+        plan(m, kv).store(kv, [1], pages, [0])
+    with pytest.raises(LayoutMismatch, match="the local and canonical tensors share memory"):
+        store(kv, pages, m)
+    assert torch.equal(raw, before)
+    apart = raw[32:48].view(1, 16)                           # the same buffer, other bytes: fine
+    plan(m, raw[0:16].view(1, 16)).store(raw[0:16].view(1, 16), [0], apart, [0])

@@ -573,3 +573,12 @@ def test_a_term_that_is_never_exact_proves_nothing():
     rows = _rows(ROOT / "tests/data/review/never_exact.lal", "vacuous")
     assert rows["page-size"].status == "refuted"
     assert not [n for n, r in rows.items() if r.status == "proved"], {n: r.status for n, r in rows.items()}
+
+
+@pytest.mark.parametrize("spec", ["agnostic_tied_agn", "agnostic_tied_agn3", "agnostic_tied_agn4"])
+def test_a_page_tied_to_tp_by_a_case_or_a_guard_is_not_agnostic(spec):
+    """The local page is page_size itself, but a case (`k` per tp) or a guard (`page_size /
+    block_size == tp + 1`) makes it a function of tp: one model, a canonical page per tp."""
+    rows = [r for r in prove_family(load([ROOT / f"tests/data/review/{spec}.lal"]), "wobble")
+            if r.obligation == "agnostic"]
+    assert rows and all(r.status == "unknown" for r in rows), [(r.status, r.detail) for r in rows]

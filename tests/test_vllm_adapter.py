@@ -494,3 +494,28 @@ def test_sizes_may_not_contradict_what_the_layer_spec_gives():
         derive_canonical_mappings(state_config(2, 1, 4), kv, {}, sizes={"ssm_heads": 4}, state_layers=True)
     same = derive_canonical_mappings(state_config(2, 1, 4), kv, {}, sizes={"ssm_heads": 8}, state_layers=True)
     assert same["m"].parallelism_agnostic                    # the same value is no contradiction
+
+
+def test_opaque_state_layers_of_other_specs_are_other_formats(monkeypatch):
+    """Stored opaque, a layer's page is its own bytes: one page size is not one format when
+    the state's shapes, dtypes or conv orientation differ (a review found them sharing one)."""
+    a = mamba2_spec(2, 2)
+    b = MambaSpec(block_size=16, shapes=(a.shapes[0][::-1], a.shapes[1]), dtypes=a.dtypes, mamba_type="mamba2")
+    out = {}
+    for key, spec, layout in (("sd", a, "SD"), ("ds", b, "DS"), ("sd again", a, "SD")):
+        monkeypatch.setenv("VLLM_SSM_CONV_STATE_LAYOUT", layout)
+        m = derive_canonical_mappings(state_config(2, 0, 2), cache_config([(spec, ["m"])]), {})["m"]
+        out[key] = m
+    assert out["sd"].canonical_page_size_bytes == out["ds"].canonical_page_size_bytes
+    assert out["sd"].format_id != out["ds"].format_id and out["sd"].format_id == out["sd again"].format_id
+
+
+def test_element_types_of_one_size_are_other_formats():
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    ids = set()
+    for dtype in (torch.bfloat16, torch.float16):
+        kv = torch.zeros(3, 2, 16, 2, 64, dtype=dtype)
+        res = Deriver().derive(LayerSpec("attention", kv[0].numel() * 2, 16, 2, 64, 2), TensorLayout.of(kv),
+                               ParallelConfig(2, 4))
+        ids.add(res.mappings[0].format_id)
+    assert len(ids) == 2

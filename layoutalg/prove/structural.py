@@ -17,7 +17,7 @@ from math import prod
 import sympy
 
 from ..algebra import NotCompact, right_inverse
-from ..family import Family, Guard, Variant, guarded_equality
+from ..family import Family, Guard, Variant, _rewrites, guarded_equality
 from ..layout import Layout
 
 
@@ -148,9 +148,35 @@ def _page_moves(family: Family, v: Variant, norm, moving: set) -> tuple[set, str
         return symbols, ""
     size = v.local.size_bytes()
     free = family.atoms.expand(norm(size)).free_symbols | {s for a in _atoms_in(family, norm(size)) for s in a}
-    if free & moving:
+    forms = {sympy.srepr(guarded_equality(family, w)[0](w.local.size_bytes())) for w in family.variants}
+    if free & moving or len(forms) > 1 or _page_tied(family, moving, symbols):  # (another case, another page)
         return symbols, ""
-    return set(), f"the local page, {size}, is built from no parallel quantity"
+    return set(), f"the local page, {size}, is built from no parallel quantity, and no guard ties it to one"
+
+
+def _page_tied(family: Family, moving: set, page: set) -> bool:
+    """Whether a guard or case ties page_size to the configuration: one that reads it beside a
+    name that moves, or guards on it that differ from case to case (`case tp == 1` with
+    `page_size == 2 * block_size`, `case tp == 2` with 3): either way the page is a function
+    of the group, not of the model."""
+    seen = None
+    for w in family.variants:
+        subs, keys = _rewrites(w, family.atoms), set()
+        for g in (*w.cases, *w.guards):
+            c = family.atoms.expand(sympy.sympify(g.cond))
+            for _ in range(4):  # the case's own rewrites (its lets are already values)
+                c, before = c.subs(subs), c
+                if c == before:
+                    break
+            free = c.free_symbols | {s for a in _atoms_in(family, c) for s in a}
+            if free & page:
+                if free & moving:
+                    return True
+                keys.add(sympy.srepr(c))
+        if seen is not None and keys != seen:
+            return True
+        seen = keys
+    return False
 
 
 def _atoms_in(family: Family, x) -> list[set]:
