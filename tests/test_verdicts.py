@@ -582,3 +582,11 @@ def test_a_page_tied_to_tp_by_a_case_or_a_guard_is_not_agnostic(spec):
     rows = [r for r in prove_family(load([ROOT / f"tests/data/review/{spec}.lal"]), "wobble")
             if r.obligation == "agnostic"]
     assert rows and all(r.status == "unknown" for r in rows), [(r.status, r.detail) for r in rows]
+
+
+def test_a_family_the_runtime_cannot_compile_proves_nothing():
+    """`r / 2 * 2`: not in normal form, so the runtime never applies it; Z3 read the division
+    as exact and 'proved' rows that held only for even ranks."""
+    rows = _rows(ROOT / "tests/data/review/rank_division.lal", "rhalf")
+    assert rows and all(r.status == "unknown" for r in rows.values()), {n: r.status for n, r in rows.items()}
+    assert "not in normal form" in rows["writers-cover"].detail

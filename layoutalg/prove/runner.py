@@ -594,10 +594,12 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     spec = lib.family_def(family).span.file
     try:
         fam = resolve(lib, family)
-    except SpecError as e:  # the algebra cannot take it; Z3 reads the spec directly all the same
-        fam = None
-        rows.append(Row(spec, family, "structure", "unknown", "stride chains (sympy): all sizes",
-                        time.perf_counter() - t0, f"not in normal form: {e.message}"))
+    except SpecError as e:  # the runtime cannot compile it, so it applies nowhere: nothing to prove
+        why = f"not in normal form: {e.message}"
+        return [Row(spec, family, "structure", "unknown", "stride chains (sympy): all sizes",
+                    time.perf_counter() - t0, why)] + \
+            [Row(spec, family, n, "unknown", "the runtime never applies a family it cannot compile", 0.0, why)
+             for n in ("page-size", *SYMBOLIC, *PER_CONFIGURATION)]
     cf = compile_family(fam) if fam is not None else None
     if fam is not None and not quick:
         certs = [certify(fam, v) for v in fam.variants]
