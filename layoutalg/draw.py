@@ -88,7 +88,7 @@ def owners_of_reading(lib, family: str, sizes: dict) -> Owners:
     """Who writes which bytes of block 0 by the spec's own reading (`interpret`), whether or not
     the family tiles there: a rank writes block 0 where every replica digit of it is 0 (of
     each region's own replicas, for a page of regions; the canonical page's pads are marked)."""
-    from .interpret import Reading, byte_map
+    from .interpret import Reading, byte_map, rank_digits
     if family not in lib.families:
         raise LayoutalgError(f"draw: {family} is not a family of this library (a part of a page is drawn with "
                              f"its page)")
@@ -113,9 +113,7 @@ def owners_of_reading(lib, family: str, sizes: dict) -> Owners:
     for rank in range(world):
         here = [-1] * first.page("local")
         for r in readings:
-            digits, rest = {}, rank
-            for n, e in reversed(r.rank_extents()):
-                digits[n], rest = rest % e, rest // e
+            digits = rank_digits(r.rank_extents(), rank)
             writes = all(digits[n] == 0 for n in r.replicas)
             for lo, co in byte_map(r, rank).items():
                 if 0 <= lo < len(here):

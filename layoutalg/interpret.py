@@ -256,13 +256,23 @@ def paths(lib: Library, family: str) -> list[tuple]:
     return [a + b for a in walk(lib.grids[fdef.grid.id].body) for b in walk(fdef.body)]
 
 
-def byte_map(r: Reading, rank: int) -> dict[int, int]:
-    """local byte -> canonical byte on one rank, by enumerating every element (ints only)."""
-    rext = r.rank_extents()
+def rank_digits(rext: list, rank: int) -> dict[str, int]:
+    """The digits of `rank` in the grid's mixed radix, `rext` = [(digit, extent), ...], the
+    first digit most significant.
+
+    Examples:
+        >>> rank_digits([("pcp_rank", 2), ("tp_rank", 4)], 6)
+        {'tp_rank': 2, 'pcp_rank': 1}
+    """
     digits, rest = {}, rank
     for n, ext in reversed(rext):
-        digits[n] = rest % ext
-        rest //= ext
+        digits[n], rest = rest % ext, rest // ext
+    return digits
+
+
+def byte_map(r: Reading, rank: int) -> dict[int, int]:
+    """local byte -> canonical byte on one rank, by enumerating every element (ints only)."""
+    digits = rank_digits(r.rank_extents(), rank)
     ldef, bound = r.layout("local")
     ext = r.extents("local")
     elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
