@@ -333,7 +333,7 @@ class _Inapplicable(LayoutalgError):
 
 def _runs(args) -> int:
     try:
-        cf, inst, maps = _derived(args)
+        cf, inst, maps, _ = _derived(args)
     except _Inapplicable as e:
         print(e)
         return 1
@@ -369,13 +369,32 @@ def _draw_reshard(args) -> int:
         if config["pcp_replicas"]:
             a.size = list(a.size) + [("pcp_replicas", config["pcp_replicas"])]
         try:
-            groups.append(_derived(a)[2])
+            groups.append(_derived(a))
         except _Inapplicable as e:
             print(f"{text}: {e}")
             return 1
-    plans = direct_plans(*groups)
-    print(draw_reshard(plans, len(groups[0]), args.output, f"direct reshard {args.store} -> {args.load}: "
-                                                           f"{args.heads} KV heads, block {args.block_size}"))
+    (cf, _, producers, big), (_, _, consumers, small) = groups
+    model = ", ".join(x for x in _config_line(cf, args).split(", ")
+                      if x.split("=")[0] not in ("tp", "pcp", "dcp", "interleave", "pcp_replicas"))
+    title = f"direct reshard {args.store} -> {args.load}: {model}"
+    a, b = producers[0].canonical_page_size_bytes, consumers[0].canonical_page_size_bytes
+    if a == b:
+        print(draw_reshard(direct_plans(producers, consumers), len(producers), args.output, title))
+        return 0
+    from .pageformat import conversion
+    from .reshard import cross_plans
+    lib, _ = _families_in(args.spec, cf.name)
+    big, small = (big, small) if a > b else (small, big)
+    conv = conversion(lib, cf.name, big, small)
+    cross = cross_plans(producers, consumers, conv.mapping, conv.k)
+    if cross.small == "consumer":  # each consumer page is a part of a producer's page
+        plans = [p for part in cross.parts for p in part]
+        labels = [f"consumer {p.consumer} ({j + 1}/{cross.k})" for j, part in enumerate(cross.parts) for p in part]
+    else:  # each consumer page joins parts of the producers' pages (virtual producers part * world + rank)
+        plans, labels = list(cross.parts[0]), None
+    print(draw_reshard(plans, len(producers), args.output, f"{title}; pages of another cp: {conv.k} small pages "
+                                                           f"of {min(a, b)} bytes are one of {max(a, b)}",
+                       labels=labels, rank_of=lambda v: v % cross.world))
     return 0
 
 
@@ -384,7 +403,7 @@ def _draw(args) -> int:
         return _draw_reshard(args)
     from .draw import draw, owners_of_reading
     try:
-        cf, inst, maps = _derived(args)
+        cf, inst, maps, _ = _derived(args)
         config = _config_line(cf, args)
     except _Inapplicable as e:
         print(e)
@@ -467,7 +486,7 @@ def _derived(args):
     except TilingError as e:
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}",
                             (lib, names[0], {**sizes, "page_size": page}))
-    return cf, inst, maps
+    return cf, inst, maps, {**sizes, "page_size": page}
 
 
 def _explain(args) -> int:

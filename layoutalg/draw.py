@@ -171,10 +171,12 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
             f"one cell = {unit} bytes{broken}")
 
 
-def draw_reshard(plans, producers: int, path: str, title: str = "") -> str:
+def draw_reshard(plans, producers: int, path: str, title: str = "", labels=None, rank_of=None) -> str:
     """A direct reshard as a picture: each consumer rank's local page in its own byte order,
-    each cell coloured by the producer rank it is read from (`reshard.DirectPlan`s, one format;
-    with `producers` ranks)."""
+    each cell coloured by the producer rank it is read from (`reshard.DirectPlan`s, with
+    `producers` ranks). Across another cp, `labels` names each plan's row (a consumer's part
+    of a big page) and `rank_of` turns a virtual producer (part * world + rank) into its rank."""
+    rank_of = rank_of or (lambda v: v)
     if not plans:
         raise LayoutalgError("draw: no consumer plan to draw")
     _check_path(path)
@@ -185,13 +187,14 @@ def draw_reshard(plans, producers: int, path: str, title: str = "") -> str:
                 g = gcd(g, v)
     unit, exact = _cell(g, max(p.local_page_size_bytes for p in plans))
     pages = []
-    for p in plans:
+    for k, p in enumerate(plans):
         source = [-1] * p.local_page_size_bytes
         for r in p.runs:
             for _, d, n in r.triples():
-                source[d:d + n] = [r.producer] * n
-        pages.append((f"consumer {p.consumer}", [(source[b], False, None if source[b] >= 0 else "gap")
-                                                 for b in range(0, len(source), unit)]))
+                source[d:d + n] = [rank_of(r.producer)] * n
+        name = labels[k] if labels else f"consumer {p.consumer}"
+        pages.append((name, [(source[b], False, None if source[b] >= 0 else "gap")
+                             for b in range(0, len(source), unit)]))
     merged = "" if exact else " (a cell shows its first byte's source)"
     _render(pages, path, f"{title}\none cell = {unit} bytes{merged}", "feeds", None, producers, 0,
             sum(1 for _, cells in pages for _, _, m in cells if m), "the producer each byte is read from")
@@ -248,7 +251,7 @@ def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, cl
         legend.append(Patch(facecolor="white", edgecolor="#d0d0d0", label="padding (never copied)"))
     fig.legend(handles=legend, loc="lower center", fontsize=7, ncol=min(6, len(legend)), frameon=False)
     head, _, tail = title.rpartition("\n")
-    head = "\n".join(textwrap.wrap(head, 150))
+    head = "\n".join(textwrap.wrap(head, 125))
     fig.suptitle(f"{head}\n{tail}, {cols} cells a row; {what}", fontsize=9, x=0.02, ha="left")
     fig.subplots_adjust(top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())
     fig.savefig(path)

@@ -144,3 +144,20 @@ def test_a_page_that_does_not_tile_is_drawn_from_the_spec_with_its_conflicts(tmp
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "cells with two writers" in proc.stdout and "cells nobody writes" in proc.stdout, proc.stdout
     assert "drawn from the spec's own reading" in out.read_text() and "ssm_heads=4" in out.read_text()
+
+
+@pytest.mark.parametrize("store, load, rows", [("tp=8,dcp=2,interleave=2", "tp=2", "consumer 1 (2/2)"),
+                                               ("tp=2", "tp=8,dcp=2", "consumer 7")])
+def test_a_reshard_across_another_cp_is_drawn_by_producer(tmp_path, store, load, rows):
+    """dcp=2 pages hold twice the tokens: small consumers get a row per part of the big page,
+    small producers are drawn by their rank (not the virtual part * world + rank)."""
+    out = tmp_path / "cross.svg"
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_nhd.lal", "--store", store,
+                           "--load", load, "--heads", "4", "--block-size", "4", "--head-size", "16", "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = out.read_text()
+    assert rows in text and "bytes are one of 2048" in text
+    import re
+    ranks = {int(r) for r in re.findall(r"rank (\d+) feeds", text)}
+    assert ranks == set(range(8 if store.startswith("tp=8") else 2)), ranks  # real producer ranks, every one

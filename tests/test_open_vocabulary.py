@@ -260,7 +260,7 @@ def _twins(tmp_path, a_pref="", b_pref="", b_kind="twin", a="zeta", b="alpha"):
                                                      (", before alpha, order 5", "", "zeta"),
                                                      (", order 5, before alpha", "", "zeta")])
 def test_where_two_families_hold_a_layer_the_preference_decides(tmp_path, a_pref, b_pref, taken):
-    spec = _twins(tmp_path, a_pref, b_pref)
+    _twins(tmp_path, a_pref, b_pref)
     res = Deriver(tmp_path).derive(LayerSpec("twin", 64), None, ParallelConfig(1, 1))
     assert res.result == "certified" and res.family == taken   # without one, by name: alpha
 

@@ -519,7 +519,7 @@ def test_mlas_agnostic_claim_says_it_reads_the_page_as_a_model_size():
     from layoutalg.library import load_default
     row = next(r for r in prove_family(load_default(), "mla") if r.obligation == "agnostic")
     assert row.status == "proved"
-    from layoutalg.prove.structural import agnostic_family, agnostic
+    from layoutalg.prove.structural import agnostic
     fam = resolve(load_default(), "mla")
     details = [agnostic(fam, v).detail for v in fam.variants if str(v.agnostic) != "False"]
     assert any("page_size) is read as a model size" in d for d in details), details
