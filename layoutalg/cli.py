@@ -497,26 +497,39 @@ def _explain(args) -> int:
         region = lib.family_def(name).shard.region
         part = f", region '{region}' of its pages" if region else ""
         print(f"family {name} (serves {fam.serves}{part}) from {os.path.relpath(fam.path)}")
+        defined: set = set()
         for v in fam.variants:
             cases = " and ".join(c.text.removeprefix("case ") for c in v.cases) or "always"
             print(f"\n  when {cases}:")
             for g in v.guards:
                 print(f"    {g.text}")
-            print(f"    {'digit':<16} {'extent':<22} {'local stride':<26} {'canonical stride':<34} rank stride")
-            for d in v.digits:
-                tag = " (replica)" if d.replica else ""
-                print(f"    {d.name + tag:<16} {str(d.extent):<22} {str(d.local):<26} {str(d.canonical):<34} "
-                      f"{d.rank}")
+            rows = [("digit", "extent", "local stride", "canonical stride", "rank stride")] + [
+                (d.name + (" (replica)" if d.replica else ""), str(d.extent), str(d.local), str(d.canonical),
+                 str(d.rank)) for d in v.digits]
             C = symbolic_copy_map(fam, v)
-            if C is not None:
+            modes = [(str(n), str(c)) for n, c in C.modes()] if C is not None else []
+            _define_placeholders(fam, [x for r in rows[1:] for x in r] + [x for m in modes for x in m], defined)
+            widths = [max(len(r[k]) for r in rows) for k in range(5)]  # aligned however long a formula is
+            for r in rows:
+                print("    " + "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
+            if modes:
                 print("    copy map, local order (extent : canonical stride):")
-                for n, c in C.modes():
-                    print(f"      {str(n):<40} : {c}")
-        atoms = fam.atoms.by_symbol.values()
-        if atoms:
-            print("\n  where " + ", ".join(f"{a.symbol} = {a.text}" for a in atoms))
+                width = max(len(n) for n, _ in modes)
+                for n, c in modes:
+                    print(f"      {n.ljust(width)} : {c}")
         print()
     return 0
+
+
+def _define_placeholders(fam, texts: list, defined: set) -> None:
+    """Print `where _q7 = tp / shards` for each division placeholder the texts use, the first
+    time it appears (a placeholder stands for a division the algebra keeps whole)."""
+    used = [a for a in fam.atoms.by_symbol.values() if str(a.symbol) not in defined
+            and any(str(a.symbol) in t for t in texts)]
+    for a in used:
+        defined.add(str(a.symbol))
+    if used:
+        print("    where " + ", ".join(f"{a.symbol} = {a.text}" for a in used))
 
 
 def _corpus(args) -> int:

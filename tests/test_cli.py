@@ -49,3 +49,20 @@ def test_explain_shows_symbolic_strides():
 def test_python_dash_m_and_version():
     proc = subprocess.run([sys.executable, "-m", "layoutalg", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.startswith("layoutalg ")
+
+
+def test_explain_aligns_its_columns_and_defines_each_placeholder_before_it_is_read():
+    lines = run("explain", "specs/split_nhd.lal").stdout.splitlines()
+    for k, line in enumerate(lines):
+        if line.strip().startswith("digit ") and "rank stride" in line:
+            rows = []
+            for x in lines[k + 1:]:
+                if x.startswith("    copy") or not x.startswith("    ") or x.startswith("     "):
+                    break
+                rows.append(x)
+            start = line.index("rank stride")
+            assert rows and all(x[start - 2:start] == "  " and x[start] != " " for x in rows), rows  # lined up
+    text = "\n".join(lines)
+    for placeholder in {w for w in text.replace("*", " ").split() if w.startswith("_q")}:
+        first_use = min(i for i, x in enumerate(lines) if placeholder in x)
+        assert lines[first_use].strip().startswith("where ") and f"{placeholder} =" in lines[first_use]
