@@ -79,23 +79,24 @@ class CopyPlan:
     def store(self, kv: torch.Tensor, block_ids, pages: torch.Tensor, page_ids) -> int:
         """Copy this rank's bytes of each block into its canonical page, where this rank is the
         page's writer. Returns how many blocks it wrote."""
-        blocks, ids = self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True)
+        blocks, ids, sides = self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True)
         wrote = torch.zeros_like(ids, dtype=torch.bool)
         for (n, w), runs in _by_election(self.mapping):  # regions replicated differently elect their own
             mine = (ids % n) == w
             wrote |= mine
-            self._move(kv, pages, blocks[mine], ids[mine], to_pages=True, runs=runs)
+            self._move(sides, blocks[mine], ids[mine], to_pages=True, runs=runs)
         return int(wrote.sum())
 
     def load(self, pages: torch.Tensor, page_ids, kv: torch.Tensor, block_ids) -> int:
         """Fill each block from its canonical page (every rank, every block). Returns the count."""
-        blocks, ids = self._batch("load", kv, block_ids, pages, page_ids, unique_blocks=True)
-        return self._move(kv, pages, blocks, ids, to_pages=False)
+        blocks, ids, sides = self._batch("load", kv, block_ids, pages, page_ids, unique_blocks=True)
+        return self._move(sides, blocks, ids, to_pages=False)
 
-    def _move(self, kv, pages, blocks, ids, to_pages: bool, runs=None) -> int:
-        """Each run: one gather from the source views and one scatter into the destination's."""
+    def _move(self, sides, blocks, ids, to_pages: bool, runs=None) -> int:
+        """Each run: one gather from the source views and one scatter into the destination's.
+        `sides` are both buffers as words (`_words_of`), checked once by `_batch`."""
         if ids.numel():
-            local, canon = self._pair(kv, pages)
+            local, canon = sides
             for r in self.mapping.runs if runs is None else runs:
                 src, dst = ((local, r.local_offset, r.local_stride, blocks), (canon, r.canonical_offset,
                                                                               r.canonical_stride, ids))
@@ -160,8 +161,9 @@ class CopyPlan:
                                  f"uint8 tensor, got {got}")
         if pages.device != first.device:
             raise LayoutMismatch(f"{op}: pages are on {pages.device} but kv is on {first.device}")
-        check_apart(layer_bytes(kv, self.mapping, "kv", op), page_bytes(pages, self.mapping.canonical_page_size_bytes,
-                                                                        "pages", op), op)
+        lb, cb = layer_bytes(kv, self.mapping, "kv", op), page_bytes(pages, self.mapping.canonical_page_size_bytes,
+                                                                     "pages", op)
+        check_apart(lb, cb, op)
         blocks, ids = _ids(block_ids, "block_ids", op), _ids(page_ids, "page_ids", op)
         if blocks.numel() != ids.numel():
             raise LayoutMismatch(f"{op}: {blocks.numel()} block ids but {ids.numel()} page ids")
@@ -170,12 +172,11 @@ class CopyPlan:
         for name, t, must in (("page_ids", ids, unique_pages), ("block_ids", blocks, unique_blocks)):
             if must and torch.unique(t).numel() != t.numel():
                 raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
-        return blocks.to(first.device), ids.to(first.device)
+        return blocks.to(first.device), ids.to(first.device), self._words_of(lb, cb)
 
-    def _pair(self, kv: torch.Tensor, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both sides as `(blocks, page / w)` words, w the plan's word or less where a base demands."""
-        m = self.mapping
-        lb, cb = layer_bytes(kv, m, "kv", "copy"), page_bytes(pages, m.canonical_page_size_bytes, "pages", "copy")
+    def _words_of(self, lb: torch.Tensor, cb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both sides (`(blocks, page)` byte views) as `(blocks, page / w)` words, w the plan's
+        word or less where a base demands."""
         w = self.word
         while w > 1 and any(x % w for x in (lb.storage_offset(), lb.stride(0), cb.storage_offset(), cb.stride(0))):
             w //= 2

@@ -110,9 +110,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
                       sizes={"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else ())
     res = Deriver().derive(layer, TensorLayout(shape, stride, e),
                            ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"]), blocks)
-    if res.result != "certified" or res.family != family:
-        raise ConfigError(f"reshard: {family} does not serve {_shown(config)} ({res.result}"
-                          f"{', by ' + res.family if res.family else ''}): " + "; ".join(res.reasons))
+    _served(res, family, config)
     return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype)
 
 
@@ -144,10 +142,15 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, sizes=given)
     res = Deriver().derive(layer, None, ParallelConfig(tp, heads, config["pcp"], config["dcp"], config["interleave"]),
                            blocks)
+    _served(res, family, config)
+    return Group(family, dict(config), sizes, res.mappings, (blocks, page), (page, 1), torch.uint8)
+
+
+def _served(res, family: str, config: dict) -> None:
+    """`ConfigError` unless `family` itself certified the layer (not another family, not the fallback)."""
     if res.result != "certified" or res.family != family:
         raise ConfigError(f"reshard: {family} does not serve {_shown(config)} ({res.result}"
                           f"{', by ' + res.family if res.family else ''}): " + "; ".join(res.reasons))
-    return Group(family, dict(config), sizes, res.mappings, (blocks, page), (page, 1), torch.uint8)
 
 
 def _shown(config: dict) -> str:

@@ -159,13 +159,6 @@ def _check_runs(m: CanonicalPageMapping, op: str) -> None:
     for i, run in enumerate(m.runs):
         if not isinstance(run, tuple) or len(run) != 6 or not all(type(v) is int for v in run):
             raise ConfigError(f"{op}: run {i} is {run!r}, expected a CopyRun of six integers")
-        if run.num_fragments > 1 and run.fragment_size > 0 and 0 <= run.local_stride < run.fragment_size:
-            raise ConfigError(f"{op}: run {i} {tuple(run)}: its local fragments overlap (stride "
-                              f"{run.local_stride} < fragment {run.fragment_size}); a mapping sends each byte once")
-        if run.num_fragments > 1 and run.fragment_size > 0 and 0 <= run.canonical_stride < run.fragment_size:
-            raise ConfigError(f"{op}: run {i} {tuple(run)}: its canonical fragments overlap (stride "
-                              f"{run.canonical_stride} < fragment {run.fragment_size}); a mapping sends each byte "
-                              f"once")
     if type(m.num_writers) is not int or type(m.writer_index) is not int \
             or type(m.local_page_size_bytes) is not int or type(m.canonical_page_size_bytes) is not int:
         raise ConfigError(f"{op}: mapping sizes and writers must be integers, got pages "
@@ -185,6 +178,9 @@ def _check_runs(m: CanonicalPageMapping, op: str) -> None:
                                                 ("fragment count", run.num_fragments)) if v < 0), None)
             if negative:
                 raise ConfigError(f"{op}: run {i} {tuple(run)} has a negative {side} {negative}")
+            if run.num_fragments > 1 and 0 <= stride < run.fragment_size:  # before the sweep: 2**34 of them
+                raise ConfigError(f"{op}: run {i} {tuple(run)}: its {side} fragments overlap (stride {stride} < "
+                                  f"fragment {run.fragment_size}); a mapping sends each byte once")
             if end > page:
                 raise ConfigError(f"{op}: run {i} {tuple(run)} reaches {side} bytes [{offset}, {end}), "
                                   f"outside the {page}-byte {side} page")

@@ -259,7 +259,6 @@ def _prove_pages(lib, family, store, load, plans, budget) -> list[Row]:
     bytes as the data regions hold; it matches when each byte it reads lies in the same region
     of the producer's page, at the same canonical byte (never in another region or a pad)."""
     spec = lib.family_def(family).span.file
-    t0 = time.perf_counter()
     try:
         xs, xpads = _page_models(lib, family, store, "x")
         ys, ypads = _page_models(lib, family, load, "y")
