@@ -282,6 +282,8 @@ def _check(args) -> int:
     for fam, b in lib.unloaded:  # a misspelt preference would otherwise never apply, silently
         print(f"note: {b.span}: family '{fam}' is preferred before '{b.id}', which is not loaded with it: "
               f"no preference here\n")
+    for name in lib.unused_rules:  # rules nothing uses check nothing: say so rather than pass them
+        print(f"note: {lib.rules[name].span}: rules '{name}' are used by no grid loaded with them\n")
     print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
     bad, examples = 0, {}
     for n, (name, cf) in enumerate(compiled.items(), 1):

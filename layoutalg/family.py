@@ -197,7 +197,7 @@ def _reads(s: _State, *exprs) -> None:
             if body is not None and fn not in names:
                 names.add(fn)
                 todo.append(body.body)
-    for n in names:
+    for n in sorted(names):  # in one order on every machine: guards become Z3 assumptions in this order
         atoms.exact.extend(atoms.let_exact.get(n, []))
 
 

@@ -8,7 +8,7 @@ parameters, `let`s and the local layout do not change it. At one configuration a
 adds the sizes (`CanonicalPageMapping.format_id`, `runtime.format_id`): key stored pages
 by that, since one family at other sizes (8 heads of 4 or 4 of 8) puts bytes elsewhere.
 
-    layout_id(resolve(lib, "split_nhd"))   # 'lal2-...' (16 hex digits)
+    layout_id(resolve(lib, "split_nhd"))   # 'lal3-...' (16 hex digits)
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sympy
 
 from .family import Family, guarded_equality
 
-FORMAT = "lal2"  # lal2: the rank digits and pages of regions are part of the form
+FORMAT = "lal3"  # lal2: the rank digits and pages of regions are part of the form; lal3: index order is not
 """Bumped whenever what the identifier covers changes, so old and new ids never collide."""
 
 
@@ -42,9 +42,11 @@ def canonical_form(family: Family) -> list[tuple]:
         c = v.canonical
         conds = sorted(text(g.cond, rewrite=False) for g in v.cases)
         layout = tuple((name, text(e), text(k)) for name, e, k in sorted(zip(c.indices, c.extents, c.coefficients)))
-        targets = tuple((t.index, text(t.sum.base),
-                         tuple(sorted((sp.source, text(sp.lower), text(sp.extent), text(k)) for sp, k in t.sum.terms)))
-                        for t in v.targets)
+        # by index name, as the layout: the order an `index` clause lists them in places no byte
+        targets = tuple(sorted((t.index, text(t.sum.base),
+                                tuple(sorted((sp.source, text(sp.lower), text(sp.extent), text(k))
+                                             for sp, k in t.sum.terms)))
+                               for t in v.targets))
         # how the rank number is made of its digits: which rank holds which shard
         ranks = tuple((d.name, text(d.extent), text(d.rank)) for d in v.digits if d.is_rank)
         out.append((tuple(conds), layout, text(c.element), text(c.base), targets, ranks))
@@ -67,7 +69,7 @@ def _definitions(x, atoms):
 
 
 def layout_id(family: Family) -> str:
-    """`lal2-` and 16 hex digits of a hash of `canonical_form`."""
+    """`lal3-` and 16 hex digits of a hash of `canonical_form`."""
     digest = hashlib.sha256(repr((FORMAT, canonical_form(family))).encode()).hexdigest()
     return f"{FORMAT}-{digest[:16]}"
 

@@ -15,7 +15,7 @@ from . import params
 from ._resources import specs_dir
 from .errors import SpecError
 from .syntax import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef, Replica,
-                     Shard, grouped, parse_file)
+                     RulesDef, Shard, Use, grouped, parse_file)
 
 RESERVED = {"P", "bool", "rank", "block"}
 """Names the compiled code, the shard map or the tensor clause already give a meaning."""
@@ -41,9 +41,11 @@ class Library:
     lets: dict[str, Let] = field(default_factory=dict)
     fns: dict[str, Fn] = field(default_factory=dict)
     params: dict[str, ParamDef] = field(default_factory=dict)
+    rules: dict[str, RulesDef] = field(default_factory=dict)
     parts: dict[str, FamilyDef] = field(default_factory=dict)  # 'family.region' -> that region's family
     pages: dict[str, tuple[str, ...]] = field(default_factory=dict)  # page layout -> its region layouts
     unloaded: list = field(default_factory=list)  # (family, Name) of each `before` naming a family not loaded
+    unused_rules: list = field(default_factory=list)  # `rules` no grid uses (`check` notes them)
 
     def family_def(self, name: str) -> FamilyDef:
         """A family, or one region's part of a family of pages (`family.region`)."""
@@ -70,7 +72,7 @@ class Library:
             self.add(parse_file(_import_target(module, imp), imp.span), depth + 1)
         for table, items in ((self.layouts, module.layouts), (self.grids, module.grids),
                              (self.families, module.families), (self.lets, module.lets),
-                             (self.fns, module.fns), (self.params, module.params)):
+                             (self.fns, module.fns), (self.params, module.params), (self.rules, module.rules)):
             for item in items:
                 prior = table.get(item.name)
                 if prior is not None:
@@ -82,6 +84,49 @@ class Library:
                                 f"declare only new ones", d.span)
             if d.name.startswith("_") or d.name in RESERVED or keyword.iskeyword(d.name):
                 raise SpecError(f"'{d.name}' cannot name a runtime quantity (reserved)", d.span)
+
+    def splice_rules(self) -> None:
+        """Replace each `use NAME` in a grid by the statements of `rules NAME`, in place, so every
+        later pass (and the independent reading) sees the grid as if they were written there.
+
+        A `use` is a statement of its own, so a `case` group of the rules never continues one
+        written next to the `use` (that would change which cases are alternatives): such a
+        neighbour is an error asking for a statement between them."""
+        used: set[str] = set()
+        for name, grid in list(self.grids.items()):
+            self.grids[name] = dataclasses.replace(grid, body=self._spliced(grid.body, (), used))
+        for name, rules in self.rules.items():
+            self._spliced(rules.body, (name,), used)  # unused rules are checked too
+        self.unused_rules = sorted(set(self.rules) - used)
+
+    def _spliced(self, body: tuple, chain: tuple, used: set) -> tuple:
+        out: list = []
+        after_use: Use | None = None  # the `use` whose statements end `out`, if they end in a case
+        for s in body:
+            if isinstance(s, Case):
+                if after_use is not None:
+                    raise _merging(after_use, s, "ends")
+                s = dataclasses.replace(s, body=self._spliced(s.body, chain, used))
+            after_use = None
+            if not isinstance(s, Use):
+                out.append(s)
+                continue
+            rules = self.rules.get(s.name)
+            if rules is None:
+                known = f" (rules here: {', '.join(sorted(self.rules))})" if self.rules else " (none are defined)"
+                raise SpecError(f"'use {s.name}' names no rules{known}", s.span)
+            if s.name in chain:
+                loop = " -> ".join((*chain[chain.index(s.name):], s.name))
+                raise SpecError(f"rules use each other in a circle: {loop}", s.span)
+            if len(chain) >= MAX_IMPORT_DEPTH:
+                raise SpecError(f"'use' nested too deeply: more than {MAX_IMPORT_DEPTH} levels", s.span)
+            used.add(s.name)
+            inner = self._spliced(rules.body, (*chain, s.name), used)
+            if out and isinstance(out[-1], Case) and isinstance(inner[0], Case):
+                raise _merging(s, out[-1], "begins")
+            out.extend(inner)
+            after_use = s if isinstance(inner[-1], Case) else None
+        return tuple(out)
 
     def rank_families(self) -> None:
         """Give each family its place among those serving its layer kind: every `before`
@@ -213,6 +258,12 @@ class Library:
         return self.families[name].span.file
 
 
+def _merging(use: Use, case: Case, which: str) -> SpecError:
+    return SpecError(f"rules '{use.name}' {which} with a case group and a 'case' stands next to its 'use': the "
+                     f"two groups would read as one (alternatives of each other); put a statement between them",
+                     case.span if which == "ends" else use.span)
+
+
 def _import_target(module: Module, imp) -> Path:
     target = (Path(module.path).parent / imp.path).resolve()
     if target.is_dir():
@@ -249,6 +300,7 @@ def load(paths) -> Library:
     lib = Library()
     for f in spec_files(paths):
         lib.add(parse_file(f.resolve()))
+    lib.splice_rules()
     lib.check_limits()
     lib.rank_families()
     lib.expand_pages()

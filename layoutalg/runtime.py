@@ -341,7 +341,7 @@ def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = 
     types (`dtypes`), those too: bf16 and fp16 bytes are not one format.
 
     Examples:
-        >>> format_id("lal2-0", ()) == format_id("lal2-0", ()) != format_id("lal2-1", ())
+        >>> format_id("lal3-0", ()) == format_id("lal3-0", ()) != format_id("lal3-1", ())
         True
     """
     import hashlib

@@ -143,6 +143,13 @@ class Case:
     span: Span
 
 
+@dataclass(frozen=True)
+class Use:
+    """`use NAME` in a grid: the statements of `rules NAME`, in place (spliced by `Library`)."""
+    name: str
+    span: Span
+
+
 def grouped(stmts) -> list:
     """Statements in order, each run of consecutive `case`s gathered into one list (a case group).
 
@@ -221,6 +228,14 @@ class GridDef:
 
 
 @dataclass(frozen=True)
+class RulesDef:
+    """`rules NAME:` grid statements several grids share (`use NAME`)."""
+    name: str
+    body: tuple
+    span: Span
+
+
+@dataclass(frozen=True)
 class LayoutUse:
     call: Call
     span: Span
@@ -285,6 +300,7 @@ class Module:
     lets: tuple[Let, ...]
     fns: tuple[Fn, ...]
     params: tuple[ParamDef, ...] = ()
+    rules: tuple[RulesDef, ...] = ()
 
 
 # ---- the parser -------------------------------------------------------------------------
@@ -637,6 +653,9 @@ class _Build(Transformer_NonRecursive):
     def case_stmt(self, meta, c):
         return Case(c[0], _flatten(c[1:]), self._at(meta))
 
+    def use_stmt(self, meta, c):
+        return Use(str(c[0]), self._tok(c[0]))
+
     family_case = case_stmt
 
     # layouts
@@ -651,6 +670,10 @@ class _Build(Transformer_NonRecursive):
 
     def tensor_clause(self, meta, c):
         name = None if c[0] is None else Name(str(c[0]), self._tok(c[0]))
+        rest = [t for t in c[2:] if t.type == "REST"]
+        if len(rest) > 1:
+            raise SpecError("a tensor clause says '...' (the indices not named before it) at most once",
+                            self._tok(rest[1]))
         return ("tensor", (name, tuple(Name(str(t), self._tok(t)) for t in c[2:])), self._at(meta))
 
     def region_kind(self, meta, c):
@@ -686,12 +709,16 @@ class _Build(Transformer_NonRecursive):
             if kind in found:
                 raise SpecError(f"{what} has a second '{kind}' clause", at)
             found[kind] = (value, at)
-        for required in ("index", "offset"):
-            if required not in found:
-                raise SpecError(f"{what} has no '{required}' clause", where)
+        if "index" not in found:
+            raise SpecError(f"{what} has no 'index' clause", where)
+        indices, at = found["index"]
+        if "offset" not in found:  # dense and row-major in the order the index clause gives
+            found["offset"] = (_row_major(indices, at), at)
         if pad and "tensor" in found:
             raise SpecError(f"{what} is padding: it has no tensor view", found["tensor"][1])
         view, dims = found.get("tensor", ((None, None),))[0]
+        if dims is not None:
+            dims = _rest_filled(dims, indices)
         if view is not None and not region:
             raise SpecError(f"{what} is one box, viewed by the layer's one tensor: only a region of a page "
                             f"names its tensor ('tensor (block, ...)' here)", view.span)
@@ -701,6 +728,9 @@ class _Build(Transformer_NonRecursive):
     # grids and families
     def grid_def(self, meta, c):
         return GridDef(str(c[0]), _flatten(c[1:]), self._at(meta))
+
+    def rules_def(self, meta, c):
+        return RulesDef(str(c[0]), _flatten(c[1:]), self._at(meta))
 
     def grid_ref(self, meta, c):
         return ("grid", Name(str(c[0]), self._tok(c[0])), self._at(meta))
@@ -806,7 +836,30 @@ class _Build(Transformer_NonRecursive):
         items = _flatten(c)
         pick = lambda t: tuple(i for i in items if isinstance(i, t))  # noqa: E731
         return Module(self._path, pick(Import), pick(LayoutDef), pick(GridDef), pick(FamilyDef),
-                      pick(Let), pick(Fn), pick(ParamDef))
+                      pick(Let), pick(Fn), pick(ParamDef), pick(RulesDef))
+
+
+def _row_major(indices: tuple[IndexDecl, ...], at: Span) -> Expr:
+    """The offset of a dense box, last index fastest: `((i0 * e1 + i1) * e2 + i2) ...`.
+
+    Examples:
+        >>> m = parse("layout l(A, B):\n    index a < A, b < B\n")
+        >>> m.layouts[0].offset == parse("layout l(A, B):\n    index a < A, b < B\n    offset a * B + b\n").layouts[0].offset
+        True
+    """
+    out: Expr = Name(indices[0].name, at)
+    for d in indices[1:]:
+        out = BinOp("+", BinOp("*", out, d.extent, at), Name(d.name, at), at)
+    return out
+
+
+def _rest_filled(dims: tuple[Name, ...], indices: tuple[IndexDecl, ...]) -> tuple[Name, ...]:
+    """A tensor clause's dims with `...` replaced by the indices it does not name, in index order."""
+    named = {n.id for n in dims if n.id != "..."}
+    out: list[Name] = []
+    for n in dims:
+        out.extend([Name(d.name, n.span) for d in indices if d.name not in named] if n.id == "..." else [n])
+    return tuple(out)
 
 
 def _check_number(tok: Token, where: Span) -> None:

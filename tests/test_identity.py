@@ -31,18 +31,18 @@ def _copy(tmp_path, src, edits, name):
 def test_the_shipped_formats_all_differ():
     lib = load_default()
     ids = {compile_named(lib, f).layout_id for f in lib.families}
-    assert len(ids) == len(lib.families) and all(i.startswith("lal2-") and len(i) == 21 for i in ids)
+    assert len(ids) == len(lib.families) and all(i.startswith("lal3-") and len(i) == 21 for i in ids)
 
 
 def test_the_same_canonical_bytes_written_another_way_share_the_id(tmp_path):
     """Other comments, layout and parameter names, an expanded offset and another local layout."""
     path = _copy(tmp_path, "split_nhd", [
         ("layout split_nhd(H, T, D, e):", "# rewritten\nlayout rows(Heads, Tokens, Dim, bytes_per):"),
-        ("    index kv < 2, t < T, h < H, d < D\n    offset d + D * (h + H * (t + T * kv))        # elements of e bytes\n"
+        ("    index kv < 2, t < T, h < H, d < D            # dense, in this order: d fastest\n"
          "    element e bytes",
          "    index kv < 2, t < Tokens, h < Heads, d < Dim\n"
          "    offset d + Dim * h + Dim * Heads * t + Dim * Heads * Tokens * kv\n    element bytes_per bytes"),
-        ("tensor (block, kv, t, h, d)                  # the torch tensor's dims after the block dim",
+        ("tensor (block, ...)                          # the torch tensor's dims: the block, then these",
          "tensor (block, kv, t, h, d)"),
         ("local     split_nhd(", "local     rows("), ("canonical split_nhd(", "canonical rows("),
         ("family split_nhd serves attention, before split_hnd:", "family other serves attention, order 3:")], "other")
@@ -114,7 +114,7 @@ def test_conditions_with_and_or_not_have_an_id_and_load(tmp_path, monkeypatch):
         "    case tp == 1 or not pcp == 1:\n        let k = 1\n    case tp > 1 and pcp == 1:\n        let k = 1\n"
         "family m serves fallback:\n    grid g\n    local     bytes(page_size)\n"
         "    canonical bytes(page_size * tp * pcp)\n    shard (b) -> (rank * page_size + b)\n")
-    assert _id(tmp_path / "m.lal", "m").startswith("lal2-")
+    assert _id(tmp_path / "m.lal", "m").startswith("lal3-")
     assert Deriver(str(tmp_path)).derive(LayerSpec("x", 8), None, ParallelConfig(2, 1)).result == "opaque"
 
 

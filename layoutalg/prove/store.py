@@ -82,6 +82,8 @@ def dependencies(lib, family: str) -> set[str]:
             *lib.lets.values(), *lib.fns.values()]
     seen: set[str] = set()
     todo = [f.span.file] + [d.span.file for d in used if d is not None and d.span is not None]
+    if used[0] is not None:  # a grid's `use`d rules may come from a file that is not imported
+        todo += _statement_files(used[0].body)
     params = dict(lib.params)
     while todo:
         while todo:
@@ -94,6 +96,14 @@ def dependencies(lib, family: str) -> set[str]:
         for name in [n for n in params if re.search(rf"\b{n}\b", text)]:
             todo.append(params.pop(name).span.file)
     return seen
+
+
+def _statement_files(body) -> list[str]:
+    out = []
+    for s in body:
+        out.append(s.span.file)
+        out += _statement_files(getattr(s, "body", ()))
+    return out
 
 
 def _text(path: str) -> str:

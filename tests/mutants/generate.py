@@ -30,11 +30,18 @@ def family_text(name, src, old, new, grid=None):
     return text
 
 
+def _rules(text, rname):
+    """The statements of `rules rname` in grids.lal, as a grid that `use`s them holds them."""
+    start = text.index(f"rules {rname}:")
+    body = text[text.index("\n", start) + 1:]
+    return body[:body.index("\n\n")] + "\n"
+
+
 def grid_text(name, gname, old, new):
     text = GRIDS
     start = text.index(f"grid {gname}:")
     end = text.find("\ngrid ", start + 1)
-    block = text[start:end if end > 0 else None]
+    block = text[start:end if end > 0 else None].replace("    use cp_tokens\n", _rules(text, "cp_tokens"))
     assert old in block, (name, old)
     return block.replace(old, new, 1).replace(f"grid {gname}:", f"grid {gname}_{name}:")
 
@@ -56,9 +63,9 @@ def grid(name, gname, src, old, new, why, expect, fold=None, fnew=None):
 
 
 def main():
-    fam("m01", "split_nhd", "offset d + D * (h + H * (t + T * kv))", "offset d + D * (h + H * (t + (T - 1) * kv))",
+    fam("m01", "split_nhd", "index kv < 2, t < T, h < H, d < D            # dense, in this order: d fastest\n", "index kv < 2, t < T, h < H, d < D\n    offset d + D * (h + H * (t + (T - 1) * kv))\n",
         "wrong stride: the V half starts one token row early and overlaps K", "local-bijective")
-    fam("m02", "split_nhd", "offset d + D * (h + H * (t + T * kv))", "offset d + (D + 1) * (h + H * (t + T * kv))",
+    fam("m02", "split_nhd", "index kv < 2, t < T, h < H, d < D            # dense, in this order: d fastest\n", "index kv < 2, t < T, h < H, d < D\n    offset d + (D + 1) * (h + H * (t + T * kv))\n",
         "a hole: a padding element after every head row", "local-bijective")
     fam("m03", "split_nhd", "head_shard * heads + h", "head_shard + h",
         "wrong head-shard offset: shards overlap when a rank holds several heads", "writers-disjoint")
@@ -74,7 +81,7 @@ def main():
         "canonical page twice too long: half of it is written by no rank", "writers-cover")
     fam("m09", "split_nhd", "canonical split_nhd(total_heads,", "canonical split_nhd(heads,",
         "canonical page sized for the local heads only", "shard-in-range")
-    fam("m10", "split_nhd", "offset d + D * (h + H * (t + T * kv))", "offset d + H * (h + H * (t + T * kv))",
+    fam("m10", "split_nhd", "index kv < 2, t < T, h < H, d < D            # dense, in this order: d fastest\n", "index kv < 2, t < T, h < H, d < D\n    offset d + H * (h + H * (t + T * kv))\n",
         "wrong stride: the head stride uses H instead of D", "local-bijective")
     fam("m11", "split_nhd", "(kv, token(t), head_shard * heads + h, d)", "(kv, token(t), head_shard * heads + h, d + 1)",
         "element offset off by one", "shard-in-range")
@@ -83,13 +90,13 @@ def main():
     # m12 needs the NHD layout too
     M[-1] = (M[-1][0], M[-1][1], M[-1][2], M[-1][3] + "\nlayout split_nhd_m12(H, T, D, e):\n    index kv < 2, t < T, h < H, d < D\n"
              "    offset d + D * (h + H * (t + T * kv))\n    element e bytes\n")
-    fam("m13", "split_hnd", "shard (kv, t, h, d) -> (kv, token(t), head_shard * heads + h, d)",
-        "shard (kv, t, h, d) -> (kv, h, token(t), d)", "token and head swapped in the shard map", "shard-in-range")
-    fam("m14", "packed_nhd", "offset x + 2 * D * (h + H * t)", "offset x + D * (h + H * t)",
+    fam("m13", "split_hnd", "shard (kv, h, t, d) -> (kv, head_shard * heads + h, token(t), d)",
+        "shard (kv, h, t, d) -> (kv, token(t), h, d)", "token and head swapped in the shard map", "shard-in-range")
+    fam("m14", "packed_nhd", "x fastest\n", "x fastest\n    offset x + D * (h + H * t)\n",
         "packed row stride of one head size instead of two: K/V rows overlap", "local-bijective")
-    fam("m15", "packed_hnd", "offset x + 2 * D * (t + T * h)", "offset x + 2 * D * (t + (T + 1) * h)",
+    fam("m15", "packed_hnd", "x fastest\n", "x fastest\n    offset x + 2 * D * (t + (T + 1) * h)\n",
         "a hole: one spare token row after every head", "local-bijective")
-    fam("m16", "packed_hnd", "(token(t), head_shard * heads + h, x)", "(token(t), head_shard * heads + h, x + head_size)",
+    fam("m16", "packed_hnd", "(head_shard * heads + h, token(t), x)", "(head_shard * heads + h, token(t), x + head_size)",
         "V shifted onto the next head's K", "shard-in-range")
     fam("m17", "packed_nhd", "(token(t), head_shard * heads + h, x)", "(t, head_shard * heads + h, x)",
         "context parallelism ignored: every CP rank writes the first tokens", "writers-disjoint")
