@@ -234,7 +234,7 @@ def _reshard(args) -> int:
             plans = direct_plans(store.mappings, load.mappings)
             rows = prove_plans(load_default(), args.family, store.sizes, load.sizes, plans, Budgets.of().config)
         else:
-            cross = cross_plans(store.mappings, load.mappings, conversion.mapping, conversion.k)
+            cross = cross_plans(store.mappings, load.mappings, conversion)
             rows = prove_cross_plans(load_default(), args.family, store.sizes, load.sizes, cross, conversion.token,
                                      Budgets.of().config)
             plans = [p for part in cross.parts for p in part]
@@ -388,7 +388,7 @@ def _draw_reshard(args) -> int:
     lib, _ = _families_in(args.spec, cf.name)
     big, small = (big, small) if a > b else (small, big)
     conv = conversion(lib, cf.name, big, small)
-    cross = cross_plans(producers, consumers, conv.mapping, conv.k)
+    cross = cross_plans(producers, consumers, conv)
     if cross.small == "consumer":  # each consumer page is a part of a producer's page
         plans = [p for part in cross.parts for p in part]
         labels = [f"consumer {p.consumer} ({j + 1}/{cross.k})" for j, part in enumerate(cross.parts) for p in part]
@@ -488,6 +488,10 @@ def _derived(args):
     except TilingError as e:
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}",
                             (lib, names[0], {**sizes, "page_size": page}))
+    import dataclasses
+    from .runtime import format_id  # as the runtime names the page, so plans compare formats as it does
+    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, {**sizes, "page_size": page})
+    maps = [dataclasses.replace(m, format_id=fmt) for m in maps]
     return cf, inst, maps, {**sizes, "page_size": page}
 
 

@@ -275,6 +275,9 @@ _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 def _ids(ids, name: str, op: str) -> torch.Tensor:
     """Ids as a 1-D int64 CPU tensor; floats and bools are refused, never truncated."""
+    if isinstance(ids, (dict, set, frozenset, str, bytes)):  # no order, or characters: never ids
+        raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got a "
+                             f"{type(ids).__name__}")
     try:
         t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids if hasattr(ids, "__array__") else list(ids))
     except (TypeError, ValueError, RuntimeError):

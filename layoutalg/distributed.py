@@ -108,7 +108,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     stride = (elem,) + (tuple(inst.tensor_strides) or (1,))
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e,
                       sizes={"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else ())
-    res = Deriver().derive(layer, TensorLayout(shape, stride, e),
+    res = Deriver().derive(layer, TensorLayout(shape, stride, e, str(torch_dtype)),
                            ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"]), blocks)
     _served(res, family, config)
     return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype)
@@ -391,7 +391,7 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
     from .reshard import cross_plans
     coords = (conversion.k, spec_coordinates(load_default(specs_dir()), store.family, big_group.sizes,
                                              small_group.sizes, conversion.k, conversion.token))
-    cross = cross_plans(store.mappings, load.mappings, conversion.mapping, conversion.k) if direct else None
+    cross = cross_plans(store.mappings, load.mappings, conversion) if direct else None
     return small, coords, cross
 
 

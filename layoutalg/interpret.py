@@ -220,6 +220,19 @@ class Reading:
     def rank_extents(self) -> list:
         return [(n, self.expr(e)) for n, e in self.ranks]
 
+    def sequence_place(self, index: dict, rank_digits: dict):
+        """Where the grid says local token `index[seq]` of this rank lies in the sequence of a
+        canonical page (`token(t)`, the grid's sequence function), for a family that claims
+        `sequence seq`. Raises `LookupError` naming what is missing."""
+        seq = self.fdef.sequence
+        if "token" not in self.fns:
+            raise LookupError(f"'sequence {seq.id}' claims the token order, but the grid defines no fn token(t) "
+                              f"(a token's place in the sequence) to check it against")
+        if seq.id not in index:
+            raise LookupError(f"'sequence {seq.id}': the local layout has no index '{seq.id}' (the local token)")
+        env = {**self.env, **rank_digits, **index, _MEMO: {}}
+        return self.expr(Call("token", (Name(seq.id, seq.span),), seq.span), env)
+
     def shard(self, index: dict, rank_digits: dict) -> dict:
         """Canonical index of local `index` on the rank with these digit values."""
         env = {**self.env, **rank_digits, **index, _MEMO: {}}  # lets here may use the index

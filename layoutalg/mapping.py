@@ -47,6 +47,7 @@ class TensorView(NamedTuple):
     shape: tuple     # extents of the dims after the block dim
     strides: tuple   # their strides, in elements
     element: int     # bytes per element
+    dtype: str = ""  # the element type's name where the tensor named it ('torch.bfloat16')
 
     @property
     def bytes_per_block(self) -> int:

@@ -37,6 +37,8 @@ class PageConversion(NamedTuple):
     mapping: CanonicalPageMapping
     big_page: int
     small_page: int
+    big_format: str = ""    # the page formats it converts between (`runtime.form_part` of a mapping's
+    small_format: str = ""  # format id): plans across another cp use it only between groups of those
 
 
 def canonical_layout(lib, family: str, sizes: dict) -> tuple[tuple[str, ...], dict, dict, int, int]:
@@ -130,7 +132,20 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     offsets, frag, count, ls, cs = run_plan(C)
     runs = tuple(CopyRun(lo, co, frag, count, ls, cs) for lo, co in offsets)
     m = CanonicalPageMapping(k * page_s, page_b, runs, 1, 0, False)
-    return PageConversion(k, tok, m, page_b, page_s)
+    return PageConversion(k, tok, m, page_b, page_s, _format(lib, family, big), _format(lib, family, small))
+
+
+def _format(lib, family: str, sizes: dict) -> str:
+    """The page format (without element types) a group of these sizes has at run time."""
+    from .compile import compile_named
+    from .compiled import GuardFailed
+    from .runtime import format_id
+    cf = compile_named(lib, family)
+    try:
+        inst = cf.evaluate(dict(sizes))
+    except (GuardFailed, KeyError) as err:
+        raise LayoutalgError(f"{family} does not hold pages at {_shown(sizes)}: {err}") from None
+    return format_id(cf.layout_id, inst, cf.claims_agnostic, dict(sizes))
 
 
 def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: str):

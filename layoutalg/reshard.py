@@ -491,11 +491,24 @@ class CrossPlans(NamedTuple):
 
 
 def cross_plans(producers: Sequence[CanonicalPageMapping], consumers: Sequence[CanonicalPageMapping],
-                conversion: CanonicalPageMapping, k: int) -> CrossPlans:
+                conversion) -> CrossPlans:
     """Direct plans across another cp: the small group's mappings expressed onto the big pages
-    (`in_pages_of`, one per part), then composed as for one format (`direct_plans`)."""
+    (`in_pages_of`, one per part), then composed as for one format (`direct_plans`).
+
+    `conversion` is the `pageformat.PageConversion` between the two groups' page formats:
+    one made for other sizes (another head size, another family), or groups of other element
+    types, are refused (`ReshardError`), as `direct_plans` refuses two formats of one cp."""
+    from .pageformat import PageConversion
+    if not isinstance(conversion, PageConversion):
+        raise ReshardError(f"cross_plans: conversion must be a pageformat.PageConversion (it names the formats it "
+                           f"converts between), got {type(conversion).__name__}")
+    if not producers or not consumers:
+        raise ReshardError(f"direct reshard: {len(producers)} producer and {len(consumers)} consumer mappings")
+    k = conversion.k
     a, b = producers[0].canonical_page_size_bytes, consumers[0].canonical_page_size_bytes
     if a * k == b or b * k == a:
+        _same_formats(producers, consumers, conversion, a > b)
+        conversion = conversion.mapping
         if a > b:
             big = producers[0].format_id
             parts = tuple(direct_plans(producers, [in_pages_of(y, conversion, k, j, big) for y in consumers])
@@ -505,3 +518,22 @@ def cross_plans(producers: Sequence[CanonicalPageMapping], consumers: Sequence[C
         virtual = [in_pages_of(x, conversion, k, j, big) for j in range(k) for x in producers]
         return CrossPlans(k, "producer", len(producers), (direct_plans(virtual, consumers),))
     raise ReshardError(f"direct reshard: pages of {a} and {b} bytes are not {k} small pages a big one")
+
+
+def _same_formats(producers, consumers, conversion, producers_big: bool) -> None:
+    from .runtime import element_part, form_part
+    groups = (("producer", producers), ("consumer", consumers))
+    for role, group in groups:
+        odd = next((m for m in group if m.format_id != group[0].format_id), None)
+        if odd is not None:
+            raise ReshardError(f"direct reshard: the {role} mappings are of other page formats "
+                               f"({group[0].format_id} and {odd.format_id})")
+    for (role, group), want in zip(groups, (conversion.big_format, conversion.small_format)[::1 if producers_big
+                                                                                           else -1]):
+        if form_part(group[0].format_id) != want:
+            raise ReshardError(f"direct reshard: the conversion is between pages of format {conversion.big_format} "
+                               f"and {conversion.small_format}, but the {role}s' pages are "
+                               f"{form_part(group[0].format_id)}: it was made for other sizes or another family")
+    if element_part(producers[0].format_id) != element_part(consumers[0].format_id):
+        raise ReshardError(f"direct reshard: producer and consumer pages hold other element types "
+                           f"({producers[0].format_id} vs {consumers[0].format_id}): one size, another encoding")

@@ -320,8 +320,19 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         runs = lower(inst, cf.layout_id)
     except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
         return str(e)
-    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensor))
+    tensors = tensor if isinstance(tensor, tuple) else (tensor,) if isinstance(tensor, TensorLayout) else ()
+    if len(tensors) == len(views):  # each view with the element type its tensor names
+        views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))
+    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensor),
+                    () if cf.claims_agnostic else _physical(tensors))
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
+
+
+def _physical(tensors: tuple) -> tuple:
+    """How the tensors lay a block out (dims after the block, their strides): where the
+    canonical page is the rank's bytes as they lie (the opaque fallback), an NHD and an HND
+    tensor of one size are two formats."""
+    return tuple((t.shape[1:], t.stride[1:], t.element_size) for t in tensors)
 
 
 def _dtypes(tensor) -> tuple:
@@ -331,17 +342,22 @@ def _dtypes(tensor) -> tuple:
     return tuple(t.dtype for t in tensor) if isinstance(tensor, tuple) and any(t.dtype for t in tensor) else ()
 
 
-def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = None, dtypes: tuple = ()) -> str:
+def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = None, dtypes: tuple = (),
+              physical: tuple = ()) -> str:
     """The concrete page format of an instance (or a page of them): the family's format and
     the numbers of its canonical layout (`Instance.canonical_form`). A family whose grid
     never claims `agnostic` (`semantic` False: the opaque fallback, whose page is its ranks'
     pages side by side) has canonical indices that name where a rank put a byte, not what
     the byte is, so its format also covers the configuration (`sizes`): 2 x 256 bytes and
     1 x 512 bytes are two formats of one size. Where the layer's tensors name their element
-    types (`dtypes`), those too: bf16 and fp16 bytes are not one format.
+    types (`dtypes`), those too: bf16 and fp16 bytes are not one format; they are a part of
+    their own (`LAYOUT.FORM.TYPES`), so pages of two configurations can be told to hold one
+    element type without their forms being equal (`element_part`).
 
     Examples:
         >>> format_id("lal3-0", ()) == format_id("lal3-0", ()) != format_id("lal3-1", ())
+        True
+        >>> element_part(format_id("lal3-0", (), dtypes=("torch.bfloat16",))) != element_part(format_id("lal3-0", ()))
         True
     """
     import hashlib
@@ -349,9 +365,20 @@ def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = 
         forms = tuple(i.canonical_form for _, i in inst.regions) + tuple(p.canonical_form for p in inst.canonical_pads)
     else:
         forms = getattr(inst, "canonical_form", ())
-    key = repr(((forms, getattr(inst, "canonical_page", 0)) if semantic else (forms, sorted((sizes or {}).items())))
-               + ((dtypes,) if dtypes else ()))
-    return f"{layout_id}.{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    key = repr((forms, getattr(inst, "canonical_page", 0)) if semantic else
+               (forms, sorted((sizes or {}).items()), physical))
+    fmt = f"{layout_id}.{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    return f"{fmt}.{hashlib.sha256(repr(dtypes).encode()).hexdigest()[:8]}" if dtypes else fmt
+
+
+def form_part(fmt: str) -> str:
+    """A format id without its element types: `LAYOUT.FORM`."""
+    return ".".join(fmt.split(".")[:2])
+
+
+def element_part(fmt: str) -> str:
+    """What a format id says of the element types (after `LAYOUT.FORM`), '' where nothing."""
+    return ".".join(fmt.split(".")[2:])
 
 
 _DERIVED = ("tp", "pcp", "dcp", "interleave", "total_heads", "heads", "block_size", "head_size", "dtype_bytes",

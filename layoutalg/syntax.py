@@ -313,6 +313,9 @@ Every later pass (sizes, itersum, the direct reading for Z3, compile) walks expr
 recursively; this bound keeps them far from Python's recursion limit. The shipped specs
 nest at most 7 deep."""
 
+MAX_FILE_BYTES = 4 << 20
+"""Largest spec file read (4 MiB; the shipped ones are under 4 KiB)."""
+
 MAX_CASE_DEPTH = 16
 """Deepest nesting of `case` blocks."""
 
@@ -512,6 +515,11 @@ def parse_file(path: str | Path, named_at: Span | None = None) -> Module:
     """
     p = Path(path)
     try:
+        if p.exists() and not p.is_dir() and not p.is_file():  # a device or a pipe: reading may never end
+            raise SpecError(f"cannot read spec file {p}: it is not a regular file", named_at)
+        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
+            raise SpecError(f"cannot read spec file {p}: {p.stat().st_size} bytes, more than a spec file's "
+                            f"{MAX_FILE_BYTES}", named_at)
         data = p.read_bytes()
     except OSError as e:
         why = "it is a folder" if p.is_dir() else (e.strerror or type(e).__name__).lower()

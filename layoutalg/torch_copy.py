@@ -47,8 +47,11 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
     """A layer's local pages as a `(num_blocks, local page)` uint8 view, from its tensor or
     tensors, checked against the views the mapping was derived for (`m.tensors`).
 
-    - A uint8 tensor is the pages' own bytes: any dense `(blocks, ...)` view of them.
-    - A typed tensor must be the mapping's one view: shape, strides and element size.
+    - A uint8 tensor is the pages' own bytes: any dense `(blocks, ...)` view of them, unless
+      the view's elements are bytes and it has the view's dims (vLLM's fp8 caches are uint8
+      tensors of the logical shape): then it is checked as a typed tensor.
+    - A typed tensor must be the mapping's one view: shape, strides, element size and, where
+      both name it, element type.
     - A list or tuple (vLLM's Mamba layer: conv state, SSM state) must be the mapping's
       views, in order, over one memory: each tensor where its view says in every block,
       the blocks one stride apart, and the whole page inside that memory.
@@ -62,7 +65,8 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
             raise LayoutMismatch(f"{op}: {name} must be a torch.Tensor, got {type(kv).__name__} (of {kinds}); "
                                  f"a page viewed by several tensors takes a list of those tensors")
         return _from_views(list(kv), views, m.local_page_size_bytes, name, op)
-    if isinstance(kv, torch.Tensor) and kv.dtype != torch.uint8 and views:
+    if isinstance(kv, torch.Tensor) and views and (kv.dtype != torch.uint8 or (
+            len(views) == 1 and views[0].element == 1 and kv.dim() == len(views[0].shape) + 1)):
         if len(views) > 1:
             raise LayoutMismatch(f"{op}: {name} is one tensor but the page is viewed by {len(views)} "
                                  f"({', '.join(v.name for v in views)}): give them as a list, in that order")
@@ -73,6 +77,8 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
 def _check_view(t: torch.Tensor, v, name: str, op: str) -> None:
     from .runtime import view_mismatch  # the runtime's own test, on the tensor itself
     why = view_mismatch(v, tuple(t.shape), tuple(t.stride()), t.element_size())
+    if not why and v.dtype and str(t.dtype) != v.dtype:
+        why = f"its elements are {t.dtype}, the mapping's are {v.dtype} (one size, another encoding)"
     if why:
         raise LayoutMismatch(f"{op}: {name} is not the tensor '{v.name}' the mapping was derived for: {why}")
 
@@ -121,13 +127,17 @@ def _from_views(tensors: list, views: tuple, page: int, name: str, op: str) -> t
 
 def check_apart(a: torch.Tensor, b: torch.Tensor, op: str, names: str = "kv and pages") -> None:
     """Two `(blocks, page)` byte views must not share a byte of memory: a copy between
-    overlapping buffers would read bytes it has already overwritten."""
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or not a.numel() or not b.numel():
+    overlapping buffers would read bytes it has already overwritten. Compared by address,
+    not by storage: two storages may alias one memory (`torch.from_numpy` of one array
+    twice, two maps of one file)."""
+    if "meta" in (a.device.type, b.device.type):
+        raise LayoutMismatch(f"{op}: {names}: a tensor on the meta device holds no bytes to copy")
+    if not a.numel() or not b.numel() or a.device != b.device:
         return
-    spans = [(t.storage_offset(), t.storage_offset() + (t.shape[0] - 1) * t.stride(0) + t.shape[1]) for t in (a, b)]
+    spans = [(t.data_ptr(), t.data_ptr() + (t.shape[0] - 1) * t.stride(0) + t.shape[1]) for t in (a, b)]
     if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
-        raise LayoutMismatch(f"{op}: {names} share memory (bytes [{spans[0][0]}, {spans[0][1]}) and "
-                             f"[{spans[1][0]}, {spans[1][1]}) of one buffer): a copy between them would read what "
+        raise LayoutMismatch(f"{op}: {names} share memory (addresses [{spans[0][0]:#x}, {spans[0][1]:#x}) "
+                             f"and [{spans[1][0]:#x}, {spans[1][1]:#x})): a copy between them would read what "
                              f"it has already written")
 
 

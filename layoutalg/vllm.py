@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import numbers
 import os
+from pathlib import Path
 
 from .errors import ConfigError
 from .mapping import CanonicalPageMapping
@@ -37,7 +38,7 @@ _NON_INTEGRAL_RATIO = 2
 
 
 def _deriver(specs) -> Deriver:
-    key = str(specs) if specs else None
+    key = str(Path(specs).resolve()) if specs else None  # a relative path means another folder after a chdir
     if key not in _DERIVERS:
         _DERIVERS[key] = Deriver(key)
     return _DERIVERS[key]
@@ -223,6 +224,7 @@ def _items(value, field: str):
 def _layers(kv_cache_config):
     """(layer name, spec) of every layer of every group, as vLLM pairs them."""
     groups = _field(kv_cache_config, "kv_cache_config", "kv_cache_groups")
+    seen: dict[str, str] = {}
     for g, group in enumerate(_items(groups, "kv_cache_config.kv_cache_groups")):
         where = f"kv_cache_config.kv_cache_groups[{g}]"
         group_spec = _field(group, where, "kv_cache_spec")
@@ -232,9 +234,16 @@ def _layers(kv_cache_config):
         elif not hasattr(per_layer, "get"):
             raise ConfigError(f"{where}.kv_cache_spec.kv_cache_specs must be a dict of layer name to spec, "
                               f"got {type(per_layer).__name__}")
-        for name in _items(_field(group, where, "layer_names"), f"{where}.layer_names"):
+        names = _field(group, where, "layer_names")
+        if isinstance(names, (str, bytes)):  # iterating it would give one 'layer' per character
+            raise ConfigError(f"{where}.layer_names must be a list of layer names, got the string {names!r}")
+        for name in _items(names, f"{where}.layer_names"):
             if not isinstance(name, str):
                 raise ConfigError(f"{where}.layer_names holds {name!r} ({type(name).__name__}), not a layer name")
+            if name in seen:  # which group's spec describes its tensor? vLLM gives each layer one
+                raise ConfigError(f"layer {name!r} is in {seen[name]} and in {where}: a layer belongs to one "
+                                  f"KV cache group")
+            seen[name] = where
             # a layer missing from its group's per-layer specs keeps the group spec, which
             # is no attention or Mamba spec: vLLM leaves such a layer out, and so do we
             yield name, per_layer.get(name, group_spec)
@@ -287,9 +296,11 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
         if result.result != "certified":
             failed.setdefault((type(spec).__name__, result.result, result.reasons), []).append(name)
         if result.mappings:
-            out[name] = result.mappings[rank]
-            if result.result == "opaque":  # its bytes are the layer's own: the format is the spec's too
-                out[name] = dataclasses.replace(out[name], format_id=_opaque_format(out[name].format_id, spec))
+            m = result.mappings[rank]
+            # the encoding is the spec's too (fp8 e4m3 and e5m2 are both uint8 tensors), and an opaque
+            # page holds the rank's bytes as the layer lays them out: the whole spec
+            fields = _OPAQUE_FIELDS if result.result == "opaque" else _ELEMENT_FIELDS
+            out[name] = dataclasses.replace(m, format_id=_spec_format(m.format_id, spec, fields, vllm_config))
     _warn(failed)
     return out
 
@@ -306,17 +317,28 @@ def _with_sizes(layer: LayerSpec, sizes) -> LayerSpec:
     return dataclasses.replace(layer, sizes={**own, **given})
 
 
-def _opaque_format(fmt: str, spec) -> str:
-    """An opaque page holds the rank's bytes as the layer lays them out, so two layers of one
-    page size are one format only if their specs are one: the class, the shapes and dtypes of
-    a state, its conv orientation, an attention layer's heads, size and dtype."""
+_ELEMENT_FIELDS = ("dtype", "dtypes", "kv_quant_mode", "cache_dtype_str")
+"""What a spec says of its elements' encoding (a uint8 tensor may hold fp8 e4m3 or e5m2)."""
+
+_OPAQUE_FIELDS = _ELEMENT_FIELDS + ("shapes", "mamba_type", "block_size", "num_kv_heads", "head_size")
+"""An opaque page holds the rank's bytes as the layer lays them out, so two layers of one page
+size are one format only if their specs are one: also the class, a state's shapes and conv
+orientation, an attention layer's heads and sizes."""
+
+
+def _spec_format(fmt: str, spec, fields: tuple, vllm_config=None) -> str:
+    """`fmt` with what the spec (and the deployment's cache dtype) says of the bytes folded into
+    its element part (`runtime.element_part`), so the form part still names the layout."""
     import hashlib
-    fields = ("shapes", "dtypes", "mamba_type", "block_size", "num_kv_heads", "head_size", "dtype",
-              "kv_quant_mode", "cache_dtype_str")
-    seen = [type(spec).__name__] + [f"{f}={getattr(spec, f, None)!r}" for f in fields]
-    if "MambaSpec" in _class_names(spec):
-        seen.append(os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper())
-    return f"{fmt}.{hashlib.sha256(repr(seen).encode()).hexdigest()[:8]}"
+    from .runtime import element_part, form_part
+    seen = [element_part(fmt)] + [f"{f}={getattr(spec, f, None)!r}" for f in fields]
+    cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)
+    seen.append(f"cache_dtype={cache!r}")
+    if fields is _OPAQUE_FIELDS:
+        seen.append(type(spec).__name__)
+        if "MambaSpec" in _class_names(spec):
+            seen.append(os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper())
+    return f"{form_part(fmt)}.{hashlib.sha256(repr(seen).encode()).hexdigest()[:8]}"
 
 
 def _derive(deriver: Deriver, layer: LayerSpec, tensor, parallel, num_blocks, cls: str) -> LayerResult:

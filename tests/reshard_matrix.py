@@ -82,14 +82,14 @@ def cross_proved(family: str, x, y) -> bool:
     lib = load_default()
     big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
     conv = conversion(lib, family, big.sizes, small.sizes)
-    cross = cross_plans(x.mappings, y.mappings, conv.mapping, conv.k)
+    cross = cross_plans(x.mappings, y.mappings, conv)
     rows = prove_cross_plans(lib, family, x.sizes, y.sizes, cross, conv.token, Budgets.of().config)
     return all(r.status == "proved" for r in rows)
 
 
 def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
     from layoutalg.reshard import cross_plans, gather, scatter
-    cross = cross_plans(x.mappings, y.mappings, conv.mapping, conv.k)
+    cross = cross_plans(x.mappings, y.mappings, conv)
     out = [y.empty().zero_() for _ in y.mappings]
     for p, v, rank, src, dst in cross.transfers(G):
         scatter(p, v, gather(p, v, kvs[rank], blocks_x[src]), out[p.consumer], blocks_y[dst])

@@ -58,8 +58,9 @@ def test_the_engines_tensors_are_recognised_and_carried_by_every_mapping(deriver
     conv, ssm = state_shapes(tp, ng, ds)
     for m in res.mappings:
         assert [v.name for v in m.tensors] == ["conv", "ssm"]
-        assert m.tensors[0] == TensorView("conv", 0, conv, tuple(tensors[0].stride()[1:]), 2)
-        assert m.tensors[1] == TensorView("ssm", 2 * torch.Size(conv).numel(), ssm, tuple(tensors[1].stride()[1:]), 4)
+        assert m.tensors[0] == TensorView("conv", 0, conv, tuple(tensors[0].stride()[1:]), 2, "torch.int16")
+        assert m.tensors[1] == TensorView("ssm", 2 * torch.Size(conv).numel(), ssm, tuple(tensors[1].stride()[1:]), 4,
+                                          "torch.int32")
 
 
 @pytest.mark.parametrize("tp,ng,ds", [(2, 4, False), (4, 1, False), (2, 4, True)])
@@ -108,7 +109,8 @@ def test_tensors_in_another_order_or_shape_fail_closed_by_name(deriver):
      r"kv\[1\] \(ssm\) starts at byte 100 of the page, expected 96"),
     (lambda c, s: [c[1:], s[1:]], None),           # a view of later blocks is still the page's memory
     (lambda c, s: [c, s[:3]], r"kv\[1\] \(ssm\) has 3 blocks but kv\[0\] has 5"),
-    (lambda c, s: [c, s.view(torch.float32)], None),  # the same bytes in elements of the same size
+    # the same bytes in elements of another type: the pages would say int32 of float32 bytes
+    (lambda c, s: [c, s.view(torch.float32)], r"kv\[1\] \(ssm\).*elements are torch.float32, the mapping's are torch.int32"),
     (lambda c, s: [c, s.view(torch.int16)], r"kv\[1\] \(ssm\) is not the tensor 'ssm'.*shape \(5, 2, 4, 4\)"),
     (lambda c, s: c, r"kv is one tensor but the page is viewed by 2 \(conv, ssm\)"),
     (lambda c, s: [c, 3], r"kv must be a torch.Tensor, got list \(of Tensor, int\)"),

@@ -106,7 +106,7 @@ def test_direct_plans_across_another_cp_execute_and_are_proved(family, heads, a,
     x, y = _group(family, heads, a), _group(family, heads, b)
     big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
     c = conversion(lib, family, big.sizes, small.sizes)
-    cross = cross_plans(x.mappings, y.mappings, c.mapping, c.k)
+    cross = cross_plans(x.mappings, y.mappings, c)
     rows = prove_cross_plans(lib, family, x.sizes, y.sizes, cross, c.token, Budgets.of().config)
     assert [r.status for r in rows] == ["proved", "proved"], rows
     if cross.small == "consumer":

@@ -231,3 +231,21 @@ def test_cli_reports_errors_without_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
     assert f"{tmp_path / 'bad.lal'}:3:12: unknown name 'Q'" in proc.stderr
     assert proc.stderr.rstrip().endswith("^")
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "pipe"])
+def test_importing_a_device_or_a_pipe_is_an_error_not_a_hang(tmp_path, target):
+    import os
+    if target == "pipe":
+        os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "a.lal").write_text(f'import "{target}"\n')
+    with pytest.raises(SpecError, match="is not a regular file") as info:
+        load([tmp_path / "a.lal"])
+    assert info.value.span.line == 1
+
+
+def test_a_spec_file_past_the_size_limit_is_refused(tmp_path):
+    from layoutalg.syntax import MAX_FILE_BYTES
+    (tmp_path / "big.lal").write_bytes(b"#" * (MAX_FILE_BYTES + 1))
+    with pytest.raises(SpecError, match="more than a spec file's"):
+        load([tmp_path / "big.lal"])

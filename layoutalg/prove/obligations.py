@@ -208,6 +208,13 @@ def query(m: Model, name: str, variant=None, atoms=None):
     """
     if name == "digits-match-spec":
         return _digits_query(m, variant, atoms)
+    if name == "sequence-order":
+        d, cd = m.digits("")
+        i, ci = m.index("local", "")
+        c = m.r.shard(i, d)
+        seq = m.r.fdef.sequence.id
+        want = m.r.sequence_place(i, d)
+        return z3.And(*ci, *cd, c[seq] != want), {"i": i, "d": d, "c": c}
     if name in PAGE:
         return _tiling_query(m, name.split("-")[-1])
     if name in ("local-bijective", "canonical-bijective"):

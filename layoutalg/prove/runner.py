@@ -628,6 +628,11 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
                                                                          fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
+    if lib.family_def(family).sequence is not None:  # the claim pages of another cp are converted by
+        rows.append(_safely(spec, family, "sequence-order", lambda: prove_obligation(
+            lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
+        if quick and rows[-1].status == "refuted":
+            return rows
     for name in PER_CONFIGURATION:
         if fam is None:
             rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))

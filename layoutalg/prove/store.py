@@ -27,6 +27,8 @@ OBLIGATIONS = {
                      "writer bytes as canonical bytes, sent injectively into the page; the injectivity and range "
                      "parts are the rows above, asked again where they were not proved for all sizes)",
     "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
+    "sequence-order": "where a family says `sequence t`, every local token t lands at canonical t = token(t), "
+                      "its place in the sequence by the grid (pages of another cp join along t)",
     "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
     "runs-match-spec": "the emitted runs send each local byte where the spec says",
     "runs-cover-local": "each rank's runs cover its local page exactly once",
@@ -99,10 +101,12 @@ def dependencies(lib, family: str) -> set[str]:
 
 
 def _statement_files(body) -> list[str]:
+    from ..syntax import Case
     out = []
     for s in body:
         out.append(s.span.file)
-        out += _statement_files(getattr(s, "body", ()))
+        if isinstance(s, Case):
+            out += _statement_files(s.body)
     return out
 
 

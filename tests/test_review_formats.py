@@ -1,0 +1,159 @@
+"""Regressions of a review of the runtime: page formats that must differ, conversions tied to
+the groups they convert between, element types checked, memory aliasing and odd inputs refused."""
+import numpy as np
+import pytest
+import torch
+
+from layoutalg.copy import plan
+from layoutalg.errors import ConfigError, LayoutMismatch
+from layoutalg.library import load_default
+from layoutalg.pageformat import conversion
+from layoutalg.reshard import ReshardError, cross_plans, direct_plans
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, element_part, form_part
+from layoutalg.vllm import derive_canonical_mappings
+
+from test_reshard import _group
+from test_vllm_adapter import attention, cache_config, config, mamba2_spec, mla, state_config
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def test_a_conversion_is_used_only_between_the_groups_it_was_made_for():
+    lib = load_default()
+    big, small = _group("split_nhd", 2, "tp=4,dcp=2"), _group("split_nhd", 2, "tp=1")
+    conv = conversion(lib, "split_nhd", big.sizes, small.sizes)
+    assert cross_plans(big.mappings, small.mappings, conv).k == 2        # the groups it was made for
+    other = conversion(lib, "split_nhd", {**big.sizes, "head_size": big.sizes["head_size"] // 2,
+                                          "page_size": big.sizes["page_size"] // 2},
+                       {**small.sizes, "head_size": small.sizes["head_size"] // 2,
+                        "page_size": small.sizes["page_size"] // 2})
+    # a half-size model's conversion: k small pages a big one as here, but other formats
+    with pytest.raises(ReshardError, match="made for other sizes or another family"):
+        cross_plans(big.mappings, small.mappings, other)
+    with pytest.raises(ReshardError, match="must be a pageformat.PageConversion"):
+        cross_plans(big.mappings, small.mappings, conv.mapping)
+
+
+def test_groups_of_other_element_types_get_no_cross_cp_plan():
+    lib = load_default()
+    x = Deriver()
+    layer = lambda h: LayerSpec("attention", 2 * 16 * h * 8 * 2, block_size=16, num_kv_heads=h, head_size=8,  # noqa: E731
+                                dtype_bytes=2)
+    t = lambda h, d: TensorLayout((4, 2, 16, h, 8), (256 * h, 128 * h, 8 * h, 8, 1), 2, d)  # noqa: E731
+    big = x.derive(layer(1), t(1, "torch.bfloat16"), ParallelConfig(tp=4, total_kv_heads=2, dcp=2))
+    small_bf, small_fp = (x.derive(layer(2), t(2, d), ParallelConfig(tp=1, total_kv_heads=2))
+                          for d in ("torch.bfloat16", "torch.float16"))
+    assert form_part(small_bf.mappings[0].format_id) == form_part(small_fp.mappings[0].format_id)
+    assert element_part(small_bf.mappings[0].format_id) != element_part(small_fp.mappings[0].format_id)
+    sizes = lambda h, tp, dcp: {"tp": tp, "pcp": 1, "dcp": dcp, "interleave": 1, "total_heads": 2, "heads": h,  # noqa: E731
+                                "block_size": 16, "head_size": 8, "dtype_bytes": 2, "page_size": 2 * 16 * h * 8 * 2,
+                                "per_token_head_quant": 0, "compress_ratio": 1}
+    conv = conversion(lib, "split_nhd", sizes(1, 4, 2), sizes(2, 1, 1))
+    assert cross_plans(big.mappings, small_bf.mappings, conv).k == 2
+    with pytest.raises(ReshardError, match="other element types"):
+        cross_plans(big.mappings, small_fp.mappings, conv)
+
+
+def test_opaque_pages_of_an_nhd_and_an_hnd_tensor_are_two_formats():
+    d = Deriver()
+    layer = LayerSpec("attention", 2 * 4 * 2 * 4, block_size=4, num_kv_heads=2, head_size=4, dtype_bytes=1,
+                      per_token_head_quant=True)
+    nhd = torch.zeros(3, 2, 4, 2, 4, dtype=torch.int8)
+    hnd = torch.zeros(3, 2, 2, 4, 4, dtype=torch.int8).transpose(2, 3)
+    a, b = (d.derive(layer, TensorLayout.of(t), ParallelConfig(tp=1, total_kv_heads=2)) for t in (nhd, hnd))
+    assert a.result == b.result == "opaque"
+    assert a.mappings[0].format_id != b.mappings[0].format_id
+    with pytest.raises(ReshardError, match="page format"):
+        direct_plans(a.mappings, b.mappings)
+
+
+@pytest.mark.parametrize("spec_a, spec_b", [
+    (mla(cache_dtype_str="fp8_e4m3", dtype=torch.uint8), mla(cache_dtype_str="fp8_e5m2", dtype=torch.uint8)),
+    (mla(dtype=torch.bfloat16), mla(dtype=torch.float16)),       # no tensor read: the spec says the type
+])
+def test_the_spec_names_the_encoding_of_a_page(spec_a, spec_b):
+    ids = []
+    for spec in (spec_a, spec_b):
+        out = derive_canonical_mappings(config(tp=1, total=1), cache_config([(spec, ["l"])]), {})
+        ids.append(out["l"].format_id)
+    assert ids[0] != ids[1] and form_part(ids[0]) == form_part(ids[1])
+
+
+def test_state_pages_of_other_dtypes_are_two_formats():
+    ids = []
+    for dt in (torch.bfloat16, torch.float16):
+        spec = mamba2_spec(2)
+        spec = type(spec)(block_size=spec.block_size, shapes=spec.shapes, dtypes=(dt, spec.dtypes[1]),
+                          mamba_type=spec.mamba_type)
+        out = derive_canonical_mappings(state_config(2, 0), cache_config([(spec, ["m"])]), {}, state_layers=True)
+        ids.append(out["m"].format_id)
+    assert ids[0] != ids[1]
+
+
+def _hnd_uint8_mapping():
+    d = Deriver()
+    kv = torch.zeros(3, 2, 2, 4, 4, dtype=torch.uint8).transpose(2, 3)       # fp8 HND, as vLLM allocates it
+    layer = LayerSpec("attention", 2 * 4 * 2 * 4, block_size=4, num_kv_heads=2, head_size=4, dtype_bytes=1)
+    res = d.derive(layer, TensorLayout.of(kv), ParallelConfig(tp=1, total_kv_heads=2))
+    assert res.family == "split_hnd"
+    return res.mappings[0], kv
+
+
+def test_a_uint8_tensor_of_the_views_dims_is_checked_as_typed():
+    m, kv = _hnd_uint8_mapping()
+    plan(m, kv)                                                  # the tensor it was derived for
+    plan(m, kv.contiguous().view(3, -1))                         # raw bytes of the pages: taken as bytes
+    with pytest.raises(LayoutMismatch, match="dimension"):
+        plan(m, torch.zeros(3, 2, 4, 2, 4, dtype=torch.uint8))  # an NHD uint8 tensor for an HND mapping
+
+
+def test_a_tensor_of_another_type_of_one_size_is_refused():
+    d = Deriver()
+    kv = torch.zeros(3, 2, 4, 2, 4, dtype=torch.bfloat16)
+    layer = LayerSpec("attention", 2 * 4 * 2 * 4 * 2, block_size=4, num_kv_heads=2, head_size=4, dtype_bytes=2)
+    m = d.derive(layer, TensorLayout.of(kv), ParallelConfig(tp=1, total_kv_heads=2)).mappings[0]
+    plan(m, kv)
+    with pytest.raises(LayoutMismatch, match="elements are torch.float16, the mapping's are torch.bfloat16"):
+        plan(m, kv.view(torch.float16))
+
+
+def test_buffers_that_alias_one_memory_through_two_storages_are_refused():
+    m, _ = _hnd_uint8_mapping()
+    page = m.local_page_size_bytes
+    mem = np.zeros(8 * page, dtype=np.uint8)
+    kv = torch.from_numpy(mem)[: 3 * page].view(3, page)
+    pages = torch.from_numpy(mem[100: 100 + 3 * m.canonical_page_size_bytes]).view(3, -1)  # a storage of its own
+    assert kv.untyped_storage().data_ptr() + 100 == pages.untyped_storage().data_ptr()
+    before = (kv.clone(), pages.clone())
+    with pytest.raises(LayoutMismatch, match="share memory"):
+        plan(m, kv).store(kv, [0, 1, 2], pages, [0, 1, 2])
+    assert torch.equal(kv, before[0]) and torch.equal(pages, before[1])
+
+
+def test_meta_tensors_hold_no_bytes_to_copy():
+    m, _ = _hnd_uint8_mapping()
+    kv = torch.empty(3, m.local_page_size_bytes, dtype=torch.uint8, device="meta")
+    pages = torch.empty(3, m.canonical_page_size_bytes, dtype=torch.uint8, device="meta")
+    with pytest.raises(LayoutMismatch, match="meta device"):
+        plan(m, kv).store(kv, [0], pages, [0])
+
+
+@pytest.mark.parametrize("ids", [{0: 1}, {0}, "01"])
+def test_ids_without_an_order_are_refused(ids):
+    m, kv = _hnd_uint8_mapping()
+    pages = torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match="must be a 1-D int64 tensor or a sequence of ints"):
+        plan(m, kv).store(kv, ids, pages, [0])
+
+
+def test_layer_names_given_as_one_string_are_refused():
+    kv = cache_config([(attention(), ["x"])])
+    kv.kv_cache_groups[0].layer_names = "layers.0.attn"
+    with pytest.raises(ConfigError, match="must be a list of layer names, got the string"):
+        derive_canonical_mappings(config(), kv, {})
+
+
+def test_a_layer_in_two_groups_is_refused():
+    kv = cache_config([(attention(), ["a"]), (mla(), ["a"])])
+    with pytest.raises(ConfigError, match="layer 'a' is in kv_cache_config.kv_cache_groups\\[0\\] and in"):
+        derive_canonical_mappings(config(), kv, {})
