@@ -851,8 +851,8 @@ def _row_major(indices: tuple[IndexDecl, ...], at: Span) -> Expr:
     """The offset of a dense box, last index fastest: `((i0 * e1 + i1) * e2 + i2) ...`.
 
     Examples:
-        >>> m = parse("layout l(A, B):\n    index a < A, b < B\n")
-        >>> m.layouts[0].offset == parse("layout l(A, B):\n    index a < A, b < B\n    offset a * B + b\n").layouts[0].offset
+        >>> m = parse("layout l(A, B):\\n    index a < A, b < B\\n")
+        >>> m.layouts[0].offset == parse("layout l(A, B):\\n    index a < A, b < B\\n    offset a * B + b\\n").layouts[0].offset
         True
     """
     out: Expr = Name(indices[0].name, at)
