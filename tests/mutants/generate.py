@@ -43,7 +43,8 @@ def grid_text(name, gname, old, new):
     end = text.find("\ngrid ", start + 1)
     block = text[start:end if end > 0 else None].replace("    use cp_tokens\n", _rules(text, "cp_tokens"))
     assert old in block, (name, old)
-    return block.replace(old, new, 1).replace(f"grid {gname}:", f"grid {gname}_{name}:")
+    declared = "".join(line + "\n" for line in text.splitlines() if line.startswith("param "))  # the names it reads
+    return declared + block.replace(old, new, 1).replace(f"grid {gname}:", f"grid {gname}_{name}:")
 
 
 M = []  # (name, why, expected obligation, text)
