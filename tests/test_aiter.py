@@ -62,13 +62,13 @@ def test_store_under_one_tp_load_under_another(deriver, src, dst):
     assert stored.family == loaded.family == "aiter"
     pages = torch.zeros(N, stored.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
     ids = torch.tensor([4, 0, 5, 2, 1, 3])
-    for rank, m in enumerate(stored.mappings):
-        kv = _shard(full, src, rank)
+    for rank, m in enumerate(stored.mappings):  # the coordinates' bits, in the bf16 tensor derived for
+        kv = _shard(full, src, rank).view(torch.bfloat16)
         plan(m, kv).store(kv, torch.arange(N), pages, ids)
     for rank, m in enumerate(loaded.mappings):
-        kv = torch.zeros(like.shape, dtype=torch.int16)
+        kv = torch.zeros(like.shape, dtype=torch.bfloat16)
         plan(m, kv).load(pages, ids, kv, torch.arange(N))
-        assert torch.equal(kv, _shard(full, dst, rank)), (src, dst, rank)
+        assert torch.equal(kv.view(torch.int16), _shard(full, dst, rank)), (src, dst, rank)
 
 
 def test_a_name_given_outside_its_domain_takes_no_family_but_the_fallback(deriver):
