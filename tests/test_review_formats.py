@@ -157,3 +157,36 @@ def test_a_layer_in_two_groups_is_refused():
     kv = cache_config([(attention(), ["a"]), (mla(), ["a"])])
     with pytest.raises(ConfigError, match="layer 'a' is in kv_cache_config.kv_cache_groups\\[0\\] and in"):
         derive_canonical_mappings(config(), kv, {})
+
+
+@pytest.mark.parametrize("src, dst", [(2, 1), (1, 4), (4, 2)])
+def test_vllms_per_token_head_layout_moves_across_tp(src, dst):
+    """vLLM's per-token-head KV with inline scales, (blocks, heads, bs, 2 * R) bytes, each K and V
+    row its data, its fp32 scale and padding: stored at one tp and loaded at another, every data and
+    scale byte comes back where the engine's own tensor had it (checked by slicing that tensor)."""
+    D, S, R, BS, H, N = 12, 4, 16, 4, 4, 3
+    gen = torch.Generator().manual_seed(7)
+    full = torch.randint(0, 256, (N, H, BS, 2 * R), dtype=torch.uint8, generator=gen)
+    d = Deriver()
+
+    def group(tp):
+        h = H // tp
+        layer = LayerSpec("attention", h * BS * 2 * R, block_size=BS, num_kv_heads=h, head_size=D, dtype_bytes=1,
+                          per_token_head_quant=True, sizes={"kv_scales": 1, "scale_bytes": S, "row_align": R})
+        res = d.derive(layer, TensorLayout.of(full[:, :h]), ParallelConfig(tp=tp, total_kv_heads=H), N)
+        assert res.family == "quant_packed", res.reasons
+        return res.mappings, h
+
+    stored, h = group(src)
+    pages = torch.zeros(N, stored[0].canonical_page_size_bytes, dtype=torch.uint8)
+    ids = torch.tensor([2, 0, 1])
+    for rank, m in enumerate(stored):
+        kv = full[:, rank * h:(rank + 1) * h].contiguous()
+        plan(m, kv).store(kv, torch.arange(N), pages, ids)
+    loaded, h = group(dst)
+    held = torch.zeros(2 * R, dtype=torch.bool)
+    held[:D + S] = held[R:R + D + S] = True              # data and scale of K and of V; the rest is padding
+    for rank, m in enumerate(loaded):
+        kv = torch.zeros(N, h, BS, 2 * R, dtype=torch.uint8)
+        plan(m, kv).load(pages, ids, kv, torch.arange(N))
+        assert torch.equal(kv[..., held], full[:, rank * h:(rank + 1) * h][..., held]), (src, dst, rank)

@@ -38,6 +38,7 @@ def test_canonical_tokens_in_rank_order_are_refuted(tmp_path):
     path = _copy(tmp_path, "(kv, token(t), head_shard", "(kv, cp_rank * block_size + t, head_shard")
     row = _row(path, "split_nhd")
     assert row.status == "refuted" and row.witness["dcp"] * row.witness["pcp"] > 1, row
+    assert "is its place in the sequence" in row.detail and "token(" in row.detail
 
 
 def test_a_grid_without_a_token_function_leaves_the_claim_unknown(tmp_path):

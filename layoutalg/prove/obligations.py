@@ -214,7 +214,7 @@ def query(m: Model, name: str, variant=None, atoms=None):
         c = m.r.shard(i, d)
         seq = m.r.fdef.sequence.id
         want = m.r.sequence_place(i, d)
-        return z3.And(*ci, *cd, c[seq] != want), {"i": i, "d": d, "c": c}
+        return z3.And(*ci, *cd, c[seq] != want), {"i": i, "d": d, "c": c, "seq": seq, "want": want}
     if name in PAGE:
         return _tiling_query(m, name.split("-")[-1])
     if name in ("local-bijective", "canonical-bijective"):

@@ -210,6 +210,11 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
                 f"{spec_byte}, with {sizes}")
     if name == "runs-cover-local":
         return f"{where}: the runs cover some local byte twice or not at all, with {sizes}"
+    if name == "sequence-order":
+        s = w["seq"]
+        return (f"{where}: rank {rank(w['d'])} puts local {s}={value(model, w['i'][s])} at canonical "
+                f"{s}={value(model, w['c'][s])}, but token({value(model, w['i'][s])}) = "
+                f"{value(model, w['want'])} is its place in the sequence, with {sizes}")
     if name in PAGE:
         return _tiling_text(m, model, w, where, sizes, idx, holds)
     if name == "digits-match-spec":
@@ -480,6 +485,13 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
             proved.append(sizes)
     if not proved:  # a check that finds nothing to check is not a pass
         return Row(spec, family, name, "unknown", "no configuration to check", time.perf_counter() - t0)
+    order = paths(lib, family)  # numbered as prove_obligation numbers the cases
+    unreached = [str(order.index(path)) if path in order else repr(path) for path, configs in by_path.items()
+                 if not configs]
+    if unreached:  # a live case no configuration exercised: its runs were never compared
+        return Row(spec, family, name, "unknown", f"no configuration small enough to lower reaches live case(s) "
+                   f"{', '.join(unreached)}; the others' runs match on {len(proved)} configurations",
+                   time.perf_counter() - t0, configurations=proved, final=not guard)
     return Row(spec, family, name, "proved",
                f"symbolic rank on {len(proved)} configurations (per configuration: the runs are what the numeric "
                f"lowering emits there; digits-match-spec is their all-sizes counterpart)",
