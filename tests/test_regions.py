@@ -117,8 +117,8 @@ def quant_local(form, tp, rank, align=16):
     if form == "split":
         return torch.cat([d.flatten(), s.flatten()])
     row = -(-(Q["D"] + Q["S"]) // align) * align
-    rows = torch.zeros(2, Q["bs"], h, row, dtype=torch.uint8)
-    rows[..., :Q["D"]], rows[..., Q["D"]:Q["D"] + 4] = d, s
+    rows = torch.zeros(h, Q["bs"], 2, row, dtype=torch.uint8)  # vLLM's (heads, block_size, 2 * row) bytes
+    rows[..., :Q["D"]], rows[..., Q["D"]:Q["D"] + 4] = d.permute(2, 1, 0, 3), s.permute(2, 1, 0, 3)
     return rows.flatten()
 
 
