@@ -50,3 +50,21 @@ def test_a_refutation_names_a_spec_line(verdicts):
 
 def test_the_mutator_is_seeded():
     assert [w for _, w, _ in soundness.mutants(10, SEED)] == [w for _, w, _ in soundness.mutants(10, SEED)]
+
+
+def test_no_broken_grid_mutant_is_proved():
+    """A slice of `soundness.py --grids`: one-token edits of the grid or rules a family reads in
+    the shared grids.lal, judged by the runs' enumeration and by `check` (which samples the
+    declared names, pcp_replicas among them)."""
+    seen, broken = 0, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for family, what, text in soundness.mutants(40, seed=5, families=("split_nhd", "mla"), grids=Path(tmp)):
+            res = soundness.judge(text, family, Path(tmp))
+            if res is None:
+                continue
+            seen += 1
+            if res["faults"]:
+                broken.append((family, what, res["verdict"], res["faults"][0]))
+                break
+    assert broken, f"no broken mutant among {seen} well-formed grid mutants: the slice shows nothing"
+    assert all(v != "proved" for _, _, v, _ in broken), broken
