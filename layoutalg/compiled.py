@@ -22,12 +22,32 @@ class GuardFailed(LayoutalgError):
     """The family does not apply to this configuration; the layer fails closed."""
 
 
+class LocalDigit(NamedTuple):
+    """A digit of the local index at one configuration: its extent and its byte strides in the
+    local and the canonical page."""
+
+    extent: int
+    local: int
+    canonical: int
+
+
+class RankDigit(NamedTuple):
+    """A digit of the rank number at one configuration: its extent, its stride in the rank
+    number, its byte stride in the canonical page, and whether ranks that differ only in it
+    hold the same bytes (replicas, which take turns writing)."""
+
+    extent: int
+    rank: int
+    canonical: int
+    replica: bool
+
+
 class Instance(NamedTuple):
     """A family at one configuration: every size and stride as an int."""
 
     family: str
-    local: tuple        # ((extent, local stride, canonical stride), ...) for each local digit
-    ranks: tuple        # ((extent, rank stride, canonical stride, replica), ...)
+    local: tuple        # (LocalDigit, ...) for each local digit
+    ranks: tuple        # (RankDigit, ...) for each rank digit
     canonical_base: int
     local_page: int
     canonical_page: int
@@ -365,6 +385,9 @@ class CompiledFamily:
                 where, op, text = self.atoms[a.k]
                 what = "divides by a number that is not positive" if a.b <= 0 else "is not a whole number"
                 raise GuardFailed(f"{where}: {text} = {a.a} {op} {a.b} {what}") from None
+            if out is not None:  # the compiled code returns plain tuples: name their fields once, here
+                out = out._replace(local=tuple(LocalDigit._make(d) for d in out.local),
+                                   ranks=tuple(RankDigit._make(r) for r in out.ranks))
             if out is not None and not bounded:
                 return out  # a tool probing a layout's size at a made-up page
             if out is not None:

@@ -42,14 +42,15 @@ def certify(inst: Instance) -> Layout:
         C = copy_map(inst)
     except NotCompact as e:
         raise TilingError(f"{inst.family}: the local page is not tiled exactly: {e}") from None
-    owners = [(d[0], d[2]) for d in inst.local] + [(r[0], r[2]) for r in inst.ranks if not r[3]]
+    owners = [(d.extent, d.canonical) for d in inst.local] + \
+        [(r.extent, r.canonical) for r in inst.ranks if not r.replica]
     canon = Layout(tuple(n for n, _ in owners), tuple(c for _, c in owners))
     try:
         right_inverse(canon)
     except NotCompact as e:
         raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: {e}") from None
     for what, have, want in (("local page", C.size(), inst.local_page),
-                             ("rank grid", prod(r[0] for r in inst.ranks), inst.world),
+                             ("rank grid", prod(r.extent for r in inst.ranks), inst.world),
                              ("canonical page", canon.size(), inst.canonical_page)):
         if have != want:
             raise TilingError(f"{inst.family}: the {what} has {want} slots but its digits cover {have}")
@@ -75,8 +76,8 @@ def _target_out_of_range(inst: Instance) -> str:
 
 def copy_map(inst: Instance) -> Layout:
     """`C`: local byte offset -> canonical byte offset (relative to the rank's base)."""
-    local = Layout(tuple(d[0] for d in inst.local), tuple(d[1] for d in inst.local))
-    canon = Layout(local.shape, tuple(d[2] for d in inst.local))
+    local = Layout(tuple(d.extent for d in inst.local), tuple(d.local for d in inst.local))
+    canon = Layout(local.shape, tuple(d.canonical for d in inst.local))
     return coalesce(invert_and_compose(canon, local))
 
 
@@ -123,9 +124,7 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
             raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: "
                               f"no digit has canonical stride {size}")
         size *= n
-    world = 1
-    for r in inst.ranks:
-        world *= r[0]
+    world = prod(r.extent for r in inst.ranks)
     if run != inst.local_page or size != inst.canonical_page or world != inst.world \
             or _target_out_of_range(inst):
         return None  # let `certify` name the mismatch
@@ -149,15 +148,8 @@ def lower_uncertified(inst: Instance) -> tuple[CanonicalPageMapping, ...]:
 def emit(inst: Instance, C: Layout, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
     """Every rank's runs from the copy map `C`."""
     offsets, fs, nf, ls, cs = run_plan(C)
-    num_writers = 1
-    for n, _, _, replica in inst.ranks:
-        if replica:
-            num_writers *= n
-    # (canonical base, writer index) of every rank in rank order: the rank digits are a
-    # mixed radix, so expanding them most significant first enumerates ranks in order
-    ranks = [(inst.canonical_base, 0)]
-    for n, _, c, replica in sorted(inst.ranks, key=lambda r: -r[1]):
-        ranks = [(base + v * c, writer * n + v if replica else writer) for base, writer in ranks for v in range(n)]
+    num_writers = prod(r.extent for r in inst.ranks if r.replica)
+    ranks = _rank_bases(inst)
     make = CopyRun._make
     return tuple(CanonicalPageMapping(inst.canonical_page, inst.local_page,
                                       tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),
@@ -195,9 +187,9 @@ def _region_plan(inst: Instance, region: str):
         if rep and n != 1 and cs != 0:
             raise TilingError(f"{inst.family}: in {where} a replica rank digit moves the canonical offset "
                               f"(stride {cs}): replicas must hold the same bytes")
-    if prod(r[0] for r in inst.ranks) != inst.world:
+    if prod(r.extent for r in inst.ranks) != inst.world:
         raise TilingError(f"{inst.family}: the rank grid has {inst.world} slots but its digits cover "
-                          f"{prod(r[0] for r in inst.ranks)}")
+                          f"{prod(r.extent for r in inst.ranks)}")
     why = _target_out_of_range(inst)
     if why:
         raise TilingError(f"{inst.family}: {where}: {why}")
@@ -234,7 +226,7 @@ def _rank_bases(inst: Instance) -> list[tuple[int, int]]:
     """(canonical base, writer index) of every rank in rank order (the rank digits are a mixed
     radix, so expanding them most significant first enumerates ranks in order)."""
     ranks = [(inst.canonical_base, 0)]
-    for n, _, c, replica in sorted(inst.ranks, key=lambda r: -r[1]):
+    for n, _, c, replica in sorted(inst.ranks, key=lambda r: -r.rank):
         ranks = [(base + v * c, writer * n + v if replica else writer) for base, writer in ranks for v in range(n)]
     return ranks
 

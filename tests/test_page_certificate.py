@@ -4,7 +4,7 @@ what it refuses is really broken, or outside what it can show (never a silent mi
 import random
 from itertools import product
 
-from layoutalg.compiled import Instance, Page
+from layoutalg.compiled import Instance, LocalDigit, Page, RankDigit
 from layoutalg.lower import TilingError, lower_page
 
 
@@ -27,11 +27,11 @@ def _dense(rng, size):
 
 
 def _region(name, local_modes, canonical_modes, base, cbase):
-    local = tuple((n, ls, cs) for (n, ls), (_, cs) in zip(local_modes, canonical_modes))
+    local = tuple(LocalDigit(n, ls, cs) for (n, ls), (_, cs) in zip(local_modes, canonical_modes))
     size = 1
     for n, _, _ in local:
         size *= n
-    return Instance(name, local, ((1, 1, 0, False),), cbase, size, size, 1, False, 1, (), (), (),
+    return Instance(name, local, (RankDigit(1, 1, 0, False),), cbase, size, size, 1, False, 1, (), (), (),
                     tuple(f"d{k}" for k in range(len(local))), ("r",), base)
 
 
@@ -74,8 +74,8 @@ def random_page(rng):
             r = r._replace(canonical_base=max(0, r.canonical_base + delta))
         elif local:
             n, ls, cs = local[j]
-            local[j] = {"stride": (n, max(0, ls + delta), cs), "cstride": (n, ls, max(0, cs + delta)),
-                        "extent": (max(0, n + delta), ls, cs)}[what]
+            local[j] = LocalDigit(*{"stride": (n, max(0, ls + delta), cs), "cstride": (n, ls, max(0, cs + delta)),
+                                    "extent": (max(0, n + delta), ls, cs)}[what])
             size = 1
             for x, _, _ in local:
                 size *= x
