@@ -231,6 +231,14 @@ def _copy_run(src: tuple, dst: tuple, r) -> None:
     (sw, so, ss, sb), (dw, do, ds, db) = src, dst
     fw = r.fragment_size // sw.element_size()
     per = max(1, _CHUNK // max(1, r.fragment_size * r.num_fragments))  # blocks a chunk
+    if _np is not None and sw.device.type == dw.device.type == "cpu":
+        if r.num_fragments > 1 and ss == ds == r.fragment_size:  # dense on both sides: one stretch a block
+            r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
+        s_np, d_np = _np_view(sw, so, ss, r), _np_view(dw, do, ds, r)
+        s_ids, d_ids = sb.numpy(), db.numpy()
+        for at in range(0, s_ids.size, per):  # numpy indexes the block axis of strided views: one index a block
+            d_np[d_ids[at:at + per]] = s_np[s_ids[at:at + per]]
+        return
     s_rows, d_rows = _rows(sw, so, ss, r, sb), _rows(dw, do, ds, r, db)
     if _np is not None and sw.device.type == dw.device.type == "cpu" and s_rows and d_rows:
         (s_view, s_ids), (d_view, d_ids) = s_rows, d_rows
@@ -251,6 +259,17 @@ def _copy_run(src: tuple, dst: tuple, r) -> None:
         else:
             _view(dw, do, ds, r).index_copy_(0, db[at:at + per].to(dw.device),
                                              data.view(-1, r.num_fragments, fw))
+
+
+def _np_view(words: torch.Tensor, offset: int, stride: int, r):
+    """The run's fragments of every block as a numpy `(blocks, fragments)` array over the same
+    memory whose elements are whole fragments (a void type of `fragment_size` bytes): numpy
+    copies each with one memcpy, where a `(blocks, fragments, words)` view goes word by word."""
+    w = words.element_size()
+    raw = torch.empty(0, dtype=torch.uint8).set_(words.untyped_storage()).numpy()
+    return _np.ndarray((words.shape[0], r.num_fragments), dtype=_np.dtype((_np.void, r.fragment_size)), buffer=raw,
+                       offset=words.storage_offset() * w + offset,
+                       strides=(words.stride(0) * w, stride if r.num_fragments > 1 else r.fragment_size))
 
 
 def _view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:
