@@ -225,9 +225,9 @@ def _rows(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor)
 def _copy_run(src: tuple, dst: tuple, r) -> None:
     """Copy run `r` of blocks `src[3]` into blocks `dst[3]` (each side `(words, offset, stride,
     which)`), a chunk of blocks at a time: gathered, then scattered while still in cache.
-    A side whose fragments start on rows of a dense 2-D view (`_rows`) moves whole rows (on
-    the CPU through numpy's row indexing, several times torch's index ops); else a 3-D
-    strided view of the run."""
+    On the CPU (with numpy) each side is an array of whole fragments (`_np_view`), indexed a
+    block at a time; elsewhere a side whose fragments start on rows of a dense 2-D view
+    (`_rows`) moves whole rows by torch's index ops, else a 3-D strided view of the run."""
     (sw, so, ss, sb), (dw, do, ds, db) = src, dst
     fw = r.fragment_size // sw.element_size()
     per = max(1, _CHUNK // max(1, r.fragment_size * r.num_fragments))  # blocks a chunk
