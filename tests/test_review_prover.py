@@ -63,3 +63,22 @@ def test_check_compares_agnostic_layouts_on_every_configuration(tmp_path):
     lib = _lib(tmp_path, BLEND)
     rep = check_family(lib, compile_named(lib, "ag"))
     assert any("agnostic is claimed with tp=1" in e and "tp=4" in e for e in rep.errors), rep.errors[:3]
+
+
+def test_check_says_when_z3s_configurations_all_fail_closed(tmp_path):
+    """The spec's direct reading applies where the compiled family does not (a `//` the normal form
+    reads as exact): the error says the two readings disagree, not that Z3 found nothing."""
+    lib = _lib(tmp_path, '''import "grids.lal"
+
+layout L(T, D):
+    index t < T, d < D
+
+family F6 serves attention:
+    grid private
+    local     L(block_size, head_size)
+    canonical L(block_size * tp * pcp, head_size)
+    shard (t, d) -> (rank * block_size + t // 4 % 3 * 4 + t % 4 + t // 12 * 12, d)
+''')
+    rep = check_family(lib, compile_named(lib, "F6"))
+    assert rep.witnesses and any("where the spec's direct reading applies, but the compiled family fails closed"
+                                 in e for e in rep.errors), rep.errors
