@@ -23,7 +23,8 @@ FORMAT = "lal3"  # lal2: the rank digits and pages of regions are part of the fo
 
 
 def canonical_form(family: Family) -> list[tuple]:
-    """Per grid case: its conditions, the canonical layout and the shard map's targets.
+    """Per grid case, in the order the runtime tries them: its conditions, the canonical layout
+    and the shard map's targets.
 
     Sizes are sympy expressions over runtime names, with the case's equality guards
     substituted and divisions unfolded to what they divide (`guarded_equality`), printed
@@ -50,7 +51,7 @@ def canonical_form(family: Family) -> list[tuple]:
         # how the rank number is made of its digits: which rank holds which shard
         ranks = tuple((d.name, text(d.extent), text(d.rank)) for d in v.digits if d.is_rank)
         out.append((tuple(conds), layout, text(c.element), text(c.base), targets, ranks))
-    return sorted(out)
+    return out  # in order: the first case that holds is taken, so two overlapping cases swapped are another format
 
 
 _OPS = {"//": sympy.Function("floordiv"), "%": sympy.Function("mod")}

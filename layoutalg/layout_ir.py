@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sympy
 
+from . import params
 from .errors import SpecError
 from .itersum import normalise
 from .library import Library
@@ -41,6 +42,9 @@ def layout_ir(ldef: LayoutDef, bound: dict, atoms: Atoms) -> LayoutIR:
             raise SpecError(f"index '{d.name}' is declared twice in layout '{ldef.name}'", d.span)
         if d.name in bound:
             raise SpecError(f"index '{d.name}' has the name of a parameter of layout '{ldef.name}'", d.span)
+        if d.name in params.TABLE:  # a shard map's lets would read the index where they mean the size
+            raise SpecError(f"index '{d.name}' of layout '{ldef.name}' has the name of a runtime quantity "
+                            f"({params.TABLE[d.name].meaning}); name the index otherwise", d.span)
         names.append(d.name)
         extents.append(inner.size(d.extent, f"extent of index '{d.name}'"))
     iters = dict(zip(names, extents))

@@ -23,6 +23,9 @@ RESERVED = {"P", "bool", "rank", "block"}
 MAX_IMPORT_DEPTH = 64
 """Longest chain of nested `import`s (each level is a recursive call)."""
 
+MAX_GRID_STATEMENTS = 1024
+"""Most statements a grid may hold once its `use`d rules are spliced in (the shipped ones: 17)."""
+
 MAX_VARIANTS = 256
 """Most combinations of `case`s one family may have: each is compiled, checked and proved."""
 
@@ -122,6 +125,8 @@ class Library:
                 raise SpecError(f"'use' nested too deeply: more than {MAX_IMPORT_DEPTH} levels", s.span)
             used.add(s.name)
             inner = self._spliced(rules.body, (*chain, s.name), used)
+            if _count(out) + _count(inner) > MAX_GRID_STATEMENTS:  # rules that use rules twice double each level
+                raise SpecError(f"'use {s.name}' makes a grid of more than {MAX_GRID_STATEMENTS} statements", s.span)
             if out and isinstance(out[-1], Case) and isinstance(inner[0], Case):
                 raise _merging(s, out[-1], "begins")
             out.extend(inner)
@@ -234,17 +239,17 @@ class Library:
                             f"(write 'shard {missing[0]} (...) -> (...)')", fam.span)
         page = (local.name, canon.name)
 
-        def part(name: str, lcall: Call, ccall: Call, shard: Shard, extra: tuple, pages=page) -> None:
+        def part(name: str, lcall: Call, ccall: Call, shard: Shard, extra: tuple, pages=page, seq=None) -> None:
             self.parts[name] = FamilyDef(name, fam.serves, fam.order, fam.grid, LayoutUse(lcall, fam.local.span),
                                          LayoutUse(ccall, fam.canonical.span), shard, fam.body + extra,
-                                         shard.span, (), fam.name, pages)
+                                         shard.span, (), fam.name, pages, sequence=seq)
 
         for r in data(local):
             s = shards[r]
             extra = (Replica(s.replicas, s.span),) if s.replicas else ()
             part(f"{fam.name}.{r}", Call(f"{local.name}.{r}", fam.local.call.args, fam.local.call.span),
                  Call(f"{canon.name}.{r}", fam.canonical.call.args, fam.canonical.call.span),
-                 Shard(s.sources, s.targets, s.span, r, s.replicas), extra)
+                 Shard(s.sources, s.targets, s.span, r, s.replicas), extra, seq=seq)  # each region's claim proved
         for role, ldef, use in (("", local, fam.local), ("'", canon, fam.canonical)):
             for r in ldef.regions:
                 if r.pad:  # onto itself: the pad's own box and offset, for its extents at run time
@@ -256,6 +261,11 @@ class Library:
 
     def family_path(self, name: str) -> str:
         return self.families[name].span.file
+
+
+def _count(stmts) -> int:
+    """Statements in a block, those inside its cases included."""
+    return sum(1 + (_count(x.body) if isinstance(x, Case) else 0) for x in stmts)
 
 
 def _merging(use: Use, case: Case, which: str) -> SpecError:

@@ -324,7 +324,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     if len(tensors) == len(views):  # each view with the element type its tensor names
         views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))
     fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensor),
-                    () if cf.claims_agnostic else _physical(tensors))
+                    () if cf.claims_agnostic else (layer.kind,) + _physical(tensors))
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
 
 

@@ -82,3 +82,78 @@ family F6 serves attention:
     rep = check_family(lib, compile_named(lib, "F6"))
     assert rep.witnesses and any("where the spec's direct reading applies, but the compiled family fails closed"
                                  in e for e in rep.errors), rep.errors
+
+
+OVERLAP = '''import "grids.lal"
+
+layout nhd(H, T, D, e):
+    index kv < 2, t < T, h < H, d < D
+    element e bytes
+    tensor (block, ...)
+
+family f serves attention:
+    grid heads
+    require per_token_head_quant == 0
+    case heads >= 1:
+        let sa = heads, sb = 1
+    case heads == 2:                     # overlaps the first: never taken while it comes second
+        let sa = 1, sb = shards
+    local     nhd(heads, block_size, head_size, dtype_bytes)
+    canonical nhd(total_heads, block_size * cp, head_size, dtype_bytes)
+    sequence t
+    shard (kv, t, h, d) -> (kv, token(t), head_shard * sa + h * sb, d)
+'''
+
+
+def test_overlapping_cases_in_another_order_are_another_format(tmp_path):
+    from layoutalg.identity import layout_id
+    from layoutalg.family import resolve
+    first = _lib(tmp_path, OVERLAP)
+    (tmp_path / "b").mkdir()
+    a, b = OVERLAP.index("    case heads >= 1:"), OVERLAP.index("    local ")
+    mid = OVERLAP.index("    case heads == 2:")
+    swapped = OVERLAP[:a] + OVERLAP[mid:b] + OVERLAP[a:mid] + OVERLAP[b:]
+    assert swapped != OVERLAP
+    second = _lib(tmp_path / "b", swapped)
+    assert layout_id(resolve(first, "f")) != layout_id(resolve(second, "f"))
+
+
+def test_a_sequence_claim_on_a_page_of_regions_is_proved_region_by_region(tmp_path):
+    text = (ROOT / "specs" / "quant_packed.lal").read_text()
+    text = text.replace("    shard data ", "    sequence t\n    shard data ")
+    text = text.replace("(kv, token(t), head_shard * heads + h, d)", "(kv, cp_rank * block_size + t, head_shard * heads + h, d)")
+    shutil.copy(ROOT / "specs" / "quant_kv.lal", tmp_path / "quant_kv.lal")
+    lib = _lib(tmp_path, text)
+    from layoutalg.prove.runner import Budgets, prove_obligation
+    data = prove_obligation(lib, "quant_packed.data", "sequence-order", {}, Budgets.of())
+    scale = prove_obligation(lib, "quant_packed.scale", "sequence-order", {}, Budgets.of())
+    assert data.status == "refuted" and scale.status == "proved", (data, scale)
+
+
+def test_rules_that_double_at_each_level_are_refused_quickly(tmp_path):
+    from layoutalg.errors import SpecError
+    import pytest
+    lines = ["rules r0:", "    require tp >= 1"]
+    for i in range(1, 25):
+        lines += [f"rules r{i}:", f"    use r{i - 1}", f"    require tp >= {i}", f"    use r{i - 1}"]
+    lines += ["grid g:", "    world tp", "    ranks tp_rank < tp", "    use r24"]
+    (tmp_path / "bomb.lal").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SpecError, match="makes a grid of more than 1024 statements"):
+        load([tmp_path / "bomb.lal"])
+
+
+def test_an_index_named_after_a_runtime_quantity_is_a_spec_error(tmp_path):
+    from layoutalg.errors import SpecError
+    from layoutalg.family import check_layouts
+    import pytest
+    (tmp_path / "f.lal").write_text("layout l(P):\n    index pcp < 1, b < P\n")
+    with pytest.raises(SpecError, match="index 'pcp' of layout 'l' has the name of a runtime quantity"):
+        check_layouts(load([tmp_path / "f.lal"]))
+
+
+def test_opaque_pages_of_two_layer_kinds_are_two_formats():
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    d = Deriver()
+    ids = {kind: d.derive(LayerSpec(kind, 512), None, ParallelConfig(tp=2, total_kv_heads=2)).mappings[0].format_id
+           for kind in ("attention", "mla", "somekind")}
+    assert len(set(ids.values())) == 3, ids
