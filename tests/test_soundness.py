@@ -58,7 +58,8 @@ def test_no_broken_grid_mutant_is_proved():
     declared names, pcp_replicas among them)."""
     seen, broken = 0, []
     with tempfile.TemporaryDirectory() as tmp:
-        for family, what, text in soundness.mutants(40, seed=5, families=("split_nhd", "mla"), grids=Path(tmp)):
+        # seed 8's first well-formed mutant edits the rules grids share (`cp = dcp + 1` in cp_tokens)
+        for family, what, text in soundness.mutants(10, seed=8, families=("split_nhd",), grids=Path(tmp)):
             res = soundness.judge(text, family, Path(tmp))
             if res is None:
                 continue
