@@ -155,6 +155,10 @@ def _step(stmt, s: _State, where: str) -> None:
         if stmt.name in s.scope.names:  # one meaning per name: `tp(x)` beside `tp` would read as two
             raise SpecError(f"'{stmt.name}' is already a runtime name or a let; a fn may not take its name",
                             stmt.span)
+        if stmt.name in s.scope.fns:  # a later definition would silently win over the one a reader saw first
+            first = s.scope.fns[stmt.name].span
+            raise SpecError(f"fn '{stmt.name}' is already defined{f' at {first}' if first else ''}; a fn has one "
+                            f"definition on each path through the cases", stmt.span)
         s.scope.fns[stmt.name] = stmt
     elif isinstance(stmt, World):
         _reads(s, stmt.size)

@@ -157,3 +157,17 @@ def test_opaque_pages_of_two_layer_kinds_are_two_formats():
     ids = {kind: d.derive(LayerSpec(kind, 512), None, ParallelConfig(tp=2, total_kv_heads=2)).mappings[0].format_id
            for kind in ("attention", "mla", "somekind")}
     assert len(set(ids.values())) == 3, ids
+
+
+def test_a_fn_defined_twice_on_one_path_is_a_spec_error(tmp_path):
+    """A rule's `fn token` after the grid's own would silently win: one definition a path."""
+    from layoutalg.errors import SpecError
+    from layoutalg.family import resolve
+    import pytest
+    (tmp_path / "f.lal").write_text(
+        "rules r:\n    fn token(t) = t + 1\ngrid g:\n    world tp\n    ranks tp_rank < tp\n    fn token(t) = t\n"
+        "    use r\nlayout a(T):\n    index t < T\nfamily f serves fallback:\n    grid g\n    local a(page_size)\n"
+        "    canonical a(page_size * tp)\n    shard (t) -> (tp_rank * page_size + token(t))\n")
+    with pytest.raises(SpecError, match="fn 'token' is already defined at") as info:
+        resolve(load([tmp_path / "f.lal"]), "f")
+    assert info.value.span.line == 2
