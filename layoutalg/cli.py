@@ -490,9 +490,9 @@ def _derived(args):
                             (lib, names[0], {**sizes, "page_size": page}))
     import dataclasses
     from .runtime import format_id  # as the runtime names the page, so plans compare formats as it does
-    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, {**sizes, "page_size": page})
-    maps = [dataclasses.replace(m, format_id=fmt) for m in maps]
-    return cf, inst, maps, {**sizes, "page_size": page}
+    sizes = {**sizes, "page_size": page}
+    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes)
+    return cf, inst, [dataclasses.replace(m, format_id=fmt) for m in maps], sizes
 
 
 def _explain(args) -> int:

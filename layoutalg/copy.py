@@ -240,13 +240,6 @@ def _copy_run(src: tuple, dst: tuple, r) -> None:
             d_np[d_ids[at:at + per]] = s_np[s_ids[at:at + per]]
         return
     s_rows, d_rows = _rows(sw, so, ss, r, sb), _rows(dw, do, ds, r, db)
-    if _np is not None and sw.device.type == dw.device.type == "cpu" and s_rows and d_rows:
-        (s_view, s_ids), (d_view, d_ids) = s_rows, d_rows
-        src_np, dst_np, s_ids, d_ids = s_view.numpy(), d_view.numpy(), s_ids.numpy(), d_ids.numpy()
-        for at in range(0, sb.numel(), per):
-            chunk = src_np[s_ids[at:at + per].reshape(-1)]
-            dst_np[d_ids[at:at + per].reshape(-1)] = chunk.reshape(-1, dst_np.shape[1])
-        return
     for at in range(0, sb.numel(), per):
         if s_rows:
             data = s_rows[0].index_select(0, s_rows[1][at:at + per].reshape(-1).to(sw.device))

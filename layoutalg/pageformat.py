@@ -132,15 +132,15 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     offsets, frag, count, ls, cs = run_plan(C)
     runs = tuple(CopyRun(lo, co, frag, count, ls, cs) for lo, co in offsets)
     m = CanonicalPageMapping(k * page_s, page_b, runs, 1, 0, False)
-    return PageConversion(k, tok, m, page_b, page_s, _format(lib, family, big), _format(lib, family, small))
-
-
-def _format(lib, family: str, sizes: dict) -> str:
-    """The page format (without element types) a group of these sizes has at run time."""
     from .compile import compile_named
+    cf = compile_named(lib, family)  # once for both formats
+    return PageConversion(k, tok, m, page_b, page_s, _format(cf, family, big), _format(cf, family, small))
+
+
+def _format(cf, family: str, sizes: dict) -> str:
+    """The page format (without element types) a group of these sizes has at run time."""
     from .compiled import GuardFailed
     from .runtime import format_id
-    cf = compile_named(lib, family)
     try:
         inst = cf.evaluate(dict(sizes))
     except (GuardFailed, KeyError) as err:

@@ -528,8 +528,8 @@ def _same_formats(producers, consumers, conversion, producers_big: bool) -> None
         if odd is not None:
             raise ReshardError(f"direct reshard: the {role} mappings are of other page formats "
                                f"({group[0].format_id} and {odd.format_id})")
-    for (role, group), want in zip(groups, (conversion.big_format, conversion.small_format)[::1 if producers_big
-                                                                                           else -1]):
+    big, small = conversion.big_format, conversion.small_format
+    for (role, group), want in zip(groups, (big, small) if producers_big else (small, big)):
         if form_part(group[0].format_id) != want:
             raise ReshardError(f"direct reshard: the conversion is between pages of format {conversion.big_format} "
                                f"and {conversion.small_format}, but the {role}s' pages are "

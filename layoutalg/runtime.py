@@ -323,7 +323,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     tensors = tensor if isinstance(tensor, tuple) else (tensor,) if isinstance(tensor, TensorLayout) else ()
     if len(tensors) == len(views):  # each view with the element type its tensor names
         views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))
-    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensor),
+    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensors),
                     () if cf.claims_agnostic else (layer.kind,) + _physical(tensors))
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
 
@@ -335,11 +335,9 @@ def _physical(tensors: tuple) -> tuple:
     return tuple((t.shape[1:], t.stride[1:], t.element_size) for t in tensors)
 
 
-def _dtypes(tensor) -> tuple:
-    """The element types a layer's tensor(s) name: bf16 and fp16 bytes are not one format."""
-    if isinstance(tensor, TensorLayout):
-        return (tensor.dtype,) if tensor.dtype else ()
-    return tuple(t.dtype for t in tensor) if isinstance(tensor, tuple) and any(t.dtype for t in tensor) else ()
+def _dtypes(tensors: tuple) -> tuple:
+    """The element types a layer's tensors name: bf16 and fp16 bytes are not one format."""
+    return tuple(t.dtype for t in tensors) if any(t.dtype for t in tensors) else ()
 
 
 def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = None, dtypes: tuple = (),

@@ -517,9 +517,10 @@ def parse_file(path: str | Path, named_at: Span | None = None) -> Module:
     try:
         if p.exists() and not p.is_dir() and not p.is_file():  # a device or a pipe: reading may never end
             raise SpecError(f"cannot read spec file {p}: it is not a regular file", named_at)
-        if p.is_file() and p.stat().st_size > MAX_FILE_BYTES:
-            raise SpecError(f"cannot read spec file {p}: {p.stat().st_size} bytes, more than a spec file's "
-                            f"{MAX_FILE_BYTES}", named_at)
+        size = p.stat().st_size if p.is_file() else 0
+        if size > MAX_FILE_BYTES:
+            raise SpecError(f"cannot read spec file {p}: {size} bytes, more than a spec file's {MAX_FILE_BYTES}",
+                            named_at)
         data = p.read_bytes()
     except OSError as e:
         why = "it is a folder" if p.is_dir() else (e.strerror or type(e).__name__).lower()
@@ -680,7 +681,7 @@ class _Build(Transformer_NonRecursive):
         name = None if c[0] is None else Name(str(c[0]), self._tok(c[0]))
         rest = [t for t in c[2:] if t.type == "REST"]
         if len(rest) > 1:
-            raise SpecError("a tensor clause says '...' (the indices not named before it) at most once",
+            raise SpecError("a tensor clause says '...' (the indices it does not name) at most once",
                             self._tok(rest[1]))
         return ("tensor", (name, tuple(Name(str(t), self._tok(t)) for t in c[2:])), self._at(meta))
 

@@ -299,8 +299,8 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             m = result.mappings[rank]
             # the encoding is the spec's too (fp8 e4m3 and e5m2 are both uint8 tensors), and an opaque
             # page holds the rank's bytes as the layer lays them out: the whole spec
-            fields = _OPAQUE_FIELDS if result.result == "opaque" else _ELEMENT_FIELDS
-            out[name] = dataclasses.replace(m, format_id=_spec_format(m.format_id, spec, fields, vllm_config))
+            out[name] = dataclasses.replace(m, format_id=_spec_format(m.format_id, spec, result.result == "opaque",
+                                                                      vllm_config))
     _warn(failed)
     return out
 
@@ -326,15 +326,16 @@ size are one format only if their specs are one: also the class, a state's shape
 orientation, an attention layer's heads and sizes."""
 
 
-def _spec_format(fmt: str, spec, fields: tuple, vllm_config=None) -> str:
+def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None) -> str:
     """`fmt` with what the spec (and the deployment's cache dtype) says of the bytes folded into
     its element part (`runtime.element_part`), so the form part still names the layout."""
     import hashlib
     from .runtime import element_part, form_part
-    seen = [element_part(fmt)] + [f"{f}={getattr(spec, f, None)!r}" for f in fields]
+    seen = [element_part(fmt)] + [f"{f}={getattr(spec, f, None)!r}" for f in (_OPAQUE_FIELDS if opaque
+                                                                                else _ELEMENT_FIELDS)]
     cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)
     seen.append(f"cache_dtype={cache!r}")
-    if fields is _OPAQUE_FIELDS:
+    if opaque:
         seen.append(type(spec).__name__)
         if "MambaSpec" in _class_names(spec):
             seen.append(os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper())

@@ -41,7 +41,7 @@ CASES = [
     ("layout a(T):\n    index t < 2.5\n    offset t\n", 2, 15, "must be an integer, not 2.5"),
     ("layout a(T):\n    index t < T\n      offset t\n", 3, 7, "unexpected indentation"),
     ("layout a(T):\n    offset 0\n", 1, 1, "no 'index' clause"),
-    ("layout a(T):\n    index t < T\n    tensor (block, ..., ...)\n", 3, 25, "'...' (the indices not named before it) at most once"),
+    ("layout a(T):\n    index t < T\n    tensor (block, ..., ...)\n", 3, 25, "'...' (the indices it does not name) at most once"),
     ("grid g:\n    world tp\n    use nothing\n", 3, 9, "'use nothing' names no rules (none are defined)"),
     ("rules r:\n    use s\nrules s:\n    use r\ngrid g:\n    use r\n", 4, 9, "rules use each other in a circle: r -> s -> r"),
     ("rules r:\n    world tp\nrules r:\n    world 1\n", 3, 1, "'r' is already defined"),
