@@ -15,11 +15,12 @@ from __future__ import annotations
 from itertools import product
 from math import prod
 
-from .algebra import NotCompact, coalesce, invert_and_compose, right_inverse
+from .algebra import coalesce, invert_and_compose
 from .compiled import Instance, Page
 from .errors import LayoutalgError
 from .layout import Layout
 from .mapping import CanonicalPageMapping, CopyRun
+from .tiling import broken, chains
 
 
 class TilingError(LayoutalgError):
@@ -29,35 +30,15 @@ class TilingError(LayoutalgError):
 def certify(inst: Instance) -> Layout:
     """Check that the instance tiles exactly and return its copy map (see `copy_map`).
 
-    1. the local digits form a compact layout of the local page: every local byte once
-       (checked by `invert_and_compose`, which inverts the local layout);
-    2. the rank digits count every rank once: their layout is mixed radix by
-       construction, so its size must be the grid's world size;
-    3. every canonical index stays inside its extent;
-    4. the local digits and the non-replica rank digits form a compact layout of the
-       canonical page: with replicas factored out, every canonical byte has one owner.
-    Raises `TilingError` naming the violated condition.
+    The tiling certificate (`tiling.chains`: the local page, the rank grid and, with the
+    replicas factored out, the canonical page, each walked as a stride chain), plus every
+    canonical index inside its extent. Raises `TilingError` naming the violated condition.
     """
-    try:
-        C = copy_map(inst)
-    except NotCompact as e:
-        raise TilingError(f"{inst.family}: the local page is not tiled exactly: {e}") from None
-    owners = [(d.extent, d.canonical) for d in inst.local] + \
-        [(r.extent, r.canonical) for r in inst.ranks if not r.replica]
-    canon = Layout(tuple(n for n, _ in owners), tuple(c for _, c in owners))
-    try:
-        right_inverse(canon)
-    except NotCompact as e:
-        raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: {e}") from None
-    for what, have, want in (("local page", C.size(), inst.local_page),
-                             ("rank grid", prod(r.extent for r in inst.ranks), inst.world),
-                             ("canonical page", canon.size(), inst.canonical_page)):
-        if have != want:
-            raise TilingError(f"{inst.family}: the {what} has {want} slots but its digits cover {have}")
-    why = _target_out_of_range(inst)
+    why = broken(chains(inst.local, inst.ranks, inst.local_page, inst.world, inst.canonical_page)) or \
+        _target_out_of_range(inst)
     if why:
         raise TilingError(f"{inst.family}: {why}")
-    return C
+    return copy_map(inst)
 
 
 def _target_out_of_range(inst: Instance) -> str:
@@ -102,7 +83,7 @@ def run_plan(C: Layout) -> tuple[list[tuple[int, int]], int, int, int, int]:
 def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     """`copy_map` and `certify` in one pass over integer tuples: C's modes as (extent, canonical stride).
 
-    The same algebra as `coalesce(invert_and_compose(...))` plus the checks of `certify`,
+    The same certificate (`tiling`) and algebra as `coalesce(invert_and_compose(...))` plus the checks of `certify`,
     specialised to ints for the runtime's hot path (the tests hold the two to each other).
     """
     modes = sorted((ls, n, cs) for n, ls, cs in inst.local if n != 1)
@@ -124,7 +105,11 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
             raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: "
                               f"no digit has canonical stride {size}")
         size *= n
-    world = prod(r.extent for r in inst.ranks)
+    world = 1
+    for rs, n in sorted((r.rank, r.extent) for r in inst.ranks if r.extent != 1):
+        if rs != world:
+            return None  # the rank grid's chain breaks: let `certify` name it
+        world *= n
     if run != inst.local_page or size != inst.canonical_page or world != inst.world \
             or _target_out_of_range(inst):
         return None  # let `certify` name the mismatch

@@ -58,3 +58,32 @@ def test_fast_path_equals_the_algebra(corpus_rows):
             assert fast_copy_map(inst) == list(zip(C.shape, C.stride)) or C == Layout((1,), (0,))
             seen += 1
     assert seen > 1000
+
+
+def test_one_certificate_breaks_the_same_way_on_both_paths():
+    """`tiling` is the one certificate: the fast path and `certify` refuse the same instances,
+    and name the chain that breaks (local page, rank grid, canonical page)."""
+    from layoutalg.compiled import LocalDigit, RankDigit
+    from layoutalg.lower import TilingError, certify, fast_copy_map, lower
+    from layoutalg.runtime import compiled_library
+    import pytest
+    inst = compiled_library()["split_nhd"].evaluate(dict(
+        tp=2, pcp=1, dcp=1, interleave=1, total_heads=4, heads=2, block_size=2, head_size=2,
+        dtype_bytes=1, per_token_head_quant=0, compress_ratio=1, page_size=16))
+    assert fast_copy_map(inst) and certify(inst)
+
+    def bend(digits, k, **field):
+        return tuple(d._replace(**field) if j == k else d for j, d in enumerate(digits))
+    tp = next(k for k, r in enumerate(inst.ranks) if r.extent == 2)
+    big = max(range(len(inst.local)), key=lambda k: inst.local[k].local)
+    broken = {"local page": inst._replace(local=bend(inst.local, big, local=inst.local[big].local * 2)),
+              "rank grid": inst._replace(ranks=bend(inst.ranks, tp, rank=3)),
+              "canonical page": inst._replace(ranks=bend(inst.ranks, tp, canonical=inst.ranks[tp].canonical + 1))}
+    for what, bad in broken.items():
+        assert isinstance(bad.local[0], LocalDigit) and isinstance(bad.ranks[0], RankDigit)
+        try:
+            assert fast_copy_map(bad) is None, what  # the fast path hands the naming to certify
+        except TilingError as e:
+            assert f"the {what} " in str(e)
+        with pytest.raises(TilingError, match=f"the {what} "):
+            lower(bad)
