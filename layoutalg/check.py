@@ -204,6 +204,27 @@ is past it is an error, so `check` answers in seconds (the shipped families read
 a few thousand elements a configuration)."""
 
 
+def _unplaced(lib: Library, cf) -> list[str]:
+    """Where a case claims agnostic, each canonical index that depends on the rank must be a
+    placement of the grid (`family.placed_by`): else one page format could hold an engine
+    head in one slot at tp=2 and in another at tp=4, and no enumeration of one configuration
+    would see it. The same rule as the prover's `agnostic` row."""
+    import sympy
+    from .family import resolve, unplaced_target
+    out = []
+    for part in lib.parts_of(cf.name):
+        fam = resolve(lib, part)
+        for v in fam.variants:
+            hit = unplaced_target(fam, v) if v.agnostic not in (False, sympy.false) else None
+            if hit:
+                cases = " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"
+                out.append(f"{spec_line(lib, part, 'shard')}: agnostic is claimed (when {cases}) but the canonical "
+                           f"index '{hit[0]}' depends on the rank ({', '.join(hit[1])}) and is not placed by a fn "
+                           f"of the grid (write it as the grid's placement, e.g. head(h))")
+                return out
+    return out
+
+
 def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                  oracle_limit: int = 40) -> FamilyReport:
     """Lower the family on each configuration and check tiling and the direct reading.
@@ -281,6 +302,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             why = _agnostic_differs(agnostic, sizes, readings, where)
             if why:
                 rep.errors.append(f"{spec_line(lib, cf.name, 'canonical')}: {why}")
+    rep.errors += _unplaced(lib, cf)
     if not rep.certified and not rep.errors and rep.witnesses:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: Z3 found "
                           f"{rep.witnesses} configuration(s) where the spec's direct reading applies, but the compiled "

@@ -220,8 +220,7 @@ def _reshard(args) -> int:
         if small is store and args.blocks % conversion.k:
             raise LayoutalgError(f"reshard: --blocks {args.blocks} stored pages of {a} bytes do not fill whole "
                                  f"loading pages of {b} bytes ({conversion.k} each)")
-        load = group_of(args.family, parse_config(args.load), args.heads, args.block_size, args.head_size,
-                        args.dtype, blocks)
+        load = group_of(args.family, parse_config(args.load), *model[:4], blocks, names=names)
         print(f"another cp: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; "
               f"{'the plans compose' if args.direct else 'the stored pages are converted by'} a conversion of "
               f"{len(conversion.mapping.runs)} runs (by the algebra)")
@@ -283,7 +282,8 @@ def _check(args) -> int:
         print(f"note: {b.span}: family '{fam}' is preferred before '{b.id}', which is not loaded with it: "
               f"no preference here\n")
     for name in lib.unused_rules:  # rules nothing uses check nothing: say so rather than pass them
-        print(f"note: {lib.rules[name].span}: rules '{name}' are used by no grid loaded with them\n")
+        print(f"note: {lib.rules[name].span}: rules '{name}' are used by no grid loaded with them, so nothing "
+              f"reads or checks their statements here\n")
     print(f"{'family':<12} {'certified':>9} {'fail-closed':>11} {'oracle':>6}  result")
     bad, examples = 0, {}
     for n, (name, cf) in enumerate(compiled.items(), 1):

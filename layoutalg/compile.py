@@ -65,7 +65,7 @@ def _tup(items) -> str:
     return "(" + "".join(f"{x}, " for x in items) + ")"
 
 
-def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
+def _variant_source(v: Variant, k: int, pr: _Printer, agnostic=None) -> str:
     pr.used = set()
     lines = []
     for c in v.cases:
@@ -86,7 +86,8 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
         for t in v.targets)
     lines.append("    return _Instance(" + ", ".join([
         repr(v.family), loc, rk, pr(v.canonical_base), pr(v.local.size_bytes()),
-        pr(v.canonical.size_bytes()), pr(v.world), f"bool({pr(v.agnostic)})", pr(v.local.element),
+        pr(v.canonical.size_bytes()), pr(v.world), f"bool({pr(v.agnostic if agnostic is None else agnostic)})",
+        pr(v.local.element),
         shape, strides, targets, repr(tuple(d.name for d in local)),
         repr(tuple(d.name for d in ranks)), pr(v.local_base),
         _tup((pr(v.canonical.base), pr(v.canonical.element),
@@ -97,21 +98,35 @@ def _variant_source(v: Variant, k: int, pr: _Printer) -> str:
     return "\n".join([f"def _variant_{k}(P):", *prelude, *lines])
 
 
-def compile_family(family: Family) -> CompiledFamily:
-    """Print and compile the family's variants into Python functions."""
+def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFamily:
+    """Print and compile the family's variants into Python functions.
+
+    An `agnostic` claim the grid does not back is dropped (`unplaced`: some case puts an index
+    that moves with the rank in slots of the family's own choosing, `family.unplaced_target`;
+    None: find out): its pages are then one format only under one configuration, so a reader
+    under another never takes them for its own (the prover reports the claim unknown)."""
     pr = _Printer(family)
+    if unplaced is None:
+        unplaced = unbacked(family)
     sources, read = [], set()
     for k, v in enumerate(family.variants):
-        sources.append(_variant_source(v, k, pr))
+        sources.append(_variant_source(v, k, pr, sympy.false if unplaced else None))
         read |= pr.used
     src = "\n\n".join(sources)
     vocabulary = family.vocabulary or params.TABLE
     bounds = tuple((n, vocabulary[n].lo, vocabulary[n].hi) for n in sorted(read | {"page_size"}))
     guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
-    claims = any(v.agnostic is not sympy.false for v in family.variants)
+    claims = not unplaced and any(v.agnostic is not sympy.false for v in family.variants)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
                           tuple(family.tensor or ()), layout_id(family), bounds, family, claims)
+
+
+def unbacked(family: Family) -> bool:
+    """Whether a case claims agnostic with a canonical index that moves with the rank and is
+    not a placement of the grid."""
+    from .family import unplaced_target
+    return any(v.agnostic is not sympy.false and unplaced_target(family, v) for v in family.variants)
 
 
 def compile_named(lib, name: str):
@@ -124,10 +139,12 @@ def compile_named(lib, name: str):
     if parts == [name]:
         return compile_family(resolve(lib, name))
     fdef = lib.families[name]
-    data = [(lib.parts[p].shard.region, compile_family(resolve(lib, p))) for p in parts]
+    resolved = {p: resolve(lib, p) for p in parts}
+    unplaced = any(unbacked(f) for f in resolved.values())  # one region's unbacked claim drops the page's
+    data = [(lib.parts[p].shard.region, compile_family(f, unplaced)) for p, f in resolved.items()]
     pads = [p for p in lib.parts_of(name, pads=True) if p not in parts]
-    local_pads = tuple(compile_family(resolve(lib, p)) for p in pads if not p.endswith("'"))
-    canonical_pads = tuple(compile_family(resolve(lib, p)) for p in pads if p.endswith("'"))
+    local_pads = tuple(compile_family(resolve(lib, p), unplaced) for p in pads if not p.endswith("'"))
+    canonical_pads = tuple(compile_family(resolve(lib, p), unplaced) for p in pads if p.endswith("'"))
     return CompiledPage(name, fdef.serves, fdef.order, str(fdef.span), tuple(data), local_pads, canonical_pads,
                         page_id(lib, name), views=_views(lib.layouts[fdef.local.call.fn]))
 

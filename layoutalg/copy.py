@@ -125,8 +125,18 @@ class CopyPlan:
         dst_name, dst = ("page_ids", ids) if store else ("block_ids", blocks)
         if torch.unique(dst).numel() != dst.numel():
             raise LayoutMismatch(f"descriptors: {dst_name} repeats an id: two sources would write one destination")
+        for name, v in (("kv_base", kv_base), ("pages_base", pages_base), ("block_bytes", block_bytes)):
+            if not (type(v) is int and v >= 0 or name == "block_bytes" and v is None):
+                raise LayoutMismatch(f"descriptors: {name} is {v!r}; expected a non-negative int (a byte address)")
         shape, stride, dtype, _ = self.tensor[0] if self.several else self.tensor
         step = stride[0] * torch.empty(0, dtype=dtype).element_size() if block_bytes is None else block_bytes
+        if blocks.numel() and int(blocks.max()) >= shape[0]:
+            raise LayoutMismatch(f"descriptors: block_ids holds {int(blocks.max())}, but the planned tensor has "
+                                 f"{shape[0]} blocks")
+        top = max(kv_base + (int(blocks.max()) + 1) * step if blocks.numel() else 0,
+                  pages_base + (int(ids.max()) + 1) * m.canonical_page_size_bytes if ids.numel() else 0)
+        if top >= 1 << 63:
+            raise LayoutMismatch(f"descriptors: addresses reach {top}, past what an int64 descriptor holds")
         if step < m.local_page_size_bytes:
             raise LayoutMismatch(f"descriptors: blocks {step} bytes apart would overlap {m.local_page_size_bytes}-byte "
                                  f"pages")
@@ -291,7 +301,11 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got a "
                              f"{type(ids).__name__}")
     try:
-        t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids if hasattr(ids, "__array__") else list(ids))
+        if not isinstance(ids, torch.Tensor) and not hasattr(ids, "__array__"):
+            ids = list(ids)
+            if any(isinstance(x, bool) for x in ids):  # torch reads [0, True] as [0, 1]: a flag is no id
+                raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got a bool")
+        t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids)
     except (TypeError, ValueError, RuntimeError):
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints") from None
     if t.numel() == 0 and t.dtype == torch.float32:

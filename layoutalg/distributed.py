@@ -117,7 +117,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
 def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names: dict) -> Group:
     """A family of pages (Mamba2 or GDN state, quantised KV with its scales) under `config`:
     the names it declares come from `names`; each rank's layer is one uint8 page a block,
-    exactly its regions."""
+    exactly its regions and pads."""
     from . import params
     from ._resources import specs_dir
     from .library import load_default
@@ -133,13 +133,24 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
     sizes = {"tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
              "total_heads": heads, "heads": local, "block_size": block_size, "head_size": head_size,
              "dtype_bytes": e, "per_token_head_quant": 0, "compress_ratio": 1, **given}
-    try:  # its regions at these sizes (the page is exactly them: no padding here)
-        probe = cf.evaluate({**sizes, "page_size": 0}, bounded=False)
-        page = sum(i.local_page for _, i in probe.regions)
-    except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
-        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {err}") from None
-    sizes["page_size"] = page
-    layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, sizes=given)
+    errors = []
+    for quant in (0, 1):  # a per-token-head quantised family (KV with its scales) serves quantised layers only
+        try:  # its regions and pads at these sizes (the page is exactly them: a pad up to the page is empty)
+            at = {**sizes, "per_token_head_quant": quant}
+            page = sum(i.local_page for _, i in cf.evaluate({**at, "page_size": 0}, bounded=False).regions)
+            for _ in range(3):  # pads of their own size (a padded row) make the page larger than its regions
+                whole = cf.evaluate({**at, "page_size": page}, bounded=False).local_page
+                if whole == page:
+                    break
+                page = whole
+            break
+        except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
+            errors.append(f"with per_token_head_quant={quant}: {err}")
+    else:
+        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {'; '.join(errors)}")
+    sizes.update(page_size=page, per_token_head_quant=quant)
+    layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, per_token_head_quant=bool(quant),
+                      sizes=given)
     res = Deriver().derive(layer, None, ParallelConfig(tp, heads, config["pcp"], config["dcp"], config["interleave"]),
                            blocks)
     _served(res, family, config)
@@ -210,7 +221,8 @@ def global_coordinates(group: Group, rank: int, pages: torch.Tensor, small=None)
     if small is None:
         return pages, canon
     k, table = small  # (k, the spec's big page byte of each byte of each part), `pageformat.spec_coordinates`
-    return pages // k, table[pages % k][:, canon]
+    big = table[pages % k][:, canon.clamp(min=0)]
+    return pages // k, big.masked_fill(canon < 0, -1)  # a pad byte stays a pad byte (-1), never a data byte
 
 
 def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor,

@@ -17,6 +17,8 @@ The records are in `ir`, the statements' reading in `statements`, layout instant
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 
 from .errors import SpecError
@@ -28,6 +30,7 @@ from .guards import _conjuncts, _rewrites, guarded_equality  # noqa: F401 - the 
 from .ir import Digit, Family, Guard, LayoutIR, Target, Variant  # noqa: F401
 from .layout_ir import check_layouts, instantiate, layout_ir  # noqa: F401
 from .statements import _State, _divisors_positive, _let_size, _reads, _run  # noqa: F401
+from .params import MOVES_WITH_THE_GROUP
 
 
 def resolve(lib: Library, name: str) -> Family:
@@ -84,6 +87,46 @@ def _resolve(lib: Library, name: str) -> Family:
     return fam
 
 
+def placed_by(lib: Library, target, idx_scope, local: tuple, ranks) -> str:
+    """The grid's fn a canonical target is written as, or '' when it is not one.
+
+    Where a canonical index depends on the rank, which slot holds which of the engine's
+    heads, channels or tokens is the grid's word (`fn head(h) = head_shard * heads + h`:
+    the engine shards heads contiguously), said once for every family on the grid. A
+    target counts as placed by the grid when it is a call of a fn the grid (not a spec
+    file's top level) defines, and each argument that reads a local index reads no rank
+    digit and no size that moves with the group: `head(heads - 1 - h)` would reverse the
+    heads within each shard, differently at each tp."""
+    if not isinstance(target, Call) or target.fn not in idx_scope.scope.fns or target.fn in lib.fns:
+        return ""
+    rank_names = {d.name for d in ranks}
+    for arg in target.args:
+        norm = idx_scope.normalise(arg)
+        sources = {sp.source for sp, _ in norm.terms}
+        if not sources & set(local):
+            continue  # a size: how much a shard holds may move with the group
+        free = {str(x) for c in (norm.base, *(c for _, c in norm.terms))
+                for x in idx_scope.scope.atoms.expand(sympy.sympify(c)).free_symbols}
+        if sources & rank_names or free & set(MOVES_WITH_THE_GROUP):
+            return ""
+    return target.fn
+
+
+def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, list[str]] | None:
+    """(canonical index, rank digits it reads) of the first target of `v` that moves with
+    the rank but is not written as a placement of the grid (`placed_by`), else None.
+    `norm` rewrites sizes under the case's claims (default: under its `agnostic` claim)."""
+    if norm is None:
+        norm, _ = guarded_equality(family, dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic",
+                                                                                           None),)))
+    for t in v.targets:
+        digits = sorted({sp.source for sp, c in t.sum.terms if sp.source in v.rank_digits
+                         and sympy.expand(family.atoms.expand(norm(c))) != 0})
+        if digits and not t.placed:
+            return t.index, digits
+    return None
+
+
 def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     scope = s.scope
     shards = [fdef.shard] + list(fdef.shards or ())
@@ -116,7 +159,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     if clash:
         raise SpecError(f"index '{sorted(clash)[0]}' has the name of a rank digit", shard.span)
     idx_scope = _IndexScope(scope, s.index_lets, iters)
-    targets = tuple(Target(ci, ce, idx_scope.normalise(t))
+    targets = tuple(Target(ci, ce, idx_scope.normalise(t), placed_by(lib, t, idx_scope, local.indices, rank_decl))
                     for ci, ce, t in zip(canon.indices, canon.extents, shard.targets))
     e = local.element
     splits: dict[str, list[tuple[Split, list]]] = {}

@@ -63,6 +63,7 @@ class Target:
     index: str
     extent: sympy.Expr
     sum: IterSum
+    placed: str = ""  # the grid's fn that places it (`head(h)`), when the shard map writes it so (`family.placed_by`)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 from . import params
 from ._resources import specs_dir
 from .errors import SpecError
-from .syntax import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef, Replica,
+from .syntax import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef, Ranks, Replica,
                      RulesDef, Shard, Use, grouped, parse_file)
 
 RESERVED = {"P", "bool", "rank", "block"}
@@ -99,7 +99,7 @@ class Library:
         for name, grid in list(self.grids.items()):
             self.grids[name] = dataclasses.replace(grid, body=self._spliced(grid.body, (), used))
         for name, rules in self.rules.items():
-            self._spliced(rules.body, (name,), used)  # unused rules are checked too
+            self._spliced(rules.body, (name,), used)  # unused rules' uses are checked too (names only in a grid)
         self.unused_rules = sorted(set(self.rules) - used)
 
     def _spliced(self, body: tuple, chain: tuple, used: set) -> tuple:
@@ -168,6 +168,38 @@ class Library:
             placed.append(ready[0][1])
         for rank, name in enumerate(placed):
             self.families[name] = dataclasses.replace(self.families[name], order=rank)
+
+    def check_param_names(self) -> None:
+        """A declared runtime name (`param`) has one meaning: no let, rank digit or layout index
+        of these specs may take its name (a let would fail far from the cause, an index would
+        silently shadow it). The error names both places."""
+        if not self.params:
+            return
+        seen: list[tuple[str, str, object]] = []  # (name, what, span)
+
+        def walk(stmts, where):
+            for st in stmts:
+                if isinstance(st, Let):
+                    seen.append((st.name, f"a let of {where}", st.span))
+                elif isinstance(st, Ranks):
+                    seen.extend((d.name, f"a rank digit of {where}", d.span) for d in st.digits)
+                elif isinstance(st, Case):
+                    walk(st.body, where)
+        for g in self.grids.values():
+            walk(g.body, f"grid '{g.name}'")
+        for f in self.families.values():
+            walk(f.body, f"family '{f.name}'")
+        for let in self.lets.values():
+            seen.append((let.name, "a let", let.span))
+        for ldef in self.layouts.values():
+            for box in (ldef, *ldef.regions):
+                seen += [(i.name, f"an index of layout '{ldef.name}'", i.span) for i in box.indices]
+                seen += [(n, f"a parameter of layout '{ldef.name}'", ldef.span) for n in box.params]
+        for name, what, span in seen:
+            if name in self.params:
+                d = self.params[name]
+                raise SpecError(f"param '{name}' has the name of {what} at {span}: a runtime "
+                                f"name has one meaning; rename one of them", d.span)
 
     def check_limits(self) -> None:
         """Refuse a family whose `case` groups multiply into more than MAX_VARIANTS variants."""
@@ -311,6 +343,7 @@ def load(paths) -> Library:
     for f in spec_files(paths):
         lib.add(parse_file(f.resolve()))
     lib.splice_rules()
+    lib.check_param_names()
     lib.check_limits()
     lib.rank_families()
     lib.expand_pages()

@@ -178,22 +178,31 @@ def _region_plan(inst: Instance, region: str):
     why = _target_out_of_range(inst)
     if why:
         raise TilingError(f"{inst.family}: {where}: {why}")
-    modes = []
-    for n, ls, cs in sorted(((n, ls, cs) for n, ls, cs in inst.local if n != 1), key=lambda m: m[1]):
-        if modes and modes[-1][1] * modes[-1][0] == ls and modes[-1][2] * modes[-1][0] == cs:
-            modes[-1] = (modes[-1][0] * n, modes[-1][1], modes[-1][2])
+    return strided_runs(inst.local, inst.local_base)
+
+
+def strided_runs(modes, local_base: int = 0) -> tuple[list[tuple[int, int]], int, int, int, int]:
+    """`(offsets, fragment, count, local stride, canonical stride)` of the modes `(extent,
+    local stride, canonical stride)` of a one-to-one map that need not be dense (as
+    `run_plan` for a copy map): modes merged where they continue each other on both sides,
+    the first one the contiguous fragment when it has stride 1 on both, the largest of the
+    rest the run's stride, the others enumerated. Local offsets start at `local_base`."""
+    merged = []
+    for n, ls, cs in sorted(((n, ls, cs) for n, ls, cs in modes if n != 1), key=lambda m: m[1]):
+        if merged and merged[-1][1] * merged[-1][0] == ls and merged[-1][2] * merged[-1][0] == cs:
+            merged[-1] = (merged[-1][0] * n, merged[-1][1], merged[-1][2])
         else:
-            modes.append((n, ls, cs))
+            merged.append((n, ls, cs))
     fragment = 1
-    if modes and modes[0][1] == 1 and modes[0][2] == 1:
-        fragment = modes.pop(0)[0]
-    if not modes:
-        return [(inst.local_base, 0)], fragment, 1, fragment, fragment
-    k = max(range(len(modes)), key=lambda j: (modes[j][0], -j))
-    count, ls, cs = modes.pop(k)
-    offsets = sorted((inst.local_base + sum(i * m[1] for i, m in zip(idx, modes)),
-                      sum(i * m[2] for i, m in zip(idx, modes)))
-                     for idx in product(*(range(m[0]) for m in modes)))
+    if merged and merged[0][1] == 1 and merged[0][2] == 1:
+        fragment = merged.pop(0)[0]
+    if not merged:
+        return [(local_base, 0)], fragment, 1, fragment, fragment
+    k = max(range(len(merged)), key=lambda j: (merged[j][0], -j))
+    count, ls, cs = merged.pop(k)
+    offsets = sorted((local_base + sum(i * m[1] for i, m in zip(idx, merged)),
+                      sum(i * m[2] for i, m in zip(idx, merged)))
+                     for idx in product(*(range(m[0]) for m in merged)))
     return offsets, fragment, count, ls, cs
 
 

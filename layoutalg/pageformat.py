@@ -41,18 +41,36 @@ class PageConversion(NamedTuple):
     small_format: str = ""  # format id): plans across another cp use it only between groups of those
 
 
-def canonical_layout(lib, family: str, sizes: dict) -> tuple[tuple[str, ...], dict, dict, int, int]:
-    """(index names, extents, byte strides, element bytes, page bytes) of the family's
-    canonical layout at `sizes`, its affinity proved by Z3 (a `LayoutalgError` otherwise)."""
-    from .interpret import Reading
+class Box(NamedTuple):
+    """One canonical box (the page of a layout of one box, or one region of a page) at some sizes."""
+
+    names: tuple       # its indices
+    ext: dict          # index -> extent
+    strides: dict      # index -> byte stride
+    element: int       # bytes an element
+    base: int          # byte of index 0 in the page (0 for a layout of one box)
+    page: int          # bytes of the whole canonical page
+
+
+def canonical_boxes(lib, family: str, sizes: dict) -> list[Box]:
+    """The family's canonical layout at `sizes`: one box, or one per data region of a page
+    (pads hold no data and are never converted), each proved affine by Z3 at these sizes
+    (a `LayoutalgError` otherwise)."""
     bad = next(((n, v) for n, v in dict(sizes).items() if type(v) is not int), None)
     if bad is not None:
         raise LayoutalgError(f"{family}: size {bad[0]} = {bad[1]!r} is not an integer")
-    if family not in lib.families or lib.parts_of(family) != [family]:
-        raise LayoutalgError(f"{family}: not a family of one canonical layout in this library (pages of regions "
-                             f"do not convert yet)")
+    if family not in lib.families or lib.family_def(family).page is not None:
+        raise LayoutalgError(f"{family}: not a family of canonical pages in this library")
+    boxes = [_box(lib, part, sizes, family) for part in lib.parts_of(family)]
+    if lib.parts_of(family) == [family] and boxes[0].base != 0:
+        raise LayoutalgError(f"{family}: the canonical layout starts at byte {boxes[0].base}, not 0")
+    return boxes
+
+
+def _box(lib, part: str, sizes: dict, family: str) -> Box:
+    from .interpret import Reading
     try:
-        r = Reading(lib, family, dict(sizes))
+        r = Reading(lib, part, dict(sizes))
         if not all(ok is True for ok, _ in r.cases + r.guards):
             raise LayoutalgError(f"{family} does not apply at {_shown(sizes)}: its cases or guards do not hold")
     except (ArithmeticError, LookupError) as e:
@@ -64,17 +82,15 @@ def canonical_layout(lib, family: str, sizes: dict) -> tuple[tuple[str, ...], di
     zero = {n: 0 for n in names}
     base = r.offset("canonical", zero)
     strides = {n: r.offset("canonical", {**zero, n: 1}) - base for n in names}
-    if base != 0:
-        raise LayoutalgError(f"{family}: the canonical layout starts at byte {base}, not 0")
-    _prove_affine(lib, family, sizes, names, ext, strides)
-    return names, ext, strides, e, r.page("canonical")
+    _prove_affine(lib, part, sizes, names, ext, strides, base)
+    return Box(names, ext, strides, e, base, r.page("canonical"))
 
 
 def _shown(sizes: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
-def _prove_affine(lib, family, sizes, names, ext, strides) -> None:
+def _prove_affine(lib, family, sizes, names, ext, strides, base) -> None:
     import z3
     from .interpret import Reading
     from .prove.z3ops import Z3Ops
@@ -85,7 +101,7 @@ def _prove_affine(lib, family, sizes, names, ext, strides) -> None:
     s = z3.Solver()
     s.set("rlimit", 20_000_000)
     s.add(*[z3.And(v >= 0, v < ext[n]) for n, v in idx.items()], *ops.side)
-    s.add(off != sum(strides[n] * v for n, v in idx.items()))
+    s.add(off != base + sum(strides[n] * v for n, v in idx.items()))
     if s.check() != z3.unsat:
         raise LayoutalgError(f"{family}: its canonical layout is not affine in its indices at these sizes "
                              f"(or Z3 could not show it): pages of two cp cannot be converted by strides")
@@ -93,48 +109,99 @@ def _prove_affine(lib, family, sizes, names, ext, strides) -> None:
 
 def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     """The conversion from canonical pages of `big` sizes to those of `small` sizes (fewer
-    tokens a page). Raises `LayoutalgError` saying why two formats do not convert."""
-    nb, eb, sb, elem_b, page_b = canonical_layout(lib, family, big)
-    ns, es, ss, elem_s, page_s = canonical_layout(lib, family, small)
-    if nb != ns or elem_b != elem_s:
-        raise LayoutalgError(f"{family}: the two canonical layouts have other indices or elements")
-    seq = lib.family_def(family).sequence
+    tokens a page). Raises `LayoutalgError` saying why two formats do not convert.
+
+    A page of regions converts region by region: each data region of the big page is the
+    same region of its `k` small pages joined along the `sequence` index; pads are not
+    copied."""
+    seq = lib.family_def(family).sequence if family in lib.families else None
+    boxes_b, boxes_s = canonical_boxes(lib, family, big), canonical_boxes(lib, family, small)
     if seq is None:
         raise LayoutalgError(f"{family} declares no `sequence` index: its pages under two configurations are not "
                              f"parts of one another (a page of another cp joins along the tokens it names)")
-    if seq.id not in nb:
-        raise LayoutalgError(f"{family}: `sequence {seq.id}` names no index of its canonical layout "
-                             f"({', '.join(nb)})")
-    differ = [n for n in nb if eb[n] != es[n]]
-    if differ != [seq.id]:
-        what = "nothing" if not differ else ", ".join(differ)
-        raise LayoutalgError(f"{family}: the two canonical pages differ in {what}; pages of another cp differ in "
-                             f"the sequence index '{seq.id}' alone")
-    tok = seq.id
-    if es[tok] < 1 or eb[tok] % es[tok]:
-        raise LayoutalgError(f"{family}: {eb[tok]} {tok} a page is not a multiple of {es[tok]}: a big page is "
+    tok, ks, parts = seq.id, set(), lib.parts_of(family)
+    for part, b, sm in zip(parts, boxes_b, boxes_s):
+        ks.add(_parts_in(family if part == family else f"{family}: region '{part.split('.')[-1]}'", b, sm, tok))
+    if len(ks) != 1:
+        raise LayoutalgError(f"{family}: its regions join {sorted(ks)} small pages a big one: a big page is not "
+                             f"one whole number of small pages")
+    k = ks.pop()
+    page_b, page_s = boxes_b[0].page, boxes_s[0].page
+    if parts == [family]:
+        runs = _compact_runs(family, _modes(boxes_b[0], boxes_s[0], tok, k))
+    else:
+        runs = _region_runs(family, parts, boxes_b, boxes_s, tok, k)
+    m = CanonicalPageMapping(k * page_s, page_b, runs, 1, 0, False)
+    from .compile import compile_named
+    cf = compile_named(lib, family)  # once for both formats
+    return PageConversion(k, tok, m, page_b, page_s, _format(cf, family, big), _format(cf, family, small))
+
+
+def _parts_in(what: str, b: Box, sm: Box, tok: str) -> int:
+    """How many small boxes one big box joins along `tok` (a `LayoutalgError` where it joins none)."""
+    if b.names != sm.names or b.element != sm.element:
+        raise LayoutalgError(f"{what}: the two canonical layouts have other indices or elements")
+    if tok not in b.names:
+        raise LayoutalgError(f"{what}: `sequence {tok}` names no index of its canonical layout ({', '.join(b.names)})")
+    differ = [n for n in b.names if b.ext[n] != sm.ext[n]]
+    if differ != [tok]:
+        shown = "nothing" if not differ else ", ".join(differ)
+        raise LayoutalgError(f"{what}: the two canonical pages differ in {shown}; pages of another cp differ in "
+                             f"the sequence index '{tok}' alone")
+    if sm.ext[tok] < 1 or b.ext[tok] % sm.ext[tok]:
+        raise LayoutalgError(f"{what}: {b.ext[tok]} {tok} a page is not a multiple of {sm.ext[tok]}: a big page is "
                              f"not a whole number of small pages")
-    k = eb[tok] // es[tok]
-    modes_a, modes_b = [(elem_b, 1)], [(elem_s, 1)]
-    for n in nb:
+    return b.ext[tok] // sm.ext[tok]
+
+
+def _modes(b: Box, sm: Box, tok: str, k: int) -> list[tuple[int, int, int]]:
+    """(extent, big page stride, small group stride) of one box: the token split into its
+    place in a small page and the small page it lies in (page j at j * small page)."""
+    modes = [(b.element, 1, 1)]
+    for n in b.names:
         if n == tok:
-            modes_a += [(es[tok], sb[tok]), (k, es[tok] * sb[tok])]
-            modes_b += [(es[tok], ss[tok]), (k, page_s)]
+            modes += [(sm.ext[tok], b.strides[tok], sm.strides[tok]), (k, sm.ext[tok] * b.strides[tok], sm.page)]
         else:
-            modes_a.append((eb[n], sb[n]))
-            modes_b.append((es[n], ss[n]))
-    A = Layout(tuple(n for n, _ in modes_a), tuple(s for _, s in modes_a))
-    B = Layout(tuple(n for n, _ in modes_b), tuple(s for _, s in modes_b))
+            modes.append((b.ext[n], b.strides[n], sm.strides[n]))
+    return modes
+
+
+def _compact_runs(family: str, modes) -> tuple[CopyRun, ...]:
+    """A layout of one box: the big page is its box, so the conversion is `B o A^-1` in the algebra."""
+    A = Layout(tuple(n for n, _, _ in modes), tuple(s for _, s, _ in modes))
+    B = Layout(tuple(n for n, _, _ in modes), tuple(s for _, _, s in modes))
     try:
         C = coalesce(invert_and_compose(B, A))
     except NotCompact as err:
         raise LayoutalgError(f"{family}: the big canonical page is not compact in its indices: {err}") from None
     offsets, frag, count, ls, cs = run_plan(C)
-    runs = tuple(CopyRun(lo, co, frag, count, ls, cs) for lo, co in offsets)
-    m = CanonicalPageMapping(k * page_s, page_b, runs, 1, 0, False)
-    from .compile import compile_named
-    cf = compile_named(lib, family)  # once for both formats
-    return PageConversion(k, tok, m, page_b, page_s, _format(cf, family, big), _format(cf, family, small))
+    return tuple(CopyRun(lo, co, frag, count, ls, cs) for lo, co in offsets)
+
+
+def _region_runs(family: str, parts, boxes_b, boxes_s, tok: str, k: int) -> tuple[CopyRun, ...]:
+    """A page of regions: each region's box one-to-one on both sides, its runs from its modes,
+    and no byte of either page in two regions (a sweep over the fragments)."""
+    from .lower import TilingError, _injective, strided_runs
+    runs = []
+    for part, b, sm in zip(parts, boxes_b, boxes_s):
+        modes = _modes(b, sm, tok, k)
+        try:
+            _injective([(n, ls) for n, ls, _ in modes], f"big canonical page's region '{part}'", family)
+            _injective([(n, cs) for n, _, cs in modes], f"small canonical pages' region '{part}'", family)
+        except TilingError as err:
+            raise LayoutalgError(str(err)) from None
+        if any(n == 0 for n, _, _ in modes):
+            continue  # an empty region
+        offsets, frag, count, ls, cs = strided_runs(modes, b.base)
+        runs += [CopyRun(lo, co + sm.base, frag, count, ls, cs) for lo, co in offsets]
+    for side, page in ((0, boxes_b[0].page), (1, k * boxes_s[0].page)):
+        at = 0
+        for lo, n in sorted((t[side], t[2]) for r in runs for t in r.triples()):
+            if lo < at or lo + n > page:
+                raise LayoutalgError(f"{family}: region boxes of the {'big' if side == 0 else 'small'} canonical "
+                                     f"pages overlap or leave the page at byte {lo}")
+            at = lo + n
+    return tuple(sorted(runs))
 
 
 def _format(cf, family: str, sizes: dict) -> str:
@@ -150,23 +217,27 @@ def _format(cf, family: str, sizes: dict) -> str:
 
 def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: str):
     """(k, small page) int64: the big page byte that byte `c` of part `j` of a big page holds,
-    by enumerating the spec's own reading of both canonical layouts (no conversion run is
-    used: this is what a conversion is checked against)."""
+    by enumerating the spec's own reading of both canonical layouts, region by region for a
+    page of regions (-1: a pad byte). No conversion run is used: this is what a conversion
+    is checked against."""
     import itertools
 
     import torch
     from .interpret import Reading
-    rb, rs = Reading(lib, family, dict(big)), Reading(lib, family, dict(small))
-    ext = rs.extents("canonical")
-    ldef, bound = rs.layout("canonical")
-    e = rs.expr(ldef.element, bound) if ldef.element is not None else 1
-    out = torch.full((k, rs.page("canonical")), -1, dtype=torch.int64)
-    for values in itertools.product(*(range(ext[n]) for n in ext)):
-        idx = dict(zip(ext, values))
-        at = rs.offset("canonical", idx)
-        for j in range(k):
-            there = rb.offset("canonical", {**idx, token: idx[token] + j * ext[token]})
-            out[j, at:at + e] = torch.arange(there, there + e)
+    out = None
+    for part in lib.parts_of(family):
+        rb, rs = Reading(lib, part, dict(big)), Reading(lib, part, dict(small))
+        ext = rs.extents("canonical")
+        ldef, bound = rs.layout("canonical")
+        e = rs.expr(ldef.element, bound) if ldef.element is not None else 1
+        if out is None:
+            out = torch.full((k, rs.page("canonical")), -1, dtype=torch.int64)
+        for values in itertools.product(*(range(ext[n]) for n in ext)):
+            idx = dict(zip(ext, values))
+            at = rs.offset("canonical", idx)
+            for j in range(k):
+                there = rb.offset("canonical", {**idx, token: idx[token] + j * ext[token]})
+                out[j, at:at + e] = torch.arange(there, there + e)
     return out
 
 

@@ -361,7 +361,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     page, name = ((plan.producer_page_size_bytes, "producer kv") if op == "gather" else
                   (plan.local_page_size_bytes, "consumer kv"))
     raw = page_bytes(kv, page, name, op)
-    blocks = _ids(block_ids, raw.shape[0], op)
+    blocks = _ids(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
     return raw, blocks, [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
 
 

@@ -167,8 +167,11 @@ def _check_runs(m: CanonicalPageMapping, op: str) -> None:
     if not isinstance(m.runs, tuple):
         raise ConfigError(f"{op}: mapping.runs must be a tuple of CopyRun, got {type(m.runs).__name__}")
     for i, run in enumerate(m.runs):
-        if not isinstance(run, tuple) or len(run) != 6 or not all(type(v) is int for v in run):
+        if not isinstance(run, CopyRun) or not all(type(v) is int for v in run):
             raise ConfigError(f"{op}: run {i} is {run!r}, expected a CopyRun of six integers")
+        if run.fragment_size < 1 or run.num_fragments < 1:  # an empty view fails mid-batch on some paths
+            raise ConfigError(f"{op}: run {i} {tuple(run)} moves no byte (fragment size {run.fragment_size}, "
+                              f"{run.num_fragments} fragments); a mapping's runs each move at least one")
     if type(m.num_writers) is not int or type(m.writer_index) is not int \
             or type(m.local_page_size_bytes) is not int or type(m.canonical_page_size_bytes) is not int:
         raise ConfigError(f"{op}: mapping sizes and writers must be integers, got pages "

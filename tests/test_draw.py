@@ -64,7 +64,7 @@ def test_the_spec_reading_agrees_with_the_runs():
 def test_a_spec_that_does_not_tile_is_drawn_with_its_conflicts(tmp_path):
     """Every rank writes heads 0..heads-1 (the rank is missing from the shard map): two writers
     on the first half of each row, nobody on the rest; draw says so and exits 1."""
-    spec = (ROOT / "specs" / "split_nhd.lal").read_text().replace("head_shard * heads + h", "h")
+    spec = (ROOT / "specs" / "split_nhd.lal").read_text().replace("head(h)", "h")
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
     (tmp_path / "bad.lal").write_text(spec)
     out = tmp_path / "bad.svg"
@@ -80,7 +80,7 @@ def test_a_spec_that_does_not_tile_is_drawn_with_its_conflicts(tmp_path):
 def test_prove_draws_each_refutation_at_its_counterexample(tmp_path):
     """A shard map that forgets the rank: the refuted rows carry their configuration, and
     `prove --draw` pictures it with the clashes and gaps the counterexample names."""
-    spec = (ROOT / "specs" / "split_nhd.lal").read_text().replace("head_shard * heads + h", "h")
+    spec = (ROOT / "specs" / "split_nhd.lal").read_text().replace("head(h)", "h")
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
     (tmp_path / "bad.lal").write_text(spec)
     proc = subprocess.run([sys.executable, "-m", "layoutalg", "prove", str(tmp_path / "bad.lal"), "--no-cache",
@@ -134,7 +134,7 @@ def test_a_page_that_does_not_tile_is_drawn_from_the_spec_with_its_conflicts(tmp
     for f in ("mamba2.lal", "state.lal"):
         (tmp_path / f).write_text((ROOT / "specs" / f).read_text())
     text = (tmp_path / "mamba2.lal").read_text()
-    broken = text.replace("shard b   (k, j) -> (k, group_shard * groups_here * state_size + j) replica group_copy",
+    broken = text.replace("shard b   (k, j) -> (k, by_group(j, groups_here * state_size)) replica group_copy",
                           "shard b   (k, j) -> (k, j) replica group_copy")
     assert broken != text
     (tmp_path / "mamba2.lal").write_text(broken)

@@ -89,7 +89,7 @@ def test_the_compiled_library_keeps_the_id(tmp_path, monkeypatch, cache):
 
 def test_the_shard_map_is_part_of_the_format(tmp_path):
     """Same layouts, heads dealt out another way: canonical head h holds other data."""
-    other = _copy(tmp_path, "split_nhd", [("head_shard * heads + h", "h * shards + head_shard")], "other")
+    other = _copy(tmp_path, "split_nhd", [("head(h)", "h * shards + head_shard")], "other")
     assert _id(other, "split_nhd") != _id(SPECS / "split_nhd.lal", "split_nhd")
 
 

@@ -82,7 +82,9 @@ def test_a_wrong_conversion_is_caught_by_the_byte_check():
 
 @pytest.mark.parametrize("family, heads, a, b", [("split_nhd", 4, "tp=2", "tp=8,dcp=2"),
                                                  ("split_hnd", 4, "tp=16,dcp=2,interleave=2", "tp=1"),
-                                                 ("mla", 1, "tp=2,dcp=2,interleave=2", "tp=1")])
+                                                 ("mla", 1, "tp=2,dcp=2,interleave=2", "tp=1"),
+                                                 ("quant_split", 4, "tp=2", "tp=8,dcp=2"),
+                                                 ("quant_packed", 2, "tp=4,dcp=2,interleave=2", "tp=1")])
 def test_stored_under_one_cp_loaded_under_another_in_process(family, heads, a, b):
     """A slice of tests/reshard_matrix.py's 532 such pairs: store, convert, load, every byte checked
     against the spec's coordinates of both formats."""
@@ -92,7 +94,9 @@ def test_stored_under_one_cp_loaded_under_another_in_process(family, heads, a, b
 
 @pytest.mark.parametrize("family, heads, a, b", [("split_nhd", 4, "tp=2", "tp=8,dcp=2"),
                                                  ("split_hnd", 4, "tp=16,dcp=2,interleave=2", "tp=4"),
-                                                 ("mla", 1, "tp=1", "tp=2,dcp=2,interleave=2")])
+                                                 ("mla", 1, "tp=1", "tp=2,dcp=2,interleave=2"),
+                                                 ("quant_split", 4, "tp=8,dcp=2", "tp=2"),
+                                                 ("quant_packed", 2, "tp=1", "tp=4,dcp=2")])
 def test_direct_plans_across_another_cp_execute_and_are_proved(family, heads, a, b):
     """No canonical page in between: the small group's mappings composed onto the big pages,
     each consumer byte checked against the spec's coordinates; Z3 proves each plan, and

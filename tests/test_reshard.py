@@ -32,8 +32,13 @@ PAIRS = [
 ]
 
 
-def _group(family, heads, config):
-    return group_of(family, parse_config(config), heads, 4, 8 if family == "mla" else 16, "bf16", BLOCKS)
+QUANTISED = {"quant_split": ("int8", {"kv_scales": 2}), "quant_packed": ("int8", {"kv_scales": 1, "row_align": 8})}
+"""Pages of regions: int8 KV with its scales (the names each form reads)."""
+
+
+def _group(family, heads, config, blocks=BLOCKS):
+    dtype, names = QUANTISED.get(family, ("bf16", None))
+    return group_of(family, parse_config(config), heads, 4, 8 if family == "mla" else 16, dtype, blocks, names=names)
 
 
 def _filled(group, layer=0):

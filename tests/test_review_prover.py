@@ -41,7 +41,7 @@ family ag serves attention:
         let f = 0
     local     blend(heads, block_size, head_size, dtype_bytes, 0)
     canonical blend(total_heads, block_size * cp, head_size, dtype_bytes, f)
-    shard (kv, t, h, d) -> (kv, token(t), head_shard * heads + h, d)
+    shard (kv, t, h, d) -> (kv, token(t), head(h), d)
 '''
 
 
@@ -120,8 +120,7 @@ def test_overlapping_cases_in_another_order_are_another_format(tmp_path):
 
 def test_a_sequence_claim_on_a_page_of_regions_is_proved_region_by_region(tmp_path):
     text = (ROOT / "specs" / "quant_packed.lal").read_text()
-    text = text.replace("    shard data ", "    sequence t\n    shard data ")
-    text = text.replace("(kv, token(t), head_shard * heads + h, d)", "(kv, cp_rank * block_size + t, head_shard * heads + h, d)")
+    text = text.replace("(kv, token(t), head(h), d)", "(kv, cp_rank * block_size + t, head(h), d)")
     shutil.copy(ROOT / "specs" / "quant_kv.lal", tmp_path / "quant_kv.lal")
     lib = _lib(tmp_path, text)
     from layoutalg.prove.runner import Budgets, prove_obligation

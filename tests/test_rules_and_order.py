@@ -114,8 +114,8 @@ def test_the_index_order_of_a_layout_is_not_part_of_its_format(tmp_path):
     text = (SPECS / "split_hnd.lal").read_text()
     for old, new in (("index kv < 2, h < H, t < T, d < D", "index kv < 2, t < T, h < H, d < D\n"
                       "    offset d + D * (t + T * (h + H * kv))"),
-                     ("shard (kv, h, t, d) -> (kv, head_shard * heads + h, token(t), d)",
-                      "shard (kv, t, h, d) -> (kv, token(t), head_shard * heads + h, d)")):
+                     ("shard (kv, h, t, d) -> (kv, head(h), token(t), d)",
+                      "shard (kv, t, h, d) -> (kv, token(t), head(h), d)")):
         assert old in text
         text = text.replace(old, new)
     (tmp_path / "old.lal").write_text(text)

@@ -35,7 +35,7 @@ def test_the_shipped_token_order_is_proved(family):
 def test_canonical_tokens_in_rank_order_are_refuted(tmp_path):
     """A valid tiling (every prover row but this one proves it), but the canonical page holds
     the CP ranks' tokens one rank after another: pages of another cp would join out of order."""
-    path = _copy(tmp_path, "(kv, token(t), head_shard", "(kv, cp_rank * block_size + t, head_shard")
+    path = _copy(tmp_path, "(kv, token(t), head(h)", "(kv, cp_rank * block_size + t, head(h)")
     row = _row(path, "split_nhd")
     assert row.status == "refuted" and row.witness["dcp"] * row.witness["pcp"] > 1, row
     assert "is its place in the sequence" in row.detail and "token(" in row.detail
@@ -43,7 +43,7 @@ def test_canonical_tokens_in_rank_order_are_refuted(tmp_path):
 
 def test_a_grid_without_a_token_function_leaves_the_claim_unknown(tmp_path):
     grids = (SPECS / "grids.lal").read_text().replace("fn token(t) =", "fn place(t) =")
-    path = _copy(tmp_path, "(kv, token(t), head_shard", "(kv, place(t), head_shard", grids)
+    path = _copy(tmp_path, "(kv, token(t), head(h)", "(kv, place(t), head(h)", grids)
     lib = load([path])
     from layoutalg.prove.runner import prove_family
     rows = {r.obligation: r for r in prove_family(lib, "split_nhd", Budgets.of(), quick=False)}

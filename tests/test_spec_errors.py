@@ -143,8 +143,8 @@ def test_the_deepest_expression_allowed_goes_through_every_pass(tmp_path):
     text = text.replace("    require per_token_head_quant == 0\n",
                         "    require " + " + ".join(["block_size"] * MAX_DEPTH) + f" == {MAX_DEPTH} * block_size\n")
     negated, summed = "-" * (MAX_DEPTH - 2) + "kv", "d" + " + 0" * (MAX_DEPTH - 2)
-    text = text.replace("-> (kv, token(t), head_shard * heads + h, d)",
-                        f"-> ({negated}, token(t), head_shard * heads + h, {summed})")
+    text = text.replace("-> (kv, token(t), head(h), d)",
+                        f"-> ({negated}, token(t), head(h), {summed})")
     (tmp_path / "grids.lal").write_text(GRIDS)
     (tmp_path / "deep.lal").write_text(text)
     assert main(["check", str(tmp_path / "deep.lal")]) == 0

@@ -73,7 +73,7 @@ def test_check_fails_a_family_certified_nowhere(tmp_path):
 
 def test_writers_cover_is_surjectivity_on_its_own(tmp_path):
     """Ranks that overlap leave half the canonical page unwritten: writers-cover alone refutes it."""
-    text = _variant("split_nhd", "head_shard * heads + h", "(head_shard // 2) * heads + h", "overlap")
+    text = _variant("split_nhd", "head(h)", "(head_shard // 2) * heads + h", "overlap")
     folder = _folder(tmp_path, overlap=text)
     lib = load([folder / "overlap.lal"])
     row = prove_obligation(lib, "overlap", "writers-cover", {}, Budgets.of())

@@ -51,6 +51,23 @@ def _account(s: z3.Solver, res) -> None:
         PEAK[str(res)] = max(PEAK[str(res)], used)
 
 
+def family_names(lib: Library, family: str) -> set[str] | None:
+    """The runtime names the compiled family reads (with tp, pcp and page_size, which every
+    model assumes about), or None where it does not compile. A symbolic model quantifies over
+    these alone: a name another loaded file declares changes no query, and no witness, so one
+    proof key means one proof whichever files are loaded with it."""
+    cache = lib.__dict__.setdefault("_prover_names", {})
+    root = lib.family_def(family).part_of or family  # a region reads its whole page (the page's size, ...)
+    if root not in cache:
+        from ..compile import compile_named
+        from ..errors import LayoutalgError
+        try:
+            cache[root] = {n for n, *_ in compile_named(lib, root).bounds} | {"tp", "pcp", "page_size"}
+        except (LayoutalgError, RecursionError, ArithmeticError, LookupError):
+            cache[root] = None
+    return cache[root]
+
+
 class Model:
     """One case path of one family, with sizes as Z3 variables or ints."""
 
@@ -62,6 +79,9 @@ class Model:
         self.ops = Z3Ops(tag)
         self.symbolic = sizes is None
         vocabulary = lib.vocabulary()
+        if sizes is None:  # quantify over the names the family reads, whatever else the library declares
+            reads = family_names(lib, family)
+            vocabulary = {n: p for n, p in vocabulary.items() if reads is None or n in reads}
         domain = {n: (p.lo, p.hi) for n, p in vocabulary.items()}
         self.bounds = {n: (domain if bounds is None else bounds).get(n, domain[n]) for n in domain}
         self.sizes = {n: z3.Int(n) for n in vocabulary} if sizes is None else dict(sizes)

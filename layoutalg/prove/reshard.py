@@ -63,10 +63,7 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
     if fdef.page is not None:
         return [Row(spec, family, n, "unknown", "a part of a page: prove the page's family", 0.0) for n in RESHARD]
     if lib.parts_of(family) != [family]:
-        if groups[0][1] is not None:
-            return [Row(spec, family, n, "unknown", "pages of regions do not convert across another cp", 0.0)
-                    for n in RESHARD]
-        return _prove_pages(lib, family, store, load, groups[0][0], budget)
+        return _prove_pages(lib, family, store, load, groups, budget)
     if not all(plans for plans, _ in groups):
         return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
     try:
@@ -180,15 +177,8 @@ def _match(mx: Model, my: Model, plan, cross=None):
         cy, cx = my.canonical_byte(iy, dy) + by, mx.canonical_byte(ix, dx) + bx
         differ = cy != cx
     else:  # pages of another cp: the same canonical index, the small page's token shifted by its part
-        cy, cx = my.r.shard(iy, dy), mx.r.shard(ix, dx)
+        differ, cy, cx, shift = _other_index(mx, my, iy, dy, ix, dx, by, bx, p, cross)
         t = cross.token
-        if cross.small == "consumer":
-            shift = cross.part * my.r.extents("canonical")[t]
-            same_token = cx[t] == cy[t] + shift
-        else:
-            shift = (p / cross.world) * mx.r.extents("canonical")[t]  # Z3 integer division: p >= 0
-            same_token = cy[t] == cx[t] + shift
-        differ = z3.Or(z3.Not(same_token), bx != by, *[cx[n] != cy[n] for n in cx if n != t])
         return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, differ), \
             {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx, "shift": shift,
              "small": cross.small, "token": t}
@@ -252,12 +242,14 @@ def _in(m: Model, byte):
     return i, [*ci, byte == m.r.offset("local", i) + b, b >= 0, b < m.element()], b
 
 
-def _prove_pages(lib, family, store, load, plans, budget) -> list[Row]:
+def _prove_pages(lib, family, store, load, groups, budget) -> list[Row]:
     """reshard-cover and reshard-match for a family of pages, at one configuration pair. Every
     byte of a page lies in exactly one data region or pad (the regions-tile rows), so: a plan
     covers the consumer's data once when it writes no byte twice, no pad byte and as many
     bytes as the data regions hold; it matches when each byte it reads lies in the same region
-    of the producer's page, at the same canonical byte (never in another region or a pad)."""
+    of the producer's page, at the same canonical byte (never in another region or a pad).
+    Across another cp (`groups` of plans with their `_Cross`), "the same canonical byte" is
+    the same canonical index of the region, its token shifted by the small page's part."""
     spec = lib.family_def(family).span.file
     try:
         xs, xpads = _page_models(lib, family, store, "x")
@@ -270,20 +262,24 @@ def _prove_pages(lib, family, store, load, plans, budget) -> list[Row]:
         if status != "sat":
             return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration", 0.0)
                     for n in RESHARD]
-    if not plans:
+    if not all(plans for plans, _ in groups):
         return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
-    bad = _malformed(plans, xs[0][1], ys[0][1])
-    if bad:
-        return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad) for n in RESHARD]
+    for plans, cross in groups:
+        bad = _malformed(plans, xs[0][1], ys[0][1], cross)
+        if bad:
+            return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad) for n in RESHARD]
     data = sum(m.r.bytes_of(*m.r.layout("local")) for _, m in ys)
+    count = sum(len(plans) for plans, _ in groups)
+    what = "this configuration pair" if groups[0][1] is None else \
+        f"this configuration pair across another cp ({groups[0][1].k} small pages a big one)"
     rows = []
     for name in RESHARD:
         t0, found = time.perf_counter(), None
-        for plan in plans:
-            for violation, m1, m2, what in _page_violations(name, plan, xs, xpads, ys, ypads, data):
+        for plan, cross in ((plan, cross) for plans, cross in groups for plan in plans):
+            for violation, m1, m2, meaning in _page_violations(name, plan, xs, xpads, ys, ypads, data, cross):
                 status, model = _solve(m1, m2, violation, budget)
                 if status != "unsat":
-                    found = (status, f"consumer rank {plan.consumer}: {what}" if status == "sat" else
+                    found = (status, f"consumer rank {plan.consumer}: {meaning}" if status == "sat" else
                              f"undecided for consumer rank {plan.consumer}")
                     break
             if found:
@@ -293,12 +289,12 @@ def _prove_pages(lib, family, store, load, plans, budget) -> list[Row]:
                             "symbolic byte, one configuration pair", time.perf_counter() - t0, found[1]))
         else:
             rows.append(Row(spec, family, name, "proved", f"symbolic fragment and byte, every region and pad, "
-                                                          f"{len(plans)} consumer plans of this configuration pair",
+                                                          f"{count} consumer plans of {what}",
                             time.perf_counter() - t0))
     return rows
 
 
-def _page_violations(name, plan, xs, xpads, ys, ypads, data):
+def _page_violations(name, plan, xs, xpads, ys, ypads, data, cross=None):
     """(violation, model, other model, what it means) of each query the row asks."""
     my0, mx0 = ys[0][1], xs[0][1]
     if name == "reshard-cover":
@@ -307,7 +303,7 @@ def _page_violations(name, plan, xs, xpads, ys, ypads, data):
         yield z3.And(frag, frag2, z3.Or(*[a != b for a, b in zip(key, key2)]), dst == dst2), my0, None, \
             "a local byte is written twice"
         yield z3.And(frag, z3.Or(dst < 0, dst >= my0.r.page("local"), src < 0, src >= mx0.r.page("local"),
-                                 p < 0, p >= mx0.r.world)), mx0, my0, "a byte outside a page is read or written"
+                                 p < 0, p >= _producers(mx0, cross))), mx0, my0, "a byte outside a page is read or written"
         total = sum(r.fragment_size * r.num_fragments for r in plan.runs)
         yield z3.BoolVal(total != data), my0, None, f"the plan writes {total} bytes; the data regions hold {data}"
         for pad in ypads:
@@ -322,14 +318,34 @@ def _page_violations(name, plan, xs, xpads, ys, ypads, data):
             dx, cdx = mx.digits("")
             iy, in_y, by = _in(my, dst)
             ix, in_x, bx = _in(mx, src)
-            here = [frag, *cdy, *cdx, my.rank_of(dy) == plan.consumer, mx.rank_of(dx) == p, *in_y, *in_x]
+            rank = p if cross is None or cross.small == "consumer" else p % cross.world
+            here = [frag, *cdy, *cdx, my.rank_of(dy) == plan.consumer, mx.rank_of(dx) == rank, *in_y, *in_x]
             if rx != ry:
                 yield z3.And(*here), mx, my, f"a byte of region '{ry}' is read from region '{rx}' of the producer"
-            else:
+            elif cross is None:
                 yield z3.And(*here, my.canonical_byte(iy, dy) + by != mx.canonical_byte(ix, dx) + bx), mx, my, \
                     f"a byte of region '{ry}' is read from a producer byte holding another canonical byte"
+            else:
+                yield z3.And(*here, _other_index(mx, my, iy, dy, ix, dx, by, bx, p, cross)[0]), mx, my, \
+                    (f"a byte of region '{ry}' is read from a producer byte holding another canonical index "
+                     f"(the {cross.small}'s small page is part of the big one along '{cross.token}')")
         for pad in xpads:
             frag, p, src, dst, _ = _pick(my, plan)
             iy, in_y, _ = _in(my, dst)
             _, in_pad, _ = _in(pad, src)
             yield z3.And(frag, *in_y, *in_pad), pad, my, f"a byte of region '{ry}' is read from the producer's padding"
+
+
+def _other_index(mx: Model, my: Model, iy, dy, ix, dx, by, bx, p, cross):
+    """Pages of another cp: (the two bytes name other canonical indices or other bytes of an
+    element, the consumer's canonical index, the producer's, the token shift): the small
+    page's token is shifted by the part of the big page it is."""
+    cy, cx = my.r.shard(iy, dy), mx.r.shard(ix, dx)
+    t = cross.token
+    if cross.small == "consumer":
+        shift = cross.part * my.r.extents("canonical")[t]
+        same_token = cx[t] == cy[t] + shift
+    else:
+        shift = (p / cross.world) * mx.r.extents("canonical")[t]  # Z3 integer division: p >= 0
+        same_token = cy[t] == cx[t] + shift
+    return z3.Or(z3.Not(same_token), bx != by, *[cx[n] != cy[n] for n in cx if n != t]), cy, cx, shift

@@ -15,7 +15,8 @@ from . import PROVER_VERSION, RLIMIT
 OBLIGATIONS = {
     "structure": "the local, rank and canonical stride chains of the digit table hold for all sizes (sympy)",
     "agnostic": "where a grid says `agnostic when ...`, the canonical page is built from no size that moves with "
-                "the parallel configuration (tp, pcp, dcp, interleave, heads, rank digits)",
+                "the parallel configuration (tp, pcp, dcp, interleave, heads, rank digits), and each canonical index "
+                "that depends on the rank is placed by a fn of the grid (`head(h)`: the grid's word on the engine)",
     "page-size": "the family applies only where its local layout is exactly the runtime's page, and applies "
                  "somewhere (a witness configuration)",
     "local-bijective": "the local layout maps its index box one-to-one onto [0, page)",

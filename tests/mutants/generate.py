@@ -68,11 +68,11 @@ def main():
         "wrong stride: the V half starts one token row early and overlaps K", "local-bijective")
     fam("m02", "split_nhd", "index kv < 2, t < T, h < H, d < D            # dense, in this order: d fastest\n", "index kv < 2, t < T, h < H, d < D\n    offset d + (D + 1) * (h + H * (t + T * kv))\n",
         "a hole: a padding element after every head row", "local-bijective")
-    fam("m03", "split_nhd", "head_shard * heads + h", "head_shard + h",
+    fam("m03", "split_nhd", "head(h)", "head_shard + h",
         "wrong head-shard offset: shards overlap when a rank holds several heads", "writers-disjoint")
-    fam("m04", "split_nhd", "head_shard * heads + h", "(head_shard + 1) * heads + h",
+    fam("m04", "split_nhd", "head(h)", "(head_shard + 1) * heads + h",
         "head-shard offset off by one shard", "shard-in-range")
-    fam("m05", "split_nhd", "(kv, token(t), head_shard", "(kv, token(t) + 1, head_shard",
+    fam("m05", "split_nhd", "(kv, token(t), head(h)", "(kv, token(t) + 1, head(h)",
         "off-by-one token", "shard-in-range")
     fam("m06", "split_nhd", "shard (kv, t, h, d) -> (kv,", "shard (kv, t, h, d) -> (1 - kv,",
         "K and V swapped in the shard map", "single-rank-identity")
@@ -84,22 +84,22 @@ def main():
         "canonical page sized for the local heads only", "shard-in-range")
     fam("m10", "split_nhd", "index kv < 2, t < T, h < H, d < D            # dense, in this order: d fastest\n", "index kv < 2, t < T, h < H, d < D\n    offset d + H * (h + H * (t + T * kv))\n",
         "wrong stride: the head stride uses H instead of D", "local-bijective")
-    fam("m11", "split_nhd", "(kv, token(t), head_shard * heads + h, d)", "(kv, token(t), head_shard * heads + h, d + 1)",
+    fam("m11", "split_nhd", "(kv, token(t), head(h), d)", "(kv, token(t), head(h), d + 1)",
         "element offset off by one", "shard-in-range")
     fam("m12", "split_hnd", "canonical split_hnd(total_heads", "canonical split_nhd_m12(total_heads",
         "canonical page in NHD order for an HND family: a different byte format", "single-rank-identity")
     # m12 needs the NHD layout too
     M[-1] = (M[-1][0], M[-1][1], M[-1][2], M[-1][3] + "\nlayout split_nhd_m12(H, T, D, e):\n    index kv < 2, t < T, h < H, d < D\n"
              "    offset d + D * (h + H * (t + T * kv))\n    element e bytes\n")
-    fam("m13", "split_hnd", "shard (kv, h, t, d) -> (kv, head_shard * heads + h, token(t), d)",
+    fam("m13", "split_hnd", "shard (kv, h, t, d) -> (kv, head(h), token(t), d)",
         "shard (kv, h, t, d) -> (kv, token(t), h, d)", "token and head swapped in the shard map", "shard-in-range")
     fam("m14", "packed_nhd", "x fastest\n", "x fastest\n    offset x + D * (h + H * t)\n",
         "packed row stride of one head size instead of two: K/V rows overlap", "local-bijective")
     fam("m15", "packed_hnd", "x fastest\n", "x fastest\n    offset x + 2 * D * (t + (T + 1) * h)\n",
         "a hole: one spare token row after every head", "local-bijective")
-    fam("m16", "packed_hnd", "(head_shard * heads + h, token(t), x)", "(head_shard * heads + h, token(t), x + head_size)",
+    fam("m16", "packed_hnd", "(head(h), token(t), x)", "(head(h), token(t), x + head_size)",
         "V shifted onto the next head's K", "shard-in-range")
-    fam("m17", "packed_nhd", "(token(t), head_shard * heads + h, x)", "(t, head_shard * heads + h, x)",
+    fam("m17", "packed_nhd", "(token(t), head(h), x)", "(t, head(h), x)",
         "context parallelism ignored: every CP rank writes the first tokens", "writers-disjoint")
     fam("m18", "mla", "canonical latent_rows(block_size * cp, page_size / block_size)",
         "canonical latent_rows(block_size * cp, page_size / block_size + 1)",

@@ -1,0 +1,92 @@
+"""Where a canonical index depends on the rank, which slot holds which engine head is the
+grid's word (`fn head(h)` in specs/grids.lal), said once. An `agnostic` claim is proved,
+compiled and passed by `check` only where every such index is written as the grid's
+placement: a family that interleaves or reverses heads still tiles at every tp, but puts
+one engine head in another canonical slot at tp=2 than at tp=4 under one page format."""
+import shutil
+
+import pytest
+import torch
+
+from layoutalg.check import check_family
+from layoutalg.compile import compile_family
+from layoutalg.family import resolve
+from layoutalg.library import load
+from layoutalg.prove.structural import agnostic_family
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+from conftest import ROOT
+
+SPLIT = (ROOT / "specs" / "split_nhd.lal").read_text().replace("family split_nhd", "family f")
+MINE = "\nfn mine(h) = head_shard * heads + h\n"
+
+
+def _lib(tmp_path, target):
+    shutil.copy(ROOT / "specs" / "grids.lal", tmp_path / "grids.lal")
+    text = SPLIT.replace("head(h)", target) + (MINE if "mine" in target else "")
+    (tmp_path / "f.lal").write_text(text)
+    return load([tmp_path / "f.lal"])
+
+
+@pytest.mark.parametrize("target, placed", [
+    ("head(h)", True),
+    ("head_shard * heads + h", False),    # the same bytes, but the family's word rather than the grid's
+    ("h * shards + head_shard", False),   # interleaved heads: tiles at every tp
+    ("head(heads - 1 - h)", False),       # reversed within each shard
+    ("mine(h)", False),                   # a spec file's own fn is not the grid's word
+])
+def test_agnostic_needs_the_grid_to_place_what_moves_with_the_rank(tmp_path, target, placed):
+    lib = _lib(tmp_path, target)
+    fam = resolve(lib, "f")
+    cert = agnostic_family(fam)
+    errors = [e for e in check_family(lib, compile_family(fam)).errors if "not placed by a fn of the grid" in e]
+    if placed:
+        assert cert.status == "proved" and not errors, cert.detail
+        assert compile_family(fam).claims_agnostic
+    else:
+        assert cert.status == "unknown" and "'h' depends on the rank (head_shard)" in cert.detail, cert.detail
+        assert errors and "f.lal:" in errors[0]
+        assert not compile_family(fam).claims_agnostic  # the runtime drops a claim the grid does not back
+
+
+def _format_and_slots(deriver, tp, total=4, bs=2, d=2):
+    """The format id and, per engine head g (vLLM: TP rank r holds heads r*H .. r*H+H-1), the
+    canonical byte of its (kv=0, t=0, d=0) element."""
+    h = total // tp
+    kv = torch.empty(3, 2, bs, h, d, dtype=torch.uint8)
+    res = deriver.derive(LayerSpec("attention", 2 * bs * h * d, bs, h, d, 1), TensorLayout.of(kv),
+                         ParallelConfig(tp=tp, total_kv_heads=total), 3)
+    assert res.result == "certified" and res.family == "f"
+    slots = {}
+    for rank, m in enumerate(res.mappings):
+        byte = {lo + b: co + b for r in m.runs for lo, co, n in r.triples() for b in range(n)}
+        slots.update({rank * h + j: byte[j * d] for j in range(h)})
+    return {m.format_id for m in res.mappings}, slots
+
+
+def test_interleaved_heads_are_never_one_format_across_tp(tmp_path):
+    """The review's case: heads interleaved over the shards land elsewhere at tp=2 and tp=4; the
+    pages now carry other format ids, so a store never hands one to a reader of the other."""
+    _lib(tmp_path, "h * shards + head_shard")
+    deriver = Deriver(tmp_path)
+    (fa, a), (fb, b) = _format_and_slots(deriver, 2), _format_and_slots(deriver, 4)
+    assert a != b and fa.isdisjoint(fb)
+
+
+def test_placed_heads_are_one_format_in_the_same_slots(tmp_path):
+    _lib(tmp_path, "head(h)")
+    deriver = Deriver(tmp_path)
+    (fa, a), (fb, b) = _format_and_slots(deriver, 2), _format_and_slots(deriver, 4)
+    assert a == b and fa == fb
+
+
+def test_every_shipped_claim_is_placed_by_its_grid():
+    lib = load([ROOT / "specs"])
+    claims = 0
+    for name in lib.families:
+        for part in lib.parts_of(name):
+            cert = agnostic_family(resolve(lib, part))
+            if cert is not None:
+                claims += 1
+                assert cert.status == "proved", (part, cert.detail)
+    assert claims >= 20

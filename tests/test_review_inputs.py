@@ -1,0 +1,73 @@
+"""Fourth review, fixed: inputs a copy plan, its descriptors or the spec library took without
+a clear error (or half-applied), each refused before anything moves."""
+import pytest
+import torch
+
+from layoutalg.copy import plan
+from layoutalg.errors import ConfigError, LayoutMismatch, SpecError
+from layoutalg.library import load
+from layoutalg.mapping import CanonicalPageMapping, CopyRun
+
+from conftest import ROOT
+
+
+def _kv():
+    return torch.arange(4 * 64, dtype=torch.int64).remainder(251).to(torch.uint8).view(4, 64)
+
+
+def _mapping(*runs):
+    return CanonicalPageMapping(128, 64, tuple(runs), 1, 0, False)
+
+
+@pytest.mark.parametrize("empty", [CopyRun(8, 8, 0, 1, 0, 0), CopyRun(8, 8, 8, 0, 8, 8)])
+def test_a_run_that_moves_no_byte_is_refused_before_any_copy(empty, monkeypatch):
+    """It failed mid-batch on the torch path, with the runs before it already copied."""
+    import layoutalg.copy as copy
+    monkeypatch.setattr(copy, "_np", None)  # the path every non-CPU device takes
+    m = _mapping(CopyRun(0, 0, 8, 1, 8, 8), empty, CopyRun(16, 16, 48, 1, 48, 48))
+    pages = torch.zeros(4, 128, dtype=torch.uint8)
+    with pytest.raises(ConfigError, match="moves no byte"):
+        plan(m, _kv()).store(_kv(), [0, 1], pages, [0, 1])
+    assert not pages.any()
+
+
+def test_a_run_that_is_a_plain_tuple_is_a_clear_error():
+    with pytest.raises(ConfigError, match="expected a CopyRun of six integers"):
+        plan(_mapping((0, 0, 64, 1, 64, 64)), _kv())
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(block_ids=[2 ** 62], page_ids=[0]), "block_ids holds 4611686018427387904, but the planned tensor has 4"),
+    (dict(block_ids=[4], page_ids=[0]), "block_ids holds 4, but the planned tensor has 4 blocks"),
+    (dict(block_ids=[0], page_ids=[2 ** 57]), "past what an int64 descriptor holds"),
+    (dict(block_ids=[0], page_ids=[0], kv_base=-100), "kv_base is -100"),
+    (dict(block_ids=[0], page_ids=[0], kv_base=True), "kv_base is True"),
+    (dict(block_ids=[0], page_ids=[0], pages_base=1.5), "pages_base is 1.5"),
+    (dict(block_ids=[0], page_ids=[0], block_bytes="64"), "block_bytes is '64'"),
+])
+def test_descriptors_refuse_ids_and_bases_that_address_nothing(args, message):
+    p = plan(_mapping(CopyRun(0, 0, 64, 1, 64, 64)), _kv())
+    assert p.descriptors([3], [5]).tolist() == [[192, 640, 64]]
+    with pytest.raises(LayoutMismatch, match=message.replace("*", r"\*")):
+        p.descriptors(**args)
+
+
+def test_a_bool_among_ids_is_refused():
+    p = plan(_mapping(CopyRun(0, 0, 64, 1, 64, 64)), _kv())
+    pages = torch.zeros(4, 128, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match="block_ids must be a 1-D int64 tensor or a sequence of ints, got a bool"):
+        p.store(_kv(), [0, True], pages, [0, 2])
+    assert not pages.any()
+
+
+@pytest.mark.parametrize("clash", ["param shards in 1 .. 4", "param kv in 1 .. 4"])
+def test_a_param_named_like_a_let_or_an_index_names_both(tmp_path, clash):
+    """It was blamed on the grid's let alone, or (an index) silently shadowed."""
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    text = (ROOT / "specs" / "split_nhd.lal").read_text()
+    (tmp_path / "s.lal").write_text(f'{clash} "x"\n' + text)
+    with pytest.raises(SpecError) as e:
+        load([tmp_path / "s.lal"])
+    name = clash.split()[1]
+    assert f"param '{name}' has the name of" in e.value.message and "s.lal:1" in str(e.value)
+    assert ("grids.lal" in e.value.message) == (name == "shards")
