@@ -218,9 +218,9 @@ def _unplaced(lib: Library, cf) -> list[str]:
             hit = unplaced_target(fam, v) if v.agnostic not in (False, sympy.false) else None
             if hit:
                 cases = " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"
-                out.append(f"{spec_line(lib, part, 'shard')}: agnostic is claimed (when {cases}) but the canonical "
-                           f"index '{hit[0]}' depends on the rank ({', '.join(hit[1])}) and is not placed by a fn "
-                           f"of the grid (write it as the grid's placement, e.g. head(h))")
+                out.append(f"{spec_line(lib, part, 'shard')}: agnostic is claimed (when {cases}) but canonical "
+                           f"index '{hit[0]}' could hold other engine elements in other configurations: {hit[1]} "
+                           f"(write it as the grid's placement, e.g. head(h))")
                 return out
     return out
 

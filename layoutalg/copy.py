@@ -303,7 +303,8 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
     try:
         if not isinstance(ids, torch.Tensor) and not hasattr(ids, "__array__"):
             ids = list(ids)
-            if any(isinstance(x, bool) for x in ids):  # torch reads [0, True] as [0, 1]: a flag is no id
+            if any(isinstance(x, bool) or type(x).__name__ == "bool_" or
+                   isinstance(x, torch.Tensor) and x.dtype == torch.bool for x in ids):  # [0, True] is no [0, 1]
                 raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got a bool")
         t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids)
     except (TypeError, ValueError, RuntimeError):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import params
 from .compiled import CompiledFamily
 from .errors import ConfigError
 from .runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
@@ -75,6 +76,11 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
              blocks: int, names: dict | None = None) -> Group:
     """The layer under `config`, served by `family` or a `ConfigError` saying why not. `names`
     gives the runtime names a spec declares (a Mamba state's heads, groups, ...)."""
+    builtin = sorted(n for n in (names or {}) if n in params.TABLE)
+    if builtin:
+        raise ConfigError(f"reshard: --size {builtin[0]}: '{builtin[0]}' is a built-in runtime name, set from the "
+                          f"configuration and the model's options (--heads, --block-size, --head-size, --dtype); "
+                          f"--size gives the names a family's spec declares")
     families = compiled_library()
     if family not in families:
         raise ConfigError(f"reshard: no family {family!r}; the shipped ones: {', '.join(sorted(families))}")
@@ -118,7 +124,6 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
     """A family of pages (Mamba2 or GDN state, quantised KV with its scales) under `config`:
     the names it declares come from `names`; each rank's layer is one uint8 page a block,
     exactly its regions and pads."""
-    from . import params
     from ._resources import specs_dir
     from .library import load_default
     vocabulary = load_default(specs_dir()).vocabulary()
@@ -147,7 +152,12 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
         except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
             errors.append(f"with per_token_head_quant={quant}: {err}")
     else:
-        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {'; '.join(errors)}")
+        defaulted = [f"{n}={vocabulary[n].default}" for n, *_ in cf.bounds
+                     if n not in params.TABLE and n not in names and n not in config
+                     and vocabulary[n].default is not None]
+        hint = f" (left at their defaults: {', '.join(defaulted)}; give others with --size NAME=VALUE)" \
+            if defaulted else ""
+        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {'; '.join(errors)}{hint}")
     sizes.update(page_size=page, per_token_head_quant=quant)
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, per_token_head_quant=bool(quant),
                       sizes=given)

@@ -30,7 +30,6 @@ from .guards import _conjuncts, _rewrites, guarded_equality  # noqa: F401 - the 
 from .ir import Digit, Family, Guard, LayoutIR, Target, Variant  # noqa: F401
 from .layout_ir import check_layouts, instantiate, layout_ir  # noqa: F401
 from .statements import _State, _divisors_positive, _let_size, _reads, _run  # noqa: F401
-from .params import MOVES_WITH_THE_GROUP
 
 
 def resolve(lib: Library, name: str) -> Family:
@@ -87,44 +86,70 @@ def _resolve(lib: Library, name: str) -> Family:
     return fam
 
 
-def placed_by(lib: Library, target, idx_scope, local: tuple, ranks) -> str:
-    """The grid's fn a canonical target is written as, or '' when it is not one.
+def placed_by(lib: Library, target, idx_scope, local: tuple) -> tuple[str, tuple]:
+    """(the grid's fn a canonical target is written as, the normal forms of its arguments
+    that read a local index), or ('', ()) when it is not written as one.
 
     Where a canonical index depends on the rank, which slot holds which of the engine's
     heads, channels or tokens is the grid's word (`fn head(h) = head_shard * heads + h`:
     the engine shards heads contiguously), said once for every family on the grid. A
-    target counts as placed by the grid when it is a call of a fn the grid (not a spec
-    file's top level) defines, and each argument that reads a local index reads no rank
-    digit and no size that moves with the group: `head(heads - 1 - h)` would reverse the
-    heads within each shard, differently at each tp."""
+    target counts as placed when it is a call of a fn the grid (not a spec file's top
+    level) defines; what its arguments may read is `unplaced_target`'s to judge."""
     if not isinstance(target, Call) or target.fn not in idx_scope.scope.fns or target.fn in lib.fns:
-        return ""
-    rank_names = {d.name for d in ranks}
-    for arg in target.args:
-        norm = idx_scope.normalise(arg)
-        sources = {sp.source for sp, _ in norm.terms}
-        if not sources & set(local):
-            continue  # a size: how much a shard holds may move with the group
-        free = {str(x) for c in (norm.base, *(c for _, c in norm.terms))
-                for x in idx_scope.scope.atoms.expand(sympy.sympify(c)).free_symbols}
-        if sources & rank_names or free & set(MOVES_WITH_THE_GROUP):
-            return ""
-    return target.fn
+        return "", ()
+    args = tuple(idx_scope.normalise(a) for a in target.args)
+    return target.fn, tuple(a for a in args if {sp.source for sp, _ in a.terms} & set(local))
 
 
-def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, list[str]] | None:
-    """(canonical index, rank digits it reads) of the first target of `v` that moves with
-    the rank but is not written as a placement of the grid (`placed_by`), else None.
-    `norm` rewrites sizes under the case's claims (default: under its `agnostic` claim)."""
+def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | None:
+    """(canonical index, why) of the first target of `v` whose value could differ between two
+    configurations of one model, else None. `norm` rewrites sizes under the case's claims
+    (default: under its `agnostic` claim).
+
+    A target is the same function of the local indices in every configuration when it reads
+    no rank digit, and no size beyond those the canonical layout is built from (shown free
+    of every size that moves), in its base, its coefficients or where it cuts an index
+    (`d // tp`); a target written as the grid's placement (`head(h)`) is the grid's word,
+    and only its index arguments are held to that rule (`head(heads - 1 - h)` is not)."""
     if norm is None:
         norm, _ = guarded_equality(family, dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic",
                                                                                            None),)))
+    c = v.canonical
+    model = set().union(*(_symbols(family, norm(x)) for x in (*c.extents, *c.coefficients, c.base, c.element)))
+
+    def reads(s: IterSum) -> tuple[list[str], list[str]]:
+        ranks = sorted({sp.source for sp, k in s.terms if sp.source in v.rank_digits
+                        and sympy.expand(family.atoms.expand(norm(k))) != 0})
+        sizes = set().union(_symbols(family, norm(s.base)), *(_symbols(family, norm(k)) | _symbols(family, norm(sp.lower))
+                                                              for sp, k in s.terms))
+        return ranks, sorted(sizes - model)
     for t in v.targets:
-        digits = sorted({sp.source for sp, c in t.sum.terms if sp.source in v.rank_digits
-                         and sympy.expand(family.atoms.expand(norm(c))) != 0})
-        if digits and not t.placed:
-            return t.index, digits
+        for s in (t.placed_args if t.placed else (t.sum,)):
+            ranks, sizes = reads(s)
+            if ranks or sizes:
+                what = f"the rank ({', '.join(ranks)})" if ranks else f"{', '.join(sizes)}, which the canonical " \
+                    f"layout is not built from"
+                how = f"an argument of the grid's {t.placed}(...) reads {what}" if t.placed else \
+                    f"it reads {what} and is not placed by a fn of the grid"
+                return t.index, how
     return None
+
+
+def _symbols(family: Family, x) -> set[str]:
+    """The names a size is built from, through division atoms to any depth."""
+    x = family.atoms.expand(sympy.sympify(x))
+    out, todo, seen = set(), list(getattr(x, "free_symbols", ())), set()
+    while todo:
+        sym = todo.pop()
+        if sym in seen:
+            continue
+        seen.add(sym)
+        a = family.atoms.by_symbol.get(sym)
+        if a is None:
+            out.add(str(sym))
+        else:
+            todo.extend(a.num.free_symbols | a.den.free_symbols)
+    return out
 
 
 def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
@@ -159,7 +184,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     if clash:
         raise SpecError(f"index '{sorted(clash)[0]}' has the name of a rank digit", shard.span)
     idx_scope = _IndexScope(scope, s.index_lets, iters)
-    targets = tuple(Target(ci, ce, idx_scope.normalise(t), placed_by(lib, t, idx_scope, local.indices, rank_decl))
+    targets = tuple(Target(ci, ce, idx_scope.normalise(t), *placed_by(lib, t, idx_scope, local.indices))
                     for ci, ce, t in zip(canon.indices, canon.extents, shard.targets))
     e = local.element
     splits: dict[str, list[tuple[Split, list]]] = {}

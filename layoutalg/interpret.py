@@ -12,9 +12,7 @@ import itertools
 import operator
 from dataclasses import dataclass, field
 
-from .itersum import expand_call, substitute
 from .library import Library
-from .sizes import Scope
 from .syntax import (Agnostic, BoolOp, Call, Compare, Fn, LayoutDef, Let, Name, Neg, Not,
                      Num, Ranks, Replica, Require, World, grouped)
 
@@ -147,16 +145,22 @@ class Reading:
             v = env[e.id]
             if isinstance(v, _Lazy):
                 # once per environment: a chain of lets that each use the previous one twice
-                # would otherwise take time exponential in its length
-                memo = env.setdefault(_MEMO, {})
+                # would otherwise take time exponential in its length; a let reads the names
+                # where it is written, never the parameters of a fn it is read inside
+                outer = env.get(_OUTER, env)
+                memo = outer.setdefault(_MEMO, {})
                 if e.id not in memo:
-                    memo[e.id] = self.expr(v.e, env)
+                    memo[e.id] = self.expr(v.e, outer)
                 v = memo[e.id]
             return v
         if isinstance(e, Neg):
             return o.sub(0, self.expr(e.arg, env))
-        if isinstance(e, Call):
-            return self.expr(expand_call(e, Scope(None, {}, self.fns)), env)
+        if isinstance(e, Call):  # by value: the arguments here, the body with its parameters bound to them
+            fn = self.fns.get(e.fn)
+            if fn is None or len(fn.params) != len(e.args):
+                raise LookupError(f"'{e.fn}' is no fn of {len(e.args)} argument(s) here")
+            args = [self.expr(a, env) for a in e.args]
+            return self.expr(fn.body, {**env, **dict(zip(fn.params, args)), _OUTER: env.get(_OUTER, env)})
         a, b = self.expr(e.left, env), self.expr(e.right, env)
         return {"+": o.add, "-": o.sub, "*": o.mul, "//": o.floordiv, "%": o.mod, "/": o.exact}[e.op](a, b)
 
@@ -241,8 +245,7 @@ class Reading:
         for n, ext in self.rank_extents():
             rank = self.ops.add(self.ops.mul(rank, ext), rank_digits[n])
         env["rank"] = rank
-        targets = [substitute(t, {}) for t in self.fdef.shard.targets]
-        return {d.name: self.expr(t, env) for d, t in zip(canon.indices, targets)}
+        return {d.name: self.expr(t, env) for d, t in zip(canon.indices, self.fdef.shard.targets)}
 
 
 @dataclass
@@ -251,6 +254,7 @@ class _Lazy:
 
 
 _MEMO = "#lets"
+_OUTER = "#outer"  # inside a fn body: the environment its lets are read in
 """The key of an environment's evaluated lets (not a name a spec can write)."""
 
 

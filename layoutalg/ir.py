@@ -64,6 +64,7 @@ class Target:
     extent: sympy.Expr
     sum: IterSum
     placed: str = ""  # the grid's fn that places it (`head(h)`), when the shard map writes it so (`family.placed_by`)
+    placed_args: tuple = ()  # the normal forms of that call's arguments that read a local index
 
 
 @dataclass

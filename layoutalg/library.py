@@ -251,7 +251,8 @@ class Library:
         seq = fam.sequence
         if seq is not None and any(seq.id not in {d.name for d in r.indices} for r in canon.regions if not r.pad):
             raise SpecError(f"family '{fam.name}': 'sequence {seq.id}' names no index of every data region of the "
-                            f"canonical page '{canon.name}' (pages of regions do not yet convert across another cp)",
+                            f"canonical page '{canon.name}' (pages of another cp join region by region along it, so "
+                            f"every data region must hold the tokens)",
                             seq.span)
         if data(local) != data(canon):
             raise SpecError(f"family '{fam.name}': the local page '{local.name}' has data regions "

@@ -21,30 +21,45 @@ SPLIT = (ROOT / "specs" / "split_nhd.lal").read_text().replace("family split_nhd
 MINE = "\nfn mine(h) = head_shard * heads + h\n"
 
 
-def _lib(tmp_path, target):
+def _lib(tmp_path, target, *edits):
     shutil.copy(ROOT / "specs" / "grids.lal", tmp_path / "grids.lal")
     text = SPLIT.replace("head(h)", target) + (MINE if "mine" in target else "")
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
     (tmp_path / "f.lal").write_text(text)
     return load([tmp_path / "f.lal"])
 
 
-@pytest.mark.parametrize("target, placed", [
-    ("head(h)", True),
-    ("head_shard * heads + h", False),    # the same bytes, but the family's word rather than the grid's
-    ("h * shards + head_shard", False),   # interleaved heads: tiles at every tp
-    ("head(heads - 1 - h)", False),       # reversed within each shard
-    ("mine(h)", False),                   # a spec file's own fn is not the grid's word
+REQUIRE = "    require per_token_head_quant == 0\n"
+PAGE = REQUIRE + "    let hh = page_size / (2 * block_size * head_size * dtype_bytes)\n    let q = total_heads / hh\n"
+
+
+@pytest.mark.parametrize("target, edits, index, why", [
+    ("head(h)", (), None, ""),
+    ("head_shard * heads + h", (), "h", "reads the rank (head_shard)"),  # the same bytes, but not the grid's word
+    ("h * shards + head_shard", (), "h", "reads the rank (head_shard)"),  # interleaved heads: tiles at every tp
+    ("head(heads - 1 - h)", (), "h", "an argument of the grid's head(...)"),  # reversed within each shard
+    ("mine(h)", (), "h", "reads the rank (head_shard)"),  # a spec file's own fn is not the grid's word
+    # the third review: no rank digit, yet a tp=2 page holds dims where a tp=1 page holds others
+    ("head(h)", ((REQUIRE, REQUIRE + "    require head_size % tp == 0\n"),
+                 ("head(h), d)", "head(h), (d % tp) * (head_size / tp) + d // tp)")), "d", "reads tp"),
+    ("head((h % q) * (hh / q) + h // q)", ((REQUIRE, PAGE + "    require hh % q == 0\n"),), "h", "page_size"),
+    ("head((h // (k * k)) * k * k + (h % k) * k + (h // k) % k)",
+     ((REQUIRE, REQUIRE + "    require k == tp and heads % (k * k) == 0\n"),
+      ("import", 'param k in 1 .. 1024 samples 1, 2, 4 "the tp again"\nimport')), "h", "reads tp"),
 ])
-def test_agnostic_needs_the_grid_to_place_what_moves_with_the_rank(tmp_path, target, placed):
-    lib = _lib(tmp_path, target)
+def test_agnostic_needs_the_grid_to_place_what_moves_with_the_rank(tmp_path, target, edits, index, why):
+    lib = _lib(tmp_path, target, *edits)
     fam = resolve(lib, "f")
     cert = agnostic_family(fam)
-    errors = [e for e in check_family(lib, compile_family(fam)).errors if "not placed by a fn of the grid" in e]
-    if placed:
+    errors = [e for e in check_family(lib, compile_family(fam)).errors if "could hold other engine elements" in e]
+    if index is None:
         assert cert.status == "proved" and not errors, cert.detail
         assert compile_family(fam).claims_agnostic
     else:
-        assert cert.status == "unknown" and "'h' depends on the rank (head_shard)" in cert.detail, cert.detail
+        assert cert.status == "unknown" and f"canonical index '{index}' could hold other engine elements" \
+            in cert.detail and why in cert.detail, cert.detail
         assert errors and "f.lal:" in errors[0]
         assert not compile_family(fam).claims_agnostic  # the runtime drops a claim the grid does not back
 

@@ -71,3 +71,59 @@ def test_a_param_named_like_a_let_or_an_index_names_both(tmp_path, clash):
     name = clash.split()[1]
     assert f"param '{name}' has the name of" in e.value.message and "s.lal:1" in str(e.value)
     assert ("grids.lal" in e.value.message) == (name == "shards")
+
+
+def test_a_bool_tensor_or_numpy_bool_among_ids_is_refused():
+    import numpy as np
+    from layoutalg.copy import _ids
+    for bad in ([torch.tensor(True), 0], [np.bool_(True), 0]):
+        with pytest.raises(LayoutMismatch):
+            _ids(bad, "block_ids", "store")
+    assert _ids([np.int64(3), torch.tensor(2)], "block_ids", "store").tolist() == [3, 2]
+
+
+def test_reshard_names_a_builtin_given_as_a_size_and_the_names_left_at_defaults():
+    from layoutalg.distributed import group_of, parse_config
+    with pytest.raises(ConfigError, match="--size block_size: 'block_size' is a built-in runtime name"):
+        group_of("quant_packed", parse_config("tp=2"), 2, 4, 8, "int8", 4, names={"block_size": 4})
+    with pytest.raises(ConfigError, match=r"left at their defaults: kv_scales=0, row_align=16, scale_bytes=4"):
+        group_of("quant_packed", parse_config("tp=2"), 2, 4, 8, "int8", 4)
+    assert group_of("quant_packed", parse_config("tp=2"), 2, 4, 8, "int8", 4, names={"kv_scales": 1}).world == 2
+
+
+NAMES_GRID = """\
+grid g:
+    world tp * pcp
+    require pcp == 1 and dcp == 1
+    ranks tp_rank < tp
+    fn token(t) = t + shift
+
+layout box(T, D):
+    index t < T, d < D
+    element 1 bytes
+    tensor (block, ...)
+
+family f serves attention:
+    grid g
+    require per_token_head_quant == 0 and dtype_bytes == 1 and total_heads == tp and heads == 1
+    local     box(LOCAL, head_size)
+    canonical box(block_size, head_size * tp)
+    SEQUENCE
+    shard (t, d) -> (t, tp_rank * head_size + d)
+"""
+
+
+@pytest.mark.parametrize("param, local, sequence, row, status", [
+    # a name only the spec's reading reads (the grid's fn token): quantified, not left at its default
+    ('param shift in 0 .. 8 default 0 "x"', "block_size", "sequence t", "sequence-order", "refuted"),
+    # a name the compiler cancels (foo - foo) is still one the reading reads: no row fails to read it
+    ('param foo in 1 .. 8 samples 1, 2 "x"\nparam shift in 0 .. 8 default 0 "x"', "block_size + foo - foo", "",
+     "local-bijective", "proved"),
+])
+def test_a_model_quantifies_over_every_name_the_spec_text_reads(tmp_path, param, local, sequence, row, status):
+    from layoutalg.prove.runner import prove_family
+    text = param + "\n\n" + NAMES_GRID.replace("LOCAL", local).replace("SEQUENCE", sequence)
+    (tmp_path / "f.lal").write_text(text)
+    rows = {r.obligation: r for r in prove_family(load([tmp_path / "f.lal"]), "f")}
+    assert rows[row].status == status, rows[row]
+    assert not [r for r in rows.values() if "direct reading failed" in r.method], rows

@@ -7,6 +7,7 @@ anything else is unknown. Sizes are either Z3 variables over the declared domain
 """
 from __future__ import annotations
 
+import dataclasses
 from math import prod
 from typing import NamedTuple
 
@@ -16,6 +17,7 @@ from z3 import z3util
 
 from ..interpret import Reading, paths
 from ..library import Library
+from ..syntax import Name
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .z3ops import Z3Ops
 
@@ -51,21 +53,37 @@ def _account(s: z3.Solver, res) -> None:
         PEAK[str(res)] = max(PEAK[str(res)], used)
 
 
-def family_names(lib: Library, family: str) -> set[str] | None:
-    """The runtime names the compiled family reads (with tp, pcp and page_size, which every
-    model assumes about), or None where it does not compile. A symbolic model quantifies over
-    these alone: a name another loaded file declares changes no query, and no witness, so one
-    proof key means one proof whichever files are loaded with it."""
+def family_names(lib: Library, family: str) -> set[str]:
+    """Every runtime name the family's spec text could read: the names written in its grid,
+    its statements, its layouts (every region of its pages) and the library's shared lets and
+    fns, with tp, pcp and page_size, which every model assumes about. A symbolic model
+    quantifies over these: a name only another loaded file's family reads changes no query
+    and no witness; and since the spec's reading evaluates nothing outside these texts, no
+    name it reads is left at a default (the compiled form, which cancels `foo - foo`, would
+    be too few)."""
     cache = lib.__dict__.setdefault("_prover_names", {})
-    root = lib.family_def(family).part_of or family  # a region reads its whole page (the page's size, ...)
-    if root not in cache:
-        from ..compile import compile_named
-        from ..errors import LayoutalgError
-        try:
-            cache[root] = {n for n, *_ in compile_named(lib, root).bounds} | {"tp", "pcp", "page_size"}
-        except (LayoutalgError, RecursionError, ArithmeticError, LookupError):
-            cache[root] = None
-    return cache[root]
+    if family not in cache:
+        fdef = lib.family_def(family)
+        layouts = {fdef.local.call.fn, fdef.canonical.call.fn, *(fdef.page or ())}
+        texts = [lib.grids[fdef.grid.id].body if fdef.grid is not None and fdef.grid.id in lib.grids else (), fdef,
+                 *(lib.layouts[n] for n in layouts if n in lib.layouts), *lib.lets.values(), *lib.fns.values()]
+        found: set[str] = set()
+        _names_in(texts, found, set())
+        cache[family] = (found & set(lib.vocabulary())) | {"tp", "pcp", "page_size"}
+    return cache[family]
+
+
+def _names_in(x, found: set, seen: set) -> None:
+    """Every `Name` in a syntax tree (dataclasses, tuples and lists of them)."""
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            _names_in(y, found, seen)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type) and id(x) not in seen:
+        seen.add(id(x))
+        if isinstance(x, Name):
+            found.add(x.id)
+        for f in dataclasses.fields(x):
+            _names_in(getattr(x, f.name), found, seen)
 
 
 class Model:
@@ -81,7 +99,7 @@ class Model:
         vocabulary = lib.vocabulary()
         if sizes is None:  # quantify over the names the family reads, whatever else the library declares
             reads = family_names(lib, family)
-            vocabulary = {n: p for n, p in vocabulary.items() if reads is None or n in reads}
+            vocabulary = {n: p for n, p in vocabulary.items() if n in reads}
         domain = {n: (p.lo, p.hi) for n, p in vocabulary.items()}
         self.bounds = {n: (domain if bounds is None else bounds).get(n, domain[n]) for n in domain}
         self.sizes = {n: z3.Int(n) for n in vocabulary} if sizes is None else dict(sizes)

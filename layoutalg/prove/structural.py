@@ -120,12 +120,9 @@ def agnostic(family: Family, v: Variant) -> Certificate:
                                           f"{norm(x)}, which depends on {', '.join(hit)}")
     unplaced = unplaced_target(family, v, norm)  # after the layout: a layout that moves is the first finding
     if unplaced:
-        index, digits = unplaced
-        return Certificate("unknown", f"agnostic is claimed but the canonical index '{index}' depends on the rank "
-                                      f"({', '.join(digits)}) and is not placed by a fn of the grid: which slot "
-                                      f"holds which of the engine's heads or channels would be this family's "
-                                      f"word alone, and could differ between configurations (write the target "
-                                      f"as the grid's placement, e.g. head(h))")
+        return Certificate("unknown", f"agnostic is claimed but canonical index '{unplaced[0]}' could hold other "
+                                      f"engine elements in other configurations: {unplaced[1]} (where a canonical "
+                                      f"index moves with the rank, write it as the grid's placement, e.g. head(h))")
     return Certificate("proved", "the canonical page is built from no parallel quantity" + (
         f"; the runtime's page (page_size) is read as a model size: {assumed}" if assumed else ""))
 
