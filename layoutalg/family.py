@@ -30,6 +30,7 @@ from .guards import _conjuncts, _rewrites, guarded_equality  # noqa: F401 - the 
 from .ir import Digit, Family, Guard, LayoutIR, Target, Variant  # noqa: F401
 from .layout_ir import check_layouts, instantiate, layout_ir  # noqa: F401
 from .statements import _State, _divisors_positive, _let_size, _reads, _run  # noqa: F401
+from .params import MOVES_WITH_THE_GROUP
 
 
 def resolve(lib: Library, name: str) -> Family:
@@ -116,6 +117,7 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
                                                                                            None),)))
     c = v.canonical
     model = set().union(*(_symbols(family, norm(x)) for x in (*c.extents, *c.coefficients, c.base, c.element)))
+    model -= {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
 
     def reads(s: IterSum) -> tuple[list[str], list[str]]:
         ranks = sorted({sp.source for sp, k in s.terms if sp.source in v.rank_digits
