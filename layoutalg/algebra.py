@@ -8,6 +8,7 @@ for ints, `Atoms.equal` for symbolic sizes). The copy map of a family is one cal
 from __future__ import annotations
 
 import operator
+from typing import NamedTuple
 
 from .errors import LayoutalgError
 from .layout import Layout
@@ -155,3 +156,79 @@ def invert_and_compose(B: Layout, A: Layout, eq=operator.eq) -> Layout:
     if len(B.shape) != len(A.shape) or not all(eq(a, b) for a, b in zip(A.shape, B.shape)):
         raise ValueError(f"invert_and_compose: shapes differ: {A} vs {B}")
     return compose(B, right_inverse(A, eq), eq)
+
+
+class Piece(NamedTuple):
+    """One mode of a common refinement: `extent` consecutive steps that mode `a[0]` of A
+    takes with step `a[1]` (in A's coordinate of that mode), and mode `b[0]` of B with `b[1]`."""
+
+    extent: object
+    a: tuple
+    b: tuple
+
+
+def _quotient(n, d):
+    """`n / d` where `d` divides `n` (ints), else None."""
+    return n // d if n % d == 0 else None
+
+
+def _chain(L: Layout, quotient) -> list[int]:
+    """The modes of a compact layout by increasing stride, extent-1 modes left out."""
+    left = [k for k, n in enumerate(L.shape) if quotient(n, 1) != 1]
+    order, run = [], 1
+    while left:
+        k = next((k for k in left if quotient(L.stride[k], run) == 1), None)
+        if k is None:
+            raise NotCompact(f"layout {L} is not compact: no mode has stride {run}")
+        left.remove(k)
+        order.append(k)
+        run = run * L.shape[k]
+    return order
+
+
+def refine(A: Layout, B: Layout, quotient=_quotient) -> list[Piece]:
+    """The common refinement of two compact layouts onto one range `[0, N)`: the coarsest
+    list of pieces such that, offset by offset, each piece is a digit of both A and B.
+
+    Walking both stride chains from offset 1, the mode that ends first cuts the other:
+    extents must divide one another. `quotient(n, d)` is `n / d` where it is a whole number
+    for every size (ints: `n % d == 0`; symbolic: a positive constant, or a size known to be
+    whole, such as another mode's extent), else None.
+    This composes one layout with the inverse of the other where their modes do not match
+    one for one (`invert_and_compose` needs whole modes): a direct reshard's map.
+
+    Pre-conditions: A and B compact, of equal size; otherwise `NotCompact`, which also names
+    two extents neither of which divides the other.
+    Post-conditions: with pieces `p_0, p_1, ...` of offset strides `1, n_0, n_0 n_1, ...`, the
+    coordinate of offset `x` along mode `k` of A is the sum over pieces `p` with `p.a[0] == k`
+    of `((x // stride(p)) % p.extent) * p.a[1]`; likewise for B.
+
+    Examples:
+        >>> [tuple(p) for p in refine(Layout((4, 2), (1, 4)), Layout((2, 4), (1, 2)))]
+        [(2, (0, 1), (0, 1)), (2, (0, 2), (1, 1)), (2, (1, 1), (1, 2))]
+        >>> [tuple(p) for p in refine(Layout((3, 2), (2, 1)), Layout((6,), (1,)))]
+        [(2, (1, 1), (0, 1)), (3, (0, 1), (0, 2))]
+    """
+    a, b = _chain(A, quotient), _chain(B, quotient)
+    pieces, i, j = [], 0, 0
+    ra, ma = (A.shape[a[0]] if a else 1), 1
+    rb, mb = (B.shape[b[0]] if b else 1), 1
+    while i < len(a) and j < len(b):
+        ab, ba = quotient(ra, rb), quotient(rb, ra)
+        if ab is None and ba is None:
+            raise NotCompact(f"refine: mode extents {ra} of {A} and {rb} of {B}: neither divides the other")
+        n = rb if ab is not None else ra
+        pieces.append(Piece(n, (a[i], ma), (b[j], mb)))
+        if ab is not None and ab != 1:
+            ra, ma = ab, ma * n
+        else:
+            i += 1
+            ra, ma = (A.shape[a[i]] if i < len(a) else 1), 1
+        if ba is not None and ba != 1:
+            rb, mb = ba, mb * n
+        else:
+            j += 1
+            rb, mb = (B.shape[b[j]] if j < len(b) else 1), 1
+    if i < len(a) or j < len(b):
+        raise NotCompact(f"refine: {A} and {B} are not of one size")
+    return pieces

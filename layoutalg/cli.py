@@ -97,6 +97,11 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--jobs", type=_positive, default=min(4, os.cpu_count() or 1),
                     help="families proved in parallel (default: up to 4, one per core)")
     pr.add_argument("--no-cache", action="store_true", help="ignore cached proofs")
+    pr.add_argument("--reshard", nargs=2, metavar=("STORE", "LOAD"),
+                    help="prove the direct reshard plan from configuration STORE to LOAD (as 'tp=2,dcp=1') for "
+                         "all model sizes instead: every consumer byte written once, from a producer byte that "
+                         "holds the same canonical byte")
+    pr.add_argument("--family", help="with --reshard: only this family")
     pr.add_argument("--draw", metavar="DIR", help="draw each refutation's counterexample configuration into DIR "
                                                   "(FAMILY-OBLIGATION.png: the spec's own reading, clashes and gaps "
                                                   "marked; needs matplotlib)")

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import torch
 
 from . import params
+from .params import CONFIG_NAMES, parse_config  # noqa: F401 - re-exported: the CLI's and tests' way in
 from .compiled import CompiledFamily
 from .errors import ConfigError
 from .runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
           "int8": torch.int8}
-CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")
 
 
 @dataclass(frozen=True)
@@ -52,24 +52,6 @@ class Group:
 
     def empty(self) -> torch.Tensor:
         return torch.empty_strided(self.shape, self.stride, dtype=self.dtype)
-
-
-def parse_config(text: str) -> dict:
-    """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0)."""
-    out = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        name, eq, value = item.partition("=")
-        if not eq or name not in CONFIG_NAMES:
-            raise ConfigError(f"configuration {text!r}: expected NAME=VALUE items with NAME one of "
-                              f"{', '.join(CONFIG_NAMES)}, got {item!r}")
-        try:
-            out[name] = int(value)
-        except ValueError:
-            raise ConfigError(f"configuration {text!r}: {name} must be a whole number, got {value!r}") from None
-        least = 0 if name == "pcp_replicas" else 1
-        if out[name] < least:
-            raise ConfigError(f"configuration {text!r}: {name} = {out[name]}, expected at least {least}")
-    return out
 
 
 def group_of(family: str, config: dict, heads: int, block_size: int, head_size: int, dtype: str,
@@ -94,7 +76,8 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     mla = cf.serves == "mla"
     total = 1 if mla else heads
     local = 1 if mla else max(1, total // tp)
-    sizes = {"tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
+    declared = _declared(family, cf, dict(names or {}))
+    sizes = {**declared, "tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
              "total_heads": total, "heads": local, "block_size": block_size, "head_size": head_size,
              "dtype_bytes": e, "per_token_head_quant": 0, "compress_ratio": 1, "page_size": 0,
              "pcp_replicas": config["pcp_replicas"]}
@@ -113,7 +96,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     shape = (blocks,) + (tuple(inst.tensor_shape) or (elem,))
     stride = (elem,) + (tuple(inst.tensor_strides) or (1,))
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e,
-                      sizes={"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else ())
+                      sizes={**declared, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})})
     res = Deriver().derive(layer, TensorLayout(shape, stride, e, str(torch_dtype)),
                            ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"]), blocks)
     _served(res, family, config)
@@ -124,13 +107,8 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
     """A family of pages (Mamba2 or GDN state, quantised KV with its scales) under `config`:
     the names it declares come from `names`; each rank's layer is one uint8 page a block,
     exactly its regions and pads."""
-    from ._resources import specs_dir
-    from .library import load_default
-    vocabulary = load_default(specs_dir()).vocabulary()
-    missing = sorted(n for n, *_ in cf.bounds if n not in params.TABLE and n not in names
-                     and vocabulary[n].default is None)
-    if missing:
-        raise ConfigError(f"reshard: {family} reads {', '.join(missing)}: give each with --size NAME=VALUE")
+    _declared(family, cf, names)  # every declared name it reads given or defaulted
+    vocabulary = _vocabulary()
     heads, block_size, head_size, dtype = model
     e, tp = torch.empty(0, dtype=dtype).element_size(), config["tp"]
     local = max(1, heads // tp)
@@ -165,6 +143,23 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
                            blocks)
     _served(res, family, config)
     return Group(family, dict(config), sizes, res.mappings, (blocks, page), (page, 1), torch.uint8)
+
+
+def _vocabulary() -> dict:
+    from ._resources import specs_dir
+    from .library import load_default
+    return load_default(specs_dir()).vocabulary()
+
+
+def _declared(family: str, cf, names: dict) -> dict:
+    """The names a spec declares that `family` reads, as given (`names`) or at their defaults;
+    a `ConfigError` naming those with no default that are not given."""
+    vocabulary = _vocabulary()
+    reads = [n for n, *_ in cf.bounds if n not in params.TABLE]
+    missing = sorted(n for n in reads if n not in names and vocabulary[n].default is None)
+    if missing:
+        raise ConfigError(f"reshard: {family} reads {', '.join(missing)}: give each with --size NAME=VALUE")
+    return {**{n: vocabulary[n].default for n in reads if n not in names}, **names}
 
 
 def _served(res, family: str, config: dict) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .errors import ConfigError
+
 
 class Param(NamedTuple):
     meaning: str
@@ -69,3 +71,25 @@ def in_domain(sizes: dict) -> str:
         if n in DOMAIN and not DOMAIN[n][0] <= v <= DOMAIN[n][1]:
             return f"{n}={v} is outside the proved domain [{DOMAIN[n][0]}, {DOMAIN[n][1]}]"
     return ""
+
+
+CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")
+"""The names a parallel configuration gives (`--store tp=2,dcp=1`, a reshard's pair)."""
+
+
+def parse_config(text: str) -> dict:
+    """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0)."""
+    out = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq or name not in CONFIG_NAMES:
+            raise ConfigError(f"configuration {text!r}: expected NAME=VALUE items with NAME one of "
+                              f"{', '.join(CONFIG_NAMES)}, got {item!r}")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise ConfigError(f"configuration {text!r}: {name} must be a whole number, got {value!r}") from None
+        least = 0 if name == "pcp_replicas" else 1
+        if out[name] < least:
+            raise ConfigError(f"configuration {text!r}: {name} = {out[name]}, expected at least {least}")
+    return out

@@ -109,10 +109,39 @@ def _table(rows: list, cached: set, out) -> None:
           f"{bad['unknown']} unknown", file=out)
 
 
+def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int | None = None,
+                  guard_s: float | None = None) -> list[Row]:
+    """The direct plan from configuration `store` to `load` ('tp=2,dcp=1') of each family
+    (or `family`), proved for all sizes (`replan.prove_all_sizes`)."""
+    from ..params import parse_config
+    from . import GUARD_S, RLIMIT
+    from .replan import prove_all_sizes
+    from .runner import Budget
+    lib = load(paths)
+    names = [family] if family else list(lib.families)
+    if not names:
+        raise LayoutalgError(f"nothing to prove: no family in {', '.join(map(str, paths))}")
+    for n in names:
+        if n not in lib.families:
+            raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
+    x, y = parse_config(store), parse_config(load_)
+    budget = Budget(rlimit or RLIMIT, guard_s or GUARD_S)
+    return [r for n in names for r in prove_all_sizes(lib, n, x, y, budget)]
+
+
 def prove_command(args, out=sys.stdout) -> int:
     from .._resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
+    if getattr(args, "reshard", None):
+        rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout)
+        print(f"direct plans from {args.reshard[0]} to {args.reshard[1]}, for all sizes:", file=out)
+        _table(rows, set(), out)
+        print(f"({time.perf_counter() - t:.1f} s)", file=out)
+        return 1 if any(r.status != "proved" for r in rows) else 0
+    if getattr(args, "family", None):
+        raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
+                             "give its spec file")
     rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout)
     print(f"({time.perf_counter() - t:.1f} s)", file=out)
     if getattr(args, "draw", None):

@@ -1,0 +1,612 @@
+"""Direct reshard plans for all sizes: one configuration pair, every model size.
+
+`layoutalg.reshard` builds a consumer rank's direct plan at one set of sizes, from the two
+groups' runs, and `prove.reshard` checks that plan at those sizes. Here the plan is built
+once for every size, in the algebra, and checked by Z3 for every size.
+
+Built: each configuration's symbolic digit table (`family.Variant`) tiles the canonical
+page, its owner digits (every digit but the replicas) by canonical stride. The common
+refinement of the two tilings (`algebra.refine`) says, piece by piece, which consumer digit
+and which producer digit step together through the canonical bytes. For consumer rank `s`
+a piece of a consumer rank digit is fixed by `s`; a piece of a producer rank digit picks the
+producer (its values are enumerated: the grids are numbers); every other piece is a mode of
+the plan, its extent and strides formulas in the sizes. Where replicas hold a byte, consumer
+`s` reads the `s`-th of them modulo their number (as `reshard.direct_plans` does).
+
+Checked: the plan is not trusted. With the two configurations' grid names as numbers and
+every other size a Z3 variable (one for both configurations: one model, two groups), each
+consumer rank's plan is read against the spec's own reading (`interpret`) of both sides:
+
+    reshard-cover  every consumer byte is written exactly once, from a byte inside one of
+                   the producers' pages;
+    reshard-match  that byte holds the same canonical byte (the two canonical pages are
+                   first shown to be one layout: same extents, element and offsets).
+
+A name the rank grid is built from that is not a grid number (GQA: `total_heads < tp` gives
+`total_heads` ranks holding distinct heads) takes each of its few values in turn, found by
+Z3 under both configurations' guards; every other size stays symbolic.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from math import prod
+from typing import NamedTuple
+
+import sympy
+import z3
+
+from ..algebra import NotCompact, refine
+from ..errors import LayoutalgError
+from ..family import resolve
+from ..guards import guarded_equality
+from ..interpret import Reading, paths
+from ..layout import Layout
+from ..params import CONFIG_NAMES
+from ..library import Library
+from .obligations import Budget, Model, family_names, query, size_to_z3, value
+from .store import Row
+
+RESHARD = ("reshard-cover", "reshard-match")
+CONFIGURATION = CONFIG_NAMES
+"""The names that make a configuration: numbers on each side of the pair."""
+PER_SIDE = ("heads", "page_size")
+"""Names each configuration has its own value of, fixed by its guards (a rank's heads, its page)."""
+_OWN = set(PER_SIDE) | set(CONFIGURATION)  # a division reading one of these means one thing per side
+MAX_VALUES = 64  # values of the rank grid's other names tried in turn; beyond, unknown
+
+
+class NotEstablished(LayoutalgError):
+    """No plan for all sizes is built here: the reason says what is not a number or does not divide."""
+
+
+class SymbolicRun(NamedTuple):
+    """Consumer local bytes `dst + sum(c_k * dst_stride_k)` come from producer `producer`'s
+    local bytes `src + sum(c_k * src_stride_k)`, for `0 <= c_k < extent_k` (modes: (extent,
+    src_stride, dst_stride)); sizes are sympy expressions.
+
+    `dst_at` and `src_at` say which spec index each byte is, as the digit tables read it:
+    (index, base, (coefficient per mode)) with index '' the byte within the element. Z3
+    checks that reading against the spec's own before it trusts it."""
+
+    producer: int
+    src: object
+    dst: object
+    modes: tuple
+    dst_at: tuple = ()
+    src_at: tuple = ()
+
+
+class SymbolicPlan(NamedTuple):
+    consumer: int
+    runs: tuple
+    atoms: dict = {}  # the divisions its sizes read of one configuration (`x._q3`: that side's page_size / ...)
+
+
+# ---- building: the refinement of two digit tables ----------------------------------------------
+
+def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None):
+    """The variant's digits with `values` put in, a size of one configuration (`PER_SIDE`)
+    renamed `tag + name`; and the normaliser that rewrites those by the variant's guards
+    (`heads` by `total_heads / shards`), to decide how the two sides' extents divide."""
+    norm, _ = guarded_equality(fam, v)
+    own: dict = {}
+
+    def at(x):
+        x = sympy.sympify(x)
+        subs = {}
+        for s in x.free_symbols:
+            if s.name in values:
+                subs[s] = sympy.Integer(values[s.name])
+            elif s in fam.atoms.by_symbol:
+                a = fam.atoms.by_symbol[s]
+                n, d = at(a.num), at(a.den)
+                if n.is_Integer and d.is_Integer and d > 0:
+                    subs[s] = {"/": sympy.Rational(int(n), int(d)), "//": sympy.Integer(int(n) // int(d)),
+                               "%": sympy.Integer(int(n) % int(d))}[a.op]
+        return sympy.cancel(x.xreplace(subs)) if subs else x
+
+    def raw(x):
+        x = at(x)
+        subs = {}
+        for s in x.free_symbols:
+            if s.name in PER_SIDE:
+                subs[s] = own.setdefault(s, sympy.Symbol(tag + s.name, integer=True, positive=True))
+            elif s in fam.atoms.by_symbol and _deep(fam, s) & _OWN:  # a division reading this side's sizes
+                a = fam.atoms.by_symbol[s]
+                if s not in own:
+                    own[s] = sympy.Symbol(tag + s.name, integer=True)
+                    (atoms if atoms is not None else {})[own[s]] = dataclasses.replace(a, symbol=own[s], num=raw(a.num),
+                                                                                    den=raw(a.den))
+                subs[s] = own[s]
+        return x.xreplace(subs) if subs else x
+
+    def normal(x):
+        back = {t: s for s, t in own.items() if s.name in PER_SIDE or s in fam.atoms.by_symbol}
+        x = sympy.sympify(x)
+        return at(norm(x.xreplace({t: b for t, b in back.items() if t in x.free_symbols})))
+    digits = [d.__class__(d.name, raw(d.extent), raw(d.local), raw(d.canonical), raw(d.rank), d.is_rank,
+                          d.replica, d.split) for d in v.digits]
+    return digits, raw, normal
+
+
+def _quotient(n, d):
+    q = sympy.cancel(sympy.sympify(n) / d)
+    return int(q) if q.is_Integer and q > 0 else None
+
+
+def _int(x, what: str) -> int:
+    if not sympy.sympify(x).is_Integer:
+        raise NotEstablished(f"{what} is {x}, not a number at this configuration pair")
+    return int(x)
+
+
+def rank_names(fam, v, config: dict) -> set[str]:
+    """The runtime names a variant's rank grid reads once `config` is put in: those take
+    each of their values in turn (a rank is a number)."""
+    digits, _, normal = _instantiate(fam, v, config)
+    out = set()
+    for d in digits:
+        if d.is_rank:
+            for x in (d.extent, d.rank):
+                out |= _deep(fam, normal(x))
+    return out
+
+
+def _deep(fam, x) -> set[str]:
+    names = set()
+    for s in sympy.sympify(x).free_symbols:
+        if s in fam.atoms.by_symbol:
+            a = fam.atoms.by_symbol[s]
+            names |= _deep(fam, a.num) | _deep(fam, a.den)
+        else:
+            names.add(s.name)
+    return names
+
+
+def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
+    """Every consumer rank's plan, reading producers of `vx` at `store` into `vy` at `load`
+    (both dicts give every name of the rank grids a number)."""
+    own: dict = {}
+    dx, rx, nx = _instantiate(fam, vx, store, "x.", own)
+    dy, ry, ny = _instantiate(fam, vy, load, "y.", own)
+    for v, raw, normal in ((vx, rx, nx), (vy, ry, ny)):
+        if normal(raw(v.local_base)) != 0 or normal(raw(v.canonical_base)) != 0:
+            raise NotEstablished("a layout with a base (a region of a page): pages are proved per pair")
+
+    def both(x):  # under both configurations' guards at once (the query assumes both)
+        return ny(nx(x))
+
+    wholes = [d.extent for d in dx + dy if not sympy.sympify(d.extent).is_Integer]
+
+    def quotient(n, d):  # a positive constant, or a digit's extent (a whole number by its guards)
+        q = sympy.cancel(both(n) / both(d))
+        if q.is_Integer:
+            return int(q) if q > 0 else None
+        for e in wholes:  # k * e, for a constant k
+            k = sympy.cancel(q / both(e))
+            if k.is_Integer and k > 0:
+                return int(k) * e
+        return None
+
+    def num(x, what):
+        return _int(both(x), what)
+    ox, oy = [d for d in dx if not d.replica], [d for d in dy if not d.replica]
+    try:
+        pieces = refine(Layout(tuple(d.extent for d in ox), tuple(d.canonical for d in ox)),
+                        Layout(tuple(d.extent for d in oy), tuple(d.canonical for d in oy)), quotient)
+    except NotCompact as e:
+        raise NotEstablished(f"the two tilings of the canonical page have no common refinement: {e}") from None
+    ranks = [d for d in dy if d.is_rank]
+    world = prod(num(d.extent, f"consumer rank digit {d.name}'s extent") for d in ranks)
+    replicas = [(num(d.extent, "a replica digit's extent"), num(d.rank, "a replica digit's rank stride"))
+                for d in dx if d.replica]
+    replicas = sorted((e, r) for e, r in replicas if e != 1)
+    out = []
+    for s in range(world):
+        digit = {d.name: (s // num(d.rank, f"rank stride of {d.name}")) % num(d.extent, "a rank extent")
+                 for d in ranks}
+        src, fixed, producer, picks, modes = sympy.Integer(0), {}, 0, [], []
+        for p in pieces:
+            x, y = ox[p.a[0]], oy[p.b[0]]
+            if y.is_rank:  # this consumer's digit: a number
+                c = (digit[y.name] // num(p.b[1], "a rank step")) % num(p.extent, "a rank piece")
+                if x.is_rank:
+                    producer += c * num(p.a[1] * x.rank, "a producer rank step")
+                else:
+                    src += c * p.a[1] * x.local
+                    fixed[_index(x)] = fixed.get(_index(x), 0) + c * p.a[1] * rx(_weight(x))
+            elif x.is_rank:  # which producer: each value a run of its own
+                picks.append((num(p.extent, "a producer rank piece"), p, x, y))
+            else:
+                modes.append((p, x, y))
+        k = s % prod(e for e, _ in replicas) if replicas else 0
+        for e, r in sorted(replicas, key=lambda x: x[1]):  # the k-th holder by rank number
+            producer += (k % e) * r
+            k //= e
+        runs = []
+        for cs in itertools.product(*(range(n) for n, _, _, _ in picks)):
+            dst, at = sympy.Integer(0), {}
+            rank = producer
+            for c, (_, p, x, y) in zip(cs, picks):
+                rank += c * num(p.a[1] * x.rank, "a producer rank step")
+                dst += c * p.b[1] * y.local
+                at[_index(y)] = at.get(_index(y), 0) + c * p.b[1] * ry(_weight(y))
+            runs.append(SymbolicRun(
+                rank, sympy.expand(src), sympy.expand(dst),
+                tuple((p.extent, p.a[1] * x.local, p.b[1] * y.local) for p, x, y in modes),
+                _table(at, [(_index(y), p.b[1] * ry(_weight(y))) for p, _, y in modes]),
+                _table(fixed, [(_index(x), p.a[1] * rx(_weight(x))) for p, x, _ in modes])))
+        out.append(SymbolicPlan(s, tuple(runs), own))
+    return tuple(out)
+
+
+def _index(d) -> str:
+    return d.split.source if d.split is not None else ""
+
+
+def _weight(d):
+    return d.split.lower if d.split is not None else 1
+
+
+def _table(base: dict, per_mode: list) -> tuple:
+    """(index, its value where every mode's coordinate is 0, its coefficient per mode)."""
+    names = sorted(set(base) | {i for i, _ in per_mode})
+    return tuple((i, sympy.expand(base.get(i, 0)), tuple(w if j == i else 0 for j, w in per_mode)) for i in names)
+
+
+def evaluate(fam, plan: SymbolicPlan, x, store: dict, load: dict) -> int:
+    """A size of `plan` at the store and load sizes (each a full dict of runtime names)."""
+    atoms = {**fam.atoms.by_symbol, **plan.atoms}
+
+    def ev(e):
+        e = sympy.sympify(e)
+        subs = {}
+        for s in e.free_symbols:
+            if s in atoms:
+                a = atoms[s]
+                n, d = ev(a.num), ev(a.den)
+                subs[s] = sympy.Rational(n, d) if a.op == "/" else sympy.Integer(n // d if a.op == "//" else n % d)
+            elif s.name.startswith(("x.", "y.")):
+                subs[s] = (store if s.name[0] == "x" else load)[s.name[2:]]
+            else:
+                subs[s] = store[s.name]
+        v = sympy.sympify(e.xreplace(subs) if subs else e)
+        if not v.is_Integer:
+            raise NotEstablished(f"{x} is {v} at these sizes, not a whole number")
+        return int(v)
+    return ev(x)
+
+
+def triples(fam, plan: SymbolicPlan, store: dict, load: dict) -> set[tuple[int, int, int]]:
+    """The plan at the given sizes as (producer, src byte, dst byte) of every byte it copies."""
+    out = set()
+    for r in plan.runs:
+        modes = [(evaluate(fam, plan, e, store, load), evaluate(fam, plan, a, store, load),
+                  evaluate(fam, plan, b, store, load)) for e, a, b in r.modes]
+        src, dst = evaluate(fam, plan, r.src, store, load), evaluate(fam, plan, r.dst, store, load)
+        for cs in itertools.product(*(range(e) for e, _, _ in modes)):
+            out.add((r.producer, src + sum(c * a for c, (_, a, _) in zip(cs, modes)),
+                     dst + sum(c * b for c, (_, _, b) in zip(cs, modes))))
+    return out
+
+
+# ---- proving: the plan against both readings of the spec, every size symbolic ---------------
+
+def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: Budget, edit=None) -> list[Row]:
+    """The rows `reshard-cover` and `reshard-match` of the plan from `store` to `load` (each a
+    configuration: numbers for `CONFIGURATION`), for every other size in the declared domain.
+    `edit`, for tests, changes the built plans before they are checked (a mutant plan)."""
+    from ..compile import compile_family
+    from .reshard import _solve
+    t0 = time.perf_counter()
+    if family not in lib.families:
+        raise LayoutalgError(f"prove_all_sizes: no family {family!r}; the library's: {', '.join(lib.families)}")
+    spec = lib.family_def(family).span.file
+
+    def rows(status, method, detail=""):
+        return [Row(spec, family, n, status, method, time.perf_counter() - t0, detail) for n in RESHARD]
+    if lib.family_def(family).page is not None or lib.parts_of(family) != [family]:
+        return rows("unknown", "a page of regions: its plans are proved per configuration pair "
+                               "(`prove.reshard.prove_plans`), not here")
+    try:
+        fam = resolve(lib, family)
+    except LayoutalgError as e:
+        return rows("unknown", f"not in normal form: {e}")
+    if not compile_family(fam).claims_agnostic:
+        return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
+                               "backed by the grid): no direct plan between two configurations")
+    sx, sy, bounds = _sizes(lib, family, store, load)
+    checked, cases, seen = 0, 0, []
+    verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
+
+    def note(row, status, why):
+        if status != "proved" and (row not in verdict or status == "refuted" != verdict[row][0]):
+            verdict[row] = (status, why)
+    for (kx, px), (ky, py) in itertools.product(enumerate(paths(lib, family)), repeat=2):
+        try:
+            mx = Model(lib, family, px, sizes=sx, tag="x.")
+            my = Model(lib, family, py, sizes=sy, tag="y.")
+        except (ArithmeticError, LookupError, TypeError):
+            continue  # the reading cannot even be formed at these numbers: no size takes this pair
+        shape = _same_shape(mx, my)  # the runtime plans only between pages of one format
+        status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
+        if status == "unsat":
+            continue
+        cases += 1
+        try:
+            if status != "sat":
+                raise NotEstablished("undecided whether the two cases apply together")
+            for extra, vx, vy in _values(fam, mx, my, kx, ky, store, load, bounds, budget):
+                found, n = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
+                                  {**load, **vy}, bounds + extra + [shape], budget, edit)
+                for row, (st, why) in found.items():
+                    note(row, st, f"cases {kx} (store) and {ky} (load): {why}")
+                checked += n
+                seen.append(", ".join(f"{n}={v}" for n, v in sorted({**vx, **vy}.items())))
+        except NotEstablished as e:
+            for row in RESHARD:
+                note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
+    if not cases:
+        return rows("unknown", "no case of the family applies at both configurations, with canonical pages of "
+                               "one shape, at any size (the runtime plans only between pages of one format)")
+    taken = f"; rank grids at {'; '.join(s for s in seen if s)}" if any(seen) else ""
+    return [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
+                time.perf_counter() - t0, verdict[n][1]) if n in verdict else
+            Row(spec, family, n, "proved", f"all sizes at this configuration pair where the canonical pages have one "
+                                           f"shape: {cases} case pair(s), {checked} consumer plans, symbolic fragment "
+                                           f"and byte{taken}", time.perf_counter() - t0) for n in RESHARD]
+
+
+def _sizes(lib: Library, family: str, store: dict, load: dict):
+    """Both sides' sizes (configuration numbers, per-side and shared Z3 variables) and the
+    domain bounds of every variable."""
+    vocab = lib.vocabulary()
+    for side, config in (("store", store), ("load", load)):
+        for n, v in config.items():
+            if n not in CONFIGURATION or n not in vocab:
+                raise LayoutalgError(f"prove_all_sizes: the {side} configuration names {n!r}; a configuration "
+                                     f"gives {', '.join(CONFIGURATION)}")
+            if type(v) is not int or not vocab[n].lo <= v <= vocab[n].hi:
+                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n}={v!r} is outside the "
+                                     f"declared domain [{vocab[n].lo}, {vocab[n].hi}]")
+    names = family_names(lib, family) | set(CONFIGURATION) | set(PER_SIDE)
+    shared = {n: z3.Int(n) for n in names if n in vocab and n not in CONFIGURATION and n not in PER_SIDE}
+    sides = []
+    for tag, config in (("x.", store), ("y.", load)):
+        own = {n: z3.Int(tag + n) for n in PER_SIDE}
+        fixed = {n: config.get(n, vocab[n].default if vocab[n].default is not None else
+                               (0 if n == "pcp_replicas" else 1)) for n in CONFIGURATION if n in vocab}
+        sides.append({**shared, **own, **fixed})
+    bounds = [c for s in sides for n, x in s.items() if z3.is_expr(x)
+              for c in (x >= vocab[n].lo, x <= vocab[n].hi)]
+    return sides[0], sides[1], bounds
+
+
+def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
+    """(constraints, store values, load values) for each value of the names the two rank grids
+    read beyond the configuration (none: one empty assignment)."""
+    names = [(n, "x") for n in sorted(rank_names(fam, fam.variants[kx], store))] + \
+        [(n, "y") for n in sorted(rank_names(fam, fam.variants[ky], load))]
+    if not names:
+        yield [], {}, {}
+        return
+    from .reshard import _solve
+    terms = [(mx if side == "x" else my).sizes[n] for n, side in names]
+    block, found = [], 0
+    while True:
+        status, model = _solve(mx, my, z3.And(*bounds, *block), budget)
+        if status == "unsat":
+            return
+        if status != "sat" or found >= MAX_VALUES:
+            raise NotEstablished(f"the rank grids read {', '.join(n for n, _ in names)}, whose values under the "
+                                 f"guards were not all found ({found} so far)")
+        vals = [value(model, t) for t in terms]
+        found += 1
+        block.append(z3.Or(*[t != v for t, v in zip(terms, vals)]))
+        # a shared name has its value on both sides; a name of one side only there
+        shared = {n: v for (n, s), v in zip(names, vals) if n not in PER_SIDE}
+        yield [t == v for t, v in zip(terms, vals)], \
+            {**shared, **{n: v for (n, s), v in zip(names, vals) if s == "x"}}, \
+            {**shared, **{n: v for (n, s), v in zip(names, vals) if s == "y"}}
+
+
+def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: list, budget: Budget, edit=None):
+    """({row: (status, what)}, consumer plans checked) for one case pair at one assignment of
+    the rank grids' names."""
+    from .reshard import _solve
+    where = z3.And(*extra)
+
+    def solve(violation):
+        return _solve(mx, my, z3.And(where, violation), budget)
+
+    def both(status, why):
+        return {row: (status, why) for row in RESHARD}, 0
+    status, model = solve(_canonical_differs(mx, my))
+    if status != "unsat":
+        return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
+                    (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+    divisions: list = []
+    built = plans(fam, vx, vy, store, load)
+    built = edit(built) if edit is not None else built
+    queries, readings = [], []
+    for plan in built:
+        runs = [_z3_run(fam, mx, my, r, divisions, plan.atoms) for r in plan.runs]
+        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs)]
+        for run in runs:
+            reading, match = _match(mx, my, plan.consumer, run)
+            readings.append((plan, reading))
+            queries.append((plan, "reshard-match", "a byte is read from a producer byte holding another canonical "
+                                                   "byte", match))
+    if divisions:  # a quotient the guards do not make exact would make every later query vacuous there
+        status, model = solve(z3.Or(*[n % d != 0 for n, d in divisions]))
+        if status != "unsat":
+            return both("unknown", "the plan divides a size where the guards do not show it exact" +
+                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+    for plan, violation in readings:  # the plan's own reading of its bytes, which both rows take
+        status, model = solve(violation)
+        if status != "unsat":
+            return both("unknown", f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
+                                   f"not shown to be the spec's" +
+                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+    found = {}
+    for plan, row, what, violation in queries:
+        if row in found:
+            continue
+        status, model = solve(violation)
+        if status == "sat":
+            found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {_sizes_at(mx, my, model)}")
+        elif status != "unsat":
+            found[row] = ("unknown", f"undecided for consumer rank {plan.consumer} ({what})")
+    return found, len(built)
+
+
+def _sizes_at(mx: Model, my: Model, model) -> str:
+    out = {}
+    for tag, m in (("store ", mx), ("load ", my)):
+        for n, x in sorted(m.sizes.items()):
+            if z3.is_expr(x):
+                out[(tag if str(x).startswith(("x.", "y.")) else "") + n] = value(model, x)
+    return ", ".join(f"{n}={v}" for n, v in out.items())
+
+
+class _Both(NamedTuple):
+    """What `size_to_z3` reads of a model, for a size that may read both configurations'
+    own sizes (`x.heads`, `y.heads`) besides the shared ones."""
+
+    sizes: dict
+    ops: object
+
+
+class _Atoms(NamedTuple):
+    by_symbol: dict
+
+
+def _both(mx: Model, my: Model) -> _Both:
+    sizes = {n: x for n, x in mx.sizes.items() if n not in PER_SIDE}
+    sizes.update({f"x.{n}": mx.sizes[n] for n in PER_SIDE}, **{f"y.{n}": my.sizes[n] for n in PER_SIDE})
+    return _Both(sizes, my.ops)
+
+
+def _z(atoms, m: _Both, e, divisions: list):
+    """A sympy size of the plan as a Z3 term; a quotient is Z3's integer division, and is
+    listed in `divisions` to be shown exact under the guards."""
+    n, d = sympy.fraction(sympy.cancel(sympy.sympify(e)))
+    try:
+        zn = size_to_z3(m, atoms, sympy.expand(n))
+        zd = size_to_z3(m, atoms, sympy.expand(d))
+    except KeyError as k:
+        raise NotEstablished(f"a size of the plan, {e}, reads {k} of one configuration inside a division") from None
+    if d == 1:
+        return zn
+    divisions.append((zn, zd))
+    return zn / zd
+
+
+def _z3_run(fam, mx: Model, my: Model, r: SymbolicRun, divisions: list, own: dict):
+    """(producer, src, dst, [(extent, src stride, dst stride)], dst reading, src reading) as Z3 terms."""
+    both = _both(mx, my)
+    mx = my = both
+    fam = _Atoms({**fam.atoms.by_symbol, **own})
+
+    def at(m, table):
+        return [(i, _z(fam, m, base, divisions), [_z(fam, m, w, divisions) for w in ws]) for i, base, ws in table]
+    return (r.producer, _z(fam, mx, r.src, divisions), _z(fam, my, r.dst, divisions),
+            [(_z(fam, my, e, divisions), _z(fam, mx, a, divisions), _z(fam, my, b, divisions)) for e, a, b in r.modes],
+            at(my, r.dst_at), at(mx, r.src_at))
+
+
+def _pick(m: Model, run):
+    """One byte of a run, symbolic: (constraints, coordinates, src byte, dst byte)."""
+    _, src, dst, modes = run[:4]
+    cs = [m.fresh("c") for _ in modes]
+    inside = [z3.And(c >= 0, c < e) for c, (e, _, _) in zip(cs, modes)]
+    return inside, cs, src + sum(c * a for c, (_, a, _) in zip(cs, modes)), \
+        dst + sum(c * b for c, (_, _, b) in zip(cs, modes))
+
+
+def _cover(mx: Model, my: Model, runs):
+    """(meaning, violation) of each way the plan can fail to write every consumer byte once."""
+    yield "the plan writes a byte of more than a consumer page", z3.Or(*[z3.And(*inside, z3.Or(
+        dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local")))
+        for inside, _, src, dst in (_pick(my, r) for r in runs)], z3.BoolVal(False))
+    bad = [r[0] for r in runs if not 0 <= r[0]] + [r[0] for r in runs if z3.is_true(
+        z3.simplify(z3.IntVal(r[0]) >= mx.r.world)) if not isinstance(mx.r.world, int)] + \
+        [r[0] for r in runs if isinstance(mx.r.world, int) and r[0] >= mx.r.world]
+    yield f"the plan reads producer rank(s) {sorted(set(bad))}, outside the group", z3.BoolVal(bool(bad))
+    total = sum((prod_z3(e for e, _, _ in r[3]) for r in runs), z3.IntVal(0))
+    yield "the plan writes fewer or more bytes than the consumer page holds", total != my.r.page("local")
+    # no byte twice: the plan's readings of its bytes are the spec's (checked first, `_match`)
+    # and the local layout is one-to-one, so two writes of one byte are writes of one element
+    yield "the consumer's local layout is not one-to-one", query(my, "local-bijective")[0]
+    for j, a in enumerate(runs):
+        for k, b in enumerate(runs[j:], start=j):
+            ia, ca, _, da = _pick(my, a)
+            ib, cb, _, db = _pick(my, b)
+            iy, by, _ = _reading(my, ca, a[4], da, "")
+            iy2, by2, _ = _reading(my, cb, b[4], db, "")
+            apart = z3.BoolVal(True) if j != k else z3.Or(*[x != y for x, y in zip(ca, cb)], z3.BoolVal(False))
+            yield f"runs {j} and {k} write one consumer byte twice", \
+                z3.And(*ia, *ib, apart, by == by2, *[iy[n] == iy2[n] for n in iy])
+
+
+def prod_z3(xs):
+    out = z3.IntVal(1)
+    for x in xs:
+        out = out * x
+    return out
+
+
+def _reading(m: Model, cs, table, byte, what: str):
+    """The spec index and byte the plan says `byte` is, and what makes that reading wrong: an
+    index outside the spec's box, or a byte the spec's offset puts elsewhere."""
+    values = {i: base + sum((c * w for c, w in zip(cs, ws)), z3.IntVal(0)) for i, base, ws in table}
+    ext = m.r.extents("local")
+    idx = {n: values.get(n, z3.IntVal(0)) for n in ext}
+    b = values.get("", z3.IntVal(0))
+    wrong = z3.Or(*[z3.Or(idx[n] < 0, idx[n] >= ext[n]) for n in ext], b < 0, b >= m.element(),
+                  byte != m.r.offset("local", idx) + b)
+    return idx, b, wrong
+
+
+def _match(mx: Model, my: Model, consumer: int, run):
+    """(violation of the plan's reading of its bytes, violation of the match given it). The
+    first is the construction's fault (unknown), the second a plan that reads the wrong byte."""
+    inside, cs, src, dst = _pick(my, run)
+    iy, by, wrong_y = _reading(my, cs, run[4], dst, "consumer")
+    ix, bx, wrong_x = _reading(mx, cs, run[5], src, "producer")
+    dy, cdy = my.digits("")
+    dx, cdx = mx.digits("")
+    ranks = [*cdy, *cdx, my.rank_of(dy) == consumer, mx.rank_of(dx) == run[0]]
+    return z3.And(*inside, z3.Or(wrong_y, wrong_x)), \
+        z3.And(*inside, *ranks, my.canonical_byte(iy, dy) + by != mx.canonical_byte(ix, dx) + bx)
+
+
+def _same_shape(mx: Model, my: Model):
+    """The two canonical pages have the same indices, extents and element size: where they do
+    not, their formats differ and the runtime builds no direct plan (assumed, not proved)."""
+    ex, ey = mx.r.extents("canonical"), my.r.extents("canonical")
+    if set(ex) != set(ey):
+        return z3.BoolVal(False)
+    return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"))
+
+
+def _canonical_differs(mx: Model, my: Model):
+    """Some canonical index of one shape has another offset in the two configurations."""
+    idx, inside = my.index("canonical", "")
+    return z3.And(*inside, mx.r.offset("canonical", idx) != my.r.offset("canonical", idx))
+
+
+def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
+    """The plans for the case each side takes at these sizes (full dicts of runtime names),
+    built with only the configuration and the rank grids' names as numbers: `triples` of them
+    at these sizes are what the proof covers there."""
+    fam = resolve(lib, family)
+    order = paths(lib, family)
+    kx, ky = (order.index(tuple(Reading(lib, family, s).taken)) for s in (store, load))
+    vx, vy = fam.variants[kx], fam.variants[ky]
+    cx, cy = ({n: s[n] for n in CONFIGURATION if n in s} for s in (store, load))
+    nx, ny = rank_names(fam, vx, cx), rank_names(fam, vy, cy)
+    shared = {n for n in nx | ny if n not in PER_SIDE}  # as the proof takes them: one value on both sides
+    return plans(fam, vx, vy, cx | {n: store[n] for n in nx | shared}, cy | {n: load[n] for n in ny | shared})

@@ -1,0 +1,123 @@
+"""Direct reshard plans proved for all sizes (`prove.replan`): built in the algebra from the
+two digit tables, checked by Z3 against the spec's reading of both configurations; each
+verdict shown to fail on a mutant plan, and the runtime's plans shown to be the proved ones."""
+import pytest
+
+from layoutalg.distributed import group_of
+from layoutalg.errors import LayoutalgError
+from layoutalg.library import load_default
+from layoutalg.params import parse_config
+from layoutalg.prove import replan
+from layoutalg.prove.runner import Budgets
+from layoutalg.reshard import direct_plans
+
+from test_cli import run
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return load_default()
+
+
+def _rows(lib, family, store, load, edit=None):
+    rows = replan.prove_all_sizes(lib, family, parse_config(store), parse_config(load), Budgets.of().full, edit)
+    return {r.obligation: r for r in rows}
+
+
+@pytest.mark.parametrize("family, store, load", [
+    ("split_nhd", "tp=1", "tp=2"),                          # one producer to two consumers
+    ("split_hnd", "tp=2", "tp=1"),                          # two producers into one consumer
+    ("packed_nhd", "tp=1", "tp=2"),
+    ("split_nhd", "tp=2,dcp=2,interleave=2", "tp=2,dcp=2"),  # GQA replicas, tokens dealt in pairs then one by one
+])
+def test_direct_plans_are_proved_for_all_sizes(lib, family, store, load):
+    rows = _rows(lib, family, store, load)
+    for r in rows.values():
+        assert r.status == "proved", (r.obligation, r.detail)
+        assert r.method.startswith("all sizes at this configuration pair")
+
+
+def _first_run(edit_run):
+    def edit(plans):
+        p = plans[0]
+        return (p._replace(runs=edit_run(p.runs)),) + plans[1:]
+    return edit
+
+
+def test_a_plan_reading_the_wrong_producer_is_refuted(lib):
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=1", _first_run(lambda rs: (rs[0]._replace(producer=1 - rs[0].producer),)
+                                                               + rs[1:]))
+    assert rows["reshard-match"].status == "refuted"
+    assert "another canonical byte" in rows["reshard-match"].detail and "head_size=" in rows["reshard-match"].detail
+    assert rows["reshard-cover"].status == "proved"  # every byte still written once
+
+
+def test_a_plan_writing_a_run_twice_or_missing_one_is_refuted(lib):
+    twice = _rows(lib, "split_hnd", "tp=2", "tp=1", _first_run(lambda rs: rs[:1] * len(rs)))  # as many bytes
+    assert twice["reshard-cover"].status == "refuted" and "twice" in twice["reshard-cover"].detail
+    assert twice["reshard-match"].status == "proved"  # what it writes, it reads from the right place
+    short = _rows(lib, "split_hnd", "tp=2", "tp=1", _first_run(lambda rs: rs[1:]))
+    assert short["reshard-cover"].status == "refuted" and "fewer or more bytes" in short["reshard-cover"].detail
+
+
+def test_a_plan_whose_bytes_are_not_what_it_says_is_never_proved(lib):
+    rows = _rows(lib, "split_nhd", "tp=1", "tp=2", _first_run(lambda rs: (rs[0]._replace(src=rs[0].src + 1),)
+                                                               + rs[1:]))
+    assert {r.status for r in rows.values()} == {"unknown"}
+    assert "not shown to be the spec's" in rows["reshard-match"].detail
+
+
+@pytest.mark.parametrize("family, store, load, why", [
+    ("opaque", "tp=1", "tp=2", "format id"),
+    ("quant_split", "tp=1", "tp=2", "a page of regions"),
+    ("split_nhd", "tp=2,pcp=2", "tp=2,pcp=2,pcp_replicas=1", "no case of the family applies at both"),
+])
+def test_pairs_with_no_plan_for_all_sizes_are_unknown(lib, family, store, load, why):
+    rows = _rows(lib, family, store, load)
+    assert {r.status for r in rows.values()} == {"unknown"}
+    assert why in rows["reshard-cover"].method + rows["reshard-cover"].detail
+
+
+def test_a_configuration_outside_the_domain_is_an_error(lib):
+    with pytest.raises(LayoutalgError, match="names 'heads'"):
+        replan.prove_all_sizes(lib, "split_nhd", {"tp": 2, "heads": 4}, parse_config("tp=1"), Budgets.of().full)
+    with pytest.raises(LayoutalgError, match="outside the declared domain"):
+        replan.prove_all_sizes(lib, "split_nhd", {"tp": 4096}, parse_config("tp=1"), Budgets.of().full)
+
+
+def _runtime_triples(plan):
+    return {(r.producer, s + k, d + k) for r in plan.runs for s, d, n in r.triples() for k in range(n)}
+
+
+@pytest.mark.parametrize("family, store, load, heads", [
+    ("split_nhd", "tp=2", "tp=4", 8),
+    ("split_hnd", "tp=8", "tp=2", 2),                        # GQA: consumers spread their reads over replicas
+    ("split_nhd", "tp=4,dcp=2,interleave=2", "tp=4,dcp=2", 2),
+    ("packed_hnd", "tp=4", "tp=1", 4),
+    ("aiter", "tp=2", "tp=4", 4),
+    ("mla", "tp=2,dcp=2", "tp=4,dcp=2", 1),
+])
+def test_the_runtime_plan_is_the_proved_plan_at_its_sizes(lib, family, store, load, heads):
+    names = {"aiter_kv": 1} if family == "aiter" else None
+    x = group_of(family, parse_config(store), heads, 16, 8, "bf16", 2, names)
+    y = group_of(family, parse_config(load), heads, 16, 8, "bf16", 2, names)
+    runtime = direct_plans(x.mappings, y.mappings)
+    symbolic = replan.plans_at(lib, family, x.sizes, y.sizes)
+    assert len(symbolic) == len(runtime)
+    for s, r in zip(symbolic, runtime):
+        assert replan.triples(lib_family(lib, family), s, x.sizes, y.sizes) == _runtime_triples(r)
+
+
+def lib_family(lib, family):
+    from layoutalg.family import resolve
+    return resolve(lib, family)
+
+
+def test_cli_proves_a_pair_and_fails_on_an_unknown_one():
+    proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tp=2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 proved for all sizes" in proc.stdout and "direct plans from tp=1 to tp=2" in proc.stdout
+    proc = run("prove", "specs/opaque.lal", "--reshard", "tp=1", "tp=2")
+    assert proc.returncode == 1 and "0 refuted, 2 unknown" in proc.stdout
+    proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tq=2")
+    assert proc.returncode == 2 and "tq=2" in proc.stderr
