@@ -1,6 +1,6 @@
 """The whole reshard matrix, in one process (the suite runs a slice: tests/test_reshard.py).
 
-    python tests/reshard_matrix.py [--prove]
+    python tests/reshard_matrix.py [--prove] [--all-sizes]
 
 Every ordered pair of the configurations below that share a canonical page format, for
 every family of one layout: the direct plan and the path through canonical pages give
@@ -8,7 +8,9 @@ the same consumer bytes, each the hash of its coordinate in the spec; with --pro
 proves each pair's plan against the spec. Pairs of another cp (pages of two formats)
 go through canonical pages converted between the formats (`pageformat`) and through
 cross-cp direct plans (`reshard.cross_plans`, proved with --prove), each loaded byte
-checked against the spec's own coordinates. Last line:
+checked against the spec's own coordinates. For every pair of one format the runtime's
+direct plan is also shown to be, byte for byte, the plan `prove --reshard` proves for all
+sizes (`replan.plans_at`); with --all-sizes, that proof is run for each such pair. Last line:
 `N passed, M failed`; exits 1 on any failure.
 """
 from __future__ import annotations
@@ -24,6 +26,9 @@ from layoutalg.distributed import global_coordinates, hashed, layout_of_pages
 from layoutalg.errors import ConfigError, LayoutalgError
 from layoutalg.pageformat import conversion, convert, spec_coordinates
 from layoutalg.library import load_default
+from layoutalg.family import resolve
+from layoutalg.params import parse_config
+from layoutalg.prove.replan import plans_at, prove_all_sizes, triples
 from layoutalg.prove.reshard import prove_plans
 from layoutalg.prove.runner import Budgets
 from layoutalg.reshard import ReshardError, direct_plans
@@ -112,7 +117,7 @@ def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
     return True
 
 
-def main(prove: bool) -> int:
+def main(prove: bool, all_sizes: bool = False) -> int:
     passed = failed = refused = unserved = 0
     t0 = time.perf_counter()
     for family, heads in FAMILIES + QUANTISED:
@@ -140,6 +145,12 @@ def main(prove: bool) -> int:
                 continue
             try:
                 t.test_direct_plan_equals_the_path_through_canonical_pages(family, heads, a, b)
+                one_box = (family, heads) in FAMILIES  # pages of regions are proved per pair only
+                if one_box:
+                    _is_the_proved_plan(family, x, y, plans)
+                if all_sizes and one_box:
+                    rows = prove_all_sizes(load_default(), family, parse_config(a), parse_config(b), Budgets.of().full)
+                    assert all(r.status == "proved" for r in rows), [(r.obligation, r.status, r.detail) for r in rows]
                 if prove:
                     rows = prove_plans(load_default(), family, x.sizes, y.sizes, plans, Budgets.of().config)
                     assert all(r.status == "proved" for r in rows), rows
@@ -153,6 +164,15 @@ def main(prove: bool) -> int:
     return 1 if failed or not passed else 0
 
 
+def _is_the_proved_plan(family: str, x, y, plans) -> None:
+    """The runtime's plan at these sizes is the instance of the plan proved for all sizes."""
+    lib = load_default()
+    fam = resolve(lib, family)
+    symbolic = plans_at(lib, family, x.sizes, y.sizes)
+    runtime = [{(r.producer, s + k, d + k) for r in p.runs for s, d, n in r.triples() for k in range(n)} for p in plans]
+    assert [triples(fam, p, x.sizes, y.sizes) for p in symbolic] == runtime, "the runtime's plan is not the proved one"
+
+
 if __name__ == "__main__":
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    sys.exit(main("--prove" in sys.argv))
+    sys.exit(main("--prove" in sys.argv, "--all-sizes" in sys.argv))

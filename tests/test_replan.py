@@ -52,6 +52,12 @@ def test_a_plan_reading_the_wrong_producer_is_refuted(lib):
     assert rows["reshard-cover"].status == "proved"  # every byte still written once
 
 
+def test_a_plan_reading_a_producer_outside_the_group_is_refuted(lib):
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=1", _first_run(lambda rs: (rs[0]._replace(producer=2),) + rs[1:]))
+    assert rows["reshard-cover"].status == rows["reshard-match"].status == "refuted"
+    assert "outside the group" in rows["reshard-cover"].detail
+
+
 def test_a_plan_writing_a_run_twice_or_missing_one_is_refuted(lib):
     twice = _rows(lib, "split_hnd", "tp=2", "tp=1", _first_run(lambda rs: rs[:1] * len(rs)))  # as many bytes
     assert twice["reshard-cover"].status == "refuted" and "twice" in twice["reshard-cover"].detail
