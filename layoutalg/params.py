@@ -79,12 +79,15 @@ CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")
 
 def parse_config(text: str) -> dict:
     """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0)."""
-    out = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
+    out, seen = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}, set()
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, eq, value = item.partition("=")
         if not eq or name not in CONFIG_NAMES:
             raise ConfigError(f"configuration {text!r}: expected NAME=VALUE items with NAME one of "
                               f"{', '.join(CONFIG_NAMES)}, got {item!r}")
+        if name in seen:
+            raise ConfigError(f"configuration {text!r}: {name} is given twice")
+        seen.add(name)
         try:
             out[name] = int(value)
         except ValueError:

@@ -127,3 +127,103 @@ def test_cli_proves_a_pair_and_fails_on_an_unknown_one():
     assert proc.returncode == 1 and "0 refuted, 2 unknown" in proc.stdout
     proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tq=2")
     assert proc.returncode == 2 and "tq=2" in proc.stderr
+
+
+# ---- review findings: each a plan or spec that must never be proved ----------------------------
+
+def test_plans_that_leave_a_consumer_rank_out_are_refuted(lib):
+    for edit in (lambda ps: ps[:1], lambda ps: (), lambda ps: (ps[0], ps[0])):
+        rows = _rows(lib, "split_nhd", "tp=1", "tp=2", edit)
+        assert rows["reshard-cover"].status == "refuted" and "the load group has 2 ranks" in rows["reshard-cover"].detail
+        assert rows["reshard-match"].status == "unknown"
+
+
+def test_negative_extents_are_no_plan(lib):
+    import sympy
+
+    def edit(plans):
+        return tuple(p._replace(runs=tuple(r._replace(modes=((sympy.Integer(-1), 0, 0), (-r.modes[0][0],) + r.modes[0][1:])
+                                                       + r.modes[1:]) for r in p.runs)) for p in plans)
+    rows = _rows(lib, "split_nhd", "tp=1", "tp=2", edit)  # every product unchanged, every byte gone
+    assert rows["reshard-cover"].status == rows["reshard-match"].status == "refuted"
+    assert "negative extent" in rows["reshard-cover"].detail
+
+
+def test_a_division_that_is_never_exact_leaves_no_proof(lib):
+    import sympy
+    from layoutalg.sizes import Atom
+    q = sympy.Symbol("_never", integer=True)
+    never = Atom(q, "/", 2 * sympy.Symbol("block_size", integer=True, positive=True) + 1, sympy.Integer(2))
+
+    def edit(plans):  # a wrong producer (refuted alone) and an empty run reading the inexact division
+        return tuple(p._replace(runs=tuple(r._replace(producer=1 - r.producer) for r in p.runs)
+                                + (replan.SymbolicRun(0, 0, 0, ((0, q, q),)),), atoms={**p.atoms, q: never})
+                     for p in plans)
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=1", edit)
+    assert {r.status for r in rows.values()} == {"unknown"}
+    assert "division exact" in rows["reshard-match"].detail
+
+
+def _mutated(tmp_path, old, new):
+    from conftest import ROOT
+    from layoutalg.library import load
+    grids = (ROOT / "specs" / "grids.lal").read_text()
+    assert old in grids
+    (tmp_path / "grids.lal").write_text(grids.replace(old, new))
+    (tmp_path / "split_nhd.lal").write_text((ROOT / "specs" / "split_nhd.lal").read_text())
+    return load([str(tmp_path / "split_nhd.lal")])
+
+
+def test_a_spec_whose_divisions_are_read_lazily_and_never_exact_is_not_proved(tmp_path):
+    lib = _mutated(tmp_path, "fn head(h) = head_shard * heads + h ", "fn head(h) = head_shard * heads + h + 0 * (tp / 3) ")
+    rows = _rows(lib, "split_nhd", "tp=1", "tp=2")  # the runtime refuses every size: (tp) / (3) is never whole
+    assert {r.status for r in rows.values()} == {"unknown"}
+
+
+_SMALL_GRID = """
+grid heads:   # a small grid: tp heads shards, a cp of 1
+    world tp * pcp
+    require total_heads % tp == 0
+    let shards = tp, cp = 1
+    require heads == total_heads / shards
+    ranks {ranks}
+    fn head(h) = head_shard * heads + h
+    agnostic when cp == 1
+    fn token(t) = t
+"""
+
+
+def _small(tmp_path, ranks):
+    from conftest import ROOT
+    from layoutalg.library import load
+    (tmp_path / "grids.lal").write_text(_SMALL_GRID.format(ranks=ranks))
+    (tmp_path / "split_nhd.lal").write_text((ROOT / "specs" / "split_nhd.lal").read_text())
+    return load([str(tmp_path / "split_nhd.lal")])
+
+
+def test_a_grid_whose_digits_miss_ranks_of_its_world_is_not_proved(tmp_path):
+    lib = _small(tmp_path, "head_shard < shards")  # a world of tp * pcp ranks, digits for tp of them
+    for edit in (None, lambda ps: tuple(p._replace(runs=tuple(r._replace(producer=1) for r in p.runs)) for p in ps)):
+        rows = _rows(lib, "split_nhd", "tp=1,pcp=2", "tp=1,pcp=2", edit)  # (and every read from a rank with no digits)
+        assert {r.status for r in rows.values()} == {"unknown"}
+        assert "number exactly its world" in rows["reshard-cover"].detail
+
+
+def test_a_spec_without_a_requirement_the_plan_needs_is_not_proved(tmp_path):
+    lib = _mutated(tmp_path, "        require block_size % interleave == 0\n", "")
+    rows = _rows(lib, "split_nhd", "tp=1,pcp=2,interleave=2", "tp=1,pcp=2")
+    assert {r.status for r in rows.values()} == {"unknown"}
+    assert "division exact" in rows["reshard-cover"].detail
+
+
+def test_configurations_are_read_strictly(lib, tmp_path):
+    from layoutalg.errors import ConfigError
+    with pytest.raises(ConfigError, match="tp is given twice"):
+        parse_config("tp=2,tp=4")
+    with pytest.raises(LayoutalgError, match="not a whole number"):
+        replan.prove_all_sizes(lib, "split_nhd", {"tp": "2"}, parse_config("tp=1"), Budgets.of().full)
+    bare = _small(tmp_path, "pcp_rank < pcp, head_shard < shards")  # a library that declares no pcp_replicas
+    rows = _rows(bare, "split_nhd", "tp=1", "tp=2")
+    assert {r.status for r in rows.values()} == {"proved"}  # the configuration's pcp_replicas=0 means nothing here
+    with pytest.raises(LayoutalgError, match="declare no pcp_replicas"):
+        _rows(bare, "split_nhd", "tp=1", "tp=2,pcp_replicas=1")

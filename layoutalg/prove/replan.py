@@ -45,7 +45,7 @@ from ..interpret import Reading, paths
 from ..layout import Layout
 from ..params import CONFIG_NAMES
 from ..library import Library
-from .obligations import Budget, Model, family_names, query, size_to_z3, value
+from .obligations import Budget, Model, family_names, query, value
 from .store import Row
 
 RESHARD = ("reshard-cover", "reshard-match")
@@ -317,7 +317,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     if not compile_family(fam).claims_agnostic:
         return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
                                "backed by the grid): no direct plan between two configurations")
-    sx, sy, bounds = _sizes(lib, family, store, load)
+    sx, sy, bounds, store, load = _sizes(lib, family, store, load)
     checked, cases, seen = 0, 0, []
     verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
 
@@ -328,6 +328,8 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         try:
             mx = Model(lib, family, px, sizes=sx, tag="x.")
             my = Model(lib, family, py, sizes=sy, tag="y.")
+            mx.touch()  # the divisions the spec reads lazily join the side conditions before the pair
+            my.touch()  # is found to apply: one that is never exact leaves it applying nowhere
         except (ArithmeticError, LookupError, TypeError) as e:  # not shown to apply nowhere: unknown
             for row in RESHARD:
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): the spec cannot be read at these "
@@ -363,28 +365,38 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
 
 
 def _sizes(lib: Library, family: str, store: dict, load: dict):
-    """Both sides' sizes (configuration numbers, per-side and shared Z3 variables) and the
-    domain bounds of every variable."""
+    """Both sides' sizes (configuration numbers, per-side and shared Z3 variables), the domain
+    bounds of every variable, and both configurations in full (what was not given at its
+    default)."""
     vocab = lib.vocabulary()
+    full = []
     for side, config in (("store", store), ("load", load)):
-        for n, v in config.items():
-            if n not in CONFIGURATION or n not in vocab:
-                raise LayoutalgError(f"prove_all_sizes: the {side} configuration names {n!r}; a configuration "
-                                     f"gives {', '.join(CONFIGURATION)}")
-            if type(v) is not int or not vocab[n].lo <= v <= vocab[n].hi:
-                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n}={v!r} is outside the "
+        fixed = {}
+        for n in CONFIGURATION:
+            default = 0 if n == "pcp_replicas" else 1
+            v = config.get(n, default)
+            if type(v) is not int:
+                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n} is {v!r}, not a whole number")
+            if n not in vocab:  # a library whose grids never read it: only its default means anything
+                if v != default:
+                    raise LayoutalgError(f"prove_all_sizes: the {side} configuration sets {n}={v}, but the "
+                                         f"loaded specs declare no {n}")
+                continue
+            if not vocab[n].lo <= v <= vocab[n].hi:
+                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n}={v} is outside the "
                                      f"declared domain [{vocab[n].lo}, {vocab[n].hi}]")
-    names = family_names(lib, family) | set(CONFIGURATION) | set(PER_SIDE)
+            fixed[n] = v
+        extra = sorted(set(config) - set(CONFIGURATION))
+        if extra:
+            raise LayoutalgError(f"prove_all_sizes: the {side} configuration names {extra[0]!r}; a configuration "
+                                 f"gives {', '.join(CONFIGURATION)}")
+        full.append(fixed)
+    names = family_names(lib, family) | set(PER_SIDE)
     shared = {n: z3.Int(n) for n in names if n in vocab and n not in CONFIGURATION and n not in PER_SIDE}
-    sides = []
-    for tag, config in (("x.", store), ("y.", load)):
-        own = {n: z3.Int(tag + n) for n in PER_SIDE}
-        fixed = {n: config.get(n, vocab[n].default if vocab[n].default is not None else
-                               (0 if n == "pcp_replicas" else 1)) for n in CONFIGURATION if n in vocab}
-        sides.append({**shared, **own, **fixed})
+    sides = [{**shared, **{n: z3.Int(tag + n) for n in PER_SIDE}, **fixed} for tag, fixed in zip(("x.", "y."), full)]
     bounds = [c for s in sides for n, x in s.items() if z3.is_expr(x)
               for c in (x >= vocab[n].lo, x <= vocab[n].hi)]
-    return sides[0], sides[1], bounds
+    return sides[0], sides[1], bounds, full[0], full[1]
 
 
 def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
@@ -426,26 +438,43 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
 
     def both(status, why):
         return {row: (status, why) for row in RESHARD}, 0
+    status, model = solve(_grid_short(mx, my))
+    if status != "unsat":  # then some rank has no digits: a plan for it, or read from it, is vacuous
+        return both("unknown", "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
+                               "`layoutalg prove` checks writers-cover)" +
+                    (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
     status, model = solve(_canonical_differs(mx, my))
     if status != "unsat":
         return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
                     (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
-    divisions: list = []
     built = plans(fam, vx, vy, store, load)
     built = edit(built) if edit is not None else built
+    world = z3.simplify(z3.IntVal(0) + my.r.world)
+    if not z3.is_int_value(world):
+        return both("unknown", f"the load group's world is {world}, not a number")
+    consumers = sorted(p.consumer for p in built)
+    if consumers != list(range(world.as_long())):
+        return {"reshard-cover": ("refuted", f"plans for consumer ranks {consumers}; the load group has "
+                                             f"{world.as_long()} ranks, each written once"),
+                "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0
     queries, readings = [], []
+    z = None
     for plan in built:
-        runs = [_z3_run(fam, mx, my, r, divisions, plan.atoms) for r in plan.runs]
+        z = _Terms(fam, mx, my, plan.atoms) if z is None else z
+        z.atoms.update(plan.atoms)
+        runs = [_z3_run(z, r) for r in plan.runs]
         queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs)]
         for run in runs:
             reading, match = _match(mx, my, plan.consumer, run)
             readings.append((plan, reading))
             queries.append((plan, "reshard-match", "a byte is read from a producer byte holding another canonical "
                                                    "byte", match))
-    if divisions:  # a quotient the guards do not make exact would make every later query vacuous there
-        status, model = solve(z3.Or(*[n % d != 0 for n, d in divisions]))
+    divisions = z.divisions if z is not None else []
+    if divisions:  # each division of the plan's sizes: by a positive divisor, and `/` exact, wherever the spec applies
+        status, model = solve(z3.Or(*[z3.Or(d <= 0, n % d != 0) if op == "/" else d <= 0 for op, n, d in divisions]))
         if status != "unsat":
-            return both("unknown", "the plan divides a size where the guards do not show it exact" +
+            return both("unknown", "the plan divides a size where the guards do not show the divisor positive "
+                                   "and the division exact" +
                         (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
     for plan, violation in readings:  # the plan's own reading of its bytes, which both rows take
         status, model = solve(violation)
@@ -474,50 +503,59 @@ def _sizes_at(mx: Model, my: Model, model) -> str:
     return ", ".join(f"{n}={v}" for n, v in out.items())
 
 
-class _Both(NamedTuple):
-    """What `size_to_z3` reads of a model, for a size that may read both configurations'
-    own sizes (`x.heads`, `y.heads`) besides the shared ones."""
+class _Terms:
+    """The plan's sympy sizes as Z3 terms over both configurations' sizes (`x.heads`, `y.heads`
+    and the shared ones). A division is Z3's own, total: it adds no side condition, which
+    could empty the domain and leave every query vacuously unsat. Each is listed instead
+    (`divisions`: op, dividend, divisor) to be shown positive and, for `/`, exact wherever
+    the spec applies (`_check`)."""
 
-    sizes: dict
-    ops: object
+    def __init__(self, fam, mx: Model, my: Model, own: dict):
+        self.sizes = {n: x for n, x in mx.sizes.items() if n not in PER_SIDE}
+        self.sizes.update({f"x.{n}": mx.sizes[n] for n in PER_SIDE}, **{f"y.{n}": my.sizes[n] for n in PER_SIDE})
+        self.atoms = {**fam.atoms.by_symbol, **own}
+        self.divisions: list = []
+
+    def __call__(self, e):
+        n, d = sympy.fraction(sympy.cancel(sympy.sympify(e)))
+        return self._div("/", self._term(sympy.expand(n)), self._term(sympy.expand(d))) if d != 1 else \
+            self._term(sympy.expand(n))
+
+    def _div(self, op, a, b):
+        if isinstance(a, int) and isinstance(b, int) and b > 0 and (op != "/" or a % b == 0):
+            return a // b if op != "%" else a % b
+        self.divisions.append((op, a, b))
+        return a % b if op == "%" else a / b
+
+    def _term(self, e):
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            if e in self.atoms:
+                a = self.atoms[e]
+                return self._div(a.op, self._term(sympy.expand(a.num)), self._term(sympy.expand(a.den)))
+            if e.name not in self.sizes:
+                raise NotEstablished(f"a size of the plan reads {e.name}, whose side is not known")
+            return self.sizes[e.name]
+        if e.is_Add or e.is_Mul:
+            parts = [self._term(x) for x in e.args]
+            out = parts[0]
+            for x in parts[1:]:
+                out = out + x if e.is_Add else out * x
+            return out
+        if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+            out = 1
+            for _ in range(int(e.exp)):
+                out = out * self._term(e.base)
+            return out
+        raise NotEstablished(f"a size of the plan, {e}, is not a polynomial of sizes and divisions")
 
 
-class _Atoms(NamedTuple):
-    by_symbol: dict
-
-
-def _both(mx: Model, my: Model) -> _Both:
-    sizes = {n: x for n, x in mx.sizes.items() if n not in PER_SIDE}
-    sizes.update({f"x.{n}": mx.sizes[n] for n in PER_SIDE}, **{f"y.{n}": my.sizes[n] for n in PER_SIDE})
-    return _Both(sizes, my.ops)
-
-
-def _z(atoms, m: _Both, e, divisions: list):
-    """A sympy size of the plan as a Z3 term; a quotient is Z3's integer division, and is
-    listed in `divisions` to be shown exact under the guards."""
-    n, d = sympy.fraction(sympy.cancel(sympy.sympify(e)))
-    try:
-        zn = size_to_z3(m, atoms, sympy.expand(n))
-        zd = size_to_z3(m, atoms, sympy.expand(d))
-    except KeyError as k:
-        raise NotEstablished(f"a size of the plan, {e}, reads {k} of one configuration inside a division") from None
-    if d == 1:
-        return zn
-    divisions.append((zn, zd))
-    return zn / zd
-
-
-def _z3_run(fam, mx: Model, my: Model, r: SymbolicRun, divisions: list, own: dict):
+def _z3_run(z: _Terms, r: SymbolicRun):
     """(producer, src, dst, [(extent, src stride, dst stride)], dst reading, src reading) as Z3 terms."""
-    both = _both(mx, my)
-    mx = my = both
-    fam = _Atoms({**fam.atoms.by_symbol, **own})
-
-    def at(m, table):
-        return [(i, _z(fam, m, base, divisions), [_z(fam, m, w, divisions) for w in ws]) for i, base, ws in table]
-    return (r.producer, _z(fam, mx, r.src, divisions), _z(fam, my, r.dst, divisions),
-            [(_z(fam, my, e, divisions), _z(fam, mx, a, divisions), _z(fam, my, b, divisions)) for e, a, b in r.modes],
-            at(my, r.dst_at), at(mx, r.src_at))
+    def at(table):
+        return [(i, z(base), [z(w) for w in ws]) for i, base, ws in table]
+    return (r.producer, z(r.src), z(r.dst), [(z(e), z(a), z(b)) for e, a, b in r.modes], at(r.dst_at), at(r.src_at))
 
 
 def _pick(m: Model, run):
@@ -534,6 +572,8 @@ def _cover(mx: Model, my: Model, runs):
     yield "the plan writes a byte of more than a consumer page", z3.Or(*[z3.And(*inside, z3.Or(
         dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local")))
         for inside, _, src, dst in (_pick(my, r) for r in runs)], z3.BoolVal(False))
+    yield "a mode of the plan has a negative extent", \
+        z3.Or(*[e < 0 for r in runs for e, _, _ in r[3]], z3.BoolVal(False))
     yield "the plan reads a producer rank outside the group", \
         z3.Or(*[z3.Or(z3.IntVal(r[0]) < 0, z3.IntVal(r[0]) >= mx.r.world) for r in runs], z3.BoolVal(False))
     total = sum((prod_z3(e for e, _, _ in r[3]) for r in runs), z3.IntVal(0))
@@ -581,8 +621,9 @@ def _match(mx: Model, my: Model, consumer: int, run):
     dx, cdx = mx.digits("")
     ranks = [*cdy, *cdx, my.rank_of(dy) == consumer, mx.rank_of(dx) == run[0]]
     nowhere = z3.Or(z3.IntVal(run[0]) < 0, z3.IntVal(run[0]) >= mx.r.world)  # no producer holds anything there
+    unreal = z3.Or(*[e < 0 for e, _, _ in run[3]], z3.BoolVal(False))  # no byte of the run exists: none matched
     return z3.And(*inside, z3.Or(wrong_y, wrong_x)), \
-        z3.Or(z3.And(*inside, nowhere),
+        z3.Or(z3.And(*inside, nowhere), unreal,
               z3.And(*inside, *ranks, my.canonical_byte(iy, dy) + by != mx.canonical_byte(ix, dx) + bx))
 
 
@@ -593,6 +634,11 @@ def _same_shape(mx: Model, my: Model):
     if set(ex) != set(ey):
         return z3.BoolVal(False)
     return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"))
+
+
+def _grid_short(mx: Model, my: Model):
+    """A configuration's rank digits do not number exactly its world: some rank would have none."""
+    return z3.Or(*[prod_z3(e for _, e in m.r.rank_extents()) != m.r.world for m in (mx, my)])
 
 
 def _canonical_differs(mx: Model, my: Model):
