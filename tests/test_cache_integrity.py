@@ -30,14 +30,43 @@ def layer():
     return spec, tensor, ParallelConfig(tp=2, total_kv_heads=8)
 
 
+@pytest.fixture(scope="session")
+def stored_entry(tmp_path_factory):
+    """(name, bytes) of the library's entry as the cache writes it: compiled once, not per test."""
+    folder = tmp_path_factory.mktemp("template") / "cache"
+    old = os.environ.get("LAYOUTALG_CACHE")
+    os.environ["LAYOUTALG_CACHE"] = str(folder)
+    try:
+        compiled_library.cache_clear()
+        compiled_library()
+        (p,) = folder.glob("library-*.json")
+        return p.name, p.read_bytes()
+    finally:
+        compiled_library.cache_clear()
+        if old is None:
+            del os.environ["LAYOUTALG_CACHE"]
+        else:
+            os.environ["LAYOUTALG_CACHE"] = old
+
+
 @pytest.fixture
-def cache_folder(tmp_path, monkeypatch):
+def empty_cache_folder(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("LAYOUTALG_CACHE", str(folder))
     monkeypatch.setattr(cache, "_warned", set())
     compiled_library.cache_clear()
     yield folder
     compiled_library.cache_clear()
+
+
+@pytest.fixture
+def cache_folder(empty_cache_folder, stored_entry):
+    """A private cache folder holding the entry compiled_library() would have stored there."""
+    empty_cache_folder.mkdir(mode=0o700)
+    name, data = stored_entry
+    (empty_cache_folder / name).write_bytes(data)
+    (empty_cache_folder / name).chmod(0o600)
+    return empty_cache_folder
 
 
 def entry_path(folder: Path) -> Path:
@@ -256,10 +285,10 @@ def test_group_writable_cache_file_is_refused(cache_folder):
     assert cache.load("library", ROOT / "specs")[1] is None
 
 
-def test_new_cache_folder_is_private(cache_folder):
+def test_new_cache_folder_is_private(empty_cache_folder):
     compiled_library()
-    assert cache_folder.stat().st_mode & 0o777 == 0o700
-    assert entry_path(cache_folder).stat().st_mode & 0o777 == 0o600
+    assert empty_cache_folder.stat().st_mode & 0o777 == 0o700
+    assert entry_path(empty_cache_folder).stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="giving a folder away needs root")
