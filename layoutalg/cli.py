@@ -212,6 +212,9 @@ def _reshard(args) -> int:
     from .distributed import group_of, parse_config, reshard
     model = (args.heads, args.block_size, args.head_size, args.dtype, args.blocks)
     names = dict(args.size)
+    if len(names) != len(args.size):
+        twice = next(n for n, _ in args.size if [m for m, _ in args.size].count(n) > 1)
+        raise LayoutalgError(f"reshard: --size {twice} is given twice")
     store = group_of(args.family, parse_config(args.store), *model, names=names)
     load = group_of(args.family, parse_config(args.load), *model, names=names)
     conversion = None

@@ -58,6 +58,10 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
              blocks: int, names: dict | None = None) -> Group:
     """The layer under `config`, served by `family` or a `ConfigError` saying why not. `names`
     gives the runtime names a spec declares (a Mamba state's heads, groups, ...)."""
+    configured = sorted(n for n in (names or {}) if n in CONFIG_NAMES)
+    if configured:
+        raise ConfigError(f"reshard: --size {configured[0]}: '{configured[0]}' is part of the configuration; give it "
+                          f"there (--store ...,{configured[0]}=N), once")
     builtin = sorted(n for n in (names or {}) if n in params.TABLE)
     if builtin:
         raise ConfigError(f"reshard: --size {builtin[0]}: '{builtin[0]}' is a built-in runtime name, set from the "

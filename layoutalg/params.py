@@ -88,11 +88,13 @@ def parse_config(text: str) -> dict:
         if name in seen:
             raise ConfigError(f"configuration {text!r}: {name} is given twice")
         seen.add(name)
-        try:
-            out[name] = int(value)
-        except ValueError:
-            raise ConfigError(f"configuration {text!r}: {name} must be a whole number, got {value!r}") from None
+        digits = value[1:] if value.startswith("-") else value  # a negative number is named below as too small
+        if not (digits.isascii() and digits.isdigit()):
+            raise ConfigError(f"configuration {text!r}: {name} must be a whole number, got {value!r}")
+        out[name] = int(value)
         least = 0 if name == "pcp_replicas" else 1
         if out[name] < least:
             raise ConfigError(f"configuration {text!r}: {name} = {out[name]}, expected at least {least}")
+    if not seen:
+        raise ConfigError(f"configuration {text!r}: no NAME=VALUE item (give at least tp, as 'tp=1')")
     return out

@@ -227,3 +227,26 @@ def test_configurations_are_read_strictly(lib, tmp_path):
     assert {r.status for r in rows.values()} == {"proved"}  # the configuration's pcp_replicas=0 means nothing here
     with pytest.raises(LayoutalgError, match="declare no pcp_replicas"):
         _rows(bare, "split_nhd", "tp=1", "tp=2,pcp_replicas=1")
+
+
+def test_ranks_that_are_not_ints_and_unknown_divisions_are_no_plan(lib):
+    import sympy
+    from layoutalg.sizes import Atom
+    half = _rows(lib, "split_nhd", "tp=2", "tp=1", _first_run(lambda rs: rs[:1] + tuple(r._replace(producer=0.5)
+                                                                                        for r in rs[1:])))
+    assert {r.status for r in half.values()} == {"refuted"} and "ranks are ints" in half["reshard-cover"].detail
+    q = sympy.Symbol("_odd", integer=True)
+
+    def odd(plans):
+        return tuple(p._replace(atoms={**p.atoms, q: Atom(q, "?", sympy.Integer(4), sympy.Integer(2))}) for p in plans)
+    rows = _rows(lib, "split_nhd", "tp=1", "tp=2", odd)
+    assert {r.status for r in rows.values()} == {"refuted"} and "none of /, //, %" in rows["reshard-match"].detail
+
+
+def test_a_configuration_name_given_as_a_size_is_an_error():
+    from layoutalg.errors import ConfigError
+    with pytest.raises(ConfigError, match="part of the configuration"):
+        group_of("split_nhd", parse_config("tp=2,pcp=2"), 8, 16, 128, "bf16", 4, names={"pcp_replicas": 1})
+    for text in ("", " , ", "tp=1_0", "tp=+2", "tp=\u0662"):
+        with pytest.raises(ConfigError):
+            parse_config(text)

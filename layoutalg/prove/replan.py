@@ -266,6 +266,8 @@ def evaluate(fam, plan: SymbolicPlan, x, store: dict, load: dict) -> int:
         for s in e.free_symbols:
             if s in atoms:
                 a = atoms[s]
+                if a.op not in ("/", "//", "%"):
+                    raise NotEstablished(f"a division {a.op!r} is none of /, //, %")
                 n, d = ev(a.num), ev(a.den)
                 subs[s] = sympy.Rational(n, d) if a.op == "/" else sympy.Integer(n // d if a.op == "//" else n % d)
             elif s.name.startswith(("x.", "y.")):
@@ -449,6 +451,9 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
                     (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
     built = plans(fam, vx, vy, store, load)
     built = edit(built) if edit is not None else built
+    shape = _malformed(built)
+    if shape:
+        return both("refuted", f"not a plan: {shape}")
     world = z3.simplify(z3.IntVal(0) + my.r.world)
     if not z3.is_int_value(world):
         return both("unknown", f"the load group's world is {world}, not a number")
@@ -522,6 +527,8 @@ class _Terms:
             self._term(sympy.expand(n))
 
     def _div(self, op, a, b):
+        if op not in ("/", "//", "%"):
+            raise NotEstablished(f"a division {op!r} is none of /, //, %")
         if isinstance(a, int) and isinstance(b, int) and b > 0 and (op != "/" or a % b == 0):
             return a // b if op != "%" else a % b
         self.divisions.append((op, a, b))
@@ -634,6 +641,19 @@ def _same_shape(mx: Model, my: Model):
     if set(ex) != set(ey):
         return z3.BoolVal(False)
     return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"))
+
+
+def _malformed(built) -> str:
+    """What makes `built` no plan at all ('' when nothing): consumers and producers are ranks,
+    plain ints (a float would be truncated by one check and compared exactly by another), and
+    every division of its sizes is one the language has."""
+    for p in built:
+        if type(p.consumer) is not int or any(type(r.producer) is not int for r in p.runs):
+            return f"consumer {p.consumer!r} reads producers {[r.producer for r in p.runs]!r}: ranks are ints"
+        bad = [a.op for a in p.atoms.values() if a.op not in ("/", "//", "%")]
+        if bad:
+            return f"a division {bad[0]!r} of its sizes is none of /, //, %"
+    return ""
 
 
 def _grid_short(mx: Model, my: Model):
