@@ -131,11 +131,6 @@ def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None)
     return digits, raw, normal
 
 
-def _quotient(n, d):
-    q = sympy.cancel(sympy.sympify(n) / d)
-    return int(q) if q.is_Integer and q > 0 else None
-
-
 def _int(x, what: str) -> int:
     if not sympy.sympify(x).is_Integer:
         raise NotEstablished(f"{what} is {x}, not a number at this configuration pair")
