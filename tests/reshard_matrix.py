@@ -34,6 +34,7 @@ from layoutalg.prove.runner import Budgets
 from layoutalg.reshard import ReshardError, direct_plans
 
 import test_reshard as t
+from test_replan import _runtime_triples as runtime_triples
 
 CONFIGS = ["tp=1", "tp=2", "tp=4", "tp=8", "tp=16", "tp=8,dcp=2", "tp=16,dcp=2", "tp=8,dcp=2,interleave=2",
            "tp=16,dcp=2,interleave=2", "tp=1,pcp=2", "tp=2,pcp=2", "tp=4,pcp=2", "tp=2,pcp=2,pcp_replicas=1",
@@ -169,7 +170,7 @@ def _is_the_proved_plan(family: str, x, y, plans) -> None:
     lib = load_default()
     fam = resolve(lib, family)
     symbolic = plans_at(lib, family, x.sizes, y.sizes)
-    runtime = [{(r.producer, s + k, d + k) for r in p.runs for s, d, n in r.triples() for k in range(n)} for p in plans]
+    runtime = [runtime_triples(p) for p in plans]
     assert [triples(fam, p, x.sizes, y.sizes) for p in symbolic] == runtime, "the runtime's plan is not the proved one"
 
 

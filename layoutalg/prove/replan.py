@@ -46,6 +46,7 @@ from ..layout import Layout
 from ..params import CONFIG_NAMES
 from ..library import Library
 from .obligations import Budget, Model, family_names, query, value
+from .reshard import _solve
 from .store import Row
 
 RESHARD = ("reshard-cover", "reshard-match")
@@ -103,8 +104,7 @@ def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None)
                 a = fam.atoms.by_symbol[s]
                 n, d = at(a.num), at(a.den)
                 if n.is_Integer and d.is_Integer and d > 0:
-                    subs[s] = {"/": sympy.Rational(int(n), int(d)), "//": sympy.Integer(int(n) // int(d)),
-                               "%": sympy.Integer(int(n) % int(d))}[a.op]
+                    subs[s] = _divided(a.op, int(n), int(d))
         return sympy.cancel(x.xreplace(subs)) if subs else x
 
     def raw(x):
@@ -129,6 +129,16 @@ def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None)
     digits = [d.__class__(d.name, raw(d.extent), raw(d.local), raw(d.canonical), raw(d.rank), d.is_rank,
                           d.replica, d.split) for d in v.digits]
     return digits, raw, normal
+
+
+DIVISIONS = ("/", "//", "%")
+
+
+def _divided(op: str, n: int, d: int):
+    """`n op d` of two ints, as sympy (`/` a rational where it is not whole)."""
+    if op not in DIVISIONS:
+        raise NotEstablished(f"a division {op!r} is none of /, //, %")
+    return sympy.Rational(n, d) if op == "/" else sympy.Integer(n // d if op == "//" else n % d)
 
 
 def _int(x, what: str) -> int:
@@ -197,7 +207,7 @@ def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
     world = prod(num(d.extent, f"consumer rank digit {d.name}'s extent") for d in ranks)
     replicas = [(num(d.extent, "a replica digit's extent"), num(d.rank, "a replica digit's rank stride"))
                 for d in dx if d.replica]
-    replicas = sorted((e, r) for e, r in replicas if e != 1)
+    replicas = sorted(((e, r) for e, r in replicas if e != 1), key=lambda x: x[1])  # holders by rank number
     out = []
     for s in range(world):
         digit = {d.name: (s // num(d.rank, f"rank stride of {d.name}")) % num(d.extent, "a rank extent")
@@ -217,7 +227,7 @@ def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
             else:
                 modes.append((p, x, y))
         k = s % prod(e for e, _ in replicas) if replicas else 0
-        for e, r in sorted(replicas, key=lambda x: x[1]):  # the k-th holder by rank number
+        for e, r in replicas:  # the k-th holder
             producer += (k % e) * r
             k //= e
         runs = []
@@ -261,10 +271,7 @@ def evaluate(fam, plan: SymbolicPlan, x, store: dict, load: dict) -> int:
         for s in e.free_symbols:
             if s in atoms:
                 a = atoms[s]
-                if a.op not in ("/", "//", "%"):
-                    raise NotEstablished(f"a division {a.op!r} is none of /, //, %")
-                n, d = ev(a.num), ev(a.den)
-                subs[s] = sympy.Rational(n, d) if a.op == "/" else sympy.Integer(n // d if a.op == "//" else n % d)
+                subs[s] = _divided(a.op, ev(a.num), ev(a.den))
             elif s.name.startswith(("x.", "y.")):
                 subs[s] = (store if s.name[0] == "x" else load)[s.name[2:]]
             else:
@@ -296,7 +303,6 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     configuration: numbers for `CONFIGURATION`), for every other size in the declared domain.
     `edit`, for tests, changes the built plans before they are checked (a mutant plan)."""
     from ..compile import compile_family
-    from .reshard import _solve
     t0 = time.perf_counter()
     if family not in lib.families:
         raise LayoutalgError(f"prove_all_sizes: no family {family!r}; the library's: {', '.join(lib.families)}")
@@ -404,7 +410,6 @@ def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
     if not names:
         yield [], {}, {}
         return
-    from .reshard import _solve
     terms = [(mx if side == "x" else my).sizes[n] for n, side in names]
     block, found = [], 0
     while True:
@@ -427,7 +432,6 @@ def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
 def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: list, budget: Budget, edit=None):
     """({row: (status, what)}, consumer plans checked) for one case pair at one assignment of
     the rank grids' names."""
-    from .reshard import _solve
     where = z3.And(*extra)
 
     def solve(violation):
@@ -458,9 +462,8 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
                                              f"{world.as_long()} ranks, each written once"),
                 "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0
     queries, readings = [], []
-    z = None
+    z = _Terms(fam, mx, my, {})
     for plan in built:
-        z = _Terms(fam, mx, my, plan.atoms) if z is None else z
         z.atoms.update(plan.atoms)
         runs = [_z3_run(z, r) for r in plan.runs]
         queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs)]
@@ -469,7 +472,7 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
             readings.append((plan, reading))
             queries.append((plan, "reshard-match", "a byte is read from a producer byte holding another canonical "
                                                    "byte", match))
-    divisions = z.divisions if z is not None else []
+    divisions = z.divisions
     if divisions:  # each division of the plan's sizes: by a positive divisor, and `/` exact, wherever the spec applies
         status, model = solve(z3.Or(*[z3.Or(d <= 0, n % d != 0) if op == "/" else d <= 0 for op, n, d in divisions]))
         if status != "unsat":
@@ -522,7 +525,7 @@ class _Terms:
             self._term(sympy.expand(n))
 
     def _div(self, op, a, b):
-        if op not in ("/", "//", "%"):
+        if op not in DIVISIONS:
             raise NotEstablished(f"a division {op!r} is none of /, //, %")
         if isinstance(a, int) and isinstance(b, int) and b > 0 and (op != "/" or a % b == 0):
             return a // b if op != "%" else a % b
@@ -645,7 +648,7 @@ def _malformed(built) -> str:
     for p in built:
         if type(p.consumer) is not int or any(type(r.producer) is not int for r in p.runs):
             return f"consumer {p.consumer!r} reads producers {[r.producer for r in p.runs]!r}: ranks are ints"
-        bad = [a.op for a in p.atoms.values() if a.op not in ("/", "//", "%")]
+        bad = [a.op for a in p.atoms.values() if a.op not in DIVISIONS]
         if bad:
             return f"a division {bad[0]!r} of its sizes is none of /, //, %"
     return ""
