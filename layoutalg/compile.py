@@ -150,9 +150,12 @@ def compile_named(lib, name: str):
 
 
 def _views(page) -> tuple:
-    """(tensor name, (region, ...)) of each tensor viewing the local page, in page order."""
+    """(tensor name, (region or pad, ...), dims merged) of each tensor viewing the local page,
+    in page order; dims merged: how many indices each tensor dim holds, () where one each."""
     views: dict[str, list[str]] = {}
+    groups: dict[str, tuple] = {}
     for r in page.regions:
-        if not r.pad and r.tensor_name is not None:
+        if r.tensor_name is not None:
             views.setdefault(r.tensor_name, []).append(r.name)
-    return tuple((name, tuple(regions)) for name, regions in views.items())
+            groups[r.tensor_name] = r.tensor_groups
+    return tuple((name, tuple(regions), groups[name]) for name, regions in views.items())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass
+from math import prod
 from typing import NamedTuple
 
 from . import params
@@ -434,7 +435,7 @@ class CompiledPage:
     canonical_pads: tuple
     layout_id: str = ""
     family: object = None
-    views: tuple = ()  # (tensor name, (region, ...)) of each layer tensor viewing the page
+    views: tuple = ()  # (tensor name, (region or pad, ...), dims merged) of each layer tensor viewing the page
 
     tensor = ()
     tensor_dims = 0
@@ -444,12 +445,14 @@ class CompiledPage:
         return any(cf.claims_agnostic for _, cf in self.parts)
 
     def tensor_views(self, page: Page) -> tuple:
-        """Each tensor's `TensorView` at this configuration: its regions joined along the one
-        dimension they continue each other in. Raises `GuardFailed` where they do not join."""
+        """Each tensor's `TensorView` at this configuration: its regions (and pads) joined along
+        the one dimension they continue each other in, then the dims that hold several indices
+        merged. Raises `GuardFailed` where they do not join or do not merge."""
         from .mapping import TensorView
-        insts = dict(page.regions)
+        insts = {**dict(page.regions), **{cf.name.rsplit(".", 1)[-1]: inst
+                                          for cf, inst in zip(self.local_pads, page.local_pads)}}
         out = []
-        for name, regions in self.views:
+        for name, regions, groups in self.views:
             first = insts[regions[0]]
             shape, base = list(first.tensor_shape), first.local_base
             for prev, r in zip(regions, regions[1:]):
@@ -461,7 +464,9 @@ class CompiledPage:
                                       f"{inst.local_base}, strides {inst.tensor_strides}) does not continue "
                                       f"'{prev}' along one dimension of shape {tuple(shape)} at byte {base}")
                 shape[d] += inst.tensor_shape[d]
-            view = TensorView(name, base, tuple(shape), first.tensor_strides, first.element)
+            shape, strides = _merged(tuple(shape), first.tensor_strides, groups,
+                                     f"{self.where}: tensor '{name}' of family '{self.name}'")
+            view = TensorView(name, base, shape, strides, first.element)
             held = sum(insts[r].local_page for r in regions)
             if view.bytes_per_block != held:
                 raise GuardFailed(f"{self.where}: tensor '{name}' of family '{self.name}' views "
@@ -501,7 +506,7 @@ class CompiledPage:
                 "layout_id": self.layout_id, "parts": [[r, cf.to_json()] for r, cf in self.parts],
                 "local_pads": [cf.to_json() for cf in self.local_pads],
                 "canonical_pads": [cf.to_json() for cf in self.canonical_pads],
-                "views": [[t, list(regions)] for t, regions in self.views]}
+                "views": [[t, list(regions), list(groups)] for t, regions, groups in self.views]}
 
     @staticmethod
     def from_json(d: dict) -> "CompiledPage":
@@ -509,7 +514,33 @@ class CompiledPage:
                             tuple((r, CompiledFamily.from_json(p)) for r, p in d["parts"]),
                             tuple(CompiledFamily.from_json(p) for p in d["local_pads"]),
                             tuple(CompiledFamily.from_json(p) for p in d["canonical_pads"]), d["layout_id"],
-                            views=tuple((t, tuple(regions)) for t, regions in d["views"]))
+                            views=tuple((t, tuple(regions), tuple(groups)) for t, regions, groups in d["views"]))
+
+
+def _merged(shape: tuple, strides: tuple, groups: tuple, what: str) -> tuple[tuple, tuple]:
+    """The tensor dims when each holds `groups[k]` consecutive index dims (row-major: each
+    index's stride is the next one's extent times its stride). Raises `GuardFailed` where the
+    indices of one dim are not contiguous.
+
+    Examples:
+        >>> _merged((4, 2, 16), (32, 16, 1), (1, 2), "t")
+        ((4, 32), (32, 1))
+        >>> _merged((3, 5), (7, 1), (), "t")
+        ((3, 5), (7, 1))
+    """
+    if not groups:
+        return shape, strides
+    out_shape, out_strides, i = [], [], 0
+    for g in groups:
+        for k in range(i, i + g - 1):
+            if shape[k] != 1 and strides[k] != shape[k + 1] * strides[k + 1]:
+                raise GuardFailed(f"{what}: its dimension {len(out_shape) + 1} holds indices of extents "
+                                  f"{shape[i:i + g]} and strides {strides[i:i + g]} (elements), which are not "
+                                  f"contiguous (stride {strides[k]} is not {shape[k + 1]} * {strides[k + 1]})")
+        out_shape.append(prod(shape[i:i + g]))
+        out_strides.append(strides[i + g - 1])
+        i += g
+    return tuple(out_shape), tuple(out_strides)
 
 
 def _joined(shape: list, base: int, first: Instance, inst: Instance) -> int | None:
@@ -535,9 +566,16 @@ def valid_entry(d) -> bool:
                 and all(isinstance(d.get(k), list) and all(valid_json(p) for p in d[k])
                         for k in ("local_pads", "canonical_pads"))
                 and isinstance(d.get("views"), list)
-                and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], list)
-                        and v[1] and all(r in {p[0] for p in d["parts"]} for r in v[1]) for v in d["views"]))
+                and all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], list)
+                        and v[1] and all(r in _part_names(d) for r in v[1]) and isinstance(v[2], list)
+                        and all(type(g) is int and g >= 1 for g in v[2]) for v in d["views"]))
     return valid_json(d)
+
+
+def _part_names(d: dict) -> set:
+    """The regions and local pads a compiled page's views may name."""
+    return {p[0] for p in d["parts"]} | {p.get("name", "").rsplit(".", 1)[-1] for p in d["local_pads"]
+                                         if isinstance(p, dict) and isinstance(p.get("name"), str)}
 
 
 def from_entry(d: dict):

@@ -429,6 +429,9 @@ def _mismatch_views(views: tuple, tensors, num_blocks) -> str:
     if not views:
         return ""  # a page whose spec names no tensors is read from its sizes alone
     if isinstance(tensors, TensorLayout):
+        if len(views) == 1:  # a page one tensor views whole (quantised KV: data, scales and padding in its rows)
+            why = view_mismatch(views[0], tensors.shape, tensors.stride, tensors.element_size, num_blocks)
+            return f"tensor ({views[0].name}): {why}" if why else ""
         return f"the page is viewed by {len(views)} tensor(s) ({names}), not by one KV tensor"
     if len(tensors) != len(views):
         return f"the layer gives {len(tensors)} tensor(s) but the page is viewed by {len(views)} ({names})"

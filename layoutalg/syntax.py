@@ -168,26 +168,43 @@ def grouped(stmts) -> list:
 
 
 def _check_views(page: str, regions) -> None:
-    """A page's tensors: every data region names the tensor that views it, or none does."""
+    """A page's tensors: every data region names the tensor that views it, or none does; a pad
+    may be part of a tensor a data region names (padding inside the tensor's rows)."""
     data = [r for r in regions if not r.pad]
     named = [r for r in data if r.tensor is not None]
     if named and len(named) != len(data):
         r = next(r for r in data if r.tensor is None)
         raise SpecError(f"region '{r.name}' of layout '{page}' has no tensor view, but region '{named[0].name}' "
                         f"has one: the layer's tensors view every data region of the page, or none", r.span)
-    dims: dict[str, LayoutDef] = {}
-    for r in named:
-        first = dims.setdefault(r.tensor_name, r) if r.tensor_name is not None else r
-        if r.tensor_name is not None and len(r.tensor) != len(first.tensor):
-            raise SpecError(f"region '{r.name}' of layout '{page}' views tensor '{r.tensor_name}' with "
-                            f"{len(r.tensor)} dimension(s) after the block, region '{first.name}' with "
-                            f"{len(first.tensor)}: the regions of one tensor join along one of its dimensions",
-                            r.tensor[0].span if r.tensor else r.span)
     for r in named:
         if r.tensor_name is None:
             raise SpecError(f"region '{r.name}' of layout '{page}': a page is viewed by several tensors; name "
                             f"the one that views this region ('tensor NAME (block, ...)')",
                             r.tensor[0].span if r.tensor else r.span)
+    first: dict[str, LayoutDef] = {r.tensor_name: r for r in reversed(named)}
+    for r in regions:
+        if r.tensor is None:
+            continue
+        if r.tensor_name not in first:
+            raise SpecError(f"pad '{r.name}' of layout '{page}' is part of tensor '{r.tensor_name}', which no data "
+                            f"region names" + (f" (they name {', '.join(sorted(first))})" if first else ""),
+                            r.tensor[0].span if r.tensor else r.span)
+        f = first[r.tensor_name]
+        if len(r.tensor) != len(f.tensor) or r.tensor_groups != f.tensor_groups:
+            shown = lambda x: len(x.tensor_groups or x.tensor)  # noqa: E731
+            raise SpecError(f"{'pad' if r.pad else 'region'} '{r.name}' of layout '{page}' views tensor "
+                            f"'{r.tensor_name}' with {shown(r)} dimension(s) after the block "
+                            f"({_dims_shown(r)}), region '{f.name}' with {shown(f)} ({_dims_shown(f)}): the regions "
+                            f"of one tensor join along one of its dimensions, so they name its dims alike",
+                            r.tensor[0].span if r.tensor else r.span)
+
+
+def _dims_shown(r) -> str:
+    names, out = [n.id for n in r.tensor], []
+    for g in r.tensor_groups or (1,) * len(names):
+        out.append(names[0] if g == 1 else "(" + ", ".join(names[:g]) + ")")
+        names = names[g:]
+    return ", ".join(out)
 
 
 class _Option(NamedTuple):
@@ -214,6 +231,17 @@ class LayoutDef:
     regions: tuple["RegionDef", ...] = ()
     pad: bool = False  # a region that is padding (`pad NAME:`)
     tensor_name: str | None = None  # a region: the layer tensor that views it (`tensor conv (block, ...)`)
+    # how many indices of `tensor` each tensor dim holds, where one holds several (`(kv, d)`): (1, 1, 2)
+    tensor_groups: tuple[int, ...] = ()
+
+
+class _Merged(NamedTuple):
+    """`(kv, d)` in a tensor clause: one tensor dimension holding several indices, the first outermost."""
+    names: tuple
+    span: Span
+
+    def shown(self) -> str:
+        return "(" + ", ".join(n.id for n in self.names) + ")"
 
 
 RegionDef = LayoutDef
@@ -679,11 +707,15 @@ class _Build(Transformer_NonRecursive):
 
     def tensor_clause(self, meta, c):
         name = None if c[0] is None else Name(str(c[0]), self._tok(c[0]))
-        rest = [t for t in c[2:] if t.type == "REST"]
+        rest = [t for t in c[2:] if isinstance(t, Token) and t.type == "REST"]
         if len(rest) > 1:
             raise SpecError("a tensor clause says '...' (the indices it does not name) at most once",
                             self._tok(rest[1]))
-        return ("tensor", (name, tuple(Name(str(t), self._tok(t)) for t in c[2:])), self._at(meta))
+        dims = tuple(t if isinstance(t, _Merged) else Name(str(t), self._tok(t)) for t in c[2:])
+        return ("tensor", (name, dims), self._at(meta))
+
+    def merged_dim(self, meta, c):
+        return _Merged(tuple(Name(str(t), self._tok(t)) for t in c), self._at(meta))
 
     def region_kind(self, meta, c):
         return str(c[0])
@@ -706,7 +738,7 @@ class _Build(Transformer_NonRecursive):
                 raise SpecError(f"layout '{name}' is all padding: at least one region must hold data", where)
             _check_views(name, items)
             regions = tuple(LayoutDef(r.name, names, r.indices, r.offset, r.element, r.tensor, r.span, (), r.pad,
-                                      r.tensor_name) for r in items)
+                                      r.tensor_name, r.tensor_groups) for r in items)
             return LayoutDef(name, names, (), None, None, None, where, regions)
         return self._box(f"layout '{name}'", name, names, items, where)
 
@@ -723,16 +755,22 @@ class _Build(Transformer_NonRecursive):
         indices, at = found["index"]
         if "offset" not in found:  # dense and row-major in the order the index clause gives
             found["offset"] = (_row_major(indices, at), at)
-        if pad and "tensor" in found:
-            raise SpecError(f"{what} is padding: it has no tensor view", found["tensor"][1])
         view, dims = found.get("tensor", ((None, None),))[0]
+        groups: tuple = ()
         if dims is not None:
-            dims = _rest_filled(dims, indices)
+            merged = next((d for d in dims if isinstance(d, _Merged)), None)
+            if merged is not None and not region:
+                raise SpecError(f"{what} is one box: write a tensor dimension that holds two indices as one index "
+                                f"(as aiter's c < H * D) rather than {merged.shown()}", merged.span)
+            dims, groups = _rest_filled(dims, indices)
         if view is not None and not region:
             raise SpecError(f"{what} is one box, viewed by the layer's one tensor: only a region of a page "
                             f"names its tensor ('tensor (block, ...)' here)", view.span)
+        if pad and dims is not None and view is None:
+            raise SpecError(f"{what} is padding: a pad has a tensor view only as part of a named tensor "
+                            f"('tensor NAME (block, ...)', the tensor its neighbours name)", found["tensor"][1])
         return LayoutDef(name, params, found["index"][0], found["offset"][0], found.get("element", (None,))[0],
-                         dims, where, (), pad, view.id if view is not None else None)
+                         dims, where, (), pad, view.id if view is not None else None, groups)
 
     # grids and families
     def grid_def(self, meta, c):
@@ -862,13 +900,21 @@ def _row_major(indices: tuple[IndexDecl, ...], at: Span) -> Expr:
     return out
 
 
-def _rest_filled(dims: tuple[Name, ...], indices: tuple[IndexDecl, ...]) -> tuple[Name, ...]:
-    """A tensor clause's dims with `...` replaced by the indices it does not name, in index order."""
-    named = {n.id for n in dims if n.id != "..."}
+def _rest_filled(dims: tuple, indices: tuple[IndexDecl, ...]) -> tuple[tuple[Name, ...], tuple[int, ...]]:
+    """A tensor clause's indices, `...` replaced by those it does not name (in index order), and
+    how many indices each tensor dim holds (empty where each holds one)."""
+    named = {n.id for d in dims for n in (d.names if isinstance(d, _Merged) else (d,)) if n.id != "..."}
     out: list[Name] = []
+    groups: list[int] = []
     for n in dims:
-        out.extend([Name(d.name, n.span) for d in indices if d.name not in named] if n.id == "..." else [n])
-    return tuple(out)
+        if isinstance(n, _Merged):
+            out.extend(n.names)
+            groups.append(len(n.names))
+            continue
+        more = [Name(d.name, n.span) for d in indices if d.name not in named] if n.id == "..." else [n]
+        out.extend(more)
+        groups.extend([1] * len(more))
+    return tuple(out), (tuple(groups) if any(g > 1 for g in groups) else ())
 
 
 def _check_number(tok: Token, where: Span) -> None:

@@ -48,8 +48,9 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
     tensors, checked against the views the mapping was derived for (`m.tensors`).
 
     - A uint8 tensor is the pages' own bytes: any dense `(blocks, ...)` view of them, unless
-      the view's elements are bytes and it has the view's dims (vLLM's fp8 caches are uint8
-      tensors of the logical shape): then it is checked as a typed tensor.
+      the view's elements are bytes (vLLM's fp8 and per-token-head quantised caches are uint8
+      tensors of the logical shape): then it is checked as a typed tensor, or is the raw
+      `(blocks, page)` bytes.
     - A typed tensor must be the mapping's one view: shape, strides, element size and, where
       both name it, element type.
     - A list or tuple (vLLM's Mamba layer: conv state, SSM state) must be the mapping's
@@ -66,7 +67,7 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
                                  f"a page viewed by several tensors takes a list of those tensors")
         return _from_views(list(kv), views, m.local_page_size_bytes, name, op)
     if isinstance(kv, torch.Tensor) and views and (kv.dtype != torch.uint8 or (
-            len(views) == 1 and views[0].element == 1 and kv.dim() == len(views[0].shape) + 1)):
+            len(views) == 1 and views[0].element == 1 and (kv.dim() != 2 or len(views[0].shape) == 1))):
         if len(views) > 1:
             raise LayoutMismatch(f"{op}: {name} is one tensor but the page is viewed by {len(views)} "
                                  f"({', '.join(v.name for v in views)}): give them as a list, in that order")

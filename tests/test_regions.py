@@ -302,7 +302,16 @@ def test_sound_specs_are_proved_and_run(spec):
      "region 'b' of layout 'pg' has no tensor view, but region 'a' has one", "region b"),
     ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
      "    region b:\n        index t < T, u < 2\n        offset T + 2 * t + u\n        tensor s (block, t, u)\n",
-     "views tensor 's' with 2 dimension\\(s\\) after the block, region 'a' with 1", "tensor s"),
+     "views tensor 's' with 2 dimension\\(s\\) after the block \\(t, u\\), region 'a' with 1 \\(t\\)", "tensor s"),
+    ("    region a:\n        index t < T, u < 2\n        offset 2 * t + u\n        tensor s (block, (t, u))\n"
+     "    region b:\n        index t < T, u < 2\n        offset 2 * T + 2 * t + u\n        tensor s (block, t, u)\n",
+     "with 2 dimension\\(s\\) after the block \\(t, u\\), region 'a' with 1 \\(\\(t, u\\)\\)", "tensor s"),
+    ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
+     "    pad p:\n        index t < T\n        offset T + t\n        tensor q (block, t)\n",
+     "pad 'p' of layout 'pg' is part of tensor 'q', which no data region names \\(they name s\\)", "tensor q"),
+    ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
+     "    pad p:\n        index t < T\n        offset T + t\n        tensor (block, t)\n",
+     "a pad has a tensor view only as part of a named tensor", "tensor (block"),
 ])
 def test_a_page_names_the_tensors_of_every_region_or_none(tmp_path, regions, message, at):
     spec = tmp_path / "p.lal"
@@ -317,6 +326,16 @@ def test_a_layout_of_one_box_names_no_tensor(tmp_path):
     spec.write_text("layout one(T):\n    index t < T\n    offset t\n    tensor kv (block, t)\n")
     with pytest.raises(SpecError, match="only a region of a page names its tensor"):
         load([spec])
+
+
+def test_a_layout_of_one_box_merges_no_tensor_dims(tmp_path):
+    spec = tmp_path / "p.lal"
+    spec.write_text("layout one(T):\n    index t < T, u < 2\n    tensor (block, (t, u))\n")
+    with pytest.raises(SpecError, match=r"write a tensor dimension that holds two indices as one index .* "
+                                        r"rather than \(t, u\)") as e:
+        load([spec])
+    span = e.value.span
+    assert span.text[span.column - 1:].startswith("(t, u)") and "^" in str(e.value)
 
 
 def test_a_replica_that_is_no_rank_digit_is_named_where_it_is_written(tmp_path):

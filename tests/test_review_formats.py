@@ -12,6 +12,7 @@ from layoutalg.reshard import ReshardError, cross_plans, direct_plans
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, element_part, form_part
 from layoutalg.vllm import derive_canonical_mappings
 
+from conftest import ROOT
 from test_reshard import _group
 from test_vllm_adapter import attention, cache_config, config, mamba2_spec, mla, state_config
 
@@ -190,3 +191,58 @@ def test_vllms_per_token_head_layout_moves_across_tp(src, dst):
         kv = torch.zeros(N, h, BS, 2 * R, dtype=torch.uint8)
         plan(m, kv).load(pages, ids, kv, torch.arange(N))
         assert torch.equal(kv[..., held], full[:, rank * h:(rank + 1) * h][..., held]), (src, dst, rank)
+
+
+def _per_token_head(h=4, tp=1, D=12, S=4, R=32, BS=4):
+    return (LayerSpec("attention", h * BS * 2 * R, block_size=BS, num_kv_heads=h, head_size=D, dtype_bytes=1,
+                      per_token_head_quant=True, sizes={"kv_scales": 1, "scale_bytes": S, "row_align": R}),
+            ParallelConfig(tp=tp, total_kv_heads=h * tp))
+
+
+def test_the_per_token_head_page_is_one_tensor_with_kv_and_the_row_in_its_last_dim():
+    """quant_packed names vLLM's tensor, (blocks, heads, bs, 2 * R) bytes: its last dim is kv and
+    the row (data, scale, padding) merged, so a tensor of another layout is not read as it."""
+    layer, par = _per_token_head()
+    d = Deriver()
+    res = d.derive(layer, TensorLayout((3, 4, 4, 64), (1024, 256, 64, 1), 1, "torch.uint8"), par, 3)
+    assert res.family == "quant_packed", res.reasons
+    assert [(v.name, v.shape, v.strides, v.element) for v in res.mappings[0].tensors] == \
+        [("kv", (4, 4, 64), (256, 64, 1), 1)]
+    other = d.derive(layer, TensorLayout((3, 2, 4, 4, 32), (1024, 512, 128, 32, 1), 1, "torch.uint8"), par, 3)
+    assert other.family != "quant_packed"
+    assert any("quant_packed" in r and "tensor (kv): shape (3, 2, 4, 4, 32) is not (3, 4, 4, 64)" in r
+               for r in other.reasons), other.reasons
+
+
+def test_a_copy_plan_refuses_a_uint8_tensor_of_another_layout_of_the_per_token_head_page():
+    layer, par = _per_token_head()
+    m = Deriver().derive(layer, TensorLayout((3, 4, 4, 64), (1024, 256, 64, 1), 1), par, 3).mappings[0]
+    pages = torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8)
+    scrambled = torch.randint(0, 256, (3, 2, 4, 4, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    with pytest.raises(LayoutMismatch, match=r"not the tensor 'kv' the mapping was derived for: shape "
+                                             r"\(3, 2, 4, 4, 32\) is not \(3, 4, 4, 64\)"):
+        plan(m, scrambled)
+    assert not pages.any()
+    good = scrambled.reshape(3, 4, 4, 64)
+    plan(m, good).store(good, torch.arange(3), pages, torch.arange(3))
+    raw = torch.zeros(3, 1024, dtype=torch.uint8)                 # the raw (blocks, page) bytes are the page too
+    plan(m, raw).load(pages, torch.arange(3), raw, torch.arange(3))
+    held = torch.zeros(64, dtype=torch.bool)
+    held[:16] = held[32:48] = True                                # data and scale of K, of V; the rest is padding
+    assert torch.equal(raw.reshape(3, 4, 4, 64)[..., held], good[..., held])
+    assert not raw.reshape(3, 4, 4, 64)[..., ~held].any()
+
+
+def test_a_merged_tensor_dim_whose_indices_are_not_contiguous_fails_closed(tmp_path):
+    """Without its pad in the tensor, a row's kv stride (R) is not the data and scale's width:
+    the view cannot be one dim, and the runtime says so rather than read another tensor."""
+    text = (ROOT / "specs" / "quant_packed.lal").read_text()
+    assert "        tensor kv (block, h, t, (kv, p))\n" in text
+    (tmp_path / "quant_packed.lal").write_text(text.replace("        tensor kv (block, h, t, (kv, p))\n", ""))
+    for f in ("grids.lal", "quant_kv.lal", "split_nhd.lal"):
+        (tmp_path / f).write_text((ROOT / "specs" / f).read_text())
+    layer, par = _per_token_head()
+    res = Deriver(tmp_path).derive(layer, TensorLayout((3, 4, 4, 64), (1024, 256, 64, 1), 1), par, 3)
+    assert res.family != "quant_packed"
+    assert any("tensor 'kv' of family 'quant_packed': its dimension 3 holds indices of extents (2, 16) and "
+               "strides (32, 1) (elements), which are not contiguous" in r for r in res.reasons), res.reasons
