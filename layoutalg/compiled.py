@@ -530,6 +530,8 @@ def _merged(shape: tuple, strides: tuple, groups: tuple, what: str) -> tuple[tup
     """
     if not groups:
         return shape, strides
+    if sum(groups) != len(shape):
+        raise GuardFailed(f"{what}: its dims hold {sum(groups)} indices but its regions have {len(shape)}")
     out_shape, out_strides, i = [], [], 0
     for g in groups:
         for k in range(i, i + g - 1):
@@ -567,7 +569,8 @@ def valid_entry(d) -> bool:
                         for k in ("local_pads", "canonical_pads"))
                 and isinstance(d.get("views"), list)
                 and all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], list)
-                        and v[1] and all(r in _part_names(d) for r in v[1]) and isinstance(v[2], list)
+                        and v[1] and all(isinstance(r, str) and r in _part_names(d) for r in v[1])
+                        and isinstance(v[2], list)
                         and all(type(g) is int and g >= 1 for g in v[2]) for v in d["views"]))
     return valid_json(d)
 

@@ -19,7 +19,7 @@ from .algebra import coalesce, invert_and_compose
 from .compiled import Instance, Page
 from .errors import LayoutalgError
 from .layout import Layout
-from .mapping import CanonicalPageMapping, CopyRun
+from .mapping import CanonicalPageMapping, CopyRun, Tiling
 from .tiling import broken, chains
 
 
@@ -136,9 +136,10 @@ def emit(inst: Instance, C: Layout, layout_id: str = "") -> tuple[CanonicalPageM
     num_writers = prod(r.extent for r in inst.ranks if r.replica)
     ranks = _rank_bases(inst)
     make = CopyRun._make
+    tiling = Tiling(tuple(inst.local), tuple(inst.ranks), inst.canonical_base)
     return tuple(CanonicalPageMapping(inst.canonical_page, inst.local_page,
                                       tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),
-                                      num_writers, writer, inst.agnostic, layout_id)
+                                      num_writers, writer, inst.agnostic, layout_id, tiling=tiling)
                  for base, writer in ranks)
 
 

@@ -6,17 +6,20 @@ that holds that canonical byte has it at `X_p^-1(Y_s(b))`. The plan is that comp
 
     D_s = X^-1 . Y_s        (consumer local -> (producer rank, producer local))
 
-computed once per configuration pair from the two groups' copy runs, without a canonical
-buffer in between: what disaggregated prefill and decode at different parallelism need.
+computed once per configuration pair, without a canonical buffer in between: what
+disaggregated prefill and decode at different parallelism need.
 
-The composition works on the runs' canonical fragments: the producers' fragments cut
-the canonical page into segments, each with the ranks that hold it (several where
-replicas hold the same bytes); every consumer fragment is cut at those segments and
-takes its bytes from one holder, the `s`-th of them modulo their number, so consumer
-ranks spread their reads over the replicas. Pieces are merged where contiguous on both
-sides and regrouped into strided runs. The plan is built only where both groups read
-the same canonical page format (same size and layout id); otherwise the canonical byte
-of one is not that of the other.
+Where both groups come from a layout of one box, their mappings carry the group's tiling
+of the canonical page (`CanonicalPageMapping.tiling`), and the composition is the
+algebra's (`layoutalg.direct`: the common refinement of the two tilings, the same pieces
+`prove.replan` checks for every size), lowered to strided runs. Otherwise (a page of
+regions, mappings from outside) it works on the runs' canonical fragments: the producers'
+fragments cut the canonical page into segments, each with the ranks that hold it (several
+where replicas hold the same bytes); every consumer fragment is cut at those segments.
+Either way a consumer byte held by several replicas comes from the `s`-th of them modulo
+their number, so consumer ranks spread their reads. The plan is built only where both
+groups read the same canonical page format (same size and layout id); otherwise the
+canonical byte of one is not that of the other.
 
 A plan is checked where it is built: every consumer byte written exactly once, from a
 producer byte inside its page that holds the same canonical byte (each holder's own
@@ -34,11 +37,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from functools import lru_cache
+from math import prod
 from typing import NamedTuple, Sequence
 
 import torch
 
+from .algebra import NotCompact
+from .direct import Owner, consumer_runs, pieces
 from .errors import ConfigError, LayoutalgError
+from .lower import strided_runs
 from .mapping import CanonicalPageMapping, CopyRun
 from .torch_copy import _check_runs, page_bytes, shared_byte
 
@@ -102,16 +109,58 @@ def direct_plans(producers: Sequence[CanonicalPageMapping],
             raise ConfigError(f"direct reshard: {role} must be a list of every rank's CanonicalPageMapping, "
                               f"got {type(group).__name__}")
     _compatible(producers, consumers)
-    cuts, holders = _segments(producers)
+    composed = _composed(producers, consumers)
+    if composed is None:
+        cuts, holders = _segments(producers)
     plans = []
     for s, y in enumerate(consumers):
-        pieces = []
-        for lo, co, n in _fragments(y, "consumer", s):
-            pieces += _pieces(lo, co, n, cuts, holders, s)
-        plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, producers[0].local_page_size_bytes)
+        if composed is not None:
+            runs = composed(s)
+        else:
+            pieces = []
+            for lo, co, n in _fragments(y, "consumer", s):
+                pieces += _pieces(lo, co, n, cuts, holders, s)
+            runs = _strided(_merged(pieces))
+        plan = DirectPlan(s, runs, y.local_page_size_bytes, producers[0].local_page_size_bytes)
         check_plan(plan, producers, y)
         plans.append(plan)
     return tuple(plans)
+
+
+def _composed(producers, consumers):
+    """Consumer rank s's runs (a function of s) composed in the algebra from the two groups'
+    tilings (`direct`), or None where a group has none (a page of regions, mappings from
+    outside) or they have no common refinement: then the runs' fragments are composed."""
+    tilings = [{m.tiling for m in group} for group in (producers, consumers)]
+    if any(len(t) != 1 or None in t for t in tilings):
+        return None
+    (tx,), (ty,) = tilings
+    if tx.canonical_base or ty.canonical_base or len(producers) != prod(r[0] for r in tx.ranks) \
+            or len(consumers) != prod(r[0] for r in ty.ranks):
+        return None
+
+    def owners(t):
+        return [Owner(n, c, lo, 0, False) for n, lo, c in t.local] + \
+            [Owner(n, c, 0, r, True) for n, r, c, replica in t.ranks if not replica]
+    ox, oy = owners(tx), owners(ty)
+    try:
+        cut = pieces(ox, oy)
+    except NotCompact:
+        return None
+    replicas = sorted(((n, r) for n, r, _, replica in tx.ranks if replica and n != 1), key=lambda x: x[1])
+
+    def runs(s: int) -> tuple[DirectRun, ...]:
+        out = []
+        for r in consumer_runs(cut, ox, oy, replicas, s):
+            src, dst = sum(k * ox[i].local for k, i in r.src), sum(k * oy[j].local for k, j in r.dst)
+            modes = [(p.extent, p.b[1] * oy[p.b[0]].local, p.a[1] * ox[p.a[0]].local) for p in r.modes]
+            if any(n == 0 for n, _, _ in modes):
+                continue
+            offsets, size, count, dst_stride, src_stride = strided_runs(modes)
+            out += [DirectRun(r.producer, src + so, dst + do, size, count, src_stride, dst_stride)
+                    for do, so in offsets]
+        return tuple(sorted(out, key=lambda d: d.dst_offset))
+    return runs
 
 
 def _compatible(producers, consumers) -> None:

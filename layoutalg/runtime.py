@@ -311,7 +311,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
             (TensorView("kv", 0, inst.tensor_shape, inst.tensor_strides, inst.element),) if inst.tensor_shape else ()
     except GuardFailed as e:
         return str(e)
-    why = (_mismatch_views(views, tensor, num_blocks) if isinstance(cf, CompiledPage) else
+    why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
            _mismatch(inst, cf.tensor, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
     if why:
@@ -419,7 +419,7 @@ def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayo
     return ""
 
 
-def _mismatch_views(views: tuple, tensors, num_blocks) -> str:
+def _mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
     """Why a page's tensors are not the ones its family views ('' when they are, or when the
     layer gives none: then its kind and sizes alone select the family, and copy plans check
     the tensors they are given against the mapping's views)."""
@@ -431,6 +431,9 @@ def _mismatch_views(views: tuple, tensors, num_blocks) -> str:
     if isinstance(tensors, TensorLayout):
         if len(views) == 1:  # a page one tensor views whole (quantised KV: data, scales and padding in its rows)
             why = view_mismatch(views[0], tensors.shape, tensors.stride, tensors.element_size, num_blocks)
+            if not why and (views[0].offset, views[0].bytes_per_block) != (0, page):
+                why = (f"it views bytes [{views[0].offset}, {views[0].offset + views[0].bytes_per_block}) of a "
+                       f"block but the page is {page} bytes: one tensor must hold the whole page")
             return f"tensor ({views[0].name}): {why}" if why else ""
         return f"the page is viewed by {len(views)} tensor(s) ({names}), not by one KV tensor"
     if len(tensors) != len(views):

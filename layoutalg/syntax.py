@@ -182,6 +182,7 @@ def _check_views(page: str, regions) -> None:
                             f"the one that views this region ('tensor NAME (block, ...)')",
                             r.tensor[0].span if r.tensor else r.span)
     first: dict[str, LayoutDef] = {r.tensor_name: r for r in reversed(named)}
+    joined: dict[str, list] = {}  # the one place (of the flattened indices) a tensor's regions differ
     for r in regions:
         if r.tensor is None:
             continue
@@ -190,6 +191,13 @@ def _check_views(page: str, regions) -> None:
                             f"region names" + (f" (they name {', '.join(sorted(first))})" if first else ""),
                             r.tensor[0].span if r.tensor else r.span)
         f = first[r.tensor_name]
+        differ = [k for k, (a, b) in enumerate(zip(r.tensor, f.tensor)) if a.id != b.id]
+        if len(r.tensor) == len(f.tensor) and r.tensor_groups == f.tensor_groups and (
+                len(differ) > 1 or differ and differ != joined.setdefault(r.tensor_name, differ)):
+            raise SpecError(f"{'pad' if r.pad else 'region'} '{r.name}' of layout '{page}' views tensor "
+                            f"'{r.tensor_name}' as ({_dims_shown(r)}) but region '{f.name}' as ({_dims_shown(f)}): "
+                            f"the regions of one tensor name the same index in every place but the one they join "
+                            f"along, so each dim means one thing", r.tensor[differ[-1]].span)
         if len(r.tensor) != len(f.tensor) or r.tensor_groups != f.tensor_groups:
             shown = lambda x: len(x.tensor_groups or x.tensor)  # noqa: E731
             raise SpecError(f"{'pad' if r.pad else 'region'} '{r.name}' of layout '{page}' views tensor "
@@ -763,6 +771,13 @@ class _Build(Transformer_NonRecursive):
                 raise SpecError(f"{what} is one box: write a tensor dimension that holds two indices as one index "
                                 f"(as aiter's c < H * D) rather than {merged.shown()}", merged.span)
             dims, groups = _rest_filled(dims, indices)
+            missing = [d.name for d in indices if d.name not in {n.id for n in dims}]
+            if missing:
+                raise SpecError(f"the tensor clause of {what} names no dimension for index '{missing[0]}': a tensor "
+                                f"views every index of its box (name it, or write '...' for the rest)",
+                                found["tensor"][1])
+        if view is not None and view.id in ("block", "P", "rank", "bool"):
+            raise SpecError(f"{what} names its tensor '{view.id}', a reserved name", view.span)
         if view is not None and not region:
             raise SpecError(f"{what} is one box, viewed by the layer's one tensor: only a region of a page "
                             f"names its tensor ('tensor (block, ...)' here)", view.span)

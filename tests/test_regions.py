@@ -312,6 +312,15 @@ def test_sound_specs_are_proved_and_run(spec):
     ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
      "    pad p:\n        index t < T\n        offset T + t\n        tensor (block, t)\n",
      "a pad has a tensor view only as part of a named tensor", "tensor (block"),
+    ("    region a:\n        index t < T, u < 2\n        offset 2 * t + u\n        tensor s (block, t)\n",
+     "the tensor clause of region 'a' names no dimension for index 'u'", "tensor s"),
+    ("    region a:\n        index t < T\n        offset t\n        tensor block (block, t)\n",
+     "names its tensor 'block', a reserved name", "tensor block"),
+    # one dim meaning h in one region and t in the other: joins only where the extents agree
+    ("    region a:\n        index h < 4, t < T\n        offset t + T * h\n        tensor s (block, h, t)\n"
+     "    region b:\n        index h < 4, t < T\n        offset 4 * T + h + 4 * t\n        tensor s (block, t, h)\n",
+     "views tensor 's' as \\(t, h\\) but region 'a' as \\(h, t\\): the regions of one tensor name the same index",
+     "tensor s"),
 ])
 def test_a_page_names_the_tensors_of_every_region_or_none(tmp_path, regions, message, at):
     spec = tmp_path / "p.lal"

@@ -364,3 +364,45 @@ def test_reshard_of_mamba_state_across_processes():
     assert "reshard-match  proved" in proc.stdout and proc.stdout.strip().splitlines()[-1] == "4 passed, 0 failed"
     missing = _cli("--family", "mamba2", "--store", "tp=4", "--load", "tp=2")
     assert missing.returncode == 2 and "give each with --size NAME=VALUE" in missing.stderr
+
+
+def _byte_map(plans):
+    return [{(r.producer, s + i, d + i) for r in p.runs for s, d, n in r.triples() for i in range(n)} for p in plans]
+
+
+@pytest.mark.parametrize("family, heads, store, load", [
+    ("split_nhd", 8, "tp=8", "tp=2"), ("split_nhd", 4, "tp=8", "tp=2"), ("split_hnd", 8, "tp=2", "tp=4"),
+    ("packed_hnd", 8, "tp=1", "tp=8"), ("mla", 1, "tp=4", "tp=2"),
+    ("split_nhd", 2, "tp=4,dcp=2,interleave=2", "tp=8,dcp=2,interleave=2")])
+def test_the_direct_plan_is_composed_in_the_algebra(family, heads, store, load):
+    """The runtime composes one-box groups' plans from their tilings (`direct`, the same pieces the
+    all-sizes proof checks), not from byte intervals; they move the bytes the fragments' composition does."""
+    import dataclasses
+    from layoutalg.reshard import _composed
+    x, y = _group(family, heads, store), _group(family, heads, load)
+    assert _composed(x.mappings, y.mappings) is not None
+    bare = [[dataclasses.replace(m, tiling=None) for m in g.mappings] for g in (x, y)]
+    assert _composed(*bare) is None
+    assert _byte_map(direct_plans(x.mappings, y.mappings)) == _byte_map(direct_plans(*bare))
+
+
+def test_a_tiling_that_is_not_the_runs_is_caught_where_the_plan_is_built():
+    """The tiling only proposes the plan; the runs certify it. A tiling whose two local digits
+    swap canonical strides gives a plan that reads the wrong bytes: refused, never executed."""
+    import dataclasses
+    x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
+    t = y.mappings[0].tiling
+    i, j = next((i, j) for i in range(len(t.local)) for j in range(i) if t.local[i].extent == t.local[j].extent
+                and t.local[i].canonical != t.local[j].canonical)
+    local = list(t.local)
+    local[i], local[j] = local[i]._replace(canonical=local[j].canonical), local[j]._replace(canonical=local[i].canonical)
+    wrong = [dataclasses.replace(m, tiling=t._replace(local=tuple(local))) for m in y.mappings]
+    with pytest.raises(ReshardError, match="hold canonical"):
+        direct_plans(x.mappings, wrong)
+
+
+def test_pages_of_regions_compose_their_fragments():
+    from layoutalg.reshard import _composed
+    x, y = _group("quant_split", 4, "tp=2"), _group("quant_split", 4, "tp=4")
+    assert x.mappings[0].tiling is None and _composed(x.mappings, y.mappings) is None
+    assert all(p.runs for p in direct_plans(x.mappings, y.mappings))

@@ -246,3 +246,33 @@ def test_a_merged_tensor_dim_whose_indices_are_not_contiguous_fails_closed(tmp_p
     assert res.family != "quant_packed"
     assert any("tensor 'kv' of family 'quant_packed': its dimension 3 holds indices of extents (2, 16) and "
                "strides (32, 1) (elements), which are not contiguous" in r for r in res.reasons), res.reasons
+
+
+def test_a_page_one_tensor_views_only_in_part_is_not_that_tensor(tmp_path):
+    """Without its pad in the tensor, and without the merge, quant_packed's one tensor views 512 of
+    the page's 1024 bytes a block: the runtime does not take a tensor of that view for the page."""
+    text = (ROOT / "specs" / "quant_packed.lal").read_text()
+    for clause in ("(kv, d)", "(kv, s)"):
+        text = text.replace(clause, clause[1:-1])
+    (tmp_path / "quant_packed.lal").write_text(text.replace("        tensor kv (block, h, t, (kv, p))\n", ""))
+    for f in ("grids.lal", "quant_kv.lal", "split_nhd.lal"):
+        (tmp_path / f).write_text((ROOT / "specs" / f).read_text())
+    layer, par = _per_token_head()
+    kv = torch.zeros(3, 4, 4, 2, 32, dtype=torch.uint8)[..., :16]
+    res = Deriver(tmp_path).derive(layer, TensorLayout.of(kv), par, 3)
+    assert res.family != "quant_packed"
+    assert any("views bytes [0, 512) of a block but the page is 1024 bytes" in r for r in res.reasons), res.reasons
+
+
+def test_a_tampered_view_is_refused_by_the_cache_or_fails_closed():
+    from layoutalg.compile import compile_named
+    from layoutalg.compiled import GuardFailed, _merged, valid_entry
+    from layoutalg.library import load
+    import json
+    entry = json.loads(json.dumps(compile_named(load([ROOT / "specs"]), "quant_packed").to_json()))
+    assert valid_entry(entry)
+    for views in ([["kv", [["data"]], [1]]], [["kv", [{"a": 1}], [1]]], [["kv", ["data", "nowhere"], [1]]],
+                  [["kv", ["data"], [0]]], [["kv", ["data"]]]):
+        assert not valid_entry({**entry, "views": views}), views
+    with pytest.raises(GuardFailed, match="its dims hold 5 indices but its regions have 4"):
+        _merged((2, 4, 2, 16), (128, 32, 16, 1), (1, 1, 3), "tensor 'kv'")

@@ -37,7 +37,8 @@ from typing import NamedTuple
 import sympy
 import z3
 
-from ..algebra import NotCompact, refine
+from .. import direct
+from ..algebra import NotCompact
 from ..errors import LayoutalgError
 from ..family import resolve
 from ..guards import guarded_equality
@@ -197,52 +198,30 @@ def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
 
     def num(x, what):
         return _int(both(x), what)
-    ox, oy = [d for d in dx if not d.replica], [d for d in dy if not d.replica]
+    ox, oy = [d for d in dx if not d.replica], [d for d in dy if not d.replica]  # Digits read as owners
     try:
-        pieces = refine(Layout(tuple(d.extent for d in ox), tuple(d.canonical for d in ox)),
-                        Layout(tuple(d.extent for d in oy), tuple(d.canonical for d in oy)), quotient)
+        cut = direct.pieces(ox, oy, quotient)
     except NotCompact as e:
         raise NotEstablished(f"the two tilings of the canonical page have no common refinement: {e}") from None
-    ranks = [d for d in dy if d.is_rank]
-    world = prod(num(d.extent, f"consumer rank digit {d.name}'s extent") for d in ranks)
+    world = prod(num(d.extent, f"consumer rank digit {d.name}'s extent") for d in dy if d.is_rank)
     replicas = [(num(d.extent, "a replica digit's extent"), num(d.rank, "a replica digit's rank stride"))
                 for d in dx if d.replica]
     replicas = sorted(((e, r) for e, r in replicas if e != 1), key=lambda x: x[1])  # holders by rank number
     out = []
     for s in range(world):
-        digit = {d.name: (s // num(d.rank, f"rank stride of {d.name}")) % num(d.extent, "a rank extent")
-                 for d in ranks}
-        src, fixed, producer, picks, modes = sympy.Integer(0), {}, 0, [], []
-        for p in pieces:
-            x, y = ox[p.a[0]], oy[p.b[0]]
-            if y.is_rank:  # this consumer's digit: a number
-                c = (digit[y.name] // num(p.b[1], "a rank step")) % num(p.extent, "a rank piece")
-                if x.is_rank:
-                    producer += c * num(p.a[1] * x.rank, "a producer rank step")
-                else:
-                    src += c * p.a[1] * x.local
-                    fixed[_index(x)] = fixed.get(_index(x), 0) + c * p.a[1] * rx(_weight(x))
-            elif x.is_rank:  # which producer: each value a run of its own
-                picks.append((num(p.extent, "a producer rank piece"), p, x, y))
-            else:
-                modes.append((p, x, y))
-        k = s % prod(e for e, _ in replicas) if replicas else 0
-        for e, r in replicas:  # the k-th holder
-            producer += (k % e) * r
-            k //= e
         runs = []
-        for cs in itertools.product(*(range(n) for n, _, _, _ in picks)):
-            dst, at = sympy.Integer(0), {}
-            rank = producer
-            for c, (_, p, x, y) in zip(cs, picks):
-                rank += c * num(p.a[1] * x.rank, "a producer rank step")
-                dst += c * p.b[1] * y.local
-                at[_index(y)] = at.get(_index(y), 0) + c * p.b[1] * ry(_weight(y))
+        for r in direct.consumer_runs(cut, ox, oy, replicas, s, lambda x: num(x, "a size the plan's ranks read")):
+            fixed, at = {}, {}
+            for k, i in r.src:
+                fixed[_index(ox[i])] = fixed.get(_index(ox[i]), 0) + k * rx(_weight(ox[i]))
+            for k, j in r.dst:
+                at[_index(oy[j])] = at.get(_index(oy[j]), 0) + k * ry(_weight(oy[j]))
             runs.append(SymbolicRun(
-                rank, sympy.expand(src), sympy.expand(dst),
-                tuple((p.extent, p.a[1] * x.local, p.b[1] * y.local) for p, x, y in modes),
-                _table(at, [(_index(y), p.b[1] * ry(_weight(y))) for p, _, y in modes]),
-                _table(fixed, [(_index(x), p.a[1] * rx(_weight(x))) for p, x, _ in modes])))
+                _int(r.producer, "a producer rank"), sympy.expand(sum(k * ox[i].local for k, i in r.src)),
+                sympy.expand(sum(k * oy[j].local for k, j in r.dst)),
+                tuple((p.extent, p.a[1] * ox[p.a[0]].local, p.b[1] * oy[p.b[0]].local) for p in r.modes),
+                _table(at, [(_index(oy[p.b[0]]), p.b[1] * ry(_weight(oy[p.b[0]]))) for p in r.modes]),
+                _table(fixed, [(_index(ox[p.a[0]]), p.a[1] * rx(_weight(ox[p.a[0]]))) for p in r.modes])))
         out.append(SymbolicPlan(s, tuple(runs), own))
     return tuple(out)
 

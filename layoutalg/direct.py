@@ -1,0 +1,94 @@
+"""Direct reshard plans in the algebra: the common refinement of two groups' tilings.
+
+Each group tiles the canonical page with its owner digits (local digits and rank digits, not
+the replicas), each a mode `(extent, canonical byte stride)`. `algebra.refine` cuts both
+tilings into common pieces: offset by offset through the canonical page, a piece is a digit
+of a producer digit and of a consumer digit at once. For consumer rank `s`
+
+- a piece of a consumer rank digit is fixed by `s`: where it is also a producer rank digit
+  it picks part of the producer's rank, else a fixed offset into the producer's page;
+- a piece of a producer rank digit that is a consumer local digit picks the producer, each
+  of its values a run of its own, at a fixed offset into the consumer's page;
+- every other piece is a mode of the run, stepping both local pages together.
+
+Where replicas hold a byte, consumer `s` reads the `s`-th of them (modulo their number, in
+rank order), so the reads spread over the replicas.
+
+The same construction serves both callers: the runtime at one configuration pair (ints,
+`plan_at`, certified by `reshard.check_plan`) and the prover for every size (sympy
+expressions, `prove.replan`, checked by Z3). Nothing here trusts itself: it says which
+pieces go where, and the callers check the bytes.
+"""
+from __future__ import annotations
+
+from itertools import product
+from math import prod
+from typing import NamedTuple
+
+from .algebra import Piece, refine
+from .layout import Layout
+
+
+class Owner(NamedTuple):
+    """An owner digit of one group: its extent, its canonical byte stride, and its local byte
+    stride (a local digit) or its stride in the rank number (a rank digit)."""
+
+    extent: object
+    canonical: object
+    local: object
+    rank: object
+    is_rank: bool
+
+
+class PieceRun(NamedTuple):
+    """A run of consumer rank `s`'s plan as pieces: its producer; the source and destination
+    offsets as `(coefficient, digit)` terms (offset = sum coefficient * digit.local, digits of
+    the producer's and the consumer's owners); its modes, pieces of two local digits."""
+
+    producer: object
+    src: tuple
+    dst: tuple
+    modes: tuple
+
+
+def pieces(ox: list, oy: list, quotient=None) -> list[Piece]:
+    """The common refinement of the producers' owners `ox` and the consumers' `oy` (each a
+    list of `Owner`) on the canonical page. Raises `algebra.NotCompact` where they have none."""
+    A = Layout(tuple(d.extent for d in ox), tuple(d.canonical for d in ox))
+    B = Layout(tuple(d.extent for d in oy), tuple(d.canonical for d in oy))
+    return refine(A, B) if quotient is None else refine(A, B, quotient)
+
+
+def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, num=int) -> list[PieceRun]:
+    """Consumer rank `s`'s runs. `replicas`: the producers' replica digits as (extent, rank
+    stride), ascending by rank stride; `num(x)` makes a size that must be a number one
+    (ints: itself; symbolic: raises where it is not).
+
+    Examples:
+        >>> whole = [Owner(8, 1, 1, 0, False)]
+        >>> halves = [Owner(4, 1, 1, 0, False), Owner(2, 4, 0, 1, True)]
+        >>> [r.producer for r in consumer_runs(pieces(halves, whole), halves, whole, [], 0)]
+        [0, 1]
+    """
+    producer, src, picks, modes = 0, [], [], []
+    for p in cut:
+        x, y = ox[p.a[0]], oy[p.b[0]]
+        if y.is_rank:  # this consumer's digit: a number
+            c = ((s // num(y.rank)) % num(y.extent)) // num(p.b[1]) % num(p.extent)
+            if x.is_rank:
+                producer += c * num(p.a[1] * x.rank)
+            else:
+                src.append((c * p.a[1], p.a[0]))
+        elif x.is_rank:  # which producer: each value a run of its own
+            picks.append(p)
+        else:
+            modes.append(p)
+    k = s % prod(num(e) for e, _ in replicas)
+    for e, r in replicas:  # the k-th holder, in rank order
+        producer += (k % num(e)) * num(r)
+        k //= num(e)
+    out = []
+    for cs in product(*(range(num(p.extent)) for p in picks)):
+        rank = producer + sum(c * num(p.a[1] * ox[p.a[0]].rank) for c, p in zip(cs, picks))
+        out.append(PieceRun(rank, tuple(src), tuple((c * p.b[1], p.b[0]) for c, p in zip(cs, picks)), tuple(modes)))
+    return out
