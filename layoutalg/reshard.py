@@ -131,12 +131,14 @@ def _composed(producers, consumers):
     """Consumer rank s's runs (a function of s) composed in the algebra from the two groups'
     tilings (`direct`), or None where a group has none (a page of regions, mappings from
     outside) or they have no common refinement: then the runs' fragments are composed."""
-    tilings = [{m.tiling for m in group} for group in (producers, consumers)]
+    try:
+        tilings = [{m.tiling for m in group} for group in (producers, consumers)]
+    except TypeError:  # a tiling that is not a tuple of numbers (from outside)
+        return None
     if any(len(t) != 1 or None in t for t in tilings):
         return None
     (tx,), (ty,) = tilings
-    if tx.canonical_base or ty.canonical_base or len(producers) != prod(r[0] for r in tx.ranks) \
-            or len(consumers) != prod(r[0] for r in ty.ranks):
+    if not (_fits(tx, producers[0], len(producers)) and _fits(ty, consumers[0], len(consumers))):
         return None
 
     def owners(t):
@@ -185,6 +187,26 @@ def _compatible(producers, consumers) -> None:
                                        f"byte of one is not that of the other")
         if role == "producer" and any(m.local_page_size_bytes != first.local_page_size_bytes for m in group):
             raise ReshardError("direct reshard: the producer ranks have local pages of different sizes")
+
+
+def _fits(t, m: CanonicalPageMapping, world: int) -> bool:
+    """Whether tiling `t` is one the algebra may compose for a group of `world` ranks of
+    mapping `m`'s pages: ints (no bools), positive extents, a base of 0 (a layout of one
+    box), its digits numbering exactly the local page, the ranks and the canonical page
+    (so whatever it enumerates is bounded by those). The plan is still certified."""
+    def ints(*xs):
+        return all(type(x) is int for x in xs)
+    try:
+        local = [(n, lo, c) for n, lo, c in t.local]
+        ranks = [(n, r, c, replica) for n, r, c, replica in t.ranks]
+    except (TypeError, ValueError, AttributeError):
+        return False
+    if not (ints(t.canonical_base, *(x for d in local for x in d), *(x for d in ranks for x in d[:3]))
+            and all(type(d[3]) is bool for d in ranks) and all(d[0] >= 1 for d in local + ranks)):
+        return False
+    owners = prod(n for n, *_ in local) * prod(n for n, _, _, replica in ranks if not replica)
+    return (t.canonical_base == 0 and prod(n for n, *_ in local) == m.local_page_size_bytes
+            and prod(n for n, *_ in ranks) == world and owners == m.canonical_page_size_bytes)
 
 
 def _fragments(m: CanonicalPageMapping, role: str, rank: int) -> list[tuple[int, int, int]]:

@@ -406,3 +406,22 @@ def test_pages_of_regions_compose_their_fragments():
     x, y = _group("quant_split", 4, "tp=2"), _group("quant_split", 4, "tp=4")
     assert x.mappings[0].tiling is None and _composed(x.mappings, y.mappings) is None
     assert all(p.runs for p in direct_plans(x.mappings, y.mappings))
+
+
+@pytest.mark.parametrize("how", ["a float extent", "a bool stride", "an extent past the page", "not a tuple",
+                                 "a base"])
+def test_a_tiling_from_outside_that_is_no_tiling_of_the_pages_is_not_composed(how):
+    """A tiling is only used where it is ints numbering exactly the pages and the group (so nothing
+    it enumerates is unbounded); otherwise the runs' fragments are composed, and the plan is the same."""
+    import dataclasses
+    from layoutalg.reshard import _composed
+    x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
+    t = y.mappings[0].tiling
+    first = t.local[0]
+    bad = {"a float extent": t._replace(local=(first._replace(extent=float(first.extent)),) + t.local[1:]),
+           "a bool stride": t._replace(local=(first._replace(local=True),) + t.local[1:]),
+           "an extent past the page": t._replace(local=(first._replace(extent=first.extent * 10 ** 9),) + t.local[1:]),
+           "not a tuple": "tiling", "a base": t._replace(canonical_base=1)}[how]
+    wrong = [dataclasses.replace(m, tiling=bad) for m in y.mappings]
+    assert _composed(x.mappings, wrong) is None
+    assert _byte_map(direct_plans(x.mappings, wrong)) == _byte_map(direct_plans(x.mappings, y.mappings))
