@@ -53,10 +53,43 @@ class PieceRun(NamedTuple):
 
 def pieces(ox: list, oy: list, quotient=None) -> list[Piece]:
     """The common refinement of the producers' owners `ox` and the consumers' `oy` (each a
-    list of `Owner`) on the canonical page. Raises `algebra.NotCompact` where they have none."""
+    list of `Owner`) on the canonical page. With ints (no `quotient`), two tilings of one set
+    of canonical bytes with holes in it (a region of a page, rows of data between pads) are
+    refined as the compact tilings they are of that set. Raises `algebra.NotCompact` where
+    they have no common refinement or do not cover the same canonical bytes.
+
+    Examples:
+        >>> rows = lambda n: [Owner(4, 1, 1, 0, False), Owner(n, 8, 4, 0, False)]   # 4 bytes of every 8
+        >>> [tuple(p) for p in pieces(rows(2), [Owner(4, 1, 1, 0, False), Owner(2, 8, 0, 1, True)])]
+        [(4, (0, 1), (0, 1)), (2, (1, 1), (1, 1))]
+    """
+    if quotient is None:
+        ox, oy = _compact(ox), _compact(oy)
+        if ox[1] != oy[1]:
+            raise NotCompact(f"the two tilings cover other canonical bytes: {ox[1]} against {oy[1]}")
+        ox, oy = ox[0], oy[0]
     A = Layout(tuple(d.extent for d in ox), tuple(d.canonical for d in ox))
     B = Layout(tuple(d.extent for d in oy), tuple(d.canonical for d in oy))
     return refine(A, B) if quotient is None else refine(A, B, quotient)
+
+
+def _compact(owners: list) -> tuple[list, list]:
+    """Owners (int strides) with each canonical stride replaced by its place in the set of
+    bytes they cover (the product of the extents below it), and that set as its runs
+    `(extent, stride)`, merged where one continues another. Raises `NotCompact` where two
+    owners overlap (a stride inside the reach of the smaller ones)."""
+    out, runs, reach, place = list(owners), [], 1, 1
+    for k in sorted((k for k, d in enumerate(owners) if d.extent != 1), key=lambda k: owners[k].canonical):
+        d = owners[k]
+        if d.canonical < reach:
+            raise NotCompact(f"an owner of stride {d.canonical} lands inside the {reach} bytes below it")
+        out[k] = d._replace(canonical=place)
+        if runs and runs[-1][0] * runs[-1][1] == d.canonical:
+            runs[-1] = (runs[-1][0] * d.extent, runs[-1][1])
+        else:
+            runs.append((d.extent, d.canonical))
+        reach, place = d.canonical * d.extent, place * d.extent
+    return out, runs
 
 
 def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, num=int) -> list[PieceRun]:

@@ -136,10 +136,10 @@ def emit(inst: Instance, C: Layout, layout_id: str = "") -> tuple[CanonicalPageM
     num_writers = prod(r.extent for r in inst.ranks if r.replica)
     ranks = _rank_bases(inst)
     make = CopyRun._make
-    tiling = Tiling(tuple(inst.local), tuple(inst.ranks), inst.canonical_base)
+    tilings = (Tiling(tuple(inst.local), tuple(inst.ranks), inst.canonical_base),)
     return tuple(CanonicalPageMapping(inst.canonical_page, inst.local_page,
                                       tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),
-                                      num_writers, writer, inst.agnostic, layout_id, tiling=tiling)
+                                      num_writers, writer, inst.agnostic, layout_id, tilings=tilings)
                  for base, writer in ranks)
 
 
@@ -268,11 +268,12 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
                 for base, writer in _rank_bases(inst)]
         per_rank = rows if per_rank is None else [a + b for a, b in zip(per_rank, rows)]
     out = []
+    tilings = tuple(Tiling(tuple(i.local), tuple(i.ranks), i.canonical_base, i.local_base) for _, i in page.regions)
     for rows in per_rank:
         rows.sort(key=lambda x: x[0].local_offset)
         runs, elect = tuple(r for r, _ in rows), tuple(w for _, w in rows)
         same = len(set(elect)) == 1
         nw, w = elect[0] if same else (1, 0)
         out.append(CanonicalPageMapping(page.canonical_page, page.local_page, runs, nw, w, page.agnostic,
-                                        layout_id, () if same else elect))
+                                        layout_id, () if same else elect, tilings=tilings))
     return tuple(out)

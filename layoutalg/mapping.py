@@ -58,15 +58,17 @@ class TensorView(NamedTuple):
 
 
 class Tiling(NamedTuple):
-    """How a group of ranks tiles the canonical page at one configuration (one for every rank
-    of the group): its local digits `(extent, local byte stride, canonical byte stride)`, its
-    rank digits `(extent, rank stride, canonical byte stride, replica)` and the canonical
-    base of rank 0. Direct reshard plans are composed from two groups' tilings
-    (`layoutalg.direct`), then certified against the runs."""
+    """How a group of ranks tiles (a region of) the canonical page at one configuration, the
+    same for every rank of the group: its local digits `(extent, local byte stride, canonical
+    byte stride)`, its rank digits `(extent, rank stride, canonical byte stride, replica)`,
+    the canonical base of rank 0 and the bytes before the region in the local page. Direct
+    reshard plans are composed from two groups' tilings (`layoutalg.direct`), then
+    certified against the runs."""
 
     local: tuple
     ranks: tuple
     canonical_base: int
+    local_base: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,10 @@ class CanonicalPageMapping:
     # agnostic, the whole configuration). Key stored pages by it: two mappings share it only
     # where a canonical byte of one is the same byte of the other
     format_id: str = field(default="", compare=False)
-    # the group's tiling of the canonical page where a layout of one box made the runs (None
-    # for a page of regions or a mapping from outside): direct plans compose it in the algebra
-    tiling: Tiling | None = field(default=None, compare=False)
+    # the group's tiling of the canonical page, one per region of a page (one for a layout of
+    # one box), where the lowering made the runs; empty for a mapping from outside. Direct
+    # plans compose two groups' tilings in the algebra
+    tilings: tuple[Tiling, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
         rw = self.run_writers

@@ -9,11 +9,11 @@ that holds that canonical byte has it at `X_p^-1(Y_s(b))`. The plan is that comp
 computed once per configuration pair, without a canonical buffer in between: what
 disaggregated prefill and decode at different parallelism need.
 
-Where both groups come from a layout of one box, their mappings carry the group's tiling
-of the canonical page (`CanonicalPageMapping.tiling`), and the composition is the
+Where the lowering made both groups' mappings, they carry the group's tiling of the
+canonical page (`CanonicalPageMapping.tilings`, one per region of a page), and the composition is the
 algebra's (`layoutalg.direct`: the common refinement of the two tilings, the same pieces
-`prove.replan` checks for every size), lowered to strided runs. Otherwise (a page of
-regions, mappings from outside) it works on the runs' canonical fragments: the producers'
+`prove.replan` checks for every size), lowered to strided runs. Otherwise (mappings from
+outside) it works on the runs' canonical fragments: the producers'
 fragments cut the canonical page into segments, each with the ranks that hold it (several
 where replicas hold the same bytes); every consumer fragment is cut at those segments.
 Either way a consumer byte held by several replicas comes from the `s`-th of them modulo
@@ -129,40 +129,74 @@ def direct_plans(producers: Sequence[CanonicalPageMapping],
 
 def _composed(producers, consumers):
     """Consumer rank s's runs (a function of s) composed in the algebra from the two groups'
-    tilings (`direct`), or None where a group has none (a page of regions, mappings from
-    outside) or they have no common refinement: then the runs' fragments are composed."""
+    tilings (`direct`), region by region, or None where a group has none (mappings from
+    outside), they are not tilings of these pages, or they have no common refinement: then
+    the runs' fragments are composed."""
     try:
-        tilings = [{m.tiling for m in group} for group in (producers, consumers)]
-    except TypeError:  # a tiling that is not a tuple of numbers (from outside)
+        tilings = [{m.tilings for m in group} for group in (producers, consumers)]
+    except TypeError:  # not a tuple of numbers (from outside)
         return None
-    if any(len(t) != 1 or None in t for t in tilings):
+    if any(len(t) != 1 for t in tilings):
         return None
     (tx,), (ty,) = tilings
-    if not (_fits(tx, producers[0], len(producers)) and _fits(ty, consumers[0], len(consumers))):
+    if not (_fits(tx, producers[0], len(producers)) and _fits(ty, consumers[0], len(consumers))) \
+            or len(tx) != len(ty):
         return None
-
-    def owners(t):
-        return [Owner(n, c, lo, 0, False) for n, lo, c in t.local] + \
-            [Owner(n, c, 0, r, True) for n, r, c, replica in t.ranks if not replica]
-    ox, oy = owners(tx), owners(ty)
-    try:
-        cut = pieces(ox, oy)
-    except NotCompact:
-        return None
-    replicas = sorted(((n, r) for n, r, _, replica in tx.ranks if replica and n != 1), key=lambda x: x[1])
+    regions = []
+    for x, y in zip(tx, ty):
+        if x.canonical_base != y.canonical_base:
+            return None  # one canonical format: each region where the other group has it
+        ox = [Owner(n, c, lo, 0, False) for n, lo, c in x.local] + \
+            [Owner(n, c, 0, r, True) for n, r, c, replica in x.ranks if not replica]
+        oy = [Owner(n, c, lo, 0, False) for n, lo, c in y.local] + \
+            [Owner(n, c, 0, r, True) for n, r, c, replica in y.ranks if not replica]
+        try:
+            cut = pieces(ox, oy)
+        except NotCompact:
+            return None
+        replicas = sorted(((n, r) for n, r, _, replica in x.ranks if replica and n != 1), key=lambda t: t[1])
+        regions.append((x.local_base, y.local_base, ox, oy, cut, replicas))
 
     def runs(s: int) -> tuple[DirectRun, ...]:
         out = []
-        for r in consumer_runs(cut, ox, oy, replicas, s):
-            src, dst = sum(k * ox[i].local for k, i in r.src), sum(k * oy[j].local for k, j in r.dst)
-            modes = [(p.extent, p.b[1] * oy[p.b[0]].local, p.a[1] * ox[p.a[0]].local) for p in r.modes]
-            if any(n == 0 for n, _, _ in modes):
-                continue
-            offsets, size, count, dst_stride, src_stride = strided_runs(modes)
-            out += [DirectRun(r.producer, src + so, dst + do, size, count, src_stride, dst_stride)
-                    for do, so in offsets]
+        for src_base, dst_base, ox, oy, cut, replicas in regions:
+            for r in consumer_runs(cut, ox, oy, replicas, s):
+                src = src_base + sum(k * ox[i].local for k, i in r.src)
+                dst = dst_base + sum(k * oy[j].local for k, j in r.dst)
+                modes = [(p.extent, p.b[1] * oy[p.b[0]].local, p.a[1] * ox[p.a[0]].local) for p in r.modes]
+                offsets, size, count, dst_stride, src_stride = strided_runs(modes)
+                out += [DirectRun(r.producer, src + so, dst + do, size, count, src_stride, dst_stride)
+                        for do, so in offsets]
         return tuple(sorted(out, key=lambda d: d.dst_offset))
     return runs
+
+
+def _fits(tilings, m: CanonicalPageMapping, world: int) -> bool:
+    """Whether `tilings` are ones the algebra may compose for a group of `world` ranks of
+    mapping `m`'s pages: ints (no bools), positive extents, rank digits numbering exactly the
+    group, each region's local digits inside the local page and its owners inside the
+    canonical page, the regions no more than the pages (so whatever they enumerate is bounded
+    by those). The plan is still certified."""
+    if not isinstance(tilings, tuple) or not tilings:
+        return False
+    local_bytes = canonical_bytes = 0
+    for t in tilings:
+        try:
+            local = [(n, lo, c) for n, lo, c in t.local]
+            ranks = [(n, r, c, replica) for n, r, c, replica in t.ranks]
+            bases = (t.canonical_base, t.local_base)
+        except (TypeError, ValueError, AttributeError):
+            return False
+        if not (all(type(x) is int for x in (*bases, *(x for d in local for x in d), *(x for d in ranks for x in d[:3])))
+                and all(type(d[3]) is bool for d in ranks) and all(d[0] >= 1 for d in local + ranks)):
+            return False
+        size = prod(n for n, *_ in local)
+        owners = size * prod(n for n, _, _, replica in ranks if not replica)
+        local_bytes, canonical_bytes = local_bytes + size, canonical_bytes + owners
+        if prod(n for n, *_ in ranks) != world or min(bases) < 0 or t.local_base + size > m.local_page_size_bytes \
+                or t.canonical_base + owners > m.canonical_page_size_bytes:
+            return False
+    return local_bytes <= m.local_page_size_bytes and canonical_bytes <= m.canonical_page_size_bytes
 
 
 def _compatible(producers, consumers) -> None:
@@ -187,26 +221,6 @@ def _compatible(producers, consumers) -> None:
                                        f"byte of one is not that of the other")
         if role == "producer" and any(m.local_page_size_bytes != first.local_page_size_bytes for m in group):
             raise ReshardError("direct reshard: the producer ranks have local pages of different sizes")
-
-
-def _fits(t, m: CanonicalPageMapping, world: int) -> bool:
-    """Whether tiling `t` is one the algebra may compose for a group of `world` ranks of
-    mapping `m`'s pages: ints (no bools), positive extents, a base of 0 (a layout of one
-    box), its digits numbering exactly the local page, the ranks and the canonical page
-    (so whatever it enumerates is bounded by those). The plan is still certified."""
-    def ints(*xs):
-        return all(type(x) is int for x in xs)
-    try:
-        local = [(n, lo, c) for n, lo, c in t.local]
-        ranks = [(n, r, c, replica) for n, r, c, replica in t.ranks]
-    except (TypeError, ValueError, AttributeError):
-        return False
-    if not (ints(t.canonical_base, *(x for d in local for x in d), *(x for d in ranks for x in d[:3]))
-            and all(type(d[3]) is bool for d in ranks) and all(d[0] >= 1 for d in local + ranks)):
-        return False
-    owners = prod(n for n, *_ in local) * prod(n for n, _, _, replica in ranks if not replica)
-    return (t.canonical_base == 0 and prod(n for n, *_ in local) == m.local_page_size_bytes
-            and prod(n for n, *_ in ranks) == world and owners == m.canonical_page_size_bytes)
 
 
 def _fragments(m: CanonicalPageMapping, role: str, rank: int) -> list[tuple[int, int, int]]:

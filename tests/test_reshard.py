@@ -373,15 +373,16 @@ def _byte_map(plans):
 @pytest.mark.parametrize("family, heads, store, load", [
     ("split_nhd", 8, "tp=8", "tp=2"), ("split_nhd", 4, "tp=8", "tp=2"), ("split_hnd", 8, "tp=2", "tp=4"),
     ("packed_hnd", 8, "tp=1", "tp=8"), ("mla", 1, "tp=4", "tp=2"),
-    ("split_nhd", 2, "tp=4,dcp=2,interleave=2", "tp=8,dcp=2,interleave=2")])
+    ("split_nhd", 2, "tp=4,dcp=2,interleave=2", "tp=8,dcp=2,interleave=2"),
+    ("quant_split", 4, "tp=2", "tp=4"), ("quant_packed", 4, "tp=4", "tp=1")])
 def test_the_direct_plan_is_composed_in_the_algebra(family, heads, store, load):
-    """The runtime composes one-box groups' plans from their tilings (`direct`, the same pieces the
+    """The runtime composes the plans from the groups' tilings (`direct`, the same pieces the
     all-sizes proof checks), not from byte intervals; they move the bytes the fragments' composition does."""
     import dataclasses
     from layoutalg.reshard import _composed
     x, y = _group(family, heads, store), _group(family, heads, load)
     assert _composed(x.mappings, y.mappings) is not None
-    bare = [[dataclasses.replace(m, tiling=None) for m in g.mappings] for g in (x, y)]
+    bare = [[dataclasses.replace(m, tilings=()) for m in g.mappings] for g in (x, y)]
     assert _composed(*bare) is None
     assert _byte_map(direct_plans(x.mappings, y.mappings)) == _byte_map(direct_plans(*bare))
 
@@ -391,37 +392,44 @@ def test_a_tiling_that_is_not_the_runs_is_caught_where_the_plan_is_built():
     swap canonical strides gives a plan that reads the wrong bytes: refused, never executed."""
     import dataclasses
     x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
-    t = y.mappings[0].tiling
+    (t,) = y.mappings[0].tilings
     i, j = next((i, j) for i in range(len(t.local)) for j in range(i) if t.local[i].extent == t.local[j].extent
                 and t.local[i].canonical != t.local[j].canonical)
     local = list(t.local)
     local[i], local[j] = local[i]._replace(canonical=local[j].canonical), local[j]._replace(canonical=local[i].canonical)
-    wrong = [dataclasses.replace(m, tiling=t._replace(local=tuple(local))) for m in y.mappings]
+    wrong = [dataclasses.replace(m, tilings=(t._replace(local=tuple(local)),)) for m in y.mappings]
     with pytest.raises(ReshardError, match="hold canonical"):
         direct_plans(x.mappings, wrong)
 
 
-def test_pages_of_regions_compose_their_fragments():
-    from layoutalg.reshard import _composed
-    x, y = _group("quant_split", 4, "tp=2"), _group("quant_split", 4, "tp=4")
-    assert x.mappings[0].tiling is None and _composed(x.mappings, y.mappings) is None
-    assert all(p.runs for p in direct_plans(x.mappings, y.mappings))
-
-
 @pytest.mark.parametrize("how", ["a float extent", "a bool stride", "an extent past the page", "not a tuple",
-                                 "a base"])
+                                 "a base past the page"])
 def test_a_tiling_from_outside_that_is_no_tiling_of_the_pages_is_not_composed(how):
     """A tiling is only used where it is ints numbering exactly the pages and the group (so nothing
     it enumerates is unbounded); otherwise the runs' fragments are composed, and the plan is the same."""
     import dataclasses
     from layoutalg.reshard import _composed
     x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
-    t = y.mappings[0].tiling
+    (t,) = y.mappings[0].tilings
     first = t.local[0]
-    bad = {"a float extent": t._replace(local=(first._replace(extent=float(first.extent)),) + t.local[1:]),
-           "a bool stride": t._replace(local=(first._replace(local=True),) + t.local[1:]),
-           "an extent past the page": t._replace(local=(first._replace(extent=first.extent * 10 ** 9),) + t.local[1:]),
-           "not a tuple": "tiling", "a base": t._replace(canonical_base=1)}[how]
-    wrong = [dataclasses.replace(m, tiling=bad) for m in y.mappings]
+    bad = {"a float extent": (t._replace(local=(first._replace(extent=float(first.extent)),) + t.local[1:]),),
+           "a bool stride": (t._replace(local=(first._replace(local=True),) + t.local[1:]),),
+           "an extent past the page": (t._replace(local=(first._replace(extent=first.extent * 10 ** 9),)
+                                                  + t.local[1:]),),
+           "not a tuple": "tiling", "a base past the page": (t._replace(canonical_base=1),)}[how]
+    wrong = [dataclasses.replace(m, tilings=bad) for m in y.mappings]
     assert _composed(x.mappings, wrong) is None
     assert _byte_map(direct_plans(x.mappings, wrong)) == _byte_map(direct_plans(x.mappings, y.mappings))
+
+
+@pytest.mark.parametrize("a, b, groups", [(2, 4, 2), (4, 1, 1), (1, 4, 4), (8, 2, 2)])
+def test_pages_of_regions_are_composed_in_the_algebra_region_by_region(a, b, groups):
+    """A padded Mamba2 page: each region's tilings refined on their own (B and C replicated when
+    there are fewer groups than ranks, x sharded), the same bytes as the fragments' composition."""
+    import dataclasses
+    from layoutalg.reshard import _composed
+    (xm, _), (ym, _) = _mamba(a, groups), _mamba(b, groups)
+    assert len(xm[0].tilings) == 4 and _composed(xm, ym) is not None
+    bare = [[dataclasses.replace(m, tilings=()) for m in g] for g in (xm, ym)]
+    assert _composed(*bare) is None
+    assert _byte_map(direct_plans(xm, ym)) == _byte_map(direct_plans(*bare))
