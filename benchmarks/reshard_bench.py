@@ -9,10 +9,13 @@ For each configuration pair, in one process (one thread), 256 blocks of one laye
   the consumers' share back (the offload path, through a host buffer).
 - seconds: the direct plan executed (gather on each producer, scatter on each consumer)
   against the canonical path (every producer's store, then every consumer's load).
-- plan: the milliseconds to compose the plans of every consumer rank, once per pair.
+- plan: the milliseconds to compose and certify the plans of every consumer rank, once per
+  pair: in the algebra from the groups' tilings (what `direct_plans` does), and from the
+  runs' fragments (what it does for mappings that carry no tiling).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import torch
@@ -24,7 +27,7 @@ from layoutalg.reshard import direct_plans, execute
 BLOCKS = 256
 PAIRS = [("split_hnd", 8, 128, "tp=2", "tp=4"), ("split_hnd", 8, 128, "tp=4", "tp=2"),
          ("split_nhd", 8, 128, "tp=8", "tp=2"), ("split_nhd", 4, 128, "tp=8", "tp=4"),
-         ("mla", 1, 576, "tp=4", "tp=2")]
+         ("mla", 1, 576, "tp=4", "tp=2"), ("split_nhd", 32, 256, "tp=8", "tp=2")]
 
 
 def best(fn, repeat: int = 5) -> float:
@@ -40,12 +43,13 @@ def best(fn, repeat: int = 5) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     print(f"{'family':<10} {'pair':<12} {'direct MB':>10} {'all-gather MB':>14} {'canonical MB':>13} "
-          f"{'direct s':>9} {'canonical s':>12} {'plan ms':>8}")
+          f"{'direct s':>9} {'canonical s':>12} {'plan ms':>8} {'by fragments ms':>16}")
     for family, heads, d, a, b in PAIRS:
         x, y = (group_of(family, parse_config(c), heads, 16, d, "bf16", BLOCKS) for c in (a, b))
-        t = time.perf_counter()
         plans = direct_plans(x.mappings, y.mappings)
-        plan_ms = (time.perf_counter() - t) * 1e3
+        bare = [[dataclasses.replace(m, tilings=()) for m in g.mappings] for g in (x, y)]
+        plan_ms = best(lambda: direct_plans(x.mappings, y.mappings)) * 1e3
+        fragments_ms = best(lambda: direct_plans(*bare)) * 1e3
         g = torch.Generator().manual_seed(0)
         kvs = [torch.randint(0, 255, (BLOCKS, m.local_page_size_bytes), generator=g, dtype=torch.uint8)
                for m in x.mappings]
@@ -70,7 +74,7 @@ def main() -> None:
         gathered = BLOCKS * y.world * x.world * x.mappings[0].local_page_size_bytes
         through = BLOCKS * (cp + sum(m.local_page_size_bytes for m in y.mappings))
         print(f"{family:<10} {a + '->' + b:<12} {moved / 1e6:>10.1f} {gathered / 1e6:>14.1f} {through / 1e6:>13.1f} "
-              f"{best(direct):>9.3f} {best(canonical):>12.3f} {plan_ms:>8.1f}")
+              f"{best(direct):>9.3f} {best(canonical):>12.3f} {plan_ms:>8.1f} {fragments_ms:>16.1f}")
 
 
 if __name__ == "__main__":

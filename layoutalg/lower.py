@@ -182,18 +182,34 @@ def _region_plan(inst: Instance, region: str):
     return strided_runs(inst.local, inst.local_base)
 
 
-def strided_runs(modes, local_base: int = 0) -> tuple[list[tuple[int, int]], int, int, int, int]:
-    """`(offsets, fragment, count, local stride, canonical stride)` of the modes `(extent,
-    local stride, canonical stride)` of a one-to-one map that need not be dense (as
-    `run_plan` for a copy map): modes merged where they continue each other on both sides,
-    the first one the contiguous fragment when it has stride 1 on both, the largest of the
-    rest the run's stride, the others enumerated. Local offsets start at `local_base`."""
+def strided_fragments(modes) -> int:
+    """How many fragments `strided_runs(modes)` gives, without making them."""
+    if any(n == 0 for n, _, _ in modes):
+        return 0
+    merged = _merged_modes(modes)
+    if merged and merged[0][1] == 1 and merged[0][2] == 1:
+        merged.pop(0)
+    return prod(n for n, _, _ in merged)
+
+
+def _merged_modes(modes) -> list:
+    """The modes of extent other than 1 by local stride, merged where one continues another on both sides."""
     merged = []
     for n, ls, cs in sorted(((n, ls, cs) for n, ls, cs in modes if n != 1), key=lambda m: m[1]):
         if merged and merged[-1][1] * merged[-1][0] == ls and merged[-1][2] * merged[-1][0] == cs:
             merged[-1] = (merged[-1][0] * n, merged[-1][1], merged[-1][2])
         else:
             merged.append((n, ls, cs))
+    return merged
+
+
+def strided_runs(modes, local_base: int = 0) -> tuple[list[tuple[int, int]], int, int, int, int]:
+    """`(offsets, fragment, count, local stride, canonical stride)` of the modes `(extent,
+    local stride, canonical stride)` of a one-to-one map that need not be dense (as
+    `run_plan` for a copy map): modes merged where they continue each other on both sides,
+    the first one the contiguous fragment when it has stride 1 on both, the largest of the
+    rest the run's stride, the others enumerated. Local offsets start at `local_base`."""
+    merged = _merged_modes(modes)
     fragment = 1
     if merged and merged[0][1] == 1 and merged[0][2] == 1:
         fragment = merged.pop(0)[0]

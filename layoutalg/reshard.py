@@ -45,7 +45,7 @@ import torch
 from .algebra import NotCompact
 from .direct import Owner, consumer_runs, pieces
 from .errors import ConfigError, LayoutalgError
-from .lower import strided_runs
+from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun
 from .torch_copy import _check_runs, page_bytes, shared_byte
 
@@ -110,21 +110,33 @@ def direct_plans(producers: Sequence[CanonicalPageMapping],
                               f"got {type(group).__name__}")
     _compatible(producers, consumers)
     composed = _composed(producers, consumers)
-    if composed is None:
-        cuts, holders = _segments(producers)
+    if composed is not None:
+        try:  # a tiling only proposes the plan: one the runs do not certify is not used
+            return tuple(_certified(s, composed(s), producers, y) for s, y in enumerate(consumers))
+        except (ReshardError, _TooMany):
+            pass  # a tiling that is not these runs' (from outside, or ranks listed in another order)
+    cuts, holders = _segments(producers)
     plans = []
     for s, y in enumerate(consumers):
-        if composed is not None:
-            runs = composed(s)
-        else:
-            pieces = []
-            for lo, co, n in _fragments(y, "consumer", s):
-                pieces += _pieces(lo, co, n, cuts, holders, s)
-            runs = _strided(_merged(pieces))
-        plan = DirectPlan(s, runs, y.local_page_size_bytes, producers[0].local_page_size_bytes)
-        check_plan(plan, producers, y)
-        plans.append(plan)
+        pieces = []
+        for lo, co, n in _fragments(y, "consumer", s):
+            pieces += _pieces(lo, co, n, cuts, holders, s)
+        plans.append(_certified(s, pieces, producers, y))
     return tuple(plans)
+
+
+class _TooMany(Exception):
+    """A tiling proposes more fragments than a plan composes (it is not these runs')."""
+
+
+def _certified(s: int, pieces, producers, y) -> DirectPlan:
+    """Consumer `s`'s plan from its `(producer, src, dst, size)` pieces, in the one normal form
+    of its byte map (merged where contiguous, regrouped into strided runs): however the pieces
+    were found, a byte map has one plan, so a producer's `gather` and a consumer's `scatter`
+    built apart agree on the order of the bytes. Certified by `check_plan`."""
+    plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, producers[0].local_page_size_bytes)
+    check_plan(plan, producers, y)
+    return plan
 
 
 def _composed(producers, consumers):
@@ -152,22 +164,29 @@ def _composed(producers, consumers):
             [Owner(n, c, 0, r, True) for n, r, c, replica in y.ranks if not replica]
         try:
             cut = pieces(ox, oy)
-        except NotCompact:
+        except (NotCompact, ArithmeticError):
             return None
         replicas = sorted(((n, r) for n, r, _, replica in x.ranks if replica and n != 1), key=lambda t: t[1])
         regions.append((x.local_base, y.local_base, ox, oy, cut, replicas))
 
-    def runs(s: int) -> tuple[DirectRun, ...]:
-        out = []
+    def runs(s: int) -> list[tuple[int, int, int, int]]:
+        """Consumer `s`'s `(producer, src, dst, size)` pieces, one per fragment."""
+        out, budget = [], MAX_FRAGMENTS
         for src_base, dst_base, ox, oy, cut, replicas in regions:
             for r in consumer_runs(cut, ox, oy, replicas, s):
                 src = src_base + sum(k * ox[i].local for k, i in r.src)
                 dst = dst_base + sum(k * oy[j].local for k, j in r.dst)
                 modes = [(p.extent, p.b[1] * oy[p.b[0]].local, p.a[1] * ox[p.a[0]].local) for p in r.modes]
+                n = strided_fragments(modes)
+                budget -= n
+                if budget < 0:
+                    raise _TooMany()
+                if not n:
+                    continue  # a region of no bytes
                 offsets, size, count, dst_stride, src_stride = strided_runs(modes)
-                out += [DirectRun(r.producer, src + so, dst + do, size, count, src_stride, dst_stride)
-                        for do, so in offsets]
-        return tuple(sorted(out, key=lambda d: d.dst_offset))
+                out += [(r.producer, src + so + i * src_stride, dst + do + i * dst_stride, size)
+                        for do, so in offsets for i in range(count)]
+        return out
     return runs
 
 
@@ -188,7 +207,8 @@ def _fits(tilings, m: CanonicalPageMapping, world: int) -> bool:
         except (TypeError, ValueError, AttributeError):
             return False
         if not (all(type(x) is int for x in (*bases, *(x for d in local for x in d), *(x for d in ranks for x in d[:3])))
-                and all(type(d[3]) is bool for d in ranks) and all(d[0] >= 1 for d in local + ranks)):
+                and all(type(d[3]) is bool for d in ranks) and all(d[0] >= 1 for d in local + ranks)
+                and all(x >= 0 for d in local for x in d[1:]) and all(d[1] >= 1 and d[2] >= 0 for d in ranks)):
             return False
         size = prod(n for n, *_ in local)
         owners = size * prod(n for n, _, _, replica in ranks if not replica)
@@ -378,16 +398,13 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
 
 
 def _validated(plan) -> None:
-    """`validate(plan)`, once per plan: gather and scatter run it on every block batch and layer."""
-    try:
-        hash(plan)
-    except TypeError:  # not a plan of integers: validate says what is wrong with it
-        validate(plan)
-    _validated_plan(plan)
+    """`validate(plan)`, once per plan: gather and scatter run it on every block batch and layer.
+    Cached by the plan's repr, not its equality: a plan of 0.0 equals and hashes as one of 0."""
+    _validated_plan(repr(plan), plan)
 
 
 @lru_cache(maxsize=1024)
-def _validated_plan(plan) -> bool:
+def _validated_plan(key: str, plan) -> bool:
     validate(plan)  # (a plan that fails raises, and nothing is cached)
     return True
 

@@ -772,7 +772,7 @@ class _Build(Transformer_NonRecursive):
                                 f"(as aiter's c < H * D) rather than {merged.shown()}", merged.span)
             dims, groups = _rest_filled(dims, indices)
             missing = [d.name for d in indices if d.name not in {n.id for n in dims}]
-            if missing:
+            if missing and {n.id for n in dims} <= {d.name for d in indices}:  # (an unknown one is named where it is)
                 raise SpecError(f"the tensor clause of {what} names no dimension for index '{missing[0]}': a tensor "
                                 f"views every index of its box (name it, or write '...' for the rest)",
                                 found["tensor"][1])

@@ -387,10 +387,12 @@ def test_the_direct_plan_is_composed_in_the_algebra(family, heads, store, load):
     assert _byte_map(direct_plans(x.mappings, y.mappings)) == _byte_map(direct_plans(*bare))
 
 
-def test_a_tiling_that_is_not_the_runs_is_caught_where_the_plan_is_built():
+def test_a_tiling_that_is_not_the_runs_is_not_used():
     """The tiling only proposes the plan; the runs certify it. A tiling whose two local digits
-    swap canonical strides gives a plan that reads the wrong bytes: refused, never executed."""
+    swap canonical strides proposes a plan that reads the wrong bytes: the certificate refuses it,
+    and the plan is composed from the runs instead (as for ranks listed in another order)."""
     import dataclasses
+    from layoutalg.reshard import DirectPlan, _composed, _merged, _strided
     x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
     (t,) = y.mappings[0].tilings
     i, j = next((i, j) for i in range(len(t.local)) for j in range(i) if t.local[i].extent == t.local[j].extent
@@ -398,12 +400,41 @@ def test_a_tiling_that_is_not_the_runs_is_caught_where_the_plan_is_built():
     local = list(t.local)
     local[i], local[j] = local[i]._replace(canonical=local[j].canonical), local[j]._replace(canonical=local[i].canonical)
     wrong = [dataclasses.replace(m, tilings=(t._replace(local=tuple(local)),)) for m in y.mappings]
+    proposed = DirectPlan(0, _strided(_merged(_composed(x.mappings, wrong)(0))), wrong[0].local_page_size_bytes,
+                          x.mappings[0].local_page_size_bytes)
     with pytest.raises(ReshardError, match="hold canonical"):
-        direct_plans(x.mappings, wrong)
+        check_plan(proposed, x.mappings, wrong[0])
+    right = direct_plans(x.mappings, y.mappings)
+    assert direct_plans(x.mappings, wrong) == right
+    reordered = direct_plans(x.mappings[::-1], y.mappings)        # producers listed in another order
+    assert _byte_map(reordered) == [{(len(x.mappings) - 1 - p, a, b) for p, a, b in m} for m in _byte_map(right)]
+
+
+def test_a_plan_is_one_whichever_way_it_was_composed():
+    """A producer's gather and a consumer's scatter built apart (one from mappings with tilings,
+    one from the reference's six fields) must agree on the order of the bytes: a byte map has one plan."""
+    import dataclasses
+    for family, heads, a, b in [("split_hnd", 8, "tp=2", "tp=4"), ("split_nhd", 4, "tp=8", "tp=2"),
+                                ("quant_split", 4, "tp=4", "tp=2")]:
+        x, y = _group(family, heads, a), _group(family, heads, b)
+        bare = [[dataclasses.replace(m, tilings=()) for m in g.mappings] for g in (x, y)]
+        assert direct_plans(x.mappings, y.mappings) == direct_plans(*bare), (family, a, b)
+
+
+def test_a_plan_of_floats_is_validated_even_after_its_equal_of_ints():
+    from layoutalg.reshard import gather
+    x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
+    p = direct_plans(x.mappings, y.mappings)[0]
+    kvs, _, blocks = _filled(x)
+    gather(p, p.runs[0].producer, kvs[p.runs[0].producer], blocks)
+    floats = p._replace(runs=(p.runs[0]._replace(src_offset=float(p.runs[0].src_offset)),) + p.runs[1:])
+    assert floats == p
+    with pytest.raises(ReshardError):
+        gather(floats, p.runs[0].producer, kvs[p.runs[0].producer], blocks)
 
 
 @pytest.mark.parametrize("how", ["a float extent", "a bool stride", "an extent past the page", "not a tuple",
-                                 "a base past the page"])
+                                 "a base past the page", "a rank stride of 0", "no canonical base"])
 def test_a_tiling_from_outside_that_is_no_tiling_of_the_pages_is_not_composed(how):
     """A tiling is only used where it is ints numbering exactly the pages and the group (so nothing
     it enumerates is unbounded); otherwise the runs' fragments are composed, and the plan is the same."""
@@ -416,7 +447,9 @@ def test_a_tiling_from_outside_that_is_no_tiling_of_the_pages_is_not_composed(ho
            "a bool stride": (t._replace(local=(first._replace(local=True),) + t.local[1:]),),
            "an extent past the page": (t._replace(local=(first._replace(extent=first.extent * 10 ** 9),)
                                                   + t.local[1:]),),
-           "not a tuple": "tiling", "a base past the page": (t._replace(canonical_base=1),)}[how]
+           "not a tuple": "tiling", "a base past the page": (t._replace(canonical_base=1),),
+           "a rank stride of 0": (t._replace(ranks=tuple(r._replace(rank=0) for r in t.ranks)),),
+           "no canonical base": (tuple(t)[:2],)}[how]
     wrong = [dataclasses.replace(m, tilings=bad) for m in y.mappings]
     assert _composed(x.mappings, wrong) is None
     assert _byte_map(direct_plans(x.mappings, wrong)) == _byte_map(direct_plans(x.mappings, y.mappings))
