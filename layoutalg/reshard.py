@@ -46,8 +46,8 @@ from .algebra import NotCompact
 from .direct import Owner, consumer_runs, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
-from .mapping import CanonicalPageMapping, CopyRun
-from .torch_copy import _check_runs, page_bytes, shared_byte
+from .mapping import CanonicalPageMapping, CopyRun, TensorView
+from .torch_copy import _check_runs, layer_bytes, shared_byte
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -82,6 +82,10 @@ class DirectPlan(NamedTuple):
     runs: tuple[DirectRun, ...]
     local_page_size_bytes: int      # the consumer's
     producer_page_size_bytes: int
+    # the tensors the two groups' mappings were derived for (`CanonicalPageMapping.tensors`):
+    # gather and scatter check the tensors they are given against them, as copy plans do
+    producer_tensors: tuple = ()
+    consumer_tensors: tuple = ()
 
     def producers(self) -> tuple[int, ...]:
         """The producer ranks this consumer reads, in order."""
@@ -134,7 +138,9 @@ def _certified(s: int, pieces, producers, y) -> DirectPlan:
     of its byte map (merged where contiguous, regrouped into strided runs): however the pieces
     were found, a byte map has one plan, so a producer's `gather` and a consumer's `scatter`
     built apart agree on the order of the bytes. Certified by `check_plan`."""
-    plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, producers[0].local_page_size_bytes)
+    views = {m.tensors for m in producers}
+    plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, producers[0].local_page_size_bytes,
+                      views.pop() if len(views) == 1 else (), y.tensors)
     check_plan(plan, producers, y)
     return plan
 
@@ -382,6 +388,9 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
     if producer_pages is None:
         producer_pages = [plan.producer_page_size_bytes] * (1 + max((r.producer for r in plan.runs
                                                                      if isinstance(r, DirectRun)), default=0))
+    for side, views in (("producer", plan.producer_tensors), ("consumer", plan.consumer_tensors)):
+        if not isinstance(views, tuple) or not all(isinstance(v, TensorView) for v in views):
+            raise ReshardError(f"{here}: the {side} tensors must be a tuple of TensorViews, got {views!r}")
     for k, r in enumerate(plan.runs):
         if not isinstance(r, DirectRun) or any(type(v) is not int or v < 0 for v in r):
             raise ReshardError(f"{here}: run {k} {tuple(r)} must be a DirectRun of non-negative integers")
@@ -460,9 +469,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     if type(producer) is not int or producer < 0:
         raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
     _validated(plan)
-    page, name = ((plan.producer_page_size_bytes, "producer kv") if op == "gather" else
-                  (plan.local_page_size_bytes, "consumer kv"))
-    raw = page_bytes(kv, page, name, op)
+    raw = _layer(plan, kv, op == "gather", op)
     blocks = _ids(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
     return raw, blocks, [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
 
@@ -512,14 +519,26 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
         raise ConfigError(f"execute: producer_kvs must be a list of every producer rank's tensor, got "
                           f"{type(producer_kvs).__name__}")
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
-    dst = _ids(dst_blocks, page_bytes(kv, plan.local_page_size_bytes, "consumer kv", "execute").shape[0], "execute")
+    dst = _ids(dst_blocks, _layer(plan, kv, False, "execute").shape[0], "execute")
     for p in plan.producers():  # everything checked before the first byte moves
-        src = _ids(src_blocks, page_bytes(producer_kvs[p], plan.producer_page_size_bytes, f"producer {p} kv",
-                                          "execute").shape[0], "execute")
+        src = _ids(src_blocks, _layer(plan, producer_kvs[p], True, "execute").shape[0], "execute")
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
     for p in plan.producers():
         scatter(plan, p, gather(plan, p, producer_kvs[p], src_blocks), kv, dst_blocks)
+
+
+class _Side(NamedTuple):
+    tensors: tuple
+    local_page_size_bytes: int
+
+
+def _layer(plan: DirectPlan, kv, producer: bool, op: str):
+    """One side's pages as `(blocks, page)` bytes, the tensor checked against the views its
+    group's mappings were derived for (`torch_copy.layer_bytes`, as a copy plan checks it)."""
+    side = _Side(plan.producer_tensors, plan.producer_page_size_bytes) if producer else \
+        _Side(plan.consumer_tensors, plan.local_page_size_bytes)
+    return layer_bytes(kv, side, "producer kv" if producer else "consumer kv", op)
 
 
 def _ids(ids, n: int, op: str):

@@ -466,3 +466,32 @@ def test_pages_of_regions_are_composed_in_the_algebra_region_by_region(a, b, gro
     bare = [[dataclasses.replace(m, tilings=()) for m in g] for g in (xm, ym)]
     assert _composed(*bare) is None
     assert _byte_map(direct_plans(xm, ym)) == _byte_map(direct_plans(*bare))
+
+
+def test_gather_and_scatter_check_the_tensors_the_mappings_were_derived_for():
+    """A direct plan carries both groups' tensor views: a tensor of another layout but the right
+    page size (HND strides given to an NHD plan) is refused before a byte moves, as a copy plan does."""
+    from layoutalg.errors import LayoutMismatch
+    from layoutalg.reshard import gather, scatter
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+    def group(tp):
+        layer = LayerSpec("attention", 2 * 4 * (8 // tp) * 16 * 2, block_size=4, num_kv_heads=8 // tp, head_size=16,
+                          dtype_bytes=2)
+        kv = torch.zeros(3, 2, 4, 8 // tp, 16, dtype=torch.bfloat16)
+        res = Deriver().derive(layer, TensorLayout.of(kv), ParallelConfig(tp=tp, total_kv_heads=8), 3)
+        assert res.family == "split_nhd", res.reasons
+        return res.mappings, kv
+    (xm, xkv), (ym, ykv) = group(2), group(4)
+    p = direct_plans(xm, ym)[1]
+    assert p.producer_tensors == xm[0].tensors and p.consumer_tensors == ym[1].tensors
+    src = p.runs[0].producer
+    hnd = torch.zeros(3, 2, 8 // 2, 4, 16, dtype=torch.bfloat16).transpose(2, 3)     # HND strides, NHD shape
+    with pytest.raises(LayoutMismatch, match="not the tensor 'kv' the mapping was derived for"):
+        gather(p, src, hnd, [0, 1])
+    data = gather(p, src, xkv, [0, 1])
+    wrong = torch.full((3, 2, 8 // 4, 4, 16), 7, dtype=torch.bfloat16).transpose(2, 3)
+    with pytest.raises(LayoutMismatch, match="not the tensor 'kv' the mapping was derived for"):
+        scatter(p, src, data, wrong, [0, 1])
+    assert bool((wrong == 7).all())
+    scatter(p, src, data, ykv, [0, 1])
