@@ -160,6 +160,11 @@ def _declared(family: str, cf, names: dict) -> dict:
     a `ConfigError` naming those with no default that are not given."""
     vocabulary = _vocabulary()
     reads = [n for n, *_ in cf.bounds if n not in params.TABLE]
+    unread = sorted(n for n in names if n not in reads)
+    if unread:  # it would change nothing: most likely meant for another family
+        raise ConfigError(f"reshard: {family} does not read {', '.join(unread)} (it reads "
+                          f"{', '.join(sorted(set(reads) - set(params.CONFIG_NAMES))) or 'no declared name'}): "
+                          f"drop the --size")
     missing = sorted(n for n in reads if n not in names and vocabulary[n].default is None)
     if missing:
         raise ConfigError(f"reshard: {family} reads {', '.join(missing)}: give each with --size NAME=VALUE")
