@@ -36,7 +36,6 @@ Examples:
 from __future__ import annotations
 
 from bisect import bisect_right
-from functools import lru_cache
 from math import prod
 from typing import NamedTuple, Sequence
 
@@ -129,6 +128,12 @@ def direct_plans(producers: Sequence[CanonicalPageMapping],
     return tuple(plans)
 
 
+def _views(tensors) -> tuple:
+    """A mapping's tensor views as a plan carries them: () where they are not TensorViews (from outside)."""
+    ok = isinstance(tensors, tuple) and all(isinstance(v, TensorView) for v in tensors)
+    return tensors if ok else ()
+
+
 class _TooMany(Exception):
     """A tiling proposes more fragments than a plan composes (it is not these runs')."""
 
@@ -138,9 +143,9 @@ def _certified(s: int, pieces, producers, y) -> DirectPlan:
     of its byte map (merged where contiguous, regrouped into strided runs): however the pieces
     were found, a byte map has one plan, so a producer's `gather` and a consumer's `scatter`
     built apart agree on the order of the bytes. Certified by `check_plan`."""
-    views = {m.tensors for m in producers}
+    views = [m.tensors for m in producers]
     plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, producers[0].local_page_size_bytes,
-                      views.pop() if len(views) == 1 else (), y.tensors)
+                      _views(views[0]) if all(v == views[0] for v in views) else (), _views(y.tensors))
     check_plan(plan, producers, y)
     return plan
 
@@ -406,16 +411,19 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
         raise ReshardError(f"{here}: local byte {twice} is written twice")
 
 
+_VALID: dict[str, None] = {}  # the reprs of plans validated (at most 1024)
+
+
 def _validated(plan) -> None:
     """`validate(plan)`, once per plan: gather and scatter run it on every block batch and layer.
-    Cached by the plan's repr, not its equality: a plan of 0.0 equals and hashes as one of 0."""
-    _validated_plan(repr(plan), plan)
-
-
-@lru_cache(maxsize=1024)
-def _validated_plan(key: str, plan) -> bool:
-    validate(plan)  # (a plan that fails raises, and nothing is cached)
-    return True
+    Remembered by the plan's repr, not its equality: a plan of 0.0 equals and hashes as one of 0."""
+    key = repr(plan)
+    if key in _VALID:
+        return
+    validate(plan)  # (a plan that fails raises, and nothing is remembered)
+    if len(_VALID) >= 1024:
+        _VALID.clear()
+    _VALID[key] = None
 
 
 def _table(m: CanonicalPageMapping) -> tuple[list[int], list[tuple[int, int, int]]]:
@@ -521,7 +529,7 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
     dst = _ids(dst_blocks, _layer(plan, kv, False, "execute").shape[0], "execute")
     for p in plan.producers():  # everything checked before the first byte moves
-        src = _ids(src_blocks, _layer(plan, producer_kvs[p], True, "execute").shape[0], "execute")
+        src = _ids(src_blocks, _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv").shape[0], "execute")
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
     for p in plan.producers():
@@ -533,12 +541,12 @@ class _Side(NamedTuple):
     local_page_size_bytes: int
 
 
-def _layer(plan: DirectPlan, kv, producer: bool, op: str):
+def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
     """One side's pages as `(blocks, page)` bytes, the tensor checked against the views its
     group's mappings were derived for (`torch_copy.layer_bytes`, as a copy plan checks it)."""
     side = _Side(plan.producer_tensors, plan.producer_page_size_bytes) if producer else \
         _Side(plan.consumer_tensors, plan.local_page_size_bytes)
-    return layer_bytes(kv, side, "producer kv" if producer else "consumer kv", op)
+    return layer_bytes(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
 
 
 def _ids(ids, n: int, op: str):
