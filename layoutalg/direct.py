@@ -15,8 +15,8 @@ Where replicas hold a byte, consumer `s` reads the `s`-th of them (modulo their 
 rank order), so the reads spread over the replicas.
 
 The same construction serves both callers: the runtime at one configuration pair (ints,
-`plan_at`, certified by `reshard.check_plan`) and the prover for every size (sympy
-expressions, `prove.replan`, checked by Z3). Nothing here trusts itself: it says which
+`reshard.direct_plans`, certified by `reshard.check_plan`) and the prover for every size
+(sympy expressions, `prove.replan`, checked by Z3). Nothing here trusts itself: it says which
 pieces go where, and the callers check the bytes.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from itertools import product
 from math import prod
 from typing import NamedTuple
 
-from .algebra import Piece, refine
+from .algebra import NotCompact, Piece, refine
 from .layout import Layout
 
 
@@ -62,6 +62,10 @@ def pieces(ox: list, oy: list, quotient=None) -> list[Piece]:
         >>> rows = lambda n: [Owner(4, 1, 1, 0, False), Owner(n, 8, 4, 0, False)]   # 4 bytes of every 8
         >>> [tuple(p) for p in pieces(rows(2), [Owner(4, 1, 1, 0, False), Owner(2, 8, 0, 1, True)])]
         [(4, (0, 1), (0, 1)), (2, (1, 1), (1, 1))]
+        >>> pieces(rows(2), [Owner(8, 1, 1, 0, False)])
+        Traceback (most recent call last):
+        ...
+        layoutalg.algebra.NotCompact: the two tilings cover other canonical bytes: [(4, 1), (2, 8)] against [(8, 1)]
     """
     if quotient is None:
         ox, oy = _compact(ox), _compact(oy)

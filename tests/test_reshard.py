@@ -434,7 +434,8 @@ def test_a_plan_of_floats_is_validated_even_after_its_equal_of_ints():
 
 
 @pytest.mark.parametrize("how", ["a float extent", "a bool stride", "an extent past the page", "not a tuple",
-                                 "a base past the page", "a rank stride of 0", "no canonical base"])
+                                 "a base past the page", "a rank stride of 0", "no canonical base",
+                                 "owners that overlap"])
 def test_a_tiling_from_outside_that_is_no_tiling_of_the_pages_is_not_composed(how):
     """A tiling is only used where it is ints numbering exactly the pages and the group (so nothing
     it enumerates is unbounded); otherwise the runs' fragments are composed, and the plan is the same."""
@@ -449,7 +450,8 @@ def test_a_tiling_from_outside_that_is_no_tiling_of_the_pages_is_not_composed(ho
                                                   + t.local[1:]),),
            "not a tuple": "tiling", "a base past the page": (t._replace(canonical_base=1),),
            "a rank stride of 0": (t._replace(ranks=tuple(r._replace(rank=0) for r in t.ranks)),),
-           "no canonical base": (tuple(t)[:2],)}[how]
+           "no canonical base": (tuple(t)[:2],),
+           "owners that overlap": (t._replace(local=tuple(d._replace(canonical=1) for d in t.local)),)}[how]
     wrong = [dataclasses.replace(m, tilings=bad) for m in y.mappings]
     assert _composed(x.mappings, wrong) is None
     assert _byte_map(direct_plans(x.mappings, wrong)) == _byte_map(direct_plans(x.mappings, y.mappings))
