@@ -449,8 +449,7 @@ class CompiledPage:
         the one dimension they continue each other in, then the dims that hold several indices
         merged. Raises `GuardFailed` where they do not join or do not merge."""
         from .mapping import TensorView
-        insts = {**dict(page.regions), **{cf.name.rsplit(".", 1)[-1]: inst
-                                          for cf, inst in zip(self.local_pads, page.local_pads)}}
+        insts = {**dict(page.regions), **{_region(cf.name): inst for cf, inst in zip(self.local_pads, page.local_pads)}}
         out = []
         for name, regions, groups in self.views:
             first = insts[regions[0]]
@@ -577,8 +576,13 @@ def valid_entry(d) -> bool:
 
 def _part_names(d: dict) -> set:
     """The regions and local pads a compiled page's views may name."""
-    return {p[0] for p in d["parts"]} | {p.get("name", "").rsplit(".", 1)[-1] for p in d["local_pads"]
+    return {p[0] for p in d["parts"]} | {_region(p["name"]) for p in d["local_pads"]
                                          if isinstance(p, dict) and isinstance(p.get("name"), str)}
+
+
+def _region(part: str) -> str:
+    """The region (or pad) a part family is of: `quant_packed.tail` is of `tail`."""
+    return part.rsplit(".", 1)[-1]
 
 
 def from_entry(d: dict):

@@ -51,6 +51,19 @@ class PieceRun(NamedTuple):
     modes: tuple
 
 
+def owners(tiling) -> list[Owner]:
+    """A group's owner digits from its tiling at one configuration (`mapping.Tiling`): its
+    local digits, then its rank digits but the replicas.
+
+    Examples:
+        >>> from layoutalg.mapping import Tiling
+        >>> owners(Tiling(((4, 1, 1),), ((2, 1, 4, False), (2, 2, 0, True)), 0))
+        [Owner(extent=4, canonical=1, local=1, rank=0, is_rank=False), Owner(extent=2, canonical=4, local=0, rank=1, is_rank=True)]
+    """
+    return [Owner(n, c, lo, 0, False) for n, lo, c in tiling.local] + \
+        [Owner(n, c, 0, r, True) for n, r, c, replica in tiling.ranks if not replica]
+
+
 def pieces(ox: list, oy: list, quotient=None) -> list[Piece]:
     """The common refinement of the producers' owners `ox` and the consumers' `oy` (each a
     list of `Owner`) on the canonical page. With ints (no `quotient`), two tilings of one set

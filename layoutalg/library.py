@@ -15,10 +15,8 @@ from . import params
 from ._resources import specs_dir
 from .errors import SpecError
 from .syntax import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef, Ranks, Replica,
-                     RulesDef, Shard, Use, grouped, parse_file)
+                     RESERVED, RulesDef, Shard, Use, grouped, parse_file)
 
-RESERVED = {"P", "bool", "rank", "block"}
-"""Names the compiled code, the shard map or the tensor clause already give a meaning."""
 
 MAX_IMPORT_DEPTH = 64
 """Longest chain of nested `import`s (each level is a recursive call)."""

@@ -42,7 +42,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from .algebra import NotCompact
-from .direct import Owner, consumer_runs, pieces
+from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun, TensorView
@@ -169,10 +169,7 @@ def _composed(producers, consumers):
     for x, y in zip(tx, ty):
         if x.canonical_base != y.canonical_base:
             return None  # one canonical format: each region where the other group has it
-        ox = [Owner(n, c, lo, 0, False) for n, lo, c in x.local] + \
-            [Owner(n, c, 0, r, True) for n, r, c, replica in x.ranks if not replica]
-        oy = [Owner(n, c, lo, 0, False) for n, lo, c in y.local] + \
-            [Owner(n, c, 0, r, True) for n, r, c, replica in y.ranks if not replica]
+        ox, oy = owners(x), owners(y)
         try:
             cut = pieces(ox, oy)
         except (NotCompact, ArithmeticError):

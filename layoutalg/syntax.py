@@ -215,6 +215,10 @@ def _dims_shown(r) -> str:
     return ", ".join(out)
 
 
+RESERVED = {"P", "bool", "rank", "block"}
+"""Names the compiled code, the shard map or the tensor clause already give a meaning."""
+
+
 class _Option(NamedTuple):
     """`order N` or `before F, G` on a family's line."""
     kind: str
@@ -776,7 +780,7 @@ class _Build(Transformer_NonRecursive):
                 raise SpecError(f"the tensor clause of {what} names no dimension for index '{missing[0]}': a tensor "
                                 f"views every index of its box (name it, or write '...' for the rest)",
                                 found["tensor"][1])
-        if view is not None and view.id in ("block", "P", "rank", "bool"):
+        if view is not None and view.id in RESERVED:
             raise SpecError(f"{what} names its tensor '{view.id}', a reserved name", view.span)
         if view is not None and not region:
             raise SpecError(f"{what} is one box, viewed by the layer's one tensor: only a region of a page "

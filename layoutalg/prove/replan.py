@@ -43,7 +43,6 @@ from ..errors import LayoutalgError
 from ..family import resolve
 from ..guards import guarded_equality
 from ..interpret import Reading, paths
-from ..layout import Layout
 from ..params import CONFIG_NAMES
 from ..library import Library
 from .obligations import Budget, Model, family_names, query, value
