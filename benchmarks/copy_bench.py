@@ -61,6 +61,11 @@ def main() -> None:
         torch.randn(BLOCKS, 2, bs, 2, d).to(torch.bfloat16), 1)
     row("split HND tp=4, 8 heads, bs=16, D=128, bf16", split, ParallelConfig(4, 8),
         torch.randn(BLOCKS, 2, 2, bs, d).to(torch.bfloat16).transpose(2, 3), 3)  # heads outside tokens in memory
+    flash = LayerSpec("attention", 2 * bs * 2 * d * 2, bs, 2, d, 2, sizes={"kv_blocks_second": 1})
+    row("FlashAttention NHD (2, N, ...) tp=4, 8 heads, bs=16, D=128, bf16", flash, ParallelConfig(4, 8),
+        torch.randn(2, BLOCKS, bs, 2, d).to(torch.bfloat16), 7)   # K of every block, then V
+    row("FlashAttention HND (2, N, ...) tp=4, 8 heads, bs=16, D=128, bf16", flash, ParallelConfig(4, 8),
+        torch.randn(2, BLOCKS, 2, bs, d).to(torch.bfloat16).transpose(2, 3), 9)
     row("MLA 576 bf16, tp=4 dcp=2", LayerSpec("mla", bs * 1152, bs, 1, 576, 2), ParallelConfig(4, 1, dcp=2),
         torch.randn(BLOCKS, bs, 576).to(torch.bfloat16), 5)
 

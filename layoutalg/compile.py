@@ -119,7 +119,8 @@ def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFami
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
     claims = not unplaced and any(v.agnostic is not sympy.false for v in family.variants)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
-                          tuple(family.tensor or ()), layout_id(family), bounds, family, claims)
+                          tuple(family.tensor or ()), layout_id(family), bounds, family, claims,
+                          family.tensor_outer)
 
 
 def unbacked(family: Family) -> bool:

@@ -293,6 +293,8 @@ def valid_json(d) -> bool:
     if not (isinstance(d, dict) and all(isinstance(d.get(k), str)
                                         for k in ("name", "serves", "where", "source", "layout_id"))
             and type(d.get("order")) is int and type(d.get("claims_agnostic")) is bool
+            and type(d.get("tensor_outer")) is int and isinstance(d.get("tensor"), list)
+            and 0 <= d["tensor_outer"] <= len(d["tensor"])
             and items(d.get("guards"), lambda v: items(v, lambda g: strings(g, 2)))
             and items(d.get("atoms"), lambda a: strings(a, 3))
             and items(d.get("tensor"), lambda t: isinstance(t, str))
@@ -328,6 +330,7 @@ class CompiledFamily:
     # its grid claims `agnostic` in some case: the canonical indices name the data (a token,
     # a head), not where a rank put it, so the canonical layout's numbers are its format
     claims_agnostic: bool = True
+    tensor_outer: int = 0  # dims of `tensor` before the block dim (FlashAttention's (2, blocks, ...))
 
     def __post_init__(self):
         tree = check_source(self.source, tuple(len(g) for g in self.guards), len(self.atoms))
@@ -342,14 +345,15 @@ class CompiledFamily:
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                           "tensor", "layout_id", "bounds", "claims_agnostic")}
+                                           "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer")}
 
     @staticmethod
     def from_json(d: dict) -> "CompiledFamily":
         return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
                               tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"],
-                              tuple(tuple(b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"])
+                              tuple(tuple(b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"],
+                              tensor_outer=d["tensor_outer"])
 
     @property
     def tensor_dims(self) -> int:

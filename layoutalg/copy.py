@@ -26,6 +26,7 @@ Every argument is checked before the first byte moves; a rejected call changes n
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +38,8 @@ except ImportError:  # pragma: no cover - torch works without it, and so do the 
 
 from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping
-from .torch_copy import _check_runs, check_apart, layer_bytes, page_bytes
+from .torch_copy import (_check_runs, check_apart, check_stretches_apart, in_segments, layer_segments, outer_of,
+                         page_bytes, stretch_starts)
 
 
 def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
@@ -45,9 +47,11 @@ def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     list of tensors that view it (a Mamba layer's conv and SSM state), checked against the
     tensors the mapping was derived for (`torch_copy.layer_bytes`)."""
     _check_runs(mapping, "plan")  # a mapping, every run inside both pages, every writer election sound
-    lb = layer_bytes(kv, mapping, "kv", "plan")
-    word = _word(mapping, lb)
-    return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)))
+    segs = layer_segments(kv, mapping, "kv", "plan")
+    word = _word(mapping, segs)
+    outer = outer_of(mapping.tensors, "kv", "plan")
+    return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)),
+                    segs[0].bytes.shape[1] if outer else 0, outer)
 
 
 def _signature(kv) -> tuple:
@@ -57,16 +61,18 @@ def _signature(kv) -> tuple:
     return (tuple(kv.shape), tuple(kv.stride()), kv.dtype, kv.device)
 
 
-def _same_tensor(planned: tuple, kv, several: bool) -> bool:
-    """`kv` is the planned tensor (or list of them) but for the block count."""
+def _same_tensor(planned: tuple, kv, several: bool, outer: int = 0) -> bool:
+    """`kv` is the planned tensor (or list of them) but for the block count (and the strides
+    of dims before the block, which follow it: `layer_segments` checks them every call)."""
     if several:
         return (isinstance(kv, (list, tuple)) and len(kv) == len(planned)
                 and all(_same_tensor(p, t, False) for p, t in zip(planned, kv)))
     if not isinstance(kv, torch.Tensor):
         return False
     shape, stride, dtype, device = planned
-    return (tuple(kv.shape[1:]), tuple(kv.stride()[1:]), kv.dtype, kv.device) == (shape[1:], stride[1:], dtype,
-                                                                                     device)
+    k = outer
+    return (tuple(kv.shape[:k] + kv.shape[k + 1:]), tuple(kv.stride()[k + 1:]), kv.dtype, kv.device) == (
+        shape[:k] + shape[k + 1:], stride[k + 1:], dtype, device)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,8 @@ class CopyPlan:
     tensor: tuple  # (shape, stride, dtype, device) of the KV tensor the plan was made for (of each, `several`)
     word: int      # bytes moved per element of the views
     several: bool = False  # made for a list of tensors viewing the page (a Mamba layer's conv and SSM state)
+    length: int = 0  # bytes of one stretch where the tensor holds the page in stretches apart, else 0
+    outer: int = 0   # dims of the tensor before its block dim (FlashAttention's (2, blocks, ...): 1)
 
     def store(self, kv: torch.Tensor, block_ids, pages: torch.Tensor, page_ids) -> int:
         """Copy this rank's bytes of each block into its canonical page, where this rank is the
@@ -97,9 +105,9 @@ class CopyPlan:
         `sides` are both buffers as words (`_words_of`), checked once by `_batch`."""
         if ids.numel():
             local, canon = sides
-            for r in self.mapping.runs if runs is None else runs:
-                src, dst = ((local, r.local_offset, r.local_stride, blocks), (canon, r.canonical_offset,
-                                                                              r.canonical_stride, ids))
+            for seg, r in _split(tuple(self.mapping.runs if runs is None else runs), self.length):
+                src, dst = ((local[seg], r.local_offset, r.local_stride, blocks), (canon, r.canonical_offset,
+                                                                                   r.canonical_stride, ids))
                 if not to_pages:
                     src, dst = dst, src
                 _copy_run(src, dst, r)
@@ -111,7 +119,9 @@ class CopyPlan:
 
         Offsets count from `kv_base` (block b at `kv_base + b * block_bytes`, by default the
         planned tensor's block stride) and `pages_base` (page p at `pages_base + p *
-        canonical page`).
+        canonical page`). Where the tensor holds the page in stretches apart (dims before the
+        block), `kv_base` is its first element's address and each stretch lies where the
+        planned tensor's strides put it.
         On store only the pages this rank writes appear. Fragments that continue each
         other in both source and destination are merged.
         """
@@ -129,17 +139,21 @@ class CopyPlan:
             if not (type(v) is int and v >= 0 or name == "block_bytes" and v is None):
                 raise LayoutMismatch(f"descriptors: {name} is {v!r}; expected a non-negative int (a byte address)")
         shape, stride, dtype, _ = self.tensor[0] if self.several else self.tensor
-        step = stride[0] * torch.empty(0, dtype=dtype).element_size() if block_bytes is None else block_bytes
-        if blocks.numel() and int(blocks.max()) >= shape[0]:
+        e, k = torch.empty(0, dtype=dtype).element_size(), self.outer
+        step = stride[k] * e if block_bytes is None else block_bytes
+        if blocks.numel() and int(blocks.max()) >= shape[k]:
             raise LayoutMismatch(f"descriptors: block_ids holds {int(blocks.max())}, but the planned tensor has "
-                                 f"{shape[0]} blocks")
-        top = max(kv_base + (int(blocks.max()) + 1) * step if blocks.numel() else 0,
+                                 f"{shape[k]} blocks")
+        at = stretch_starts(shape[:k], stride[:k], e)
+        if blocks.numel() and self.outer:  # stretches of the blocks asked for, `step` apart, must not meet
+            check_stretches_apart(at, step, self.length, int(blocks.max()) + 1, "kv", "descriptors")
+        top = max(kv_base + max(at) + (int(blocks.max()) + 1) * step if blocks.numel() else 0,
                   pages_base + (int(ids.max()) + 1) * m.canonical_page_size_bytes if ids.numel() else 0)
         if top >= 1 << 63:
             raise LayoutMismatch(f"descriptors: addresses reach {top}, past what an int64 descriptor holds")
-        if step < m.local_page_size_bytes:
-            raise LayoutMismatch(f"descriptors: blocks {step} bytes apart would overlap {m.local_page_size_bytes}-byte "
-                                 f"pages")
+        if step < (self.length or m.local_page_size_bytes):
+            raise LayoutMismatch(f"descriptors: blocks {step} bytes apart would overlap "
+                                 f"{self.length or m.local_page_size_bytes}-byte {'stretches' if self.length else 'pages'}")
         out = []
         for (n, w), runs in _by_election(m) if store else [((1, 0), m.runs)]:
             mine = (ids % n) == w
@@ -147,8 +161,10 @@ class CopyPlan:
         return _merge(torch.cat(out)) if len(out) > 1 else out[0]
 
     def _triples(self, runs, blocks, ids, step, kv_base, pages_base, store) -> torch.Tensor:
-        frags = sorted((r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride,
-                        r.fragment_size) for r in runs for i in range(r.num_fragments))
+        shape, stride, dtype, _ = self.tensor[0] if self.several else self.tensor
+        at = stretch_starts(shape[:self.outer], stride[:self.outer], torch.empty(0, dtype=dtype).element_size())
+        frags = sorted((at[s] + r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride,
+                        r.fragment_size) for s, r in _split(tuple(runs), self.length) for i in range(r.num_fragments))
         f = torch.tensor(frags, dtype=torch.int64).reshape(-1, 3)
         lo = kv_base + blocks[:, None] * step + f[None, :, 0]
         co = pages_base + ids[:, None] * self.mapping.canonical_page_size_bytes + f[None, :, 1]
@@ -158,12 +174,12 @@ class CopyPlan:
 
     # -- checks, then views
     def _batch(self, op, kv, block_ids, pages, page_ids, unique_pages=False, unique_blocks=False):
-        if not _same_tensor(self.tensor, kv, self.several):
+        if not _same_tensor(self.tensor, kv, self.several, self.outer):
             got = _signature(kv) if isinstance(kv, torch.Tensor) or (
                 isinstance(kv, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in kv)) else type(kv)
             raise LayoutMismatch(f"{op}: kv is not the tensor{'s' if self.several else ''} this plan was made for: "
                                  f"shape, stride, dtype and device {self.tensor} expected (any block count), got {got}")
-        first = kv[0] if self.several else kv  # the first tensor gives the block count and the device
+        first = kv[0] if self.several else kv  # the first tensor gives the device
         if not isinstance(pages, torch.Tensor) or pages.dtype != torch.uint8 or pages.dim() != 2 \
                 or pages.shape[1] != self.mapping.canonical_page_size_bytes:
             got = (tuple(pages.shape), pages.dtype) if isinstance(pages, torch.Tensor) else type(pages)
@@ -171,26 +187,28 @@ class CopyPlan:
                                  f"uint8 tensor, got {got}")
         if pages.device != first.device:
             raise LayoutMismatch(f"{op}: pages are on {pages.device} but kv is on {first.device}")
-        lb, cb = layer_bytes(kv, self.mapping, "kv", op), page_bytes(pages, self.mapping.canonical_page_size_bytes,
-                                                                     "pages", op)
-        check_apart(lb, cb, op)
+        segs = layer_segments(kv, self.mapping, "kv", op)
+        cb = page_bytes(pages, self.mapping.canonical_page_size_bytes, "pages", op)
+        for seg in segs:
+            check_apart(seg.bytes, cb, op)
         blocks, ids = _ids(block_ids, "block_ids", op), _ids(page_ids, "page_ids", op)
         if blocks.numel() != ids.numel():
             raise LayoutMismatch(f"{op}: {blocks.numel()} block ids but {ids.numel()} page ids")
-        _in_range(blocks, first.shape[0], "block_ids", op)
+        _in_range(blocks, segs[0].bytes.shape[0], "block_ids", op)
         _in_range(ids, pages.shape[0], "page_ids", op)
         for name, t, must in (("page_ids", ids, unique_pages), ("block_ids", blocks, unique_blocks)):
             if must and torch.unique(t).numel() != t.numel():
                 raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
-        return blocks.to(first.device), ids.to(first.device), self._words_of(lb, cb)
+        return blocks.to(first.device), ids.to(first.device), self._words_of(segs, cb)
 
-    def _words_of(self, lb: torch.Tensor, cb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both sides (`(blocks, page)` byte views) as `(blocks, page / w)` words, w the plan's
-        word or less where a base demands."""
+    def _words_of(self, segs: tuple, cb: torch.Tensor) -> tuple[tuple, torch.Tensor]:
+        """Both sides (`(blocks, bytes)` views: the local page's stretches, the pages) as words
+        of w bytes, w the plan's word or less where a base demands."""
         w = self.word
-        while w > 1 and any(x % w for x in (lb.storage_offset(), lb.stride(0), cb.storage_offset(), cb.stride(0))):
+        views = [s.bytes for s in segs] + [cb]
+        while w > 1 and any(x % w for t in views for x in (t.storage_offset(), t.stride(0))):
             w //= 2
-        return _words(lb, w), _words(cb, w)
+        return tuple(_words(s.bytes, w) for s in segs), _words(cb, w)
 
 
 def _by_election(m: CanonicalPageMapping) -> list:
@@ -199,6 +217,15 @@ def _by_election(m: CanonicalPageMapping) -> list:
     for r, e in zip(m.runs, m.elections):
         groups.setdefault(e, []).append(r)
     return sorted(groups.items())
+
+
+@functools.lru_cache(maxsize=256)
+def _split(runs: tuple, length: int) -> tuple:
+    """`(stretch, run)` of each run, cut at the stretches of `length` bytes of the local page
+    (`torch_copy.in_segments`); `(0, run)` each where the page is one stretch (length 0)."""
+    if not length:
+        return tuple((0, r) for r in runs)
+    return in_segments(runs, length, ("local_offset", "local_stride"), ("canonical_offset", "canonical_stride"))
 
 
 def _words(raw: torch.Tensor, w: int) -> torch.Tensor:
@@ -282,9 +309,11 @@ def _view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:
                             (words.stride(0), stride // w, 1), words.storage_offset() + offset // w)
 
 
-def _word(m: CanonicalPageMapping, lb: torch.Tensor) -> int:
-    """The widest word dividing every size, offset and stride of the plan (and the tensor's base)."""
-    values = [m.local_page_size_bytes, m.canonical_page_size_bytes, lb.storage_offset(), lb.stride(0)]
+def _word(m: CanonicalPageMapping, segs: tuple) -> int:
+    """The widest word dividing every size, offset and stride of the plan (and the tensor's bases)."""
+    values = [m.local_page_size_bytes, m.canonical_page_size_bytes]
+    for seg in segs:
+        values += [seg.start, seg.bytes.storage_offset(), seg.bytes.stride(0)]
     for r in m.runs:
         values += [r.local_offset, r.canonical_offset, r.fragment_size]
         if r.num_fragments > 1:

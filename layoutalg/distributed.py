@@ -22,6 +22,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from math import prod
+
 import torch
 
 from . import params
@@ -42,13 +44,18 @@ class Group:
     config: dict
     sizes: dict          # the runtime names of a rank (the spec's reading)
     mappings: tuple
-    shape: tuple         # (blocks, ...) of each rank's KV tensor
+    shape: tuple         # (blocks, ...) of each rank's KV tensor (its dims before the block first, `outer`)
     stride: tuple
     dtype: torch.dtype
+    outer: int = 0       # dims before the block dim (FlashAttention's (2, blocks, ...): 1)
 
     @property
     def world(self) -> int:
         return len(self.mappings)
+
+    @property
+    def blocks(self) -> int:
+        return self.shape[self.outer]
 
     def empty(self) -> torch.Tensor:
         return torch.empty_strided(self.shape, self.stride, dtype=self.dtype)
@@ -96,15 +103,17 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
         inst = cf.evaluate(sizes)
     except Exception as err:  # noqa: BLE001
         raise ConfigError(f"reshard: {family} does not serve {_shown(config)} with {heads} KV heads: {err}") from None
-    elem = page // e
-    shape = (blocks,) + (tuple(inst.tensor_shape) or (elem,))
-    stride = (elem,) + (tuple(inst.tensor_strides) or (1,))
+    elem, k = page // e, cf.tensor_outer
+    inner, strides = tuple(inst.tensor_shape) or (elem,), tuple(inst.tensor_strides) or (1,)
+    step = elem // prod(inner[:k])  # a block's stretch; the dims before the block step over every block's
+    shape = inner[:k] + (blocks,) + inner[k:]
+    stride = tuple(st * blocks for st in strides[:k]) + (step,) + strides[k:]
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e,
                       sizes={**declared, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})})
     res = Deriver().derive(layer, TensorLayout(shape, stride, e, str(torch_dtype)),
                            ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"]), blocks)
     _served(res, family, config)
-    return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype)
+    return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype, k)
 
 
 def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names: dict) -> Group:
@@ -241,23 +250,24 @@ def global_coordinates(group: Group, rank: int, pages: torch.Tensor, small=None)
 
 def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor,
           small=None) -> list[torch.Tensor]:
-    from .torch_copy import page_bytes
+    from .torch_copy import layer_segments
     where, canon = global_coordinates(group, rank, pages, small)
     out = []
     for layer in range(layers):
-        kv = group.empty()
-        raw = page_bytes(kv, group.mappings[rank].local_page_size_bytes, "kv", "fill")
-        raw.index_copy_(0, blocks, hashed(layer, where, canon))
+        kv, h = group.empty(), hashed(layer, where, canon)
+        for seg in layer_segments(kv, group.mappings[rank], "kv", "fill"):  # each stretch of the page
+            seg.bytes.index_copy_(0, blocks, h[:, seg.start:seg.start + seg.bytes.shape[1]].contiguous())
         out.append(kv)
     return out
 
 
 def _verify(group: Group, rank: int, kvs, pages, blocks, small=None) -> list[bool]:
-    from .torch_copy import page_bytes
+    from .torch_copy import layer_segments
     where, canon = global_coordinates(group, rank, pages, small)
     data = canon >= 0  # a page's padding is never copied, so it holds nothing to check
-    return [torch.equal(page_bytes(kv, group.mappings[rank].local_page_size_bytes, "kv", "check")
-                        .index_select(0, blocks)[..., data], hashed(layer, where, canon)[..., data])
+    m = group.mappings[rank]
+    return [torch.equal(torch.cat([seg.bytes.index_select(0, blocks) for seg in layer_segments(kv, m, "kv", "check")],
+                                  1)[..., data], hashed(layer, where, canon)[..., data])
             for layer, kv in enumerate(kvs)]
 
 
@@ -265,10 +275,10 @@ def _store_worker(rank: int, job: dict):
     from .copy import plan
     group, layers, folder = job["store"], job["layers"], job["folder"]
     dist = _init(rank, group.world, folder, "store")
-    pages, blocks = layout_of_pages(group, group.shape[0])
+    pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
-    buf = torch.from_file(job["pages"], shared=True, size=layers * group.shape[0] * m.canonical_page_size_bytes,
-                          dtype=torch.uint8).view(layers, group.shape[0], m.canonical_page_size_bytes)
+    buf = torch.from_file(job["pages"], shared=True, size=layers * group.blocks * m.canonical_page_size_bytes,
+                          dtype=torch.uint8).view(layers, group.blocks, m.canonical_page_size_bytes)
     small = job["coordinates"] if job.get("small") == "store" else None
     for layer, kv in enumerate(_fill(group, rank, layers, pages, blocks, small)):
         plan(m, kv).store(kv, blocks, buf[layer], pages)
@@ -280,11 +290,11 @@ def _load_worker(rank: int, job: dict):
     from .copy import plan
     group, layers, folder = job["load"], job["layers"], job["folder"]
     dist = _init(rank, group.world, folder, "load")
-    pages, blocks = layout_of_pages(group, group.shape[0])
+    pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     buf = torch.from_file(job["load_pages"], shared=True,
-                          size=layers * group.shape[0] * m.canonical_page_size_bytes,
-                          dtype=torch.uint8).view(layers, group.shape[0], m.canonical_page_size_bytes)
+                          size=layers * group.blocks * m.canonical_page_size_bytes,
+                          dtype=torch.uint8).view(layers, group.blocks, m.canonical_page_size_bytes)
     kvs = []
     for layer in range(layers):
         kv = group.empty().zero_()
@@ -302,8 +312,8 @@ def _transfers(job: dict) -> list:
     from .reshard import direct_plans
     store, load = job["store"], job["load"]
     if job.get("cross") is not None:
-        return job["cross"].transfers(min(store.shape[0], load.shape[0]))
-    pages = list(range(store.shape[0]))
+        return job["cross"].transfers(min(store.blocks, load.blocks))
+    pages = list(range(store.blocks))
     return [(p, v, v, pages, pages) for p in direct_plans(store.mappings, load.mappings) for v in p.producers()]
 
 
@@ -314,7 +324,7 @@ def _direct_worker(rank: int, job: dict):
     transfers = _transfers(job)
     tag = len(transfers)
     if rank < store.world:  # a producer: send each consumer what its plan reads from here
-        pages, blocks = layout_of_pages(store, store.shape[0])
+        pages, blocks = layout_of_pages(store, store.blocks)
         kvs = _fill(store, rank, layers, pages, blocks, job["coordinates"] if job.get("small") == "store" else None)
         sends = [dist.isend(gather(plan, v, kv, blocks[src]), store.world + plan.consumer, tag=layer * tag + t)
                  for t, (plan, v, p, src, dst) in enumerate(transfers) if p == rank
@@ -323,7 +333,7 @@ def _direct_worker(rank: int, job: dict):
             s.wait()
     else:
         me = rank - store.world
-        pages, blocks = layout_of_pages(load, load.shape[0])
+        pages, blocks = layout_of_pages(load, load.blocks)
         kvs = [load.empty().zero_() for _ in range(layers)]
         mine = [(t, x) for t, x in enumerate(transfers) if x[0].consumer == me]
         got = {(t, layer): torch.empty(x[0].bytes_from(x[1]) * len(x[4]), dtype=torch.uint8)
@@ -366,12 +376,12 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             mp.spawn(_direct_worker, args=(job,), nprocs=store.world + load.world, join=True)
         else:
             mp.spawn(_store_worker, args=(job,), nprocs=store.world, join=True)
-            log(f"stored: {store.world} ranks of {_shown(store.config)} into {layers} x {store.shape[0]} canonical "
+            log(f"stored: {store.world} ranks of {_shown(store.config)} into {layers} x {store.blocks} canonical "
                 f"pages of {a.canonical_page_size_bytes} bytes (shared memory)")
             if small is not None:  # (a direct reshard needs no conversion: its plans compose it)
                 _convert(job)
-                log(f"converted: {layers} x {store.shape[0]} pages of {a.canonical_page_size_bytes} bytes into "
-                    f"{layers} x {load.shape[0]} of {b.canonical_page_size_bytes} (another cp: {conversion.k} "
+                log(f"converted: {layers} x {store.blocks} pages of {a.canonical_page_size_bytes} bytes into "
+                    f"{layers} x {load.blocks} of {b.canonical_page_size_bytes} (another cp: {conversion.k} "
                     f"small pages a big one, along '{conversion.token}')")
             mp.spawn(_load_worker, args=(job,), nprocs=load.world, join=True)
         seconds = time.perf_counter() - t0
@@ -401,14 +411,14 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
                 f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical page "
                 f"formats ({a.format_id} vs {b.format_id}, {a.canonical_page_size_bytes} bytes each): a page "
                 f"stored under one is not a page of the other")
-        if store.shape[0] != load.shape[0]:
+        if store.blocks != load.blocks:
             raise ConfigError("reshard: both groups must hold the same number of blocks")
         return None, None, None
     small = "store" if a.canonical_page_size_bytes < b.canonical_page_size_bytes else "load"
     big_group, small_group = (load, store) if small == "store" else (store, load)
     if (big_group.mappings[0].canonical_page_size_bytes != conversion.big_page or
             small_group.mappings[0].canonical_page_size_bytes != conversion.small_page or
-            small_group.shape[0] != conversion.k * big_group.shape[0]):
+            small_group.blocks != conversion.k * big_group.blocks):
         raise ConfigError(f"reshard: the conversion is for {conversion.big_page}- and {conversion.small_page}-"
                           f"byte pages, {conversion.k} small a big one: it does not fit these groups")
     from ._resources import specs_dir
@@ -427,9 +437,9 @@ def _convert(job: dict) -> None:
     from .pageformat import convert
     conv, layers = job["conversion"], job["layers"]
     store, load = job["store"], job["load"]
-    src = torch.from_file(job["pages"], shared=True, size=layers * store.shape[0] *
+    src = torch.from_file(job["pages"], shared=True, size=layers * store.blocks *
                           store.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
-    dst = torch.from_file(job["load_pages"], shared=True, size=layers * load.shape[0] *
+    dst = torch.from_file(job["load_pages"], shared=True, size=layers * load.blocks *
                           load.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
     big, small = (src, dst) if job["small"] == "load" else (dst, src)
     groups = big.numel() // conv.big_page

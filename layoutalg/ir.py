@@ -37,6 +37,7 @@ class LayoutIR:
     element: sympy.Expr  # bytes per element
     tensor: tuple[str, ...] | None
     span: Span
+    tensor_outer: int = 0  # dims of `tensor` before the block dimension (`tensor (kv, block, ...)`)
 
     def size_bytes(self) -> sympy.Expr:
         return sympy.expand(self.element * prod(self.extents))
@@ -101,3 +102,7 @@ class Family:
     @property
     def tensor(self) -> tuple[str, ...] | None:
         return self.variants[0].local.tensor
+
+    @property
+    def tensor_outer(self) -> int:
+        return self.variants[0].local.tensor_outer

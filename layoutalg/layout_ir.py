@@ -66,8 +66,26 @@ def layout_ir(ldef: LayoutDef, bound: dict, atoms: Atoms) -> LayoutIR:
                 raise SpecError(f"index '{n.id}' is used twice in the tensor of layout '{ldef.name}'", n.span)
             tensor.append(n.id)
         tensor = tuple(tensor)
+        _check_outer(ldef, tensor[:ldef.tensor_outer], iters, coef, off.base)
     return LayoutIR(ldef.name, tuple(names), tuple(extents), tuple(coef[n] for n in names), off.base,
-                    element, tensor, ldef.span)
+                    element, tensor, ldef.span, ldef.tensor_outer)
+
+
+def _check_outer(ldef: LayoutDef, outer: tuple, iters: dict, coef: dict, base) -> None:
+    """Tensor dims before `block` must be the box's outermost indices, row-major, from byte 0:
+    then each of their values holds one contiguous stretch of the page (a segment), and the
+    tensor is that many block-strided tensors, one a segment."""
+    step = sympy.Integer(1)
+    for n in iters:
+        if n not in outer:
+            step *= iters[n]
+    for n in reversed(outer):
+        if sympy.simplify(coef[n] - step) != 0 or sympy.simplify(base) != 0:
+            raise SpecError(f"tensor dimension '{n}' of layout '{ldef.name}' comes before 'block', so it must be "
+                            f"outermost in the page (stride {step} elements, the indices after it, from byte 0), "
+                            f"but its stride is {coef[n]}" + (f" and the layout starts at {base}" if base != 0 else ""),
+                            ldef.tensor[outer.index(n)].span)
+        step *= iters[n]
 
 
 def check_layouts(lib: Library) -> None:

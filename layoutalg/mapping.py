@@ -32,6 +32,11 @@ class CopyRun(NamedTuple):
                    self.canonical_offset + i * self.canonical_stride, self.fragment_size)
 
 
+MAX_STRETCHES = 64
+"""Stretches a page may lie in (the values of a tensor's dims before the block): beyond, a layer
+fails closed rather than copy thousands of slivers a block (FlashAttention's K and V: 2)."""
+
+
 class TensorView(NamedTuple):
     """A layer tensor as the mapping was derived for it: block `b`'s element `idx` is the
     `element` bytes at `b * block stride + offset + element * sum(idx * strides)`.
@@ -48,6 +53,19 @@ class TensorView(NamedTuple):
     strides: tuple   # their strides, in elements
     element: int     # bytes per element
     dtype: str = ""  # the element type's name where the tensor named it ('torch.bfloat16')
+    # dims before the block dim: the tensor is (shape[:outer], blocks, shape[outer:]) and each
+    # value of its outer dims is a block-strided tensor of one stretch of the page, `segment`
+    # bytes (FlashAttention's (2, blocks, ...): K of every block, then V). Their strides here
+    # count within the page; in the tensor they are whatever keeps the segments apart.
+    outer: int = 0
+
+    @property
+    def segments(self) -> int:
+        """How many stretches of the page the tensor holds apart (1 where the block is first)."""
+        n = 1
+        for extent in self.shape[:self.outer]:
+            n *= extent
+        return n
 
     @property
     def bytes_per_block(self) -> int:

@@ -46,7 +46,7 @@ from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun, TensorView
-from .torch_copy import _check_runs, layer_bytes, shared_byte
+from .torch_copy import _check_runs, in_segments, layer_segments, shared_byte
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -450,10 +450,10 @@ def _canonical(table, lo: int, n: int):
 
 # ---- execution: gather on the producer, scatter on the consumer ----------------------------
 
-def _word_of(raw, runs: Sequence[DirectRun], side: str) -> int:
+def _word_of(segs, runs: Sequence[DirectRun], side: str) -> int:
     """The widest word dividing every run's offsets, sizes and strides on that side, and the
-    base and block stride of `raw`, the (blocks, page) bytes."""
-    values = [raw.storage_offset(), raw.stride(0), raw.shape[1]]
+    base, block stride and length of each of `segs`, the local page's stretches."""
+    values = [x for seg in segs for x in (seg.bytes.storage_offset(), seg.bytes.stride(0), seg.bytes.shape[1])]
     for r in runs:
         values += [r.src_offset if side == "src" else r.dst_offset, r.fragment_size,
                    (r.src_stride if side == "src" else r.dst_stride) if r.num_fragments > 1 else 0]
@@ -474,43 +474,51 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     if type(producer) is not int or producer < 0:
         raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
     _validated(plan)
-    raw = _layer(plan, kv, op == "gather", op)
+    segs = _layer(plan, kv, op == "gather", op)
+    raw = segs[0].bytes
     blocks = _ids(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
-    return raw, blocks, [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
+    runs = tuple(r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size)
+    side = ("src_offset", "src_stride") if op == "gather" else ("dst_offset", "dst_stride")
+    other = ("dst_offset", "dst_stride") if op == "gather" else ("src_offset", "src_stride")
+    # cut where the tensor holds its page in stretches apart, in the runs' byte order: what the
+    # gather sends in that order the scatter receives in it, however either side is cut
+    pieces = in_segments(runs, segs[1].start, side, other) if len(segs) > 1 else tuple((0, r) for r in runs)
+    return segs, blocks, pieces
 
 
 def gather(plan: DirectPlan, producer: int, kv, block_ids):
     """Producer side: the bytes consumer `plan.consumer` reads from `producer`, for each block
     of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire): one
     strided view per run, gathered for every block at once."""
-    raw, blocks, runs = _side(plan, producer, kv, block_ids, "gather")
-    if not runs or not blocks.numel():
-        return torch.zeros(0, dtype=torch.uint8, device=raw.device)
-    w = _word_of(raw, runs, "src")
-    parts = [_run_view(raw, w, r.src_offset, r.src_stride, r).index_select(0, blocks).reshape(blocks.numel(), -1)
-             for r in runs]
+    segs, blocks, pieces = _side(plan, producer, kv, block_ids, "gather")
+    if not pieces or not blocks.numel():
+        return torch.zeros(0, dtype=torch.uint8, device=segs[0].bytes.device)
+    w = _word_of(segs, [r for _, r in pieces], "src")
+    parts = [_run_view(segs[s].bytes, w, r.src_offset, r.src_stride, r).index_select(0, blocks)
+             .reshape(blocks.numel(), -1) for s, r in pieces]
     data = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (one run: no second copy)
     return data.view(torch.uint8).reshape(-1)
 
 
 def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     """Consumer side: put what `gather` sent from `producer` into the blocks `block_ids` of `kv`."""
-    raw, blocks, runs = _side(plan, producer, kv, block_ids, "scatter")
-    per_block = sum(r.fragment_size * r.num_fragments for r in runs)
+    segs, blocks, pieces = _side(plan, producer, kv, block_ids, "scatter")
+    raw = segs[0].bytes
+    per_block = sum(r.fragment_size * r.num_fragments for _, r in pieces)
     if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1 or \
             data.numel() != blocks.numel() * per_block:
         raise ConfigError(f"scatter: received {tuple(getattr(data, 'shape', ()))} {getattr(data, 'dtype', type(data))} "
                           f"from producer rank {producer}, "
                           f"expected {blocks.numel()} blocks x {per_block} bytes of uint8")
-    if not runs or not blocks.numel():
+    if not pieces or not blocks.numel():
         return
-    w = _word_of(raw, runs, "dst")
+    w = _word_of(segs, [r for _, r in pieces], "dst")
     rows = data.to(raw.device).view(blocks.numel(), per_block)
     at = 0
-    for r in runs:
+    for s, r in pieces:
         n = r.fragment_size * r.num_fragments
         chunk = rows[:, at:at + n].contiguous().view(_WORDS[w])
-        _run_view(raw, w, r.dst_offset, r.dst_stride, r).index_copy_(
+        _run_view(segs[s].bytes, w, r.dst_offset, r.dst_stride, r).index_copy_(
             0, blocks, chunk.view(blocks.numel(), r.num_fragments, r.fragment_size // w))
         at += n
 
@@ -524,9 +532,10 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
         raise ConfigError(f"execute: producer_kvs must be a list of every producer rank's tensor, got "
                           f"{type(producer_kvs).__name__}")
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
-    dst = _ids(dst_blocks, _layer(plan, kv, False, "execute").shape[0], "execute")
+    dst = _ids(dst_blocks, _layer(plan, kv, False, "execute")[0].bytes.shape[0], "execute")
     for p in plan.producers():  # everything checked before the first byte moves
-        src = _ids(src_blocks, _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv").shape[0], "execute")
+        src = _ids(src_blocks, _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")[0].bytes.shape[0],
+                   "execute")
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
     for p in plan.producers():
@@ -539,11 +548,11 @@ class _Side(NamedTuple):
 
 
 def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
-    """One side's pages as `(blocks, page)` bytes, the tensor checked against the views its
-    group's mappings were derived for (`torch_copy.layer_bytes`, as a copy plan checks it)."""
+    """One side's pages as `Segment`s of `(blocks, bytes)`, the tensor checked against the views
+    its group's mappings were derived for (`torch_copy.layer_segments`, as a copy plan checks it)."""
     side = _Side(plan.producer_tensors, plan.producer_page_size_bytes) if producer else \
         _Side(plan.consumer_tensors, plan.local_page_size_bytes)
-    return layer_bytes(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
+    return layer_segments(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
 
 
 def _ids(ids, n: int, op: str):
@@ -584,7 +593,8 @@ def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: in
                  for r in plan.runs)
     return CanonicalPageMapping(conversion.local_page_size_bytes, m.local_page_size_bytes, runs, m.num_writers,
                                 m.writer_index, m.parallelism_agnostic, m.layout_id,
-                                format_id=format_id)  # the big page's format (`conversion` reads it)
+                                format_id=format_id,  # the big page's format (`conversion` reads it)
+                                tensors=m.tensors)  # the local page is m's: its tensors view it as before
 
 
 class CrossPlans(NamedTuple):

@@ -26,7 +26,7 @@ from . import params
 from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, from_entry, misfit
 from .errors import ConfigError
 from .lower import TilingError, lower
-from .mapping import CanonicalPageMapping, TensorView
+from .mapping import MAX_STRETCHES, CanonicalPageMapping, TensorView
 
 CERTIFIED, OPAQUE, NO_MAPPINGS, OMITTED = "certified", "opaque", "no_mappings", "omitted"
 FALLBACK = "fallback"
@@ -308,11 +308,15 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     try:
         inst = cf.evaluate(sizes)
         views = cf.tensor_views(inst) if isinstance(cf, CompiledPage) else \
-            (TensorView("kv", 0, inst.tensor_shape, inst.tensor_strides, inst.element),) if inst.tensor_shape else ()
+            (TensorView("kv", 0, inst.tensor_shape, inst.tensor_strides, inst.element, outer=cf.tensor_outer),) \
+            if inst.tensor_shape else ()
     except GuardFailed as e:
         return str(e)
+    if views and views[0].segments > MAX_STRETCHES:
+        return (f"its tensor holds the page in {views[0].segments} stretches apart (dims before the block), more "
+                f"than the {MAX_STRETCHES} a copy takes")
     why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
-           _mismatch(inst, cf.tensor, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
+           _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
     if why:
         return why
@@ -397,23 +401,26 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
     }
 
 
-def _mismatch(inst: Instance, names: tuple, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:
+def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:
     """Why the instance does not describe this layer's tensor ('' when it does): a family
     that reads the tensor must find its shape, strides and page in each block. (That the
-    layout is the page and the grid the group is `compiled.misfit`, for every family.)"""
-    page = layer.page_size_bytes
+    layout is the page and the grid the group is `compiled.misfit`, for every family.)
+    Dims before the block dim (`cf.tensor_outer`) are matched by extent: their strides are
+    the tensor's, held apart by `torch_copy` where bytes move."""
+    page, names, k = layer.page_size_bytes, cf.tensor, cf.tensor_outer
     if inst.tensor_shape:  # the family reads a tensor: recognise it by shape and strides
         if tensor is None:
             return "no KV tensor to recognise"
-        blocks = num_blocks if num_blocks is not None else (tensor.shape[0] if tensor.shape else None)
-        expected = (blocks,) + inst.tensor_shape
-        dims = ", ".join(("block",) + names)
+        blocks = num_blocks if num_blocks is not None else (tensor.shape[k] if len(tensor.shape) > k else None)
+        expected = inst.tensor_shape[:k] + (blocks,) + inst.tensor_shape[k:]
+        dims = ", ".join(names[:k] + ("block",) + names[k:])
         if tensor.shape != expected:
             return f"KV tensor shape {tensor.shape} is not {expected} = ({dims})"
-        for dim, (name, want, got) in enumerate(zip(names, inst.tensor_strides, tensor.stride[1:]), start=1):
+        for dim, (name, want, got) in enumerate(zip(names[k:], inst.tensor_strides[k:], tensor.stride[k + 1:]),
+                                                start=k + 1):
             if want != got:
                 return f"KV tensor dimension {dim} ({name}) has stride {got}, expected {want} (elements)"
-        held = prod(tensor.shape[1:]) * tensor.element_size
+        held = prod(inst.tensor_shape) * tensor.element_size
         if held != page:
             return f"KV tensor holds {held} bytes per block but the page is {page}"
     return ""
@@ -446,14 +453,17 @@ def _mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
 
 
 def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_blocks=None) -> str:
-    """Why a tensor of `shape` and `stride` (elements) is not view `v` ('' when it is)."""
-    blocks = num_blocks if num_blocks is not None else (shape[0] if shape else None)
-    expected = (blocks,) + tuple(v.shape)
+    """Why a tensor of `shape` and `stride` (elements) is not view `v` ('' when it is). The
+    strides of dims before the block dim (`v.outer`) are the tensor's own: `torch_copy`
+    checks that they keep its segments apart."""
+    k = v.outer
+    blocks = num_blocks if num_blocks is not None else (shape[k] if len(shape) > k else None)
+    expected = tuple(v.shape[:k]) + (blocks,) + tuple(v.shape[k:])
     if tuple(shape) != expected:
-        return f"shape {tuple(shape)} is not {expected} (blocks, then the view's dims)"
+        return f"shape {tuple(shape)} is not {expected} ({'the outer dims, ' if k else ''}blocks, then the view's dims)"
     if element != v.element:
         return f"elements of {element} bytes, expected {v.element}"
-    for dim, (want, got, extent) in enumerate(zip(v.strides, stride[1:], shape[1:]), start=1):
+    for dim, (want, got, extent) in enumerate(zip(v.strides[k:], stride[k + 1:], shape[k + 1:]), start=k + 1):
         if want != got and extent != 1:  # a dim of one element has no stride to misread
             return f"dimension {dim} has stride {got}, expected {want} (elements)"
     return ""

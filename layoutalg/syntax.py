@@ -245,6 +245,8 @@ class LayoutDef:
     tensor_name: str | None = None  # a region: the layer tensor that views it (`tensor conv (block, ...)`)
     # how many indices of `tensor` each tensor dim holds, where one holds several (`(kv, d)`): (1, 1, 2)
     tensor_groups: tuple[int, ...] = ()
+    # how many dims of `tensor` come before the block dimension (`tensor (kv, block, ...)`): 0 for block first
+    tensor_outer: int = 0
 
 
 class _Merged(NamedTuple):
@@ -719,12 +721,13 @@ class _Build(Transformer_NonRecursive):
 
     def tensor_clause(self, meta, c):
         name = None if c[0] is None else Name(str(c[0]), self._tok(c[0]))
-        rest = [t for t in c[2:] if isinstance(t, Token) and t.type == "REST"]
+        at = next(i for i, t in enumerate(c) if i and isinstance(t, Token) and t.type == "BLOCK")
+        rest = [t for t in c[at + 1:] if isinstance(t, Token) and t.type == "REST"]
         if len(rest) > 1:
             raise SpecError("a tensor clause says '...' (the indices it does not name) at most once",
                             self._tok(rest[1]))
-        dims = tuple(t if isinstance(t, _Merged) else Name(str(t), self._tok(t)) for t in c[2:])
-        return ("tensor", (name, dims), self._at(meta))
+        dims = tuple(t if isinstance(t, _Merged) else Name(str(t), self._tok(t)) for t in c[1:at] + c[at + 1:])
+        return ("tensor", (name, dims, at - 1), self._at(meta))
 
     def merged_dim(self, meta, c):
         return _Merged(tuple(Name(str(t), self._tok(t)) for t in c), self._at(meta))
@@ -767,8 +770,12 @@ class _Build(Transformer_NonRecursive):
         indices, at = found["index"]
         if "offset" not in found:  # dense and row-major in the order the index clause gives
             found["offset"] = (_row_major(indices, at), at)
-        view, dims = found.get("tensor", ((None, None),))[0]
+        view, dims, outer = found.get("tensor", ((None, None, 0),))[0]
         groups: tuple = ()
+        if outer and region:
+            raise SpecError(f"{what} is a region of a page: its tensor starts with the block dimension (a page of "
+                            f"regions is one block-strided buffer); dims before 'block' are for a layout of one box",
+                            dims[0].span)
         if dims is not None:
             merged = next((d for d in dims if isinstance(d, _Merged)), None)
             if merged is not None and not region:
@@ -789,7 +796,7 @@ class _Build(Transformer_NonRecursive):
             raise SpecError(f"{what} is padding: a pad has a tensor view only as part of a named tensor "
                             f"('tensor NAME (block, ...)', the tensor its neighbours name)", found["tensor"][1])
         return LayoutDef(name, params, found["index"][0], found["offset"][0], found.get("element", (None,))[0],
-                         dims, where, (), pad, view.id if view is not None else None, groups)
+                         dims, where, (), pad, view.id if view is not None else None, groups, outer)
 
     # grids and families
     def grid_def(self, meta, c):

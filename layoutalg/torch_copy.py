@@ -10,10 +10,12 @@ leaves both tensors as they were.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .errors import ConfigError, LayoutMismatch
-from .mapping import CanonicalPageMapping, CopyRun
+from .mapping import MAX_STRETCHES, CanonicalPageMapping, CopyRun
 
 
 def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages", op: str = "page_bytes") -> torch.Tensor:
@@ -60,6 +62,11 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
     stride, offset or size.
     """
     views = m.tensors
+    if outer_of(views, name, op):  # no list, no byte view of it either: neither is its pages block first
+        raise LayoutMismatch(f"{op}: {name}: the mapping's tensor '{views[0].name}' holds the page in "
+                             f"{views[0].segments} stretches apart (dims {tuple(views[0].shape[:views[0].outer])} "
+                             f"before the block): its pages have no (blocks, page) view; `layer_segments` gives "
+                             f"one a stretch, from that one tensor")
     if isinstance(kv, (list, tuple)):
         if not kv or not all(isinstance(t, torch.Tensor) for t in kv):
             kinds = ", ".join(sorted({type(t).__name__ for t in kv})) or "nothing"
@@ -73,6 +80,159 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
                                  f"({', '.join(v.name for v in views)}): give them as a list, in that order")
         _check_view(kv, views[0], f"{name}", op)
     return page_bytes(kv, m.local_page_size_bytes, name, op)
+
+
+def outer_of(views: tuple, name: str = "kv", op: str = "outer_of") -> int:
+    """How many dims of the mapping's one tensor come before its block dim (0: block first).
+    Raises `LayoutMismatch` where a view says so but is not the page's only view, or where
+    `outer` is no whole number of its dims."""
+    k = [getattr(v, "outer", 0) for v in views]
+    if not any(x != 0 for x in k):
+        return 0
+    v = views[0]
+    if len(views) != 1:
+        raise LayoutMismatch(f"{op}: {name}: a page of {len(views)} tensors ({', '.join(x.name for x in views)}) "
+                             f"puts dims before the block in one of them: only a page of one tensor may")
+    if type(v.outer) is not int or not isinstance(v.shape, tuple) or not isinstance(v.strides, tuple) or \
+            len(v.strides) != len(v.shape) or not 0 < v.outer <= len(v.shape):
+        raise LayoutMismatch(f"{op}: {name}: the view '{v.name}' puts the block after {v.outer!r} of its "
+                             f"dims {v.shape!r}; expected a whole number of them")
+    return v.outer
+
+
+class Segment(NamedTuple):
+    """One stretch of a layer's local page, `start` bytes into it: a `(blocks, length)` uint8
+    view of the memory that holds it in every block."""
+    start: int
+    bytes: torch.Tensor
+
+
+def layer_segments(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_segments") -> tuple:
+    """A layer's local pages as `Segment`s, in page order: one, `layer_bytes`, where every
+    block's page is one stretch of memory; else one a value of the tensor's dims before the
+    block (FlashAttention's `(2, blocks, bs, H, D)`: K of every block, then V of every
+    block), from that tensor itself (no list, no byte view of it), each stretch checked in
+    the tensor's storage, the blocks one stride apart, and no two stretches of any blocks
+    sharing a byte.
+
+    Examples:
+        >>> from layoutalg.mapping import TensorView
+        >>> m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True,
+        ...                          tensors=(TensorView("kv", 0, (2, 2), (2, 1), 2, outer=1),))
+        >>> kv = torch.arange(12, dtype=torch.int16).view(2, 3, 2)   # (kv, block, d)
+        >>> [(s.start, s.bytes.view(torch.int16)[1].tolist()) for s in layer_segments(kv, m)]
+        [(0, [2, 3]), (4, [8, 9])]
+    """
+    views = m.tensors
+    k = outer_of(views, name, op)
+    if not k:
+        return (Segment(0, layer_bytes(kv, m, name, op)),)
+    v = views[0]
+    if not isinstance(kv, torch.Tensor):
+        raise LayoutMismatch(f"{op}: {name} must be the one tensor '{v.name}' the mapping was derived for, "
+                             f"(outer dims, blocks, ...) {tuple(v.shape)}; got a {type(kv).__name__}")
+    length = _stretch(v, m.local_page_size_bytes, name, op)
+    _check_view(kv, v, name, op)
+    e, blocks = kv.element_size(), kv.shape[k]
+    step = kv.stride(k) * e
+    if blocks > 1 and step < length:
+        raise LayoutMismatch(f"{op}: {name}, dimension {k} (block): stride {kv.stride(k)} elements ({step} bytes), "
+                             f"expected at least {length} bytes, one stretch of the page")
+    _check_dense(kv[(0,) * k], name, op)  # a block of one stretch is one dense run of memory
+    raw = torch.empty(0, dtype=torch.uint8, device=kv.device).set_(kv.untyped_storage())
+    starts = [kv.storage_offset() * e + at for at in stretch_starts(kv.shape[:k], kv.stride()[:k], e)]
+    out = []
+    for s, base in enumerate(starts):
+        end = base + (blocks - 1) * step + length
+        if blocks and (base < 0 or end > kv.untyped_storage().nbytes()):
+            raise LayoutMismatch(f"{op}: {name}: stretch {s} of the page spans bytes [{base}, {end}) of a "
+                                 f"{kv.untyped_storage().nbytes()}-byte buffer")
+        out.append(Segment(s * length, raw.as_strided((blocks, length), (step, 1), max(base, 0))))
+    check_stretches_apart(starts, step, length, blocks, name, op)
+    return tuple(out)
+
+
+def _stretch(v, page: int, name: str, op: str) -> int:
+    """The bytes of one stretch of view `v` over a `page`-byte page: the view covers the page from
+    byte 0, at most `MAX_STRETCHES` stretches, its outer dims row-major over them."""
+    n = v.segments
+    if v.offset or v.bytes_per_block != page or page % n:
+        raise LayoutMismatch(f"{op}: {name}: the view '{v.name}' holds {v.bytes_per_block} bytes from byte "
+                             f"{v.offset}, not the {page}-byte page in {n} stretches")
+    if n > MAX_STRETCHES:
+        raise LayoutMismatch(f"{op}: {name}: the view '{v.name}' holds the page in {n} stretches apart, more "
+                             f"than the {MAX_STRETCHES} a copy takes (dims {tuple(v.shape[:v.outer])} before the block)")
+    want = page // n // v.element
+    for d in reversed(range(v.outer)):  # in the page the outer dims step over whole stretches, row-major
+        if v.strides[d] != want and v.shape[d] != 1:
+            raise LayoutMismatch(f"{op}: {name}: the view '{v.name}', dimension {d} (before the block): stride "
+                                 f"{v.strides[d]} elements in the page, expected {want} (row-major over the "
+                                 f"{n} stretches of {page // n} bytes)")
+        want *= v.shape[d]
+    return page // n
+
+
+def stretch_starts(shape: tuple, stride: tuple, element: int) -> list:
+    """Byte distance from a tensor's first element to each stretch (row-major over its dims
+    before the block, of these extents and strides); [0] where there are none."""
+    out = [0]
+    for extent, st in zip(shape, stride):
+        out = [a + i * st * element for a in out for i in range(extent)]
+    return out
+
+
+def check_stretches_apart(starts: list, step: int, length: int, blocks: int, name: str, op: str) -> None:
+    """No two stretches of any blocks share a byte: stretch i of block b is `length` bytes at
+    `starts[i] + b * step`, so i and j meet where some block distance k (|k| < blocks) brings
+    `starts[j] - starts[i] + k * step` within `length` of 0 (the two k nearest to that, each
+    pair: at most `MAX_STRETCHES` stretches)."""
+    for i in range(len(starts)):
+        for j in range(i + 1, len(starts)):
+            d = starts[j] - starts[i]
+            near = {0} if blocks < 2 or step == 0 else {max(-(blocks - 1), min(blocks - 1, q))
+                                                          for q in (-d // step, -(-(-d) // step))}
+            k = next((k for k in sorted(near) if abs(d + k * step) < length), None)
+            if k is not None and blocks:
+                raise LayoutMismatch(f"{op}: {name}: stretches {i} and {j} of the page overlap (stretch {j} of block "
+                                     f"{max(0, k)} and stretch {i} of block {max(0, -k)} share memory): the dims "
+                                     f"before the block must keep them apart")
+
+
+def in_segments(runs, length: int, side: tuple, other: tuple) -> tuple:
+    """Each run cut where its fragments on one side (`side`: the names of its offset and
+    stride fields) cross from one stretch of `length` bytes to the next: `(stretch, run)`
+    with that side's offset counted from the stretch's start, in the runs' byte order (so
+    what one side gathers in run order the other scatters in the same order).
+
+    Examples:
+        >>> r = CopyRun(0, 0, 8, 2, 8, 8)
+        >>> [(s, tuple(p)) for s, p in in_segments([r], 4, ("local_offset", "local_stride"),
+        ...                                          ("canonical_offset", "canonical_stride"))]
+        [(0, (0, 0, 4, 1, 8, 8)), (1, (0, 4, 4, 1, 8, 8)), (2, (0, 8, 4, 1, 8, 8)), (3, (0, 12, 4, 1, 8, 8))]
+    """
+    out = []
+    for r in runs:
+        o, st = getattr(r, side[0]), getattr(r, side[1])
+        o2, st2 = getattr(r, other[0]), getattr(r, other[1])
+        size, n, i = r.fragment_size, r.num_fragments, 0
+        while i < n:
+            s, x = divmod(o + i * st, length)
+            if x + size <= length:  # fragments i, i+1, ... inside stretch s
+                j = i + 1
+                while j < n and (o + j * st) // length == s and (o + j * st) % length + size <= length:
+                    j += 1
+                out.append((s, r._replace(**{side[0]: x, other[0]: o2 + i * st2, "num_fragments": j - i})))
+                i = j
+                continue
+            done = 0  # a fragment across stretches: its pieces, one a stretch
+            while done < size:
+                s, x = divmod(o + i * st + done, length)
+                k = min(size - done, length - x)
+                out.append((s, r._replace(**{side[0]: x, other[0]: o2 + i * st2 + done, "fragment_size": k,
+                                             "num_fragments": 1})))
+                done += k
+            i += 1
+    return tuple(out)
 
 
 def _check_view(t: torch.Tensor, v, name: str, op: str) -> None:
@@ -280,26 +440,36 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
     (a 1-D int64 tensor, each id once).
     """
     _check_runs(m, "store")
-    lb = layer_bytes(local, m, "local", "store")
-    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "store")
-    check_apart(lb, cb, "store", "the local and canonical tensors")
-    ids = _block_ids(blocks, _same_blocks(lb, cb, "store"))
+    segs, cb = _sides(local, canonical, m, "store")
+    ids = _block_ids(blocks, _same_blocks(segs[0].bytes, cb, "store"))
     for n, w in sorted(set(m.elections)):  # regions replicated differently elect their own writers
         mine = ids[(ids % n) == w]
         if mine.numel() == 0:
             continue
         mine = mine.to(cb.device)
-        for run, e in zip(m.runs, m.elections):
-            if e == (n, w):  # only this rank's fragments, in place: ranks sharing a page never race
-                _view(cb, run, local=False)[mine] = _view(lb, run, local=True)[mine]
+        runs = tuple(run for run, e in zip(m.runs, m.elections) if e == (n, w))
+        for s, run in _pieces(runs, segs):  # only this rank's fragments, in place: ranks sharing a page never race
+            _view(cb, run, local=False)[mine] = _view(segs[s].bytes, run, local=True)[mine]
 
 
 def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) -> None:
     """Fill this rank's local pages from canonical pages (every block, every rank)."""
     _check_runs(m, "load")
-    lb = layer_bytes(local, m, "local", "load")
-    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", "load")
-    check_apart(lb, cb, "load", "the local and canonical tensors")
-    _same_blocks(lb, cb, "load")
-    for run in m.runs:
-        _view(lb, run, local=True).copy_(_view(cb, run, local=False))
+    segs, cb = _sides(local, canonical, m, "load")
+    _same_blocks(segs[0].bytes, cb, "load")
+    for s, run in _pieces(tuple(m.runs), segs):
+        _view(segs[s].bytes, run, local=True).copy_(_view(cb, run, local=False))
+
+
+def _sides(local, canonical, m: CanonicalPageMapping, op: str) -> tuple:
+    segs = layer_segments(local, m, "local", op)
+    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", op)
+    for seg in segs:
+        check_apart(seg.bytes, cb, op, "the local and canonical tensors")
+    return segs, cb
+
+
+def _pieces(runs: tuple, segs: tuple) -> tuple:
+    if len(segs) == 1:
+        return tuple((0, r) for r in runs)
+    return in_segments(runs, segs[1].start, ("local_offset", "local_stride"), ("canonical_offset", "canonical_stride"))

@@ -1,6 +1,6 @@
 """The whole reshard matrix, in one process (the suite runs a slice: tests/test_reshard.py).
 
-    python tests/reshard_matrix.py [--prove] [--all-sizes]
+    python tests/reshard_matrix.py [--prove] [--all-sizes] [--only=FAMILY,...]
 
 Every ordered pair of the configurations below that share a canonical page format, for
 every family of one layout: the direct plan and the path through canonical pages give
@@ -27,6 +27,7 @@ from layoutalg.errors import ConfigError, LayoutalgError
 from layoutalg.pageformat import conversion, convert, spec_coordinates
 from layoutalg.library import load_default
 from layoutalg.family import resolve
+from layoutalg.torch_copy import layer_segments
 from layoutalg.params import parse_config
 from layoutalg.prove.replan import plans_at, prove_all_sizes, triples
 from layoutalg.prove.reshard import prove_plans
@@ -39,7 +40,8 @@ from test_replan import _runtime_triples as runtime_triples
 CONFIGS = ["tp=1", "tp=2", "tp=4", "tp=8", "tp=16", "tp=8,dcp=2", "tp=16,dcp=2", "tp=8,dcp=2,interleave=2",
            "tp=16,dcp=2,interleave=2", "tp=1,pcp=2", "tp=2,pcp=2", "tp=4,pcp=2", "tp=2,pcp=2,pcp_replicas=1",
            "tp=4,pcp=2,pcp_replicas=1", "tp=2,dcp=2", "tp=4,dcp=2,interleave=2"]
-FAMILIES = [("split_nhd", 4), ("split_hnd", 4), ("packed_nhd", 4), ("packed_hnd", 2), ("mla", 1)]
+FAMILIES = [("split_nhd", 4), ("split_hnd", 4), ("packed_nhd", 4), ("packed_hnd", 2), ("mla", 1),
+            ("flash_nhd", 4), ("flash_hnd", 4)]
 QUANTISED = [("quant_split", 4), ("quant_packed", 2)]
 """Pages of regions (int8 KV with its scales): converted across another cp region by region."""
 
@@ -58,20 +60,21 @@ def converted(family: str, heads: int, a: str, b: str, direct: bool = False) -> 
     x = group(a, G * (1 if x_big else conv.k))
     y = group(b, G * (conv.k if x_big else 1))
     coords = (conv.k, spec_coordinates(lib, family, big.sizes, small.sizes, conv.k, conv.token))
-    pages_x, blocks_x = layout_of_pages(x, x.shape[0])
-    store = torch.zeros(x.shape[0], x.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
+    pages_x, blocks_x = layout_of_pages(x, x.blocks)
+    store = torch.zeros(x.blocks, x.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
     kvs = []
     for rank, m in enumerate(x.mappings):
         kv = x.empty().zero_()
-        raw = torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(-1, m.local_page_size_bytes)
         where, canon = global_coordinates(x, rank, pages_x, None if x_big else coords)
-        raw.index_copy_(0, blocks_x, hashed(0, where, canon))
+        h = hashed(0, where, canon)
+        for seg in layer_segments(kv, m):  # each stretch of the page where the tensor holds it
+            seg.bytes.index_copy_(0, blocks_x, h[:, seg.start:seg.start + seg.bytes.shape[1]].contiguous())
         plan(m, kv).store(kv, blocks_x, store, pages_x)
         kvs.append(kv)
-    pages_y, blocks_y = layout_of_pages(y, y.shape[0])
+    pages_y, blocks_y = layout_of_pages(y, y.blocks)
     if direct:
         return _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, coords if x_big else None)
-    load = torch.zeros(y.shape[0], y.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
+    load = torch.zeros(y.blocks, y.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
     if x_big:
         convert(conv, store, load, to_small=True)
     else:
@@ -79,7 +82,7 @@ def converted(family: str, heads: int, a: str, b: str, direct: bool = False) -> 
     for rank, m in enumerate(y.mappings):
         kv = y.empty().zero_()
         plan(m, kv).load(load, pages_y, kv, blocks_y)
-        raw = torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(-1, m.local_page_size_bytes)
+        raw = t._bytes(kv, m)
         where, canon = global_coordinates(y, rank, pages_y, coords if x_big else None)
         if not _same(raw.index_select(0, blocks_y), hashed(0, where, canon), canon):
             return False
@@ -111,17 +114,19 @@ def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
     for p, v, rank, src, dst in cross.transfers(G):
         scatter(p, v, gather(p, v, kvs[rank], blocks_x[src]), out[p.consumer], blocks_y[dst])
     for rank, m in enumerate(y.mappings):
-        raw = torch.empty(0, dtype=torch.uint8).set_(out[rank].untyped_storage()).view(-1, m.local_page_size_bytes)
+        raw = t._bytes(out[rank], m)
         where, canon = global_coordinates(y, rank, pages_y, small)
         if not _same(raw.index_select(0, blocks_y), hashed(0, where, canon), canon):
             return False
     return True
 
 
-def main(prove: bool, all_sizes: bool = False) -> int:
+def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
     passed = failed = refused = unserved = 0
     t0 = time.perf_counter()
     for family, heads in FAMILIES + QUANTISED:
+        if only and family not in only:
+            continue
         groups = {}
         for c in CONFIGS:
             try:
@@ -176,4 +181,5 @@ def _is_the_proved_plan(family: str, x, y, plans) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    sys.exit(main("--prove" in sys.argv, "--all-sizes" in sys.argv))
+    named = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")]  # --only=flash_nhd,flash_hnd
+    sys.exit(main("--prove" in sys.argv, "--all-sizes" in sys.argv, set(",".join(named).split(",")) if named else None))

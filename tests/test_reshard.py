@@ -16,6 +16,7 @@ from layoutalg.mapping import CanonicalPageMapping, CopyRun
 from layoutalg.prove.reshard import prove_plans
 from layoutalg.prove.runner import Budgets
 from layoutalg.reshard import ReshardError, check_plan, direct_plans, execute
+from layoutalg.torch_copy import layer_segments
 
 from conftest import ROOT
 
@@ -29,15 +30,18 @@ PAIRS = [
     ("split_nhd", 4, "tp=2,pcp=2", "tp=4,pcp=2"), ("split_nhd", 4, "tp=4,pcp=2,pcp_replicas=1", "tp=1"),
     ("mla", 1, "tp=4", "tp=1"), ("mla", 1, "tp=2,dcp=2,interleave=2", "tp=8,dcp=2,interleave=2"),
     ("mla", 1, "tp=1,pcp=2", "tp=4,pcp=2"),
+    ("flash_nhd", 4, "tp=2", "tp=4"), ("flash_hnd", 4, "tp=8,dcp=2", "tp=16,dcp=2"),  # (2, blocks, ...) tensors
 ]
 
 
 QUANTISED = {"quant_split": ("int8", {"kv_scales": 2}), "quant_packed": ("int8", {"kv_scales": 1, "row_align": 8})}
 """Pages of regions: int8 KV with its scales (the names each form reads)."""
+SAID = {**QUANTISED, "flash_nhd": ("bf16", {"kv_blocks_second": 1}), "flash_hnd": ("bf16", {"kv_blocks_second": 1})}
+"""The element type and the names a layer of each family says (FlashAttention's tensor says so)."""
 
 
 def _group(family, heads, config, blocks=BLOCKS):
-    dtype, names = QUANTISED.get(family, ("bf16", None))
+    dtype, names = SAID.get(family, ("bf16", None))
     return group_of(family, parse_config(config), heads, 4, 8 if family == "mla" else 16, dtype, blocks, names=names)
 
 
@@ -47,14 +51,17 @@ def _filled(group, layer=0):
     out = []
     for rank, m in enumerate(group.mappings):
         kv = group.empty().zero_()
-        raw = torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(BLOCKS, m.local_page_size_bytes)
-        raw.index_copy_(0, blocks, hashed(layer, pages, coordinates(group, rank)))
+        h = hashed(layer, pages, coordinates(group, rank))
+        for seg in layer_segments(kv, m):  # each stretch of the page where the tensor holds it
+            seg.bytes.index_copy_(0, blocks, h[:, seg.start:seg.start + seg.bytes.shape[1]].contiguous())
         out.append(kv)
     return out, pages, blocks
 
 
 def _bytes(kv, m):
-    return torch.empty(0, dtype=torch.uint8).set_(kv.untyped_storage()).view(-1, m.local_page_size_bytes)
+    """Every block's local page, in page order (a copy where the tensor holds it in stretches)."""
+    segs = layer_segments(kv, m)
+    return segs[0].bytes if len(segs) == 1 else torch.cat([seg.bytes for seg in segs], 1)
 
 
 @pytest.mark.parametrize("family, heads, store, load", PAIRS)
