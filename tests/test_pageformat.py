@@ -69,15 +69,15 @@ def test_reshard_to_another_dcp_across_processes():
 def test_a_wrong_conversion_is_caught_by_the_byte_check():
     """The conversion's two halves of each page swapped: every loading rank holds wrong bytes."""
     lib = load_default()
-    load = group_of("split_hnd", parse_config("tp=8,dcp=2"), 4, 4, 16, "bf16", 5)
-    store = group_of("split_hnd", parse_config("tp=2"), 4, 4, 16, "bf16", 10)
+    load = group_of("split_hnd", parse_config("tp=4,dcp=2"), 2, 4, 16, "bf16", 5)  # (4 loading ranks: a short run)
+    store = group_of("split_hnd", parse_config("tp=2"), 2, 4, 16, "bf16", 10)
     c = conversion(lib, "split_hnd", load.sizes, store.sizes)
     half = c.small_page
     runs = tuple(r._replace(canonical_offset=(r.canonical_offset + half) % (2 * half)) for r in c.mapping.runs)
     wrong = c._replace(mapping=c.mapping.__class__(c.mapping.canonical_page_size_bytes, c.mapping.local_page_size_bytes,
                                                    runs, 1, 0, False))
-    assert reshard(store, load, 1, conversion=c, log=lambda *_: None) == (8, 0)
-    assert reshard(store, load, 1, conversion=wrong, log=lambda *_: None) == (0, 8)
+    assert reshard(store, load, 1, conversion=c, log=lambda *_: None) == (4, 0)
+    assert reshard(store, load, 1, conversion=wrong, log=lambda *_: None) == (0, 4)
 
 
 @pytest.mark.parametrize("family, heads, a, b", [("split_nhd", 4, "tp=2", "tp=8,dcp=2"),
