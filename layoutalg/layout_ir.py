@@ -10,7 +10,7 @@ from .itersum import normalise
 from .library import Library
 from .sizes import Atoms, Scope
 from .ir import LayoutIR
-from .syntax import Call, LayoutDef
+from .syntax import RESERVED, Call, LayoutDef
 
 
 def instantiate(lib: Library, use, scope: Scope, role: str) -> LayoutIR:
@@ -42,6 +42,9 @@ def layout_ir(ldef: LayoutDef, bound: dict, atoms: Atoms) -> LayoutIR:
             raise SpecError(f"index '{d.name}' is declared twice in layout '{ldef.name}'", d.span)
         if d.name in bound:
             raise SpecError(f"index '{d.name}' has the name of a parameter of layout '{ldef.name}'", d.span)
+        if d.name in RESERVED:  # `block` in a tensor clause would mean the block dim and this index at once
+            raise SpecError(f"index '{d.name}' of layout '{ldef.name}' has a reserved name "
+                            f"({', '.join(sorted(RESERVED))}); name the index otherwise", d.span)
         if d.name in params.TABLE:  # a shard map's lets would read the index where they mean the size
             raise SpecError(f"index '{d.name}' of layout '{ldef.name}' has the name of a runtime quantity "
                             f"({params.TABLE[d.name].meaning}); name the index otherwise", d.span)

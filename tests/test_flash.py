@@ -310,3 +310,24 @@ def test_a_page_in_too_many_stretches_fails_closed(tmp_path):
                              tensors=(TensorView("kv", 0, (2, 40), (40, 1), 1, outer=2),))
     with pytest.raises(LayoutMismatch, match="more than the 64"):
         plan(m, torch.zeros(2, 40, 3, dtype=torch.uint8))
+
+
+def test_an_index_may_not_be_named_block(tmp_path):
+    spec = tmp_path / "f.lal"
+    spec.write_text(ONE_BOX.format(indices="block < 2, t < T", dims="block, block, t").replace("kv", "block"))
+    with pytest.raises(SpecError, match="index 'block' of layout 'l' has a reserved name") as e:
+        from layoutalg.compile import compile_named
+        compile_named(load([spec]), "f")
+    assert e.value.span.line == 2
+
+
+def test_nhd_is_read_before_hnd_where_both_fit(deriver):
+    """One head and one token a block: both FlashAttention forms fit; NHD is taken, as split NHD
+    is before split HND, so the two groups' pages share a format."""
+    kv = torch.zeros(2, N, 1, 1, D, dtype=torch.bfloat16)
+    flash = deriver.derive(LayerSpec("attention", 2 * D * 2, 1, 1, D, 2, sizes={"kv_blocks_second": 1}),
+                           TensorLayout.of(kv), ParallelConfig(2, 2), N)
+    split = deriver.derive(LayerSpec("attention", 2 * D * 2, 1, 1, D, 2),
+                           TensorLayout.of(kv.transpose(0, 1).contiguous()), ParallelConfig(2, 2), N)
+    assert (flash.family, split.family) == ("flash_nhd", "split_nhd")
+    assert flash.mappings[0].format_id == split.mappings[0].format_id
