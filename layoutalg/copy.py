@@ -38,8 +38,8 @@ except ImportError:  # pragma: no cover - torch works without it, and so do the 
 
 from .errors import LayoutMismatch
 from .mapping import CanonicalPageMapping
-from .torch_copy import (_check_runs, check_apart, check_stretches_apart, in_segments, layer_segments, outer_of,
-                         page_bytes, stretch_starts)
+from .torch_copy import (CANONICAL, LOCAL, _check_runs, check_apart, check_stretches_apart, in_segments,
+                         layer_segments, outer_of, page_bytes, stretch_starts)
 
 
 def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
@@ -157,16 +157,15 @@ class CopyPlan:
         out = []
         for (n, w), runs in _by_election(m) if store else [((1, 0), m.runs)]:
             mine = (ids % n) == w
-            out.append(self._triples(runs, blocks[mine], ids[mine], step, kv_base, pages_base, store))
+            out.append(self._triples(runs, blocks[mine], ids[mine], step, [kv_base + a for a in at], pages_base, store))
         return _merge(torch.cat(out)) if len(out) > 1 else out[0]
 
-    def _triples(self, runs, blocks, ids, step, kv_base, pages_base, store) -> torch.Tensor:
-        shape, stride, dtype, _ = self.tensor[0] if self.several else self.tensor
-        at = stretch_starts(shape[:self.outer], stride[:self.outer], torch.empty(0, dtype=dtype).element_size())
-        frags = sorted((at[s] + r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride,
+    def _triples(self, runs, blocks, ids, step, kv_bases, pages_base, store) -> torch.Tensor:
+        """`kv_bases[s]`: where stretch s of block 0 is (`kv_base` plus its place in the tensor)."""
+        frags = sorted((kv_bases[s] + r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride,
                         r.fragment_size) for s, r in _split(tuple(runs), self.length) for i in range(r.num_fragments))
         f = torch.tensor(frags, dtype=torch.int64).reshape(-1, 3)
-        lo = kv_base + blocks[:, None] * step + f[None, :, 0]
+        lo = blocks[:, None] * step + f[None, :, 0]
         co = pages_base + ids[:, None] * self.mapping.canonical_page_size_bytes + f[None, :, 1]
         size = f[None, :, 2].expand_as(lo)
         src, dst = (lo, co) if store else (co, lo)
@@ -222,10 +221,8 @@ def _by_election(m: CanonicalPageMapping) -> list:
 @functools.lru_cache(maxsize=256)
 def _split(runs: tuple, length: int) -> tuple:
     """`(stretch, run)` of each run, cut at the stretches of `length` bytes of the local page
-    (`torch_copy.in_segments`); `(0, run)` each where the page is one stretch (length 0)."""
-    if not length:
-        return tuple((0, r) for r in runs)
-    return in_segments(runs, length, ("local_offset", "local_stride"), ("canonical_offset", "canonical_stride"))
+    (`torch_copy.in_segments`, remembered: a plan cuts the same runs every batch)."""
+    return in_segments(runs, length, LOCAL, CANONICAL)
 
 
 def _words(raw: torch.Tensor, w: int) -> torch.Tensor:

@@ -46,7 +46,7 @@ from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun, TensorView
-from .torch_copy import _check_runs, in_segments, layer_segments, shared_byte
+from .torch_copy import _check_runs, in_segments, layer_segments, shared_byte, stretch_length
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -482,7 +482,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     other = ("dst_offset", "dst_stride") if op == "gather" else ("src_offset", "src_stride")
     # cut where the tensor holds its page in stretches apart, in the runs' byte order: what the
     # gather sends in that order the scatter receives in it, however either side is cut
-    pieces = in_segments(runs, segs[1].start, side, other) if len(segs) > 1 else tuple((0, r) for r in runs)
+    pieces = in_segments(runs, stretch_length(segs), side, other)
     return segs, blocks, pieces
 
 

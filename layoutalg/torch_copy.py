@@ -198,11 +198,21 @@ def check_stretches_apart(starts: list, step: int, length: int, blocks: int, nam
                                      f"before the block must keep them apart")
 
 
+LOCAL, CANONICAL = ("local_offset", "local_stride"), ("canonical_offset", "canonical_stride")
+"""A `CopyRun`'s offset and stride fields on each side, as `in_segments` names a side."""
+
+
+def stretch_length(segs: tuple) -> int:
+    """The bytes of one stretch of `layer_segments`' answer, 0 where the page is one stretch."""
+    return segs[1].start if len(segs) > 1 else 0
+
+
 def in_segments(runs, length: int, side: tuple, other: tuple) -> tuple:
     """Each run cut where its fragments on one side (`side`: the names of its offset and
     stride fields) cross from one stretch of `length` bytes to the next: `(stretch, run)`
     with that side's offset counted from the stretch's start, in the runs' byte order (so
-    what one side gathers in run order the other scatters in the same order).
+    what one side gathers in run order the other scatters in the same order); `(0, run)` each
+    where `length` is 0 (the page is one stretch).
 
     Examples:
         >>> r = CopyRun(0, 0, 8, 2, 8, 8)
@@ -210,6 +220,8 @@ def in_segments(runs, length: int, side: tuple, other: tuple) -> tuple:
         ...                                          ("canonical_offset", "canonical_stride"))]
         [(0, (0, 0, 4, 1, 8, 8)), (1, (0, 4, 4, 1, 8, 8)), (2, (0, 8, 4, 1, 8, 8)), (3, (0, 12, 4, 1, 8, 8))]
     """
+    if not length:  # the page is one stretch
+        return tuple((0, r) for r in runs)
     out = []
     for r in runs:
         o, st = getattr(r, side[0]), getattr(r, side[1])
@@ -448,7 +460,7 @@ def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
             continue
         mine = mine.to(cb.device)
         runs = tuple(run for run, e in zip(m.runs, m.elections) if e == (n, w))
-        for s, run in _pieces(runs, segs):  # only this rank's fragments, in place: ranks sharing a page never race
+        for s, run in in_segments(runs, stretch_length(segs), LOCAL, CANONICAL):  # only this rank's fragments, in place: ranks sharing a page never race
             _view(cb, run, local=False)[mine] = _view(segs[s].bytes, run, local=True)[mine]
 
 
@@ -457,7 +469,7 @@ def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) 
     _check_runs(m, "load")
     segs, cb = _sides(local, canonical, m, "load")
     _same_blocks(segs[0].bytes, cb, "load")
-    for s, run in _pieces(tuple(m.runs), segs):
+    for s, run in in_segments(m.runs, stretch_length(segs), LOCAL, CANONICAL):
         _view(segs[s].bytes, run, local=True).copy_(_view(cb, run, local=False))
 
 
@@ -468,8 +480,3 @@ def _sides(local, canonical, m: CanonicalPageMapping, op: str) -> tuple:
         check_apart(seg.bytes, cb, op, "the local and canonical tensors")
     return segs, cb
 
-
-def _pieces(runs: tuple, segs: tuple) -> tuple:
-    if len(segs) == 1:
-        return tuple((0, r) for r in runs)
-    return in_segments(runs, segs[1].start, ("local_offset", "local_stride"), ("canonical_offset", "canonical_stride"))
