@@ -66,10 +66,12 @@ def owners(tiling) -> list[Owner]:
 
 def pieces(ox: list, oy: list, quotient=None) -> list[Piece]:
     """The common refinement of the producers' owners `ox` and the consumers' `oy` (each a
-    list of `Owner`) on the canonical page. With ints (no `quotient`), two tilings of one set
-    of canonical bytes with holes in it (a region of a page, rows of data between pads) are
-    refined as the compact tilings they are of that set. Raises `algebra.NotCompact` where
-    they have no common refinement or do not cover the same canonical bytes.
+    list of `Owner`) on the canonical page. Two tilings of one set of canonical bytes with
+    holes in it (a region of a page, rows of data between other regions) are refined as the
+    compact tilings they are of that set: with ints (no `quotient`) always, with symbolic
+    sizes where the tilings are not compact and an order of their strides is shown for every
+    size (`_compact_symbolic`). Raises `algebra.NotCompact` where they have no common
+    refinement or are not shown to cover the same canonical bytes.
 
     Examples:
         >>> rows = lambda n: [Owner(4, 1, 1, 0, False), Owner(n, 8, 4, 0, False)]   # 4 bytes of every 8
@@ -84,10 +86,19 @@ def pieces(ox: list, oy: list, quotient=None) -> list[Piece]:
         ox, oy = _compact(ox), _compact(oy)
         if ox[1] != oy[1]:
             raise NotCompact(f"the two tilings cover other canonical bytes: {ox[1]} against {oy[1]}")
-        ox, oy = ox[0], oy[0]
-    A = Layout(tuple(d.extent for d in ox), tuple(d.canonical for d in ox))
-    B = Layout(tuple(d.extent for d in oy), tuple(d.canonical for d in oy))
-    return refine(A, B) if quotient is None else refine(A, B, quotient)
+        return refine(_layout(ox[0]), _layout(oy[0]))
+    try:
+        return refine(_layout(ox), _layout(oy), quotient)
+    except NotCompact:  # symbolic sizes: a region with holes, refined as the compact tilings it is
+        (ox, rx), (oy, ry) = _compact_symbolic(ox, quotient), _compact_symbolic(oy, quotient)
+        if len(rx) != len(ry) or any(quotient(a, b) != 1 for u, v in zip(rx, ry) for a, b in zip(u, v)):
+            raise NotCompact(f"the two tilings are not shown to cover the same canonical bytes: {rx} "
+                             f"against {ry}") from None
+        return refine(Layout(*zip(*ox)), Layout(*zip(*oy)), quotient)
+
+
+def _layout(owners: list) -> Layout:
+    return Layout(tuple(d.extent for d in owners), tuple(d.canonical for d in owners))
 
 
 def _compact(owners: list) -> tuple[list, list]:
@@ -107,6 +118,52 @@ def _compact(owners: list) -> tuple[list, list]:
             runs.append((d.extent, d.canonical))
         reach, place = d.canonical * d.extent, place * d.extent
     return out, runs
+
+
+def _compact_symbolic(owners: list, quotient) -> tuple[list, list]:
+    """`_compact` where sizes are symbolic (the owners as `(extent, place)` pairs) and `quotient(n, d)` is `n / d` where it is shown
+    whole (else None): the owners by stride, each next one the one at the reach of those
+    below it, or else (a hole) the one every other left is a whole multiple of (or of one
+    that is). Raises
+    `NotCompact` where no such order is shown. The order is a construction only: the plan
+    built from it is checked for every size by whoever calls (`prove.replan`).
+
+    Examples:
+        >>> whole = lambda n, d: n // d if n % d == 0 else None
+        >>> _compact_symbolic([Owner(4, 1, 1, 0, False), Owner(2, 8, 4, 0, False)], whole)   # 4 bytes of every 8
+        ([(4, 1), (2, 4)], [(4, 1), (2, 8)])
+    """
+    out, runs, reach, place = [(d.extent, d.canonical) for d in owners], [], 1, 1
+    left = [k for k, d in enumerate(owners) if quotient(d.extent, 1) != 1]
+    while left:
+        k = next((k for k in left if quotient(owners[k].canonical, reach) == 1), None)
+        if k is not None and runs:
+            runs[-1] = (runs[-1][0] * owners[k].extent, runs[-1][1])
+        else:
+            below = [k for k in left if _above(owners, left, k, quotient) == set(left)] if k is None else [k]
+            if len(below) != 1:
+                raise NotCompact(f"the owners above the {reach} bytes compacted so far have no order shown for every "
+                                 f"size: strides {[owners[o].canonical for o in left]}")
+            k = below[0]
+            runs.append((owners[k].extent, owners[k].canonical))
+        left.remove(k)
+        d = owners[k]
+        out[k] = (d.extent, place)
+        reach, place = d.canonical * d.extent, place * d.extent
+    return out, runs
+
+
+def _above(owners: list, left: list, k: int, quotient) -> set:
+    """The owners of `left` whose strides are shown at or above owner `k`'s: whole multiples
+    of it, or of one that is."""
+    out, todo = {k}, [k]
+    while todo:
+        j = todo.pop()
+        for o in left:
+            if o not in out and quotient(owners[o].canonical, owners[j].canonical) is not None:
+                out.add(o)
+                todo.append(o)
+    return out
 
 
 def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, num=int) -> list[PieceRun]:

@@ -10,7 +10,8 @@ go through canonical pages converted between the formats (`pageformat`) and thro
 cross-cp direct plans (`reshard.cross_plans`, proved with --prove), each loaded byte
 checked against the spec's own coordinates. For every pair of one format the runtime's
 direct plan is also shown to be, byte for byte, the plan `prove --reshard` proves for all
-sizes (`replan.plans_at`); with --all-sizes, that proof is run for each such pair. Last line:
+sizes (`replan.triples_at`, every region of a page); with --all-sizes, that proof is run for
+each such pair (families in UNDECIDED counted apart). Last line:
 `N passed, M failed`; exits 1 on any failure.
 """
 from __future__ import annotations
@@ -26,10 +27,9 @@ from layoutalg.distributed import global_coordinates, hashed, layout_of_pages
 from layoutalg.errors import ConfigError, LayoutalgError
 from layoutalg.pageformat import conversion, convert, spec_coordinates
 from layoutalg.library import load_default
-from layoutalg.family import resolve
 from layoutalg.torch_copy import layer_segments
 from layoutalg.params import parse_config
-from layoutalg.prove.replan import plans_at, prove_all_sizes, triples
+from layoutalg.prove.replan import prove_all_sizes, triples_at
 from layoutalg.prove.reshard import prove_plans
 from layoutalg.prove.runner import Budgets
 from layoutalg.reshard import ReshardError, direct_plans
@@ -44,6 +44,8 @@ FAMILIES = [("split_nhd", 4), ("split_hnd", 4), ("packed_nhd", 4), ("packed_hnd"
             ("flash_nhd", 4), ("flash_hnd", 4)]
 QUANTISED = [("quant_split", 4), ("quant_packed", 2)]
 """Pages of regions (int8 KV with its scales): converted across another cp region by region."""
+UNDECIDED = {"quant_packed": "its rows padded to row_align leave Z3 the readings of a byte undecided (minutes a pair)"}
+"""Families whose all-sizes proof is known to end unknown: --all-sizes counts them apart."""
 
 
 def converted(family: str, heads: int, a: str, b: str, direct: bool = False) -> bool:
@@ -122,7 +124,7 @@ def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
 
 
 def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
-    passed = failed = refused = unserved = 0
+    passed = failed = refused = unserved = undecided = 0
     t0 = time.perf_counter()
     for family, heads in FAMILIES + QUANTISED:
         if only and family not in only:
@@ -151,10 +153,10 @@ def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
                 continue
             try:
                 t.test_direct_plan_equals_the_path_through_canonical_pages(family, heads, a, b)
-                one_box = (family, heads) in FAMILIES  # pages of regions are proved per pair only
-                if one_box:
-                    _is_the_proved_plan(family, x, y, plans)
-                if all_sizes and one_box:
+                _is_the_proved_plan(family, x, y, plans)
+                if all_sizes and family in UNDECIDED:
+                    undecided += 1
+                elif all_sizes:
                     rows = prove_all_sizes(load_default(), family, parse_config(a), parse_config(b), Budgets.of().full)
                     assert all(r.status == "proved" for r in rows), [(r.obligation, r.status, r.detail) for r in rows]
                 if prove:
@@ -165,18 +167,17 @@ def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
                 failed += 1
                 print(f"FAILED {family} {a} -> {b}: {e}")
     print(f"{unserved} (family, configuration) not served, {refused} pairs refused, "
-          f"{time.perf_counter() - t0:.1f} s")
+          + (f"{undecided} pairs not proved for all sizes ({'; '.join(f'{f}: {w}' for f, w in UNDECIDED.items())}), "
+             if undecided else "") + f"{time.perf_counter() - t0:.1f} s")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 
 
 def _is_the_proved_plan(family: str, x, y, plans) -> None:
-    """The runtime's plan at these sizes is the instance of the plan proved for all sizes."""
-    lib = load_default()
-    fam = resolve(lib, family)
-    symbolic = plans_at(lib, family, x.sizes, y.sizes)
+    """The runtime's plan at these sizes is the instance of the plan proved for all sizes
+    (of every region of a page together)."""
     runtime = [runtime_triples(p) for p in plans]
-    assert [triples(fam, p, x.sizes, y.sizes) for p in symbolic] == runtime, "the runtime's plan is not the proved one"
+    assert triples_at(load_default(), family, x.sizes, y.sizes) == runtime, "the runtime's plan is not the proved one"
 
 
 if __name__ == "__main__":

@@ -75,7 +75,6 @@ def test_a_plan_whose_bytes_are_not_what_it_says_is_never_proved(lib):
 
 @pytest.mark.parametrize("family, store, load, why", [
     ("opaque", "tp=1", "tp=2", "format id"),
-    ("quant_split", "tp=1", "tp=2", "a page of regions"),
     ("split_nhd", "tp=2,pcp=2", "tp=2,pcp=2,pcp_replicas=1", "no case of the family applies at both"),
 ])
 def test_pairs_with_no_plan_for_all_sizes_are_unknown(lib, family, store, load, why):
@@ -112,6 +111,60 @@ def test_the_runtime_plan_is_the_proved_plan_at_its_sizes(lib, family, store, lo
     assert len(symbolic) == len(runtime)
     for s, r in zip(symbolic, runtime):
         assert replan.triples(lib_family(lib, family), s, x.sizes, y.sizes) == _runtime_triples(r)
+
+
+# ---- pages of regions: each region's plan from its base of both pages, the regions apart -------
+
+MAMBA = dict(conv_kernel=4, conv_bytes=2, ssm_bytes=4, ssm_heads=8, ssm_head_dim=4, state_size=2, n_groups=2)
+GDN = dict(gdn_k_heads=4, gdn_v_heads=8, gdn_k_dim=2, gdn_v_dim=3, conv_kernel=3, conv_bytes=2, ssm_bytes=4)
+
+
+@pytest.mark.parametrize("family, store, load", [
+    ("gdn", "tp=2", "tp=4"),       # conv state q | k | v, each sharded, rows with the others between them
+    ("mamba2", "tp=4", "tp=2"),    # B and C groups copied on two ranks at tp=4, one group a rank at tp=2
+])
+def test_direct_plans_of_pages_of_regions_are_proved_for_all_sizes(lib, family, store, load):
+    rows = _rows(lib, family, store, load)
+    for r in rows.values():
+        assert r.status == "proved", (r.obligation, r.detail)
+        assert r.method.startswith("all sizes at this configuration pair") and "4 regions each" in r.method
+
+
+@pytest.mark.parametrize("family, store, load, names", [
+    ("gdn", "tp=2", "tp=4", GDN), ("gdn", "tp=4", "tp=1", GDN),
+    ("mamba2", "tp=2", "tp=4", MAMBA), ("mamba2", "tp=4", "tp=1", {**MAMBA, "n_groups": 1}),
+    ("quant_split", "tp=2", "tp=8", {"kv_scales": 2}),   # GQA: 4 heads on 8 ranks
+    ("quant_packed", "tp=4", "tp=2", {"kv_scales": 1, "row_align": 8}),
+])
+def test_the_runtime_plan_of_a_page_is_the_proved_plan_at_its_sizes(lib, family, store, load, names):
+    dtype = "int8" if family.startswith("quant") else "bf16"
+    x = group_of(family, parse_config(store), 4, 16, 8, dtype, 2, names)
+    y = group_of(family, parse_config(load), 4, 16, 8, dtype, 2, names)
+    runtime = direct_plans(x.mappings, y.mappings)
+    assert replan.triples_at(lib, family, x.sizes, y.sizes) == [_runtime_triples(r) for r in runtime]
+
+
+def test_a_page_plan_reading_the_wrong_producer_is_refuted(lib):
+    rows = _rows(lib, "gdn", "tp=2", "tp=1", _first_run(lambda rs: (rs[0]._replace(producer=1 - rs[0].producer),)
+                                                         + rs[1:]))
+    assert rows["reshard-match"].status == "refuted"
+    assert "region 'q'" in rows["reshard-match"].detail and "another canonical byte" in rows["reshard-match"].detail
+    assert rows["reshard-cover"].status == "proved"
+
+
+def test_a_page_whose_regions_overlap_is_refuted(tmp_path):
+    import shutil
+    from conftest import ROOT
+    from layoutalg.library import load
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    gdn = tmp_path / "specs" / "gdn.lal"
+    text = gdn.read_text()
+    assert text.count("offset Q + j + (2 * Q + V) * w") == 1
+    gdn.write_text(text.replace("offset Q + j + (2 * Q + V) * w", "offset Q - 1 + j + (2 * Q + V) * w"))  # k on q's last
+    rows = _rows(load([str(gdn)]), "gdn", "tp=2", "tp=4")
+    assert rows["reshard-cover"].status == "refuted", rows["reshard-cover"].detail
+    assert "'gdn_page.q' and 'gdn_page.k' of the consumer page share a byte" in rows["reshard-cover"].detail
+    assert rows["reshard-match"].status == "proved"  # each byte it writes holds what it should
 
 
 def lib_family(lib, family):

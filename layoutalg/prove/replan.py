@@ -25,6 +25,15 @@ consumer rank's plan is read against the spec's own reading (`interpret`) of bot
 A name the rank grid is built from that is not a grid number (GQA: `total_heads < tp` gives
 `total_heads` ranks holding distinct heads) takes each of its few values in turn, found by
 Z3 under both configurations' guards; every other size stays symbolic.
+
+A page of regions (Mamba2 and GDN state, quantised KV with its scales) is proved region by
+region: each region's plan is built as above from its own digit tables, its sources and
+destinations shifted by the region's base in each local page, and checked against the
+region's reading (its bytes, as many as the region holds, read from the same region of the
+producer's page); a region whose rows have the other regions between them is refined as the
+compact tiling it is (`direct.pieces`). The regions share no byte of the consumer's page
+(the regions-tile-local certificate for all sizes, else Z3 case by case), so together the
+plans write every data byte once and never a pad.
 """
 from __future__ import annotations
 
@@ -47,6 +56,7 @@ from ..params import CONFIG_NAMES
 from ..library import Library
 from .obligations import Budget, Model, family_names, query, value
 from .reshard import _solve
+from .structural import page_tiles
 from .store import Row
 
 RESHARD = ("reshard-cover", "reshard-match")
@@ -176,12 +186,15 @@ def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
     own: dict = {}
     dx, rx, nx = _instantiate(fam, vx, store, "x.", own)
     dy, ry, ny = _instantiate(fam, vy, load, "y.", own)
-    for v, raw, normal in ((vx, rx, nx), (vy, ry, ny)):
-        if normal(raw(v.local_base)) != 0 or normal(raw(v.canonical_base)) != 0:
-            raise NotEstablished("a layout with a base (a region of a page): pages are proved per pair")
 
     def both(x):  # under both configurations' guards at once (the query assumes both)
         return ny(nx(x))
+    # a region of a page: its bytes start at a base of each page; the canonical one is the same
+    # on both sides (one canonical format), the local ones shift every source and destination
+    if sympy.expand(both(rx(vx.canonical_base)) - both(ry(vy.canonical_base))) != 0:
+        raise NotEstablished(f"the region starts at canonical byte {vx.canonical_base} in one configuration and "
+                             f"{vy.canonical_base} in the other: not shown to be one canonical format")
+    src_base, dst_base = rx(vx.local_base), ry(vy.local_base)
 
     wholes = [d.extent for d in dx + dy if not sympy.sympify(d.extent).is_Integer]
 
@@ -216,8 +229,8 @@ def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
             for k, j in r.dst:
                 at[_index(oy[j])] = at.get(_index(oy[j]), 0) + k * ry(_weight(oy[j]))
             runs.append(SymbolicRun(
-                _int(r.producer, "a producer rank"), sympy.expand(sum(k * ox[i].local for k, i in r.src)),
-                sympy.expand(sum(k * oy[j].local for k, j in r.dst)),
+                _int(r.producer, "a producer rank"), sympy.expand(src_base + sum(k * ox[i].local for k, i in r.src)),
+                sympy.expand(dst_base + sum(k * oy[j].local for k, j in r.dst)),
                 tuple((p.extent, p.a[1] * ox[p.a[0]].local, p.b[1] * oy[p.b[0]].local) for p in r.modes),
                 _table(at, [(_index(oy[p.b[0]]), p.b[1] * ry(_weight(oy[p.b[0]]))) for p in r.modes]),
                 _table(fixed, [(_index(ox[p.a[0]]), p.a[1] * rx(_weight(ox[p.a[0]]))) for p in r.modes])))
@@ -288,14 +301,12 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
 
     def rows(status, method, detail=""):
         return [Row(spec, family, n, status, method, time.perf_counter() - t0, detail) for n in RESHARD]
-    if lib.family_def(family).page is not None or lib.parts_of(family) != [family]:
-        return rows("unknown", "a page of regions: its plans are proved per configuration pair "
-                               "(`prove.reshard.prove_plans`), not here")
+    parts = lib.parts_of(family)
     try:
-        fam = resolve(lib, family)
+        fams = {p: resolve(lib, p) for p in parts}
     except LayoutalgError as e:
         return rows("unknown", f"not in normal form: {e}")
-    if not compile_family(fam).claims_agnostic:
+    if not all(compile_family(f).claims_agnostic for f in fams.values()):
         return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
                                "backed by the grid): no direct plan between two configurations")
     sx, sy, bounds, store, load = _sizes(lib, family, store, load)
@@ -305,10 +316,52 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     def note(row, status, why):
         if status != "proved" and (row not in verdict or status == "refuted" != verdict[row][0]):
             verdict[row] = (status, why)
+    # a page of regions: each region's plan is proved as a layout of its own, from its base of
+    # both pages; the regions share no byte of the consumer page (the regions-tile-local
+    # certificate for all sizes, else `_regions_apart` by Z3), so together the plans write
+    # every data byte of the page once and no pad
+    one = parts == [family]
+    tiled = one or page_tiles(lib, family, "local").status == "proved"  # else Z3, case pair by case pair
+    for k, part in enumerate(parts):
+        where = "" if one else f"region '{lib.family_def(part).shard.region}': "
+        tags = ("x.", "y.") if one else (f"x{k}.", f"y{k}.")
+        found, c, n, s = _prove_cases(lib, fams[part], part, sx, sy, bounds, store, load, budget, edit, tags,
+                                      apart=not tiled and k == 0)
+        for row, (st, why) in found.items():
+            note(row, st, where + why)
+        checked += n
+        if not c:
+            return rows("unknown", f"{where}no case of the family applies at both configurations, with canonical "
+                                   f"pages of one shape, at any size (the runtime plans only between pages of one "
+                                   f"format)")
+        if k == 0:  # every region is read under the same cases and grid
+            cases, seen = c, s
+        elif c != cases:  # a case pair some region was not checked at: its bytes there are not shown
+            return rows("unknown", f"{where}applies at case pairs {c} (store, load), the first region at {cases}")
+    taken = f"; rank grids at {'; '.join(s for s in seen if s)}" if any(seen) else ""
+    what = f"{len(cases)} case pair(s), {checked} consumer plans" if one else \
+        f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
+    return [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
+                time.perf_counter() - t0, verdict[n][1]) if n in verdict else
+            Row(spec, family, n, "proved", f"all sizes at this configuration pair where the canonical pages have one "
+                                           f"shape: {what}, symbolic fragment and byte{taken}",
+                time.perf_counter() - t0) for n in RESHARD]
+
+
+def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, tags, apart=False):
+    """({row: (status, why)} of the failures, the case pairs that apply, consumer plans
+    checked, rank grid values taken) for every case pair of one layout (a family, or a region
+    of a page: `family` a part, its models tagged apart from the other regions')."""
+    found_all: dict = {}
+    checked, cases, seen = 0, [], []
+
+    def note(row, status, why):
+        if row not in found_all or status == "refuted" != found_all[row][0]:
+            found_all[row] = (status, why)
     for (kx, px), (ky, py) in itertools.product(enumerate(paths(lib, family)), repeat=2):
         try:
-            mx = Model(lib, family, px, sizes=sx, tag="x.")
-            my = Model(lib, family, py, sizes=sy, tag="y.")
+            mx = Model(lib, family, px, sizes=sx, tag=tags[0])
+            my = Model(lib, family, py, sizes=sy, tag=tags[1])
             mx.touch()  # the divisions the spec reads lazily join the side conditions before the pair
             my.touch()  # is found to apply: one that is never exact leaves it applying nowhere
         except (ArithmeticError, LookupError, TypeError) as e:  # not shown to apply nowhere: unknown
@@ -320,13 +373,15 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
         if status == "unsat":
             continue
-        cases += 1
+        cases.append((kx, ky))
         try:
             if status != "sat":
                 raise NotEstablished("undecided whether the two cases apply together")
             for extra, vx, vy in _values(fam, mx, my, kx, ky, store, load, bounds, budget):
                 found, n = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
                                   {**load, **vy}, bounds + extra + [shape], budget, edit)
+                if apart and "reshard-cover" not in found:
+                    found.update(_regions_apart(mx, my, bounds + extra, budget))
                 for row, (st, why) in found.items():
                     note(row, st, f"cases {kx} (store) and {ky} (load): {why}")
                 checked += n
@@ -334,15 +389,25 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         except NotEstablished as e:
             for row in RESHARD:
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
-    if not cases:
-        return rows("unknown", "no case of the family applies at both configurations, with canonical pages of "
-                               "one shape, at any size (the runtime plans only between pages of one format)")
-    taken = f"; rank grids at {'; '.join(s for s in seen if s)}" if any(seen) else ""
-    return [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
-                time.perf_counter() - t0, verdict[n][1]) if n in verdict else
-            Row(spec, family, n, "proved", f"all sizes at this configuration pair where the canonical pages have one "
-                                           f"shape: {cases} case pair(s), {checked} consumer plans, symbolic fragment "
-                                           f"and byte{taken}", time.perf_counter() - t0) for n in RESHARD]
+    return found_all, cases, checked, seen
+
+
+def _regions_apart(mx: Model, my: Model, where, budget: Budget) -> dict:
+    """{"reshard-cover": (status, why)} where two data regions of the consumer page may share
+    a byte (each region's plan writes only its own region's bytes, as its reading shows, so
+    then the page's byte would be written twice); {} where they are shown apart."""
+    _, w = query(my, "regions-tile-local")
+    for part, (kind, a, c) in zip(w["parts"], w["meaning"]):
+        if kind != "overlap" or a[1].pad or c[1].pad:
+            continue  # a pad is never copied: what lies in it is no byte of the plan's
+        status, model = _solve(my, None, z3.And(*where, part), budget)  # the consumer's page alone
+        if status == "sat":
+            return {"reshard-cover": ("refuted", f"regions '{a[0]}' and '{c[0]}' of the consumer page share a byte, "
+                                                 f"which both their plans write, at {_sizes_at(mx, my, model)}")}
+        if status != "unsat":
+            return {"reshard-cover": ("unknown", f"undecided whether regions '{a[0]}' and '{c[0]}' of the consumer "
+                                                 f"page share a byte")}
+    return {}
 
 
 def _sizes(lib: Library, family: str, store: dict, load: dict):
@@ -496,6 +561,7 @@ class _Terms:
         self.sizes.update({f"x.{n}": mx.sizes[n] for n in PER_SIDE}, **{f"y.{n}": my.sizes[n] for n in PER_SIDE})
         self.atoms = {**fam.atoms.by_symbol, **own}
         self.divisions: list = []
+        self.models = (my, mx)
 
     def __call__(self, e):
         n, d = sympy.fraction(sympy.cancel(sympy.sympify(e)))
@@ -508,6 +574,13 @@ class _Terms:
         if isinstance(a, int) and isinstance(b, int) and b > 0 and (op != "/" or a % b == 0):
             return a // b if op != "%" else a % b
         self.divisions.append((op, a, b))
+        # the spec's reading divides the same terms: its quotient, defined by its side conditions
+        # (equal to Z3's where the divisor is positive, which `divisions` shows), keeps the two
+        # readings of one size one term, where Z3's own division would leave it a nonlinear fact
+        for m in self.models:
+            q = m.ops.quotient(a, b)
+            if q is not None:
+                return q[1] if op == "%" else q[0]
         return a % b if op == "%" else a / b
 
     def _term(self, e):
@@ -560,7 +633,11 @@ def _cover(mx: Model, my: Model, runs):
     yield "the plan reads a producer rank outside the group", \
         z3.Or(*[z3.Or(z3.IntVal(r[0]) < 0, z3.IntVal(r[0]) >= mx.r.world) for r in runs], z3.BoolVal(False))
     total = sum((prod_z3(e for e, _, _ in r[3]) for r in runs), z3.IntVal(0))
-    yield "the plan writes fewer or more bytes than the consumer page holds", total != my.r.page("local")
+    if my.part:  # a region of a page: the plan writes its bytes, the pads between regions never
+        yield f"the plan writes fewer or more bytes than region '{my.fdef.shard.region}' of the consumer page " \
+              f"holds", total != my.r.bytes_of(*my.r.layout("local"))
+    else:
+        yield "the plan writes fewer or more bytes than the consumer page holds", total != my.r.page("local")
     # no byte twice: the plan's readings of its bytes are the spec's (checked first, `_match`)
     # and the local layout is one-to-one, so two writes of one byte are writes of one element
     yield "the consumer's local layout is not one-to-one", query(my, "local-bijective")[0]
@@ -655,3 +732,18 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     nx, ny = rank_names(fam, vx, cx), rank_names(fam, vy, cy)
     shared = {n for n in nx | ny if n not in PER_SIDE}  # as the proof takes them: one value on both sides
     return plans(fam, vx, vy, cx | {n: store[n] for n in nx | shared}, cy | {n: load[n] for n in ny | shared})
+
+
+def triples_at(lib: Library, family: str, store: dict, load: dict) -> list[set[tuple[int, int, int]]]:
+    """Consumer rank by rank, the bytes of the plans proved for all sizes (`plans_at`), at
+    these sizes: of every region of a page together. What the runtime's plans must be."""
+    said = {n: p.default for n, p in lib.vocabulary().items() if p.default is not None}  # what a layer that says
+    store, load = {**said, **store}, {**said, **load}                                     # nothing gets
+    out: list[set] = []
+    for part in lib.parts_of(family):
+        fam = resolve(lib, part)
+        for s, plan in enumerate(plans_at(lib, part, store, load)):
+            if s == len(out):
+                out.append(set())
+            out[s] |= triples(fam, plan, store, load)
+    return out

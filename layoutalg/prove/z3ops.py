@@ -53,6 +53,11 @@ class Z3Ops(Ops):
             self._memo[key] = (q, r)
         return self._memo[key]
 
+    def quotient(self, a, b):
+        """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
+        (its side conditions say so), else None: defines nothing."""
+        return self._memo.get((_key(a), _key(b)))
+
     def floordiv(self, a, b):
         if _is_int(a) and _is_int(b):
             return a // b if self._positive(b) else 0
