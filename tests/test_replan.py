@@ -152,19 +152,74 @@ def test_a_page_plan_reading_the_wrong_producer_is_refuted(lib):
     assert rows["reshard-cover"].status == "proved"
 
 
-def test_a_page_whose_regions_overlap_is_refuted(tmp_path):
+def _edited(tmp_path, spec, *changes):
     import shutil
     from conftest import ROOT
     from layoutalg.library import load
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
-    gdn = tmp_path / "specs" / "gdn.lal"
-    text = gdn.read_text()
-    assert text.count("offset Q + j + (2 * Q + V) * w") == 1
-    gdn.write_text(text.replace("offset Q + j + (2 * Q + V) * w", "offset Q - 1 + j + (2 * Q + V) * w"))  # k on q's last
-    rows = _rows(load([str(gdn)]), "gdn", "tp=2", "tp=4")
+    path = tmp_path / "specs" / spec
+    text = path.read_text()
+    for old, new in changes:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    return load([str(path)])
+
+
+def test_a_page_whose_regions_overlap_is_refuted(tmp_path):
+    lib = _edited(tmp_path, "gdn.lal", ("offset Q + j + (2 * Q + V) * w", "offset Q - 1 + j + (2 * Q + V) * w"))
+    rows = _rows(lib, "gdn", "tp=2", "tp=4")  # k begins on q's last channel, in every page
     assert rows["reshard-cover"].status == "refuted", rows["reshard-cover"].detail
     assert "'gdn_page.q' and 'gdn_page.k' of the consumer page share a byte" in rows["reshard-cover"].detail
-    assert rows["reshard-match"].status == "proved"  # each byte it writes holds what it should
+    assert rows["reshard-match"].status == "refuted"  # and in the producer's: one byte read as two
+    assert "of the producer page share a byte, one byte read as two canonical bytes" in rows["reshard-match"].detail
+
+
+# review findings: a page of the producer only, a pad, a canonical page of another size
+_SHIFT = ("layout gdn_page(K, Q, V, H, A, B, ec, es, page):", "layout gdn_page(K, Q, V, H, A, B, ec, es, page, s):")
+
+
+def test_regions_that_overlap_in_the_producer_page_only_are_refuted(tmp_path):
+    lib = _edited(tmp_path, "gdn.lal", _SHIFT,
+                  ("offset K * (2 * Q + V) * ec / es + b", "offset K * (2 * Q + V) * ec / es - s + b"),
+                  ("gdn_v_dim, gdn_k_dim, conv_bytes, ssm_bytes, page_size)",
+                   "gdn_v_dim, gdn_k_dim, conv_bytes, ssm_bytes, page_size, tp % 4 // 2)"),
+                  ("+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes))", "+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes), 0)"))
+    rows = _rows(lib, "gdn", "tp=2", "tp=1")  # at tp=2 the recurrent state begins one element inside v
+    assert rows["reshard-match"].status == "refuted", rows["reshard-match"].detail
+    assert "and 'gdn_page.recurrent' of the producer page share a byte, one byte read as two canonical bytes" \
+        in rows["reshard-match"].detail
+    assert rows["reshard-cover"].status == "proved"  # the consumer's page (tp=1) is tiled: each byte written once
+
+
+def test_a_pad_over_data_is_never_proved(tmp_path):
+    lib = _edited(tmp_path, "quant_split.lal", ("        offset 2 * T * H * D + s + S * (h + H * (t + T * kv))\n",
+                                                "        offset 2 * T * H * D + s + S * (h + H * (t + T * kv))\n"
+                                                "    pad p:\n        index z < 1\n"
+                                                "        offset 2 * T * H * D + 2 * T * H * S - 1 + z\n"))
+    rows = _rows(lib, "quant_split", "tp=2", "tp=4")  # the last scale byte is a pad byte too
+    assert rows["reshard-cover"].status == "refuted", rows["reshard-cover"].detail
+    assert "a pad byte the region's plan writes" in rows["reshard-cover"].detail
+
+
+def test_canonical_pages_of_another_size_have_no_plan(tmp_path):
+    lib = _edited(tmp_path, "gdn.lal", ("+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes))",
+                                        "+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes + tp))"))
+    rows = _rows(lib, "gdn", "tp=2", "tp=4")  # its canonical pad grows with tp: two page formats
+    assert {r.status for r in rows.values()} == {"unknown"}
+    assert "canonical pages of one shape" in rows["reshard-cover"].method
+
+
+def test_a_division_by_zero_in_a_plan_is_no_proof(lib):
+    import sympy
+    from layoutalg.sizes import Atom
+    q = sympy.Symbol("_zero", integer=True)
+
+    def edit(plans):
+        return tuple(p._replace(runs=p.runs + (replan.SymbolicRun(0, 0, 0, ((0, q, q),)),),
+                                atoms={**p.atoms, q: Atom(q, "/", sympy.Integer(4), sympy.Integer(0))}) for p in plans)
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=1", edit)
+    assert {r.status for r in rows.values()} == {"unknown"} and "division exact" in rows["reshard-cover"].detail
 
 
 def lib_family(lib, family):

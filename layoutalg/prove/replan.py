@@ -317,27 +317,29 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         if status != "proved" and (row not in verdict or status == "refuted" != verdict[row][0]):
             verdict[row] = (status, why)
     # a page of regions: each region's plan is proved as a layout of its own, from its base of
-    # both pages; the regions share no byte of the consumer page (the regions-tile-local
-    # certificate for all sizes, else `_regions_apart` by Z3), so together the plans write
-    # every data byte of the page once and no pad
+    # both pages; the regions and pads of both pages share no byte (the regions-tile-local
+    # certificate for all sizes, else `_pages_tiled` by Z3), so together the plans write every
+    # data byte of the consumer page once and no pad, each from a producer byte of one region
     one = parts == [family]
-    tiled = one or page_tiles(lib, family, "local").status == "proved"  # else Z3, case pair by case pair
+    tiled = one or page_tiles(lib, family, "local").status == "proved"  # both pages; else Z3, case pair by pair
     for k, part in enumerate(parts):
         where = "" if one else f"region '{lib.family_def(part).shard.region}': "
         tags = ("x.", "y.") if one else (f"x{k}.", f"y{k}.")
-        found, c, n, s = _prove_cases(lib, fams[part], part, sx, sy, bounds, store, load, budget, edit, tags,
-                                      apart=not tiled and k == 0)
+        found, c, n, s = _prove_cases(lib, fams[part], part, sx, sy, bounds, store, load, budget, edit, tags)
         for row, (st, why) in found.items():
             note(row, st, where + why)
         checked += n
         if not c:
-            return rows("unknown", f"{where}no case of the family applies at both configurations, with canonical "
-                                   f"pages of one shape, at any size (the runtime plans only between pages of one "
-                                   f"format)")
+            return rows("unknown", f"{where if k else ''}no case of the family applies at both configurations, with "
+                                   f"canonical pages of one shape, at any size (the runtime plans only between pages "
+                                   f"of one format)")
         if k == 0:  # every region is read under the same cases and grid
             cases, seen = c, s
         elif c != cases:  # a case pair some region was not checked at: its bytes there are not shown
             return rows("unknown", f"{where}applies at case pairs {c} (store, load), the first region at {cases}")
+    if not tiled:
+        for row, (st, why) in _pages_tiled(lib, parts[0], cases, sx, sy, bounds, budget).items():
+            note(row, st, why)
     taken = f"; rank grids at {'; '.join(s for s in seen if s)}" if any(seen) else ""
     what = f"{len(cases)} case pair(s), {checked} consumer plans" if one else \
         f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
@@ -348,7 +350,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
                 time.perf_counter() - t0) for n in RESHARD]
 
 
-def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, tags, apart=False):
+def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, tags):
     """({row: (status, why)} of the failures, the case pairs that apply, consumer plans
     checked, rank grid values taken) for every case pair of one layout (a family, or a region
     of a page: `family` a part, its models tagged apart from the other regions')."""
@@ -380,8 +382,6 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
             for extra, vx, vy in _values(fam, mx, my, kx, ky, store, load, bounds, budget):
                 found, n = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
                                   {**load, **vy}, bounds + extra + [shape], budget, edit)
-                if apart and "reshard-cover" not in found:
-                    found.update(_regions_apart(mx, my, bounds + extra, budget))
                 for row, (st, why) in found.items():
                     note(row, st, f"cases {kx} (store) and {ky} (load): {why}")
                 checked += n
@@ -392,22 +392,54 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
     return found_all, cases, checked, seen
 
 
-def _regions_apart(mx: Model, my: Model, where, budget: Budget) -> dict:
-    """{"reshard-cover": (status, why)} where two data regions of the consumer page may share
-    a byte (each region's plan writes only its own region's bytes, as its reading shows, so
-    then the page's byte would be written twice); {} where they are shown apart."""
-    _, w = query(my, "regions-tile-local")
-    for part, (kind, a, c) in zip(w["parts"], w["meaning"]):
-        if kind != "overlap" or a[1].pad or c[1].pad:
-            continue  # a pad is never copied: what lies in it is no byte of the plan's
-        status, model = _solve(my, None, z3.And(*where, part), budget)  # the consumer's page alone
-        if status == "sat":
-            return {"reshard-cover": ("refuted", f"regions '{a[0]}' and '{c[0]}' of the consumer page share a byte, "
-                                                 f"which both their plans write, at {_sizes_at(mx, my, model)}")}
-        if status != "unsat":
-            return {"reshard-cover": ("unknown", f"undecided whether regions '{a[0]}' and '{c[0]}' of the consumer "
-                                                 f"page share a byte")}
-    return {}
+def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, budget: Budget) -> dict:
+    """{row: (status, why)} where the regions and pads of a page may share a byte, in either
+    configuration, at some case pair that applies ({} where Z3 shows them apart).
+
+    In the consumer's page two data regions sharing a byte is one byte written by two
+    regions' plans, and a pad sharing one with a region is a pad byte written (reshard-cover,
+    refuted); in the producer's page it is one byte read as two canonical bytes
+    (reshard-match, refuted). Anything else that keeps the page from being tiled (two pads
+    that meet, a pad not one-to-one in the page) leaves both rows unknown: the runtime
+    refuses such a page."""
+    out: dict = {}
+    for side, tag, sizes, k, row in sorted({("consumer", "ya.", 1, ky, "reshard-cover") for _, ky in cases} |
+                                           {("producer", "xa.", 0, kx, "reshard-match") for kx, _ in cases}):
+        if row not in out:
+            found = _tiling_violation(lib, part, k, side, tag, (sx, sy)[sizes], bounds, budget)
+            out.update({row: found} if found and found[0] == "refuted" else dict.fromkeys(RESHARD, found)
+                       if found else {})
+    return out
+
+
+def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, bounds: list, budget: Budget):
+    """The first way case `k` of one configuration's page is not tiled, as (status, why), or None
+    (shown tiled: by the sympy certificate at this configuration, else by Z3)."""
+    config = {n: v for n, v in sizes.items() if type(v) is int}  # this configuration's numbers
+    if page_tiles(lib, lib.family_def(part).part_of, "local", k, config).status == "proved":
+        return None
+    m = Model(lib, part, paths(lib, part)[k], sizes=sizes, tag=tag)
+    _, w = query(m, "regions-tile-local")
+    case = f"case {k} of the {'load' if side == 'consumer' else 'store'} configuration"
+    undecided = None  # every part is asked: a refutation of one outranks another left undecided
+    for part_query, (kind, a, c) in zip(w["parts"], w["meaning"]):
+        status, model = _solve(m, None, z3.And(*bounds, part_query), budget)
+        if status == "unsat":
+            continue
+        what = f"regions '{a[0]}' and '{c[0]}'" if kind == "overlap" else f"pad '{a[0]}'"
+        if status != "sat":
+            undecided = undecided or ("unknown", f"{case}: undecided whether {what} of the {side} page share a byte"
+                                      if kind == "overlap" else
+                                      f"{case}: undecided whether {what} of the {side} page is one-to-one inside it")
+            continue
+        at = _sizes_at(None, m, model) if side == "consumer" else _sizes_at(m, None, model)
+        if kind != "overlap" or (a[1].pad and c[1].pad):
+            return "unknown", f"{case}: the {side} page is not tiled by its regions and pads ({what}, at {at}): the " \
+                              f"runtime refuses it"
+        meaning = ("a byte both their plans write" if not (a[1].pad or c[1].pad) else
+                   "a pad byte the region's plan writes") if side == "consumer" else "one byte read as two canonical bytes"
+        return "refuted", f"{case}: {what} of the {side} page share a byte, {meaning}, at {at}"
+    return undecided
 
 
 def _sizes(lib: Library, family: str, store: dict, load: dict):
@@ -540,9 +572,11 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     return found, len(built)
 
 
-def _sizes_at(mx: Model, my: Model, model) -> str:
+def _sizes_at(mx: Model | None, my: Model | None, model) -> str:
     out = {}
     for tag, m in (("store ", mx), ("load ", my)):
+        if m is None:  # a query of one configuration: the other's sizes mean nothing there
+            continue
         for n, x in sorted(m.sizes.items()):
             if z3.is_expr(x):
                 out[(tag if str(x).startswith(("x.", "y.")) else "") + n] = value(model, x)
@@ -571,8 +605,10 @@ class _Terms:
     def _div(self, op, a, b):
         if op not in DIVISIONS:
             raise NotEstablished(f"a division {op!r} is none of /, //, %")
-        if isinstance(a, int) and isinstance(b, int) and b > 0 and (op != "/" or a % b == 0):
-            return a // b if op != "%" else a % b
+        if isinstance(a, int) and isinstance(b, int):
+            if b > 0 and (op != "/" or a % b == 0):
+                return a // b if op != "%" else a % b
+            a, b = z3.IntVal(a), z3.IntVal(b)  # listed, so shown never to hold: no proof reads it
         self.divisions.append((op, a, b))
         # the spec's reading divides the same terms: its quotient, defined by its side conditions
         # (equal to Z3's where the divisor is positive, which `divisions` shows), keeps the two
@@ -688,12 +724,14 @@ def _match(mx: Model, my: Model, consumer: int, run):
 
 
 def _same_shape(mx: Model, my: Model):
-    """The two canonical pages have the same indices, extents and element size: where they do
-    not, their formats differ and the runtime builds no direct plan (assumed, not proved)."""
+    """The two canonical pages have the same indices, extents and element size (a region of a
+    page: and the pages the same size): where they do not, their formats differ and the
+    runtime builds no direct plan (assumed, not proved)."""
     ex, ey = mx.r.extents("canonical"), my.r.extents("canonical")
     if set(ex) != set(ey):
         return z3.BoolVal(False)
-    return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"))
+    page = [mx.r.page("canonical") == my.r.page("canonical")] if mx.part else []  # its regions and pads together
+    return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"), *page)
 
 
 def _malformed(built) -> str:

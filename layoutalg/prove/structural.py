@@ -185,8 +185,9 @@ def _atoms_in(family: Family, x) -> list[set]:
 
 
 
-def page_tiles(lib, family: str, role: str) -> Certificate:
-    """The regions and pads of a family's `role` page tile it, for all sizes (sympy).
+def page_tiles(lib, family: str, role: str, case: int | None = None, values: dict | None = None) -> Certificate:
+    """The regions and pads of a family's `role` page tile it, for all sizes (sympy); with
+    `case` only in that case, and with `values` (names to ints: a configuration) only there.
 
     In every case: the modes all regions share (same extent, same stride) are set aside;
     what is left of each region must be dense from its base, the regions must follow each
@@ -208,11 +209,15 @@ def page_tiles(lib, family: str, role: str) -> Certificate:
     if len({len(f.variants) for f in by_region.values()}) != 1:
         return Certificate("unknown", "the regions' parts take different numbers of grid cases")
     for k in range(len(by_region[order[0]].variants)):
+        if case is not None and k != case:
+            continue
         regions, total = [], sympy.Integer(0)
         for name in order:
             fam = by_region[name]
             v = fam.variants[k]
             norm, _ = guarded_equality(fam, v)
+            if values:
+                norm = _at(fam, values, norm)
             local = [d for d in v.digits if not d.is_rank]
             if canonical and fam.region is not None:
                 owners = local + [d for d in v.digits if d.is_rank and not d.replica]
@@ -227,6 +232,23 @@ def page_tiles(lib, family: str, role: str) -> Certificate:
             return Certificate("unknown", f"when {text}: {why}")
     return Certificate("proved", f"the {role} page's regions and pads follow each other in the order written, "
                                  f"under the modes they share (sympy): all sizes")
+
+
+def _at(fam: Family, values: dict, norm):
+    """`norm` with `values` put in first, each division of numbers then a number."""
+    def at(x):
+        x = sympy.sympify(x)
+        subs = {}
+        for sym in x.free_symbols:
+            if sym.name in values:
+                subs[sym] = sympy.Integer(values[sym.name])
+            elif sym in fam.atoms.by_symbol:
+                a = fam.atoms.by_symbol[sym]
+                n, d = at(a.num), at(a.den)
+                if n.is_Integer and d.is_Integer and d > 0:
+                    subs[sym] = sympy.Rational(n, d) if a.op == "/" else sympy.Integer(n // d if a.op == "//" else n % d)
+        return sympy.expand(x.xreplace(subs)) if subs else x
+    return lambda x: norm(at(x))
 
 
 def _same(a, b) -> bool:
