@@ -100,6 +100,29 @@ class Atoms:
             self._nesting[sym] = nesting
         return self._by_key[key].symbol
 
+    def put_in(self, x, values: dict, finish=lambda e: e):
+        """`x` with `values` (names to ints) put in, and each division that becomes one of
+        numbers its value (`/` a rational where it is not whole); `finish` (sympy's `cancel`,
+        say) rewrites what changed.
+
+        Examples:
+            >>> a = Atoms()
+            >>> q = a.make("//", sympy.Symbol("n", integer=True), sympy.Symbol("tp", integer=True), None)
+            >>> a.put_in(3 * q, {"n": 8, "tp": 2})
+            12
+        """
+        x = sympy.sympify(x)
+        subs = {}
+        for sym in x.free_symbols:
+            if sym.name in values:
+                subs[sym] = sympy.Integer(values[sym.name])
+            elif sym in self.by_symbol:
+                a = self.by_symbol[sym]
+                n, d = self.put_in(a.num, values, finish), self.put_in(a.den, values, finish)
+                if n.is_Integer and d.is_Integer and d > 0:
+                    subs[sym] = sympy.Rational(n, d) if a.op == "/" else sympy.Integer(n // d if a.op == "//" else n % d)
+        return finish(x.xreplace(subs)) if subs else x
+
     def expand(self, e: sympy.Expr) -> sympy.Expr:
         """Replace exact-division atoms by rational functions (for symbolic comparison)."""
         subs = {}

@@ -105,17 +105,7 @@ def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None)
     own: dict = {}
 
     def at(x):
-        x = sympy.sympify(x)
-        subs = {}
-        for s in x.free_symbols:
-            if s.name in values:
-                subs[s] = sympy.Integer(values[s.name])
-            elif s in fam.atoms.by_symbol:
-                a = fam.atoms.by_symbol[s]
-                n, d = at(a.num), at(a.den)
-                if n.is_Integer and d.is_Integer and d > 0:
-                    subs[s] = _divided(a.op, int(n), int(d))
-        return sympy.cancel(x.xreplace(subs)) if subs else x
+        return fam.atoms.put_in(x, values, sympy.cancel)
 
     def raw(x):
         x = at(x)

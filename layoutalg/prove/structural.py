@@ -236,19 +236,7 @@ def page_tiles(lib, family: str, role: str, case: int | None = None, values: dic
 
 def _at(fam: Family, values: dict, norm):
     """`norm` with `values` put in first, each division of numbers then a number."""
-    def at(x):
-        x = sympy.sympify(x)
-        subs = {}
-        for sym in x.free_symbols:
-            if sym.name in values:
-                subs[sym] = sympy.Integer(values[sym.name])
-            elif sym in fam.atoms.by_symbol:
-                a = fam.atoms.by_symbol[sym]
-                n, d = at(a.num), at(a.den)
-                if n.is_Integer and d.is_Integer and d > 0:
-                    subs[sym] = sympy.Rational(n, d) if a.op == "/" else sympy.Integer(n // d if a.op == "//" else n % d)
-        return sympy.expand(x.xreplace(subs)) if subs else x
-    return lambda x: norm(at(x))
+    return lambda x: norm(fam.atoms.put_in(x, values, sympy.expand))
 
 
 def _same(a, b) -> bool:
