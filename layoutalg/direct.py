@@ -121,12 +121,12 @@ def _compact(owners: list) -> tuple[list, list]:
 
 
 def _compact_symbolic(owners: list, quotient) -> tuple[list, list]:
-    """`_compact` where sizes are symbolic (the owners as `(extent, place)` pairs) and `quotient(n, d)` is `n / d` where it is shown
-    whole (else None): the owners by stride, each next one the one at the reach of those
-    below it, or else (a hole) the one every other left is a whole multiple of (or of one
-    that is). Raises
-    `NotCompact` where no such order is shown. The order is a construction only: the plan
-    built from it is checked for every size by whoever calls (`prove.replan`).
+    """`_compact` where sizes are symbolic and `quotient(n, d)` is `n / d` where it is shown
+    whole (else None), the owners given back as `(extent, place)` pairs: the owners by
+    stride, each next one the one at the reach of those below it, or else (a hole) the one
+    every other left is a whole multiple of (or of one that is). Raises `NotCompact` where
+    no such order is shown. The order is a construction only: the plan built from it is
+    checked for every size by whoever calls (`prove.replan`).
 
     Examples:
         >>> whole = lambda n, d: n // d if n % d == 0 else None

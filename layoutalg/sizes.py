@@ -52,6 +52,16 @@ class Atom:
         return f"({self.num}) {self.op} ({self.den})"
 
 
+def divided(op: str, n: int, d: int) -> sympy.Expr:
+    """`n op d` of two ints (`d > 0`) as sympy: `/` a rational where it is not whole.
+
+    Examples:
+        >>> divided("/", 6, 4), divided("//", 7, 2), divided("%", 7, 2)
+        (3/2, 3, 1)
+    """
+    return sympy.Rational(n, d) if op == "/" else sympy.Integer(n // d if op == "//" else n % d)
+
+
 class Atoms:
     """The atoms of one compilation unit, shared so that equal divisions share a symbol."""
 
@@ -120,7 +130,7 @@ class Atoms:
                 a = self.by_symbol[sym]
                 n, d = self.put_in(a.num, values, finish), self.put_in(a.den, values, finish)
                 if n.is_Integer and d.is_Integer and d > 0:
-                    subs[sym] = sympy.Rational(n, d) if a.op == "/" else sympy.Integer(n // d if a.op == "//" else n % d)
+                    subs[sym] = divided(a.op, int(n), int(d))
         return finish(x.xreplace(subs)) if subs else x
 
     def expand(self, e: sympy.Expr) -> sympy.Expr:

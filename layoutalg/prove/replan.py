@@ -31,9 +31,10 @@ region: each region's plan is built as above from its own digit tables, its sour
 destinations shifted by the region's base in each local page, and checked against the
 region's reading (its bytes, as many as the region holds, read from the same region of the
 producer's page); a region whose rows have the other regions between them is refined as the
-compact tiling it is (`direct.pieces`). The regions share no byte of the consumer's page
-(the regions-tile-local certificate for all sizes, else Z3 case by case), so together the
-plans write every data byte once and never a pad.
+compact tiling it is (`direct.pieces`). The regions and pads of both pages share no byte
+(the regions-tile-local certificate for all sizes, else at each configuration, else Z3
+case by case), so together the plans write every data byte once and never a pad, each
+from a producer byte of one region.
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ from ..family import resolve
 from ..guards import guarded_equality
 from ..interpret import Reading, paths
 from ..params import CONFIG_NAMES
+from ..sizes import divided
 from ..library import Library
 from .obligations import Budget, Model, family_names, query, value
 from .reshard import _solve
@@ -138,7 +140,7 @@ def _divided(op: str, n: int, d: int):
     """`n op d` of two ints, as sympy (`/` a rational where it is not whole)."""
     if op not in DIVISIONS:
         raise NotEstablished(f"a division {op!r} is none of /, //, %")
-    return sympy.Rational(n, d) if op == "/" else sympy.Integer(n // d if op == "//" else n % d)
+    return divided(op, n, d)
 
 
 def _int(x, what: str) -> int:
@@ -393,12 +395,18 @@ def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, 
     that meet, a pad not one-to-one in the page) leaves both rows unknown: the runtime
     refuses such a page."""
     out: dict = {}
-    for side, tag, sizes, k, row in sorted({("consumer", "ya.", 1, ky, "reshard-cover") for _, ky in cases} |
-                                           {("producer", "xa.", 0, kx, "reshard-match") for kx, _ in cases}):
-        if row not in out:
-            found = _tiling_violation(lib, part, k, side, tag, (sx, sy)[sizes], bounds, budget)
-            out.update({row: found} if found and found[0] == "refuted" else dict.fromkeys(RESHARD, found)
-                       if found else {})
+    for side, tag, sizes, row, ks in (("consumer", "ya.", sy, "reshard-cover", {ky for _, ky in cases}),
+                                      ("producer", "xa.", sx, "reshard-match", {kx for kx, _ in cases})):
+        for k in sorted(ks):
+            if row in out:
+                break
+            found = _tiling_violation(lib, part, k, side, tag, sizes, bounds, budget)
+            if found is None:
+                continue
+            if found[0] == "refuted":
+                out[row] = found
+            else:  # a page not shown tiled: neither row is shown
+                out = {**dict.fromkeys(RESHARD, found), **out}
     return out
 
 
