@@ -225,6 +225,16 @@ def _unplaced(lib: Library, cf) -> list[str]:
     return out
 
 
+def _commonest(refusals: dict, samples: int, own: str) -> str:
+    """The commonest reason samples failed closed, preferring one not about an imported file
+    (the grid's guards refuse most samples by design: heads that do not fit the tp)."""
+    if not refusals:
+        return ""
+    mine = {k: n for k, n in refusals.items() if k.startswith(own) or ".lal:" not in k.split(": ")[0]}
+    why = max(mine or refusals, key=(mine or refusals).get)
+    return f" (the commonest refusal{' past the imported guards' if mine else ''}, {refusals[why]} of {samples} samples: {why})"
+
+
 def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                  oracle_limit: int = 40) -> FamilyReport:
     """Lower the family on each configuration and check tiling and the direct reading.
@@ -237,11 +247,13 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     read = {b[0] for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
     refusal, spent, compared = "", 0, 0
+    refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
             inst, sizes = instantiate(cf, sizes)
         except (GuardFailed, ArithmeticError) as e:
             rep.failed_closed += 1
+            refusals[str(e)] = refusals.get(str(e), 0) + 1
             if rep.witnesses and not refusal:  # the first of Z3's configurations to come to nothing says why
                 refusal = str(e)
             continue
@@ -309,5 +321,6 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                           f"family fails closed on each (the two readings disagree; the first: {refusal})")
     elif not rep.certified and not rep.errors:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: none of the "
-                          f"samples satisfies the family's guards and Z3 found no configuration that does")
+                          f"samples satisfies the family's guards and Z3 found no configuration that does" +
+                          _commonest(refusals, rep.failed_closed, str(lib.family_def(cf.name).span.file)))
     return rep

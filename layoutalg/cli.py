@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from .errors import LayoutalgError
 
@@ -409,6 +410,9 @@ def _draw_reshard(args) -> int:
 
 
 def _draw(args) -> int:
+    folder = Path(args.output).parent
+    if not folder.is_dir():  # before any work: the picture could not be written
+        raise LayoutalgError(f"draw: the folder {folder} of the picture {args.output} does not exist")
     if args.store or args.load:
         return _draw_reshard(args)
     from .draw import draw, owners_of_reading
@@ -547,8 +551,9 @@ def _define_placeholders(fam, texts: list, defined: set) -> None:
 
 
 def _corpus(args) -> int:
-    from .corpus import derive_corpus
-    derive_corpus(args.corpus, sys.stdout, args.specs)
+    from .corpus import CorpusError, derive_corpus
+    if not derive_corpus(args.corpus, sys.stdout, args.specs):  # nothing derived is no corpus, not a success
+        raise CorpusError(f"derive-corpus: {args.corpus} holds no layer lines (one JSON object a line)")
     return 0
 
 

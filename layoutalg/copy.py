@@ -335,6 +335,8 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
         t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids)
     except (TypeError, ValueError, RuntimeError):
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints") from None
+    if t.device.type == "meta":  # no values to read
+        raise LayoutMismatch(f"{op}: {name} are on the meta device: they hold no values")
     if t.numel() == 0 and t.dtype == torch.float32:
         t = t.to(torch.int64)  # an empty list has no element type to refuse
     wanted = (torch.int64,) if isinstance(ids, torch.Tensor) else _INTEGER  # a tensor says int64 itself

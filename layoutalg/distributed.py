@@ -80,6 +80,10 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     if dtype not in DTYPES:
         raise ConfigError(f"reshard: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     cf, torch_dtype = families[family], DTYPES[dtype]
+    if cf.serves == "fallback":  # its page is whatever a layer holds: there is no model to fill or reshard
+        raise ConfigError(f"reshard: {family} is the library's fallback: it stores a rank's page whole, as it lies, "
+                          f"readable only under the same configuration, and has no layer of its own to fill; "
+                          f"give a family that certifies a layer")
     if not isinstance(cf, CompiledFamily):
         return _page_group(family, cf, config, (heads, block_size, head_size, torch_dtype), blocks, dict(names or {}))
     e = torch.empty(0, dtype=torch_dtype).element_size()

@@ -254,5 +254,9 @@ def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, cl
     head = "\n".join(textwrap.wrap(head, 125))
     fig.suptitle(f"{head}\n{tail}, {cols} cells a row; {what}", fontsize=9, x=0.02, ha="left")
     fig.subplots_adjust(top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path)
+    except OSError as e:  # a folder that is not there, no permission: say so, not a traceback
+        raise LayoutalgError(f"draw: cannot write the picture {path}: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)

@@ -139,7 +139,10 @@ class CanonicalPageMapping:
         return self.run_writers or ((self.num_writers, self.writer_index),) * len(self.runs)
 
     def is_writer(self, block_id: int) -> bool:
-        """Whether this rank stores any run of block `block_id` (writers take turns by block id)."""
+        """Whether this rank stores any run of the page keyed `block_id`. Writers take turns by
+        that key, whichever id the caller keys pages by: `copy.CopyPlan.store` keys them by the
+        canonical page id (engines elect by the offload page, not the GPU block), so a caller
+        gating a store on this passes the page id too, or pages go unwritten."""
         if self.run_writers:
             return any(block_id % n == w for n, w in self.run_writers)
         return block_id % self.num_writers == self.writer_index

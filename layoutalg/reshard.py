@@ -46,7 +46,7 @@ from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun, TensorView
-from .torch_copy import _check_runs, in_segments, layer_segments, shared_byte, stretch_length
+from .torch_copy import _check_runs, check_apart, in_segments, layer_segments, shared_byte, stretch_length
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -532,12 +532,18 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
         raise ConfigError(f"execute: producer_kvs must be a list of every producer rank's tensor, got "
                           f"{type(producer_kvs).__name__}")
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
-    dst = _ids(dst_blocks, _layer(plan, kv, False, "execute")[0].bytes.shape[0], "execute")
+    into = _layer(plan, kv, False, "execute")
+    dst = _ids(dst_blocks, into[0].bytes.shape[0], "execute")
     for p in plan.producers():  # everything checked before the first byte moves
-        src = _ids(src_blocks, _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")[0].bytes.shape[0],
-                   "execute")
+        segs = _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")
+        src = _ids(src_blocks, segs[0].bytes.shape[0], "execute")
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
+        # producer by producer, a scatter into memory a later producer is read from would
+        # hand it bytes already overwritten: the consumer's tensor shares none with any
+        for a in segs:
+            for b in into:
+                check_apart(a.bytes, b.bytes, "execute", f"producer {p} kv and the consumer kv")
     for p in plan.producers():
         scatter(plan, p, gather(plan, p, producer_kvs[p], src_blocks), kv, dst_blocks)
 

@@ -280,7 +280,7 @@ class Deriver:
             reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
                            if not reasons else "the library declares no fallback")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
-        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks)
+        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True)
         if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
@@ -300,7 +300,8 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
     return as_int(num_blocks, "Deriver.derive: num_blocks", minimum=0)
 
 
-def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks):
+def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks,
+           fallback: bool = False):
     """Every rank's mappings where `cf` describes the layer exactly, else why not (a string)."""
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
         return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
@@ -318,6 +319,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
+    if not why and not views and isinstance(tensor, TensorLayout):
+        views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback)
     if why:
         return why
     try:
@@ -330,6 +333,43 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensors),
                     () if cf.claims_agnostic else (layer.kind,) + _physical(tensors))
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
+
+
+def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool) -> tuple[tuple, str]:
+    """(views, why not) for a family whose spec names no tensor dims (MLA's latent rows, the
+    opaque fallback) given one tensor: it reads block `b`'s page as the bytes of `t[b]` in
+    memory, so `t` must be block first with each block one dense page. A certified family
+    reads them in the tensor's own index order (`in_order`: its dims after the block
+    row-major, as its layout numbers the page); the fallback takes them in any order, its
+    format covering the strides (`_physical`). The view (the tensor as given) lets a copy
+    plan refuse another tensor of one size. The fallback gets no view, as before, where the
+    tensor is no such block-first page: a copy plan then refuses it.
+
+    Examples:
+        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 6, 1), 2), 3, 48, True)[0][0].strides
+        (6, 1)
+        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 1, 4), 2), 3, 48, True)[1]
+        'KV tensor dimension 2 has stride 4, expected 1 (elements): the family reads a block as its elements in row-major order (its spec names no tensor dims)'
+        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 1, 4), 2), 3, 48, False)[0][0].strides
+        (1, 4)
+    """
+    def no(why):
+        return (), why if in_order else ""
+    if not t.shape:
+        return no("the KV tensor has no block dimension")
+    if num_blocks is not None and t.shape[0] != num_blocks:
+        return no(f"KV tensor dimension 0 (block) has {t.shape[0]} blocks, the layer {num_blocks}")
+    held = prod(t.shape[1:]) * t.element_size
+    if held != page:
+        return no(f"KV tensor holds {held} bytes per block but the page is {page}")
+    want = 1
+    dims = range(1, len(t.shape))  # row-major: the last dim fastest; else by stride, one dense page in some order
+    for d in reversed(dims) if in_order else sorted(dims, key=lambda d: t.stride[d] if t.shape[d] != 1 else -1):
+        if t.shape[d] != 1 and t.stride[d] != want:
+            return no(f"KV tensor dimension {d} has stride {t.stride[d]}, expected {want} (elements): the family "
+                      f"reads a block as its elements in row-major order (its spec names no tensor dims)")
+        want *= t.shape[d]
+    return (TensorView("kv", 0, tuple(t.shape[1:]), tuple(t.stride[1:]), t.element_size),), ""
 
 
 def _physical(tensors: tuple) -> tuple:

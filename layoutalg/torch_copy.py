@@ -79,7 +79,29 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
             raise LayoutMismatch(f"{op}: {name} is one tensor but the page is viewed by {len(views)} "
                                  f"({', '.join(v.name for v in views)}): give them as a list, in that order")
         _check_view(kv, views[0], f"{name}", op)
+    elif isinstance(kv, torch.Tensor) and len(views) == 1 and kv.dim() != 2:
+        _check_view(kv, byte_form(views[0], name, op), f"{name} (bytes)", op)  # a uint8 tensor, a typed view
     return page_bytes(kv, m.local_page_size_bytes, name, op)
+
+
+def byte_form(v, name: str, op: str):
+    """View `v` as its tensor's `.view(torch.uint8)` sees it: the last dim widened by the
+    element bytes. A uint8 tensor of more dims than `(blocks, page)` given for a typed view
+    is checked as that: its shape and strides say where each element lies, and a byte view
+    of another layout of one size (HND for NHD) must not pass as raw page bytes.
+
+    Examples:
+        >>> from layoutalg.mapping import TensorView
+        >>> tuple(byte_form(TensorView("kv", 0, (2, 4, 8), (32, 8, 1), 2), "kv", "plan"))[2:5]
+        ((2, 4, 16), (64, 16, 1), 1)
+    """
+    if not v.shape or v.strides[-1] != 1 and v.shape[-1] != 1:
+        raise LayoutMismatch(f"{op}: {name} is a uint8 tensor of dims {'' if not v.shape else 'after the block '}"
+                             f"but the mapping's tensor '{v.name}' {tuple(v.shape)} (strides {tuple(v.strides)}) "
+                             f"has no byte view: give that tensor, or its pages as (blocks, page) bytes")
+    e = v.element
+    return v._replace(shape=tuple(v.shape[:-1]) + (v.shape[-1] * e,),
+                      strides=tuple(x * e for x in v.strides[:-1]) + (1,), element=1, dtype="")
 
 
 def outer_of(views: tuple, name: str = "kv", op: str = "outer_of") -> int:

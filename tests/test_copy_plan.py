@@ -119,8 +119,9 @@ def test_a_plan_refuses_a_tensor_that_is_not_one_page_a_block(deriver):
     padded = torch.zeros(N, 2, BS, like.shape[3], 2 * D, dtype=torch.bfloat16)[..., :D]
     with pytest.raises(LayoutMismatch, match="dimension 1 has stride 256, expected 128"):
         plan(maps[0], padded)  # the tensor the mapping was derived for has other strides
-    with pytest.raises(LayoutMismatch, match="dense page"):
-        plan(maps[0], padded.view(torch.uint8))  # bytes, but not one page a block
+    with pytest.raises(LayoutMismatch, match=r"kv \(bytes\) is not the tensor .*dimension 1 has stride 512, "
+                                             r"expected 256"):
+        plan(maps[0], padded.view(torch.uint8))  # its bytes: they say the same, and are not one page a block
 
 
 def test_a_plan_refuses_a_tensor_of_another_layout_with_the_same_page(deriver):

@@ -202,6 +202,23 @@ def test_a_pad_over_data_is_never_proved(tmp_path):
     assert "a pad byte the region's plan writes" in rows["reshard-cover"].detail
 
 
+def test_quantised_packed_rows_are_proved_for_all_sizes(lib):
+    """Rows padded to `row_align`: each configuration's reading divides the shared sizes by it
+    with a quotient of its own, and Z3 now sees them equal (`Z3Ops.shared`)."""
+    rows = _rows(lib, "quant_packed", "tp=4", "tp=2")
+    for r in rows.values():
+        assert r.status == "proved", (r.obligation, r.detail)
+        assert "2 regions each" in r.method
+
+
+def test_quantised_rows_of_another_width_under_another_tp_are_not_proved(tmp_path):
+    lib = _edited(tmp_path, "quant_packed.lal", ("canonical quant_rows(total_heads, block_size * cp, head_size, "
+                                                 "scale_bytes, row)", "canonical quant_rows(total_heads, block_size "
+                                                 "* cp, head_size, scale_bytes, row + tp % 4 // 2 * row_align)"))
+    rows = _rows(lib, "quant_packed", "tp=4", "tp=2")  # at tp=2 each canonical row is row_align bytes wider
+    assert {r.status for r in rows.values()} == {"unknown"}, [(r.status, r.detail) for r in rows.values()]
+
+
 def test_canonical_pages_of_another_size_have_no_plan(tmp_path):
     lib = _edited(tmp_path, "gdn.lal", ("+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes))",
                                         "+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes + tp))"))

@@ -192,6 +192,8 @@ def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     s.set("timeout", max(1, int(budget.guard_s * 1000)))
     models = [m for m in (mx, my) if m is not None]
     s.add(*[a for m in models for a in m.assumptions()], violation, *[c for m in models for c in m.ops.side])
+    if my is not None:  # the two readings' divisions of one shared size: one quotient
+        s.add(*mx.ops.shared(my.ops))
     res = s.check()
     return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
 

@@ -53,6 +53,19 @@ class Z3Ops(Ops):
             self._memo[key] = (q, r)
         return self._memo[key]
 
+    def shared(self, other: "Z3Ops") -> list:
+        """Monotonicity lemmas between this arithmetic's divisions and `other`'s by the same
+        divisor term (two configurations' readings of one model size: both divide a shared
+        dividend by a shared divisor, each with its own quotient). Theorems, as within one
+        arithmetic; with them Z3 sees the two quotients equal where the dividends are."""
+        out = []
+        for (ka, kb), (a, q, r) in self._by_divisor.items():
+            for (ka2, kb2), (a2, q2, r2) in other._by_divisor.items():
+                if kb == kb2:
+                    out += [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
+                            z3.Implies(z3.And(a < a2, r2 == 0), q < q2), z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+        return out
+
     def quotient(self, a, b):
         """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
         (its side conditions say so), else None: defines nothing."""

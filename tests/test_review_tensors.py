@@ -1,0 +1,152 @@
+"""Fifth review, fixed: tensors a family never looked at, memory two groups share, byte views
+of another layout, and commands that ended in a traceback or in success having done nothing.
+Each case was silent (wrong bytes, no error) or unclear before."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from layoutalg import derive_canonical_mappings, reshard
+from layoutalg.copy import plan
+from layoutalg.errors import LayoutMismatch, SpecError
+from layoutalg.library import load
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+from conftest import ROOT
+from test_vllm_adapter import attention, cache_config, config, mla
+
+N, T, L = 3, 4, 6  # blocks, tokens a block, latent elements
+
+
+def _mla(x, rank=0):
+    return derive_canonical_mappings(config(tp=2, rank=rank, total=1, dcp=2),
+                                     cache_config([(mla(block_size=T, head_size=L, dtype=torch.int32), ["mla"])], N),
+                                     {"mla": x})["mla"]
+
+
+def test_mla_reads_a_row_major_tensor_and_keeps_its_view():
+    x = torch.arange(N * T * L, dtype=torch.int32).view(N, T, L)
+    m = _mla(x)
+    assert m.format_id.startswith(Deriver().families["mla"].layout_id)  # certified, not the fallback
+    (v,) = m.tensors
+    assert (v.shape, v.strides, v.element, v.dtype) == ((T, L), (L, 1), 4, "torch.int32")
+    with pytest.raises(LayoutMismatch, match="dimension 1 has stride 1, expected 6"):
+        plan(m, torch.empty(N, L, T, dtype=torch.int32).transpose(1, 2))  # one size, another memory order
+
+
+def test_a_column_major_mla_tensor_is_not_read_as_token_rows():
+    """It was certified as MLA and stored 138 of 144 canonical elements in wrong places."""
+    x = torch.empty(N, L, T, dtype=torch.int32).transpose(1, 2)
+    res = Deriver().derive(LayerSpec("mla", T * L * 4, T, 1, L, 4), TensorLayout.of(x),
+                           ParallelConfig(tp=2, total_kv_heads=1, dcp=2), N)
+    assert (res.result, res.family) == ("opaque", "opaque")
+    assert any("dimension 2 has stride 4, expected 1" in r for r in res.reasons), res.reasons
+    # the fallback's page is the bytes as they lie, its view the tensor as given: a round trip holds
+    m = res.mappings[0]
+    assert m.tensors[0].strides == (1, 4)
+    x.copy_(torch.arange(N * T * L, dtype=torch.int32).view(N, T, L))
+    pages = torch.zeros(N, m.canonical_page_size_bytes, dtype=torch.uint8)
+    p = plan(m, x)
+    p.store(x, range(N), pages, range(N))
+    back = torch.zeros_like(x)
+    p.load(pages, range(N), back, range(N))
+    assert torch.equal(back, x)
+
+
+def test_an_mla_tensor_of_other_blocks_than_the_layer_is_not_certified():
+    x = torch.zeros(5, T, L, dtype=torch.int32)
+    res = Deriver().derive(LayerSpec("mla", T * L * 4, T, 1, L, 4), TensorLayout.of(x),
+                           ParallelConfig(tp=1, total_kv_heads=1), 3)
+    assert res.result == "opaque" and any("5 blocks, the layer 3" in r for r in res.reasons), res.reasons
+
+
+def test_a_uint8_view_of_another_layout_is_refused_and_of_the_right_one_copies_alike():
+    H, D = 2, 2
+    nhd = torch.randn(N, 2, T, H, D).to(torch.bfloat16)
+    m = derive_canonical_mappings(config(tp=2, total=4),
+                                  cache_config([(attention(block_size=T, heads=H, head_size=D), ["l"])], N),
+                                  {"l": nhd})["l"]
+    hnd = nhd.transpose(2, 3).contiguous().transpose(2, 3)  # the same values, HND in memory
+    with pytest.raises(LayoutMismatch, match=r"kv \(bytes\) is not the tensor 'kv'.*dimension 2 has stride 4, "
+                                             r"expected 8"):
+        plan(m, hnd.view(torch.uint8))
+    want = torch.zeros(N, m.canonical_page_size_bytes, dtype=torch.uint8)
+    plan(m, nhd).store(nhd, range(N), want, range(N))
+    for raw in (nhd.view(torch.uint8), nhd.view(torch.uint8).view(N, -1)):  # its byte view, its (blocks, page)
+        got = torch.zeros_like(want)
+        plan(m, raw).store(raw, range(N), got, range(N))
+        assert torch.equal(got, want)
+
+
+def test_direct_reshard_refuses_a_consumer_sharing_memory_with_a_producer():
+    """Producer by producer, the first scatter overwrote bytes the second producer was read from."""
+    H, D, TOT = 2, 2, 4
+    full = torch.arange(N * 2 * T * TOT * D, dtype=torch.int32).view(N, 2, T, TOT, D)
+
+    def group(tp, tensors):
+        spec = attention(block_size=T, heads=TOT // tp, head_size=D, dtype=torch.int32)
+        return [derive_canonical_mappings(config(tp=tp, rank=r, total=TOT), cache_config([(spec, ["l"])], N),
+                                          {"l": tensors[r]})["l"] for r in range(tp)]
+    buf = torch.zeros(2 * full.numel(), dtype=torch.int32)
+    consumer = buf[:full.numel()].view(N, 2, T, TOT, D)
+    p0, p1 = full[:, :, :, :H].contiguous(), buf[:full.numel() // 2].view(N, 2, T, H, D)
+    p1.copy_(full[:, :, :, H:])
+    plans = reshard.direct_plans(group(2, [p0, p1]), group(1, [consumer]))
+    before = buf.clone()
+    with pytest.raises(LayoutMismatch, match="producer 1 kv and the consumer kv share memory"):
+        reshard.execute(plans[0], [p0, p1], [0, 1], consumer, [0, 1])
+    assert torch.equal(buf, before)  # nothing written
+
+
+def test_the_fallback_does_not_read_a_tensor_that_keeps_kv_outside_the_blocks():
+    """At two blocks, (2, 2, ...) read block first stored K of both blocks as block 0's page."""
+    t = TensorLayout((2, 2, T, 3, 8), (2 * T * 24, T * 24, 24, 8, 1), 1)  # quantised: no flash family serves it
+    res = Deriver().derive(LayerSpec("attention", 2 * T * 3 * 8, T, 3, 8, 1, per_token_head_quant=True,
+                                     sizes=(("kv_blocks_second", 1),)), t, ParallelConfig(tp=2, total_kv_heads=6), 2)
+    assert res.result == "no_mappings" and not res.mappings
+    assert any("opaque (fallback)" in r and "kv_blocks_second == 0" in r for r in res.reasons), res.reasons
+
+
+def test_block_ids_on_the_meta_device_are_refused_clearly():
+    x = torch.arange(N * T * L, dtype=torch.int32).view(N, T, L)
+    m = _mla(x)
+    pages = torch.zeros(N, m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match="meta device"):
+        plan(m, x).store(x, torch.arange(N, device="meta"), pages, range(N))
+
+
+def test_a_literal_element_below_one_byte_is_a_spec_error_with_a_caret(tmp_path):
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    text = (ROOT / "specs" / "split_nhd.lal").read_text().replace("element e bytes", "element 0 bytes")
+    (tmp_path / "s.lal").write_text(text)
+    with pytest.raises(SpecError) as e:
+        load([tmp_path / "s.lal"])
+    assert "s.lal:7:13" in str(e.value) and "at least 1" in str(e.value) and "^" in str(e.value)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "layoutalg", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
+def test_check_says_why_a_family_applies_nowhere(tmp_path):
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    text = (ROOT / "specs" / "split_nhd.lal").read_text().replace("index kv < 2, t < T", "index kv < 2, t < -T")
+    (tmp_path / "s.lal").write_text(text)
+    out = _cli("check", str(tmp_path / "s.lal"))
+    assert out.returncode != 0
+    assert "certified on no configuration" in out.stdout and "digit 't' has a negative extent" in out.stdout, out.stdout
+
+
+def test_commands_that_would_do_nothing_or_crash_say_why(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = _cli("derive-corpus", str(empty))
+    assert out.returncode == 2 and "holds no layer lines" in out.stdout + out.stderr and not out.stdout.strip(
+        ).startswith("{")
+    out = _cli("draw", "specs/split_nhd.lal", "-o", str(tmp_path / "no" / "such" / "x.svg"))
+    assert out.returncode == 2 and "does not exist" in out.stdout + out.stderr and "Traceback" not in out.stderr
+    out = _cli("reshard", "--family", "opaque", "--store", "tp=2", "--load", "tp=2", "--blocks", "2", "--layers", "1")
+    assert out.returncode == 2 and "the library's fallback" in out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
