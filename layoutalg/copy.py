@@ -36,7 +36,7 @@ try:  # on the CPU, numpy's row gather and scatter run several times faster than
 except ImportError:  # pragma: no cover - torch works without it, and so do the plans
     _np = None
 
-from .errors import LayoutMismatch
+from .errors import ConfigError, LayoutMismatch
 from .mapping import CanonicalPageMapping
 from .torch_copy import (CANONICAL, LOCAL, _check_runs, check_apart, check_stretches_apart, in_segments,
                          layer_segments, outer_of, page_bytes, stretch_starts)
@@ -47,6 +47,9 @@ def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     list of tensors that view it (a Mamba layer's conv and SSM state), checked against the
     tensors the mapping was derived for (`torch_copy.layer_bytes`)."""
     _check_runs(mapping, "plan")  # a mapping, every run inside both pages, every writer election sound
+    if not mapping.runs:  # a store would write nothing and a load fill nothing, each reporting its blocks done
+        raise ConfigError(f"plan: the mapping holds no run: not one byte of its {mapping.local_page_size_bytes}-byte "
+                          f"local page has a canonical byte")
     segs = layer_segments(kv, mapping, "kv", "plan")
     word = _word(mapping, segs)
     outer = outer_of(mapping.tensors, "kv", "plan")
@@ -96,7 +99,9 @@ class CopyPlan:
         return int(wrote.sum())
 
     def load(self, pages: torch.Tensor, page_ids, kv: torch.Tensor, block_ids) -> int:
-        """Fill each block from its canonical page (every rank, every block). Returns the count."""
+        """Fill each block from its canonical page (every rank, every block): every byte the
+        mapping's runs hold (a derived mapping's hold the whole page but its padding, which is
+        never copied). Returns the count."""
         blocks, ids, sides = self._batch("load", kv, block_ids, pages, page_ids, unique_blocks=True)
         return self._move(sides, blocks, ids, to_pages=False)
 

@@ -150,3 +150,12 @@ def test_commands_that_would_do_nothing_or_crash_say_why(tmp_path):
     out = _cli("reshard", "--family", "opaque", "--store", "tp=2", "--load", "tp=2", "--blocks", "2", "--layers", "1")
     assert out.returncode == 2 and "the library's fallback" in out.stdout + out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_plan_of_a_mapping_without_runs_is_refused():
+    """Its load reported every block filled and filled none."""
+    from layoutalg.errors import ConfigError
+    from layoutalg.mapping import CanonicalPageMapping
+    m = CanonicalPageMapping(64, 64, (), 1, 0, True)
+    with pytest.raises(ConfigError, match="holds no run"):
+        plan(m, torch.zeros(4, 64, dtype=torch.uint8))
