@@ -54,16 +54,17 @@ class Z3Ops(Ops):
         return self._memo[key]
 
     def shared(self, other: "Z3Ops") -> list:
-        """Monotonicity lemmas between this arithmetic's divisions and `other`'s by the same
-        divisor term (two configurations' readings of one model size: both divide a shared
-        dividend by a shared divisor, each with its own quotient). Theorems, as within one
-        arithmetic; with them Z3 sees the two quotients equal where the dividends are."""
+        """Equalities between this arithmetic's divisions and `other`'s of one dividend by one
+        divisor (the same terms: two configurations' readings of a size over the sizes they
+        share, each with a quotient of its own). Both define `a = q*b + r, 0 <= r < b, b > 0`,
+        so the two quotients and remainders are equal: a theorem, stated because Z3's
+        nonlinear arithmetic rarely derives it. Only these: monotonicity between every pair of
+        one divisor would cost other queries their budget."""
         out = []
-        for (ka, kb), (a, q, r) in self._by_divisor.items():
-            for (ka2, kb2), (a2, q2, r2) in other._by_divisor.items():
-                if kb == kb2:
-                    out += [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
-                            z3.Implies(z3.And(a < a2, r2 == 0), q < q2), z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+        for key, (q, r) in self._memo.items():
+            if key in other._memo:
+                q2, r2 = other._memo[key]
+                out += [q == q2, r == r2]
         return out
 
     def quotient(self, a, b):
