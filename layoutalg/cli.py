@@ -412,7 +412,8 @@ def _draw_reshard(args) -> int:
 def _draw(args) -> int:
     folder = Path(args.output).parent
     if not folder.is_dir():  # before any work: the picture could not be written
-        raise LayoutalgError(f"draw: the folder {folder} of the picture {args.output} does not exist")
+        raise LayoutalgError(f"draw: the folder {folder} of the picture {args.output} does not exist"
+                             + (" (it is a file)" if folder.exists() else ""))
     if args.store or args.load:
         return _draw_reshard(args)
     from .draw import draw, owners_of_reading

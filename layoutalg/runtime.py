@@ -245,6 +245,10 @@ class Deriver:
             _check_arguments(layer, tensor, parallel, num_blocks)
             raise
 
+    def reads(self, kind: str) -> set[str]:
+        """The runtime names the families serving `kind` read (the fallback aside)."""
+        return {b[0] for cf in self._by_kind.get(kind, []) for b in cf.bounds}
+
     def cache_info(self):
         """Hits and misses of the memoised derivations (`functools.lru_cache`)."""
         return self._memo.cache_info()
@@ -340,7 +344,7 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool) -> tuple[
     opaque fallback) given one tensor: it reads block `b`'s page as the bytes of `t[b]` in
     memory, so `t` must be block first with each block one dense page. A certified family
     reads them in the tensor's own index order (`in_order`: its dims after the block
-    row-major, as its layout numbers the page); the fallback takes them in any order, its
+    row-major; which dim means what it cannot tell, as the spec names none); the fallback takes them in any order, its
     format covering the strides (`_physical`). The view (the tensor as given) lets a copy
     plan refuse another tensor of one size. The fallback gets no view, as before, where the
     tensor is no such block-first page: a copy plan then refuses it.

@@ -272,7 +272,8 @@ def in_segments(runs, length: int, side: tuple, other: tuple) -> tuple:
 def _check_view(t: torch.Tensor, v, name: str, op: str) -> None:
     from .runtime import view_mismatch  # the runtime's own test, on the tensor itself
     why = view_mismatch(v, tuple(t.shape), tuple(t.stride()), t.element_size())
-    if not why and v.dtype and str(t.dtype) != v.dtype:
+    if not why and v.dtype and str(t.dtype) != v.dtype and "torch.uint8" not in (str(t.dtype), v.dtype):
+        # (uint8 is bytes of any encoding: vLLM keeps fp8 caches as uint8, either may be given)
         why = f"its elements are {t.dtype}, the mapping's are {v.dtype} (one size, another encoding)"
     if why:
         raise LayoutMismatch(f"{op}: {name} is not the tensor '{v.name}' the mapping was derived for: {why}")

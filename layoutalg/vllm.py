@@ -286,7 +286,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
                 state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"))
                 layer = state or layer
             if sizes:
-                layer = _with_sizes(layer, sizes)
+                layer = _with_sizes(layer, sizes, deriver)
             tensor = TensorLayout.of(kv_caches.get(name))
         except ConfigError as e:
             raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None
@@ -305,10 +305,15 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     return out
 
 
-def _with_sizes(layer: LayerSpec, sizes) -> LayerSpec:
+def _with_sizes(layer: LayerSpec, sizes, deriver=None) -> LayerSpec:
     """The layer with the deployment's names added; a name the layer's own spec already gives
-    (a state's heads or groups, read from its shapes) may not be given another value."""
+    (a state's heads or groups, read from its shapes) may not be given another value. A name
+    some family reads, but none of those serving this layer's kind, is the deployment's word
+    about other layers (`kv_blocks_second` for attention, not a Mamba layer's): left out."""
     given = dict(LayerSpec(layer.kind, None, sizes=sizes).sizes)  # checked as LayerSpec.sizes checks them
+    if deriver is not None:
+        mine = deriver.reads(layer.kind)
+        given = {n: v for n, v in given.items() if n in mine or n not in deriver.names}
     own = dict(layer.sizes)
     clash = next((n for n in given if n in own and own[n] != given[n]), None)
     if clash is not None:

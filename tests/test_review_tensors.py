@@ -159,3 +159,36 @@ def test_a_plan_of_a_mapping_without_runs_is_refused():
     m = CanonicalPageMapping(64, 64, (), 1, 0, True)
     with pytest.raises(ConfigError, match="holds no run"):
         plan(m, torch.zeros(4, 64, dtype=torch.uint8))
+
+
+# second look at the fixes above: what they must not refuse
+def test_a_model_wide_flash_word_leaves_its_mamba_layers_opaque():
+    """`kv_blocks_second = 1` is the attention layers' word; the fallback refusing it lost every
+    Mamba layer of a hybrid model."""
+    from test_vllm_adapter import mamba
+    caches = {"l0.attn": torch.zeros(2, 3, 16, 2, 64, dtype=torch.bfloat16)}
+    kv = cache_config([(attention(), ["l0.attn"]), (mamba(), ["l1.mamba"])])
+    out = derive_canonical_mappings(config(tp=2, rank=0), kv, caches, sizes={"kv_blocks_second": 1})
+    assert sorted(out) == ["l0.attn", "l1.mamba"]
+    assert out["l0.attn"].parallelism_agnostic and not out["l1.mamba"].parallelism_agnostic
+
+
+def test_an_fp8_cache_and_its_uint8_bytes_are_one_tensor():
+    x = torch.zeros(N, T, L, dtype=torch.float8_e4m3fn)
+    res = Deriver().derive(LayerSpec("mla", T * L, T, 1, L, 1), TensorLayout.of(x), ParallelConfig(tp=1, total_kv_heads=1), N)
+    assert res.result == "certified"
+    m = res.mappings[0]
+    for kv in (x, x.view(torch.uint8)):  # vLLM keeps fp8 caches as uint8: either is the same bytes
+        plan(m, kv)
+    with pytest.raises(LayoutMismatch, match="another encoding"):
+        plan(m, x.view(torch.float8_e5m2))
+
+
+def test_one_producer_may_reshard_within_its_own_tensor():
+    """It is gathered whole before the scatter: blocks 0, 1 into blocks 2, 3 of one tensor."""
+    kv = torch.arange(4 * 2 * T * 2 * 2, dtype=torch.int32).view(4, 2, T, 2, 2)
+    spec = attention(block_size=T, heads=2, head_size=2, dtype=torch.int32)
+    (m,) = [derive_canonical_mappings(config(tp=1, rank=0, total=2), cache_config([(spec, ["l"])], 4), {"l": kv})["l"]]
+    p, = reshard.direct_plans([m], [m])
+    reshard.execute(p, [kv], [0, 1], kv, [2, 3])
+    assert torch.equal(kv[2:], kv[:2])
