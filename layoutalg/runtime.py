@@ -344,8 +344,8 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool) -> tuple[
     opaque fallback) given one tensor: it reads block `b`'s page as the bytes of `t[b]` in
     memory, so `t` must be block first with each block one dense page. A certified family
     reads them in the tensor's own index order (`in_order`: its dims after the block
-    row-major; which dim means what it cannot tell, as the spec names none); the fallback takes them in any order, its
-    format covering the strides (`_physical`). The view (the tensor as given) lets a copy
+    row-major; which dim means what it cannot tell, as the spec names none); the fallback
+    takes them in any order, its format covering the strides (`_physical`). The view (the tensor as given) lets a copy
     plan refuse another tensor of one size. The fallback gets no view, as before, where the
     tensor is no such block-first page: a copy plan then refuses it.
 
