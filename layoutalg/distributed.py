@@ -30,7 +30,7 @@ from . import params
 from .params import CONFIG_NAMES, parse_config  # noqa: F401 - re-exported: the CLI's and tests' way in
 from .compiled import CompiledFamily
 from .errors import ConfigError
-from .runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
+from .runtime import FALLBACK, Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
           "int8": torch.int8}
@@ -80,7 +80,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     if dtype not in DTYPES:
         raise ConfigError(f"reshard: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     cf, torch_dtype = families[family], DTYPES[dtype]
-    if cf.serves == "fallback":  # its page is whatever a layer holds: there is no model to fill or reshard
+    if cf.serves == FALLBACK:  # its page is whatever a layer holds: there is no model to fill or reshard
         raise ConfigError(f"reshard: {family} is the library's fallback: it stores a rank's page whole, as it lies, "
                           f"readable only under the same configuration, and has no layer of its own to fill; "
                           f"give a family that certifies a layer")

@@ -534,6 +534,7 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
     into = _layer(plan, kv, False, "execute")
     dst = _ids(dst_blocks, into[0].bytes.shape[0], "execute")
+    several = len(plan.producers()) > 1
     for p in plan.producers():  # everything checked before the first byte moves
         segs = _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")
         src = _ids(src_blocks, segs[0].bytes.shape[0], "execute")
@@ -542,7 +543,7 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
         # producer by producer, a scatter into memory a later producer is read from would
         # hand it bytes already overwritten: the consumer's tensor shares none with any (one
         # producer is gathered whole before the scatter: it may be the consumer's own tensor)
-        for a in segs if len(plan.producers()) > 1 else ():
+        for a in segs if several else ():
             for b in into:
                 check_apart(a.bytes, b.bytes, "execute", f"producer {p} kv and the consumer kv")
     for p in plan.producers():

@@ -366,14 +366,33 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool) -> tuple[
     held = prod(t.shape[1:]) * t.element_size
     if held != page:
         return no(f"KV tensor holds {held} bytes per block but the page is {page}")
-    want = 1
-    dims = range(1, len(t.shape))  # row-major: the last dim fastest; else by stride, one dense page in some order
-    for d in reversed(dims) if in_order else sorted(dims, key=lambda d: t.stride[d] if t.shape[d] != 1 else -1):
-        if t.shape[d] != 1 and t.stride[d] != want:
-            return no(f"KV tensor dimension {d} has stride {t.stride[d]}, expected {want} (elements): the family "
-                      f"reads a block as its elements in row-major order (its spec names no tensor dims)")
-        want *= t.shape[d]
+    gap = dense_gap(t.shape, t.stride, row_major=in_order)
+    if gap:
+        return no(f"KV tensor dimension {gap[0]} has stride {gap[1]}, expected {gap[2]} (elements): the family "
+                  f"reads a block as its elements in row-major order (its spec names no tensor dims)")
     return (TensorView("kv", 0, tuple(t.shape[1:]), tuple(t.stride[1:]), t.element_size),), ""
+
+
+def dense_gap(shape: tuple, stride: tuple, row_major: bool = False) -> tuple | None:
+    """The first dim after the block (dim 0) keeping a block from being one dense stretch of
+    memory, as (dim, its stride, the stride expected), or None. Dense in some order (sorted by
+    stride, each dim steps over exactly those below it), or with `row_major` in index order,
+    the last dim fastest. Dims of one element have no stride to misread; a block of no
+    element has no memory to misread.
+
+    Examples:
+        >>> dense_gap((3, 4, 6), (24, 1, 4)), dense_gap((3, 4, 6), (24, 1, 4), row_major=True)
+        (None, (2, 4, 1))
+    """
+    dims = [d for d in range(1, len(shape)) if shape[d] != 1]
+    if any(shape[d] == 0 for d in dims):
+        return None
+    want = 1
+    for d in reversed(dims) if row_major else sorted(dims, key=lambda d: (stride[d], shape[d], d)):
+        if stride[d] != want:
+            return d, stride[d], want
+        want *= shape[d]
+    return None
 
 
 def _physical(tensors: tuple) -> tuple:

@@ -717,7 +717,7 @@ class _Build(Transformer_NonRecursive):
         return ("offset", c[0], self._at(meta))
 
     def element_clause(self, meta, c):
-        if isinstance(c[0], Num) and not c[0].value.isdigit() or isinstance(c[0], Num) and int(c[0].value) < 1:
+        if isinstance(c[0], Num) and (not c[0].value.isdigit() or int(c[0].value) < 1):
             raise SpecError(f"element {c[0].value} bytes: an element is a whole number of bytes, at least 1",
                             c[0].span)
         return ("element", c[0], self._at(meta))

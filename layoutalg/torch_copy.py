@@ -343,15 +343,12 @@ def _check_dense(pages: torch.Tensor, name: str, op: str) -> None:
     Sorted by stride, each dimension must step over exactly the dimensions below it;
     otherwise the page read from memory holds gaps (padding, another layer) or overlaps.
     """
-    dims = sorted((pages.stride(d), pages.shape[d], d) for d in range(1, pages.dim()) if pages.shape[d] != 1)
-    if any(size == 0 for _, size, _ in dims):
-        return  # an empty page has no memory to misread
-    expected = 1
-    for stride, size, d in dims:
-        if stride != expected:
-            raise LayoutMismatch(f"{op}: {name} tensor, dimension {d}: stride {stride} elements, expected {expected} "
-                                 f"for each block to be one dense page (a padded or overlapping view?)")
-        expected *= size
+    from .runtime import dense_gap  # the runtime's own test, on the tensor's shape and strides
+    gap = dense_gap(tuple(pages.shape), tuple(pages.stride()))
+    if gap:
+        d, stride, expected = gap
+        raise LayoutMismatch(f"{op}: {name} tensor, dimension {d}: stride {stride} elements, expected {expected} "
+                             f"for each block to be one dense page (a padded or overlapping view?)")
 
 
 def _check_runs(m: CanonicalPageMapping, op: str) -> None:
