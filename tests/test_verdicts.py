@@ -61,7 +61,20 @@ def test_half_page_fallback_is_refuted_by_page_size(tmp_path):
     assert rows["page-size"].status == "refuted"
     assert "half.lal:10: the family never applies" in rows["page-size"].detail
     assert "holds exactly page_size bytes" in rows["page-size"].detail
-    assert not [r for r in rows.values() if r.status == "proved" and r.obligation not in ("structure", "agnostic")]
+    assert not [r for r in rows.values() if r.status == "proved"]
+    assert rows["structure"].status == "unknown" and "applies nowhere" in rows["structure"].detail
+
+
+def test_a_page_of_regions_that_applies_nowhere_proves_nothing(tmp_path):
+    """The regions' stride chains hold, but of no configuration: no row is proved."""
+    shutil.copy(SPECS / "state.lal", tmp_path / "state.lal")
+    text = (SPECS / "mamba2.lal").read_text()
+    old = "require ssm_heads % tp == 0"
+    assert old in text
+    (tmp_path / "mamba2.lal").write_text(text.replace(old, old + " and conv_kernel > 4096"))
+    rows = prove_family(load([tmp_path / "mamba2.lal"]), "mamba2")
+    assert any(r.obligation == "page-size" and r.status == "refuted" for r in rows)
+    assert not [r for r in rows if r.status == "proved"], [(r.family, r.obligation) for r in rows if r.status == "proved"]
 
 
 def test_check_fails_a_family_certified_nowhere(tmp_path):

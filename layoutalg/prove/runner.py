@@ -535,7 +535,8 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     applies = next((r for r in rows if r.family == first and r.obligation == "page-size"), None)
     spec = lib.family_def(family).span.file
     if applies is not None and applies.status == "refuted":
-        return rows + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0) for n in PAGE]
+        return [_nowhere(r) for r in rows] + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
+                                             for n in PAGE]
     status, by_path = found.get("status", {}), found.get("by_path", {})  # the first region's: one grid, one page
     pads = [p for p in lib.parts_of(family, pads=True) if p not in parts]
     if not quick:  # the concatenation argument reads the pads' digit tables: they must be the spec's
@@ -627,9 +628,9 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
     rows.append(applies)
-    if applies.status == "refuted":
-        return rows + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
-                       for n in SYMBOLIC + PER_CONFIGURATION]
+    if applies.status == "refuted":  # a claim of no configuration checked nothing: not a proof
+        return [_nowhere(r) for r in rows] + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
+                                             for n in SYMBOLIC + PER_CONFIGURATION]
     by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
         if fam is not None else {}
     if found is not None:
@@ -657,6 +658,15 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if quick and row.status == "refuted":
             return rows
     return rows
+
+
+def _nowhere(row: Row) -> Row:
+    """`row` of a family that applies nowhere: a claim proved "for all sizes" held of no
+    configuration the family serves, so it is unknown, saying so."""
+    if row.status != "proved":
+        return row
+    return Row(**{**asdict(row), "status": "unknown", "detail": "holds of the spec's tables, but the family "
+                  "applies nowhere: no configuration to hold of"})
 
 
 def _safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
