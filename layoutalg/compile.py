@@ -90,8 +90,9 @@ def _variant_source(v: Variant, k: int, pr: _Printer, agnostic=None) -> str:
         pr(v.local.element),
         shape, strides, targets, repr(tuple(d.name for d in local)),
         repr(tuple(d.name for d in ranks)), pr(v.local_base),
-        _tup((pr(v.canonical.base), pr(v.canonical.element),
-              _tup(_tup((pr(e), pr(c))) for e, c in zip(v.canonical.extents, v.canonical.coefficients))))]) + ")")
+        *(_tup((pr(lay.base), pr(lay.element), _tup(_tup((pr(e), pr(c))) for e, c in zip(lay.extents,
+                                                                                      lay.coefficients))))
+          for lay in (v.canonical, v.local))]) + ")")
     # read only the names this case uses: a runtime that lacks one fails closed naming it
     prelude = [f"    {n} = P[{n!r}]" if pr.vocabulary[n].default is None else
                f"    {n} = P.get({n!r}, {int(pr.vocabulary[n].default)})" for n in sorted(pr.used)]

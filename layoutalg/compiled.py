@@ -62,6 +62,7 @@ class Instance(NamedTuple):
     rank_names: tuple
     local_base: int = 0   # bytes before the region (a page of regions); 0 for a layout of one box
     canonical_form: tuple = ()  # (base, element, ((extent, stride), ...)) of the canonical layout
+    local_form: tuple = ()  # the same of the local layout: its index box, as the spec writes it
 
 
 # A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition
@@ -134,7 +135,7 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
     (imports, attributes, other calls, subscripts, lambdas, dunder names) is refused.
 
     Examples:
-        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 16 + ")"
+        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 17 + ")"
         >>> _ = check_source(source, (0,), 0)
         >>> check_source("def _variant_0(P):\\n    import os\\n    return None", (0,), 0)
         Traceback (most recent call last):

@@ -324,7 +324,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
     if not why and not views and isinstance(tensor, TensorLayout):
-        views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback)
+        views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback,
+                                box=() if fallback else getattr(inst, "local_form", ()))
     if why:
         return why
     try:
@@ -339,13 +340,16 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
 
 
-def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool) -> tuple[tuple, str]:
+def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tuple = ()) -> tuple[tuple, str]:
     """(views, why not) for a family whose spec names no tensor dims (MLA's latent rows, the
     opaque fallback) given one tensor: it reads block `b`'s page as the bytes of `t[b]` in
     memory, so `t` must be block first with each block one dense page. A certified family
     reads them in the tensor's own index order (`in_order`: its dims after the block
-    row-major; which dim means what it cannot tell, as the spec names none); the fallback
-    takes them in any order, its format covering the strides (`_physical`). The view (the tensor as given) lets a copy
+    row-major), and where its local index `box` is known (`Instance.local_form`), only if
+    the tensor's dims group the box's or the box's group the tensor's (`_cuts`): MLA's
+    `(t, b)` box takes `(blocks, block_size, head_size)` and flat `(blocks, page)` bytes, but
+    not `(blocks, head_size, block_size)`, whose tokens are not its rows. The fallback takes
+    them in any order, its format covering the strides (`_physical`). The view (the tensor as given) lets a copy
     plan refuse another tensor of one size. The fallback gets no view, as before, where the
     tensor is no such block-first page: a copy plan then refuses it.
 
@@ -370,7 +374,27 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool) -> tuple[
     if gap:
         return no(f"KV tensor dimension {gap[0]} has stride {gap[1]}, expected {gap[2]} (elements): the family "
                   f"reads a block as its elements in row-major order (its spec names no tensor dims)")
+    if box:
+        mine = _cuts(zip(t.shape[1:], (s * t.element_size for s in t.stride[1:])))
+        spec = _cuts((e, c * box[1]) for e, c in box[2])
+        if not (mine <= spec or spec <= mine):
+            return no(f"KV tensor dims {tuple(t.shape[1:])} ({t.element_size}-byte elements) cut a block at bytes "
+                      f"{sorted(mine)}, the family's local index box {tuple(e for e, _ in box[2])} "
+                      f"({box[1]}-byte elements) at {sorted(spec)}: neither groups the other, so the tensor's "
+                      f"dims are not the spec's indices (its spec names no tensor dims)")
     return (TensorView("kv", 0, tuple(t.shape[1:]), tuple(t.stride[1:]), t.element_size),), ""
+
+
+def _cuts(dims) -> set:
+    """Where the dims of a dense block end, in bytes (extent times byte stride, dims of one
+    element aside): one factorisation groups another's dims exactly where its cuts are
+    among the other's.
+
+    Examples:
+        >>> _cuts([(16, 1152), (576, 2)]) == _cuts([(16, 1152), (1152, 1)]) == {1152, 18432}
+        True
+    """
+    return {e * s for e, s in dims if e != 1}
 
 
 def dense_gap(shape: tuple, stride: tuple, row_major: bool = False) -> tuple | None:

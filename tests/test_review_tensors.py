@@ -54,6 +54,25 @@ def test_a_column_major_mla_tensor_is_not_read_as_token_rows():
     assert torch.equal(back, x)
 
 
+@pytest.mark.parametrize("shape, dtype, certified", [
+    ((N, T, L), torch.int32, True),               # vLLM's (blocks, block_size, head_size)
+    ((N, T * L * 4), torch.uint8, True),          # flat page bytes: nothing to contradict the rows
+    ((N, T, 2, L // 2), torch.int32, True),       # a row in two halves: still token-major
+    ((N, 2, T // 2, L), torch.int32, True),       # the tokens in two dims, row-major
+    ((N, L, T), torch.int32, False),              # row-major, dense, page-sized: its rows are latents
+    ((N, 2 * T, L // 2), torch.int32, False),     # half rows: no dim is the token
+])
+def test_an_mla_tensor_is_certified_only_where_its_dims_group_the_token_rows(shape, dtype, certified):
+    """A dense row-major `(N, L, T)` tensor was certified and its latent rows read as tokens:
+    under dcp=2 a store put them in other tokens' places."""
+    x = torch.zeros(shape, dtype=dtype)
+    res = Deriver().derive(LayerSpec("mla", T * L * 4, T, 1, L, 4), TensorLayout.of(x),
+                           ParallelConfig(tp=2, total_kv_heads=1, dcp=2), N)
+    assert (res.result == "certified") == certified, res.reasons
+    if not certified:
+        assert res.family == "opaque" and any("neither groups the other" in r for r in res.reasons), res.reasons
+
+
 def test_an_mla_tensor_of_other_blocks_than_the_layer_is_not_certified():
     x = torch.zeros(5, T, L, dtype=torch.int32)
     res = Deriver().derive(LayerSpec("mla", T * L * 4, T, 1, L, 4), TensorLayout.of(x),
