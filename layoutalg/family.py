@@ -116,7 +116,11 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
         norm, _ = guarded_equality(family, dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic",
                                                                                            None),)))
     c = v.canonical
-    model = set().union(*(_symbols(family, norm(x)) for x in (*c.extents, *c.coefficients, c.base, c.element)))
+    sizes_of = (*c.extents, *c.coefficients, c.base, c.element)
+    model = set().union(*(_symbols(family, norm(x)) for x in sizes_of))
+    # a name the guards put in for one the layout reads (`total_heads == w * g`) is not one it is
+    # built from: two configurations may agree on the product and not on w and g
+    model &= set().union(*(_symbols(family, x) for x in sizes_of))
     model -= {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
 
     def reads(s: IterSum) -> tuple[list[str], list[str]]:
@@ -188,6 +192,11 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
     idx_scope = _IndexScope(scope, s.index_lets, iters)
     targets = tuple(Target(ci, ce, idx_scope.normalise(t), *placed_by(lib, t, idx_scope, local.indices))
                     for ci, ce, t in zip(canon.indices, canon.extents, shard.targets))
+    seq = getattr(fdef, "sequence", None)
+    if seq is not None and "token" in scope.fns and seq.id in local.indices:
+        # the claim reads the token fn as the shard reads an index (affine, split by // and %):
+        # `t / interleave` would hold it only of the tokens it divides, and prove it of those
+        idx_scope.normalise(Call("token", (Name(seq.id, seq.span),), seq.span))
     e = local.element
     splits: dict[str, list[tuple[Split, list]]] = {}
     for t in targets:

@@ -208,10 +208,10 @@ class Model:
         return r
 
     def touch(self) -> None:
-        """Read the local layout and the shard map once, at fresh indices and digits, so that
-        their exact divisions join the side conditions: a configuration found after this is
-        one where every term of the family can be exact (a division that never is would
-        otherwise leave every query vacuously unsat, "proved")."""
+        """Read the local layout, the shard map and a `sequence` claim's token fn once, at fresh
+        indices and digits, so that their exact divisions join the side conditions: a
+        configuration found after this is one where every term of the family can be exact (a
+        division that never is would otherwise leave every query vacuously unsat, "proved")."""
         try:
             page, bound = self.r.layout("local")
             if page.regions:  # a family of pages: each region's offset (its parts read their shard maps)
@@ -222,6 +222,8 @@ class Model:
             d, _ = self.digits("~")
             self.r.offset("local", i)
             self.canonical_byte(i, d)
+            if self.fdef.sequence is not None:  # the claim's token fn: its divisions too
+                self.r.sequence_place(i, d)
         except (ArithmeticError, LookupError):
             pass  # what cannot be read here is reported by the obligations that read it
 
