@@ -325,7 +325,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
                                                                           sizes["tp"] * sizes["pcp"])
     if not why and not views and isinstance(tensor, TensorLayout):
         views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback,
-                                box=() if fallback else getattr(inst, "local_form", ()))
+                                box=() if fallback else getattr(inst, "local_form", None))
     if why:
         return why
     try:
@@ -340,7 +340,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
 
 
-def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tuple = ()) -> tuple[tuple, str]:
+def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tuple | None = ()) -> tuple[tuple, str]:
     """(views, why not) for a family whose spec names no tensor dims (MLA's latent rows, the
     opaque fallback) given one tensor: it reads block `b`'s page as the bytes of `t[b]` in
     memory, so `t` must be block first with each block one dense page. A certified family
@@ -348,7 +348,9 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tupl
     row-major), and where its local index `box` is known (`Instance.local_form`), only if
     the tensor's dims group the box's or the box's group the tensor's (`_cuts`): MLA's
     `(t, b)` box takes `(blocks, block_size, head_size)` and flat `(blocks, page)` bytes, but
-    not `(blocks, head_size, block_size)`, whose tokens are not its rows. The fallback takes
+    not `(blocks, head_size, block_size)`, whose tokens are not its rows. A page of regions
+    (`box` None: no one box) takes only flat `(blocks, page)` elements, as no tensor's dims
+    group regions of other rows (quantised split KV: the data, then the scales). The fallback takes
     them in any order, its format covering the strides (`_physical`). The view (the tensor as given) lets a copy
     plan refuse another tensor of one size. The fallback gets no view, as before, where the
     tensor is no such block-first page: a copy plan then refuses it.
@@ -374,6 +376,9 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tupl
     if gap:
         return no(f"KV tensor dimension {gap[0]} has stride {gap[1]}, expected {gap[2]} (elements): the family "
                   f"reads a block as its elements in row-major order (its spec names no tensor dims)")
+    if box is None and len([n for n in t.shape[1:] if n != 1]) > 1:
+        return no(f"KV tensor dims {tuple(t.shape[1:])} are not the family's page of regions, which names no tensor "
+                  f"dims: it reads a given tensor only as flat (blocks, page) elements")
     if box:
         mine = _cuts(zip(t.shape[1:], (s * t.element_size for s in t.stride[1:])))
         spec = _cuts((e, c * box[1]) for e, c in box[2])

@@ -73,6 +73,18 @@ def test_an_mla_tensor_is_certified_only_where_its_dims_group_the_token_rows(sha
         assert res.family == "opaque" and any("neither groups the other" in r for r in res.reasons), res.reasons
 
 
+@pytest.mark.parametrize("dims, certified", [((192,), True), ((1, 192), True), ((2, 4, 2, 12), False)])
+def test_quantised_split_kv_takes_a_given_tensor_only_as_flat_page_bytes(dims, certified):
+    """Its page is the data, then the scales: a packed-looking (2, T, H, D + S) tensor,
+    dense and page-sized, was certified and its rows read as the split regions."""
+    x = torch.zeros((N, *dims), dtype=torch.uint8)
+    layer = LayerSpec("attention", 192, 4, 2, 8, 1, True, sizes=(("kv_scales", 2), ("scale_bytes", 4)))
+    res = Deriver().derive(layer, TensorLayout.of(x), ParallelConfig(tp=2, total_kv_heads=4), N)
+    assert (res.result, res.family) == (("certified", "quant_split") if certified else ("opaque", "opaque"))
+    if not certified:
+        assert any("only as flat (blocks, page) elements" in r for r in res.reasons), res.reasons
+
+
 def test_an_mla_tensor_of_other_blocks_than_the_layer_is_not_certified():
     x = torch.zeros(5, T, L, dtype=torch.int32)
     res = Deriver().derive(LayerSpec("mla", T * L * 4, T, 1, L, 4), TensorLayout.of(x),
