@@ -210,10 +210,17 @@ def _unplaced(lib: Library, cf) -> list[str]:
     head in one slot at tp=2 and in another at tp=4, and no enumeration of one configuration
     would see it. The same rule as the prover's `agnostic` row."""
     import sympy
-    from .family import resolve, unplaced_target
+    from .family import cases_text, claims_differ, resolve, unplaced_target
     out = []
     for part in lib.parts_of(cf.name):
         fam = resolve(lib, part)
+        differ = claims_differ(fam)
+        if differ:
+            a, b, what = differ
+            out.append(f"{spec_line(lib, part, 'shard')}: agnostic is claimed both when {cases_text(a)} and when "
+                       f"{cases_text(b)}, but the {what} of those cases differ: which case applies moves with the "
+                       f"configuration, so one page format would hold an element in two places")
+            return out
         for v in fam.variants:
             hit = unplaced_target(fam, v) if v.agnostic not in (False, sympy.false) else None
             if hit:

@@ -126,9 +126,10 @@ def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFami
 
 def unbacked(family: Family) -> bool:
     """Whether a case claims agnostic with a canonical index that moves with the rank and is
-    not a placement of the grid."""
-    from .family import unplaced_target
-    return any(v.agnostic is not sympy.false and unplaced_target(family, v) for v in family.variants)
+    not a placement of the grid, or two claiming cases put the bytes apart (`claims_differ`)."""
+    from .family import claims_differ, unplaced_target
+    return any(v.agnostic is not sympy.false and unplaced_target(family, v) for v in family.variants) or \
+        claims_differ(family) is not None
 
 
 def compile_named(lib, name: str):

@@ -18,6 +18,7 @@ The records are in `ir`, the statements' reading in `statements`, layout instant
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import sympy
 
@@ -138,6 +139,82 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
                 how = f"an argument of the grid's {t.placed}(...) reads {what}" if t.placed else \
                     f"it reads {what} and is not placed by a fn of the grid"
                 return t.index, how
+    return None
+
+
+def _contradicted(family: Family, v: Variant) -> bool:
+    """The case's own conditions fail where its claim holds (`cp > 1` under `cp == 1`): the
+    claim is of no configuration of the case, so its forms are nothing to compare."""
+    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
+    norm, _ = guarded_equality(family, claimed)
+    return any(norm(c.cond) in (False, sympy.false) for c in v.cases)
+
+
+def _claimed_form(family: Family, v: Variant) -> tuple:
+    """(the canonical layout, where each target puts the local indices) under the case's
+    claim: what must be one across the claiming cases. A target placed by the grid's fn
+    counts by its index arguments, an unplaced one whole; per index, its digits (an index's
+    top digit without its extent: it runs to the box, whose size may move). A `let` that is
+    a constant in each case (`p = 2` when tp == 2) hides from each case alone that the shard
+    map puts an element elsewhere in another."""
+    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
+    norm, _ = guarded_equality(family, claimed)
+    c = v.canonical
+
+    def form(x):
+        return sympy.srepr(sympy.expand(family.atoms.expand(norm(x))))
+
+    def sum_form(s):
+        by: dict = {}
+        for sp, k in s.terms:
+            by.setdefault(sp.source, []).append((sp, k))
+        out = {}
+        for src, terms in by.items():
+            starts = {form(sp.lower) for sp, _ in terms}  # the top digit ends where no other starts
+            out[src] = (all(form(sp.extent) == _ONE for sp, _ in terms),  # an index of one value lands at its base
+                        tuple(sorted((form(sp.lower), "" if form(sp.lower * sp.extent) not in starts
+                                      else form(sp.extent), form(k)) for sp, k in terms)))
+        return form(s.base), out
+    layout = tuple(form(x) for x in (*c.extents, *c.coefficients, c.element, c.base)) + tuple(c.indices)
+    return layout, tuple((t.index, t.placed, tuple(sum_form(a) for a in (t.placed_args if t.placed else (t.sum,))))
+                         for t in v.targets)
+
+
+_ONE = sympy.srepr(sympy.Integer(1))
+
+
+def _same_targets(ta: tuple, tb: tuple) -> bool:
+    """Two cases' targets put every local index alike, an index of one value in either aside."""
+    if len(ta) != len(tb):
+        return False
+    for (ia, pa, aa), (ib, pb, ab) in zip(ta, tb):
+        if (ia, pa, len(aa)) != (ib, pb, len(ab)):
+            return False
+        for (ba, da), (bb, db) in zip(aa, ab):
+            if ba != bb:
+                return False
+            for src in set(da) | set(db):
+                if src in da and src in db and not (da[src][0] or db[src][0]) and da[src][1] != db[src][1]:
+                    return False
+                if (src in da) != (src in db) and not (da.get(src) or db.get(src))[0]:
+                    return False
+    return True
+def cases_text(v: Variant) -> str:
+    """A variant's grid and family cases, as the spec writes them."""
+    return " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"
+
+
+def claims_differ(family: Family):
+    """(case, case, what differs) for two cases that claim `agnostic` (and whose conditions
+    hold where it does) but differ in their canonical layout or in where their shard maps
+    put a local index, else None: which case applies may itself move with tp, so a page
+    stored under one must read alike under the other."""
+    live = [v for v in family.variants if v.agnostic not in (False, sympy.false) and not _contradicted(family, v)]
+    forms = [_claimed_form(family, v) for v in live]
+    for (a, (la, ta)), (b, (lb, tb)) in itertools.combinations(zip(live, forms), 2):  # all pairs: an index of
+        # one value in a middle case would otherwise link two that differ
+        if la != lb or not _same_targets(ta, tb):
+            return a, b, "canonical layouts" if la != lb else "shard maps (where a local index lands)"
     return None
 
 

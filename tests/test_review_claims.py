@@ -1,7 +1,9 @@
-"""Sixth review, fixed: claims "proved" that checked nothing or were false. A `sequence t`
-claim whose token fn is never exact, or divides an index, or that Z3 leaves undecided; an
-`agnostic` claim whose guards rename the canonical layout's sizes. Each spec in
+"""Sixth and seventh reviews, fixed: claims "proved" that checked nothing or were false. A
+`sequence t` claim whose token fn is never exact, or divides an index, or that Z3 leaves
+undecided; a pad whose division is never exact; an `agnostic` claim whose guards rename the
+canonical layout's sizes, or whose cases put a channel in other places. Each spec in
 `tests/data/review/` says what it does; each test fails on the prover before the fix."""
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ from layoutalg.errors import SpecError
 from layoutalg.family import resolve
 from layoutalg.library import load
 from layoutalg.prove.runner import prove_family
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 
@@ -25,7 +28,7 @@ def _rows(name, family):
 def test_a_token_fn_never_exact_leaves_the_family_applying_nowhere():
     rows = _rows("token_never_exact", "chunked")
     assert rows["page-size"].status == "refuted"
-    assert "token fn of its `sequence` claim) is never exact" in rows["page-size"].detail
+    assert "`sequence` claim's token fn) is never exact" in rows["page-size"].detail
     assert not [n for n, r in rows.items() if r.status == "proved"], {n: r.status for n, r in rows.items()}
 
 
@@ -54,3 +57,38 @@ def test_guards_that_rename_the_canonical_sizes_back_no_agnostic_claim():
     rows = [r for r in prove_family(lib, "product") if r.obligation == "agnostic"]
     assert rows and all(r.status == "unknown" for r in rows), [(r.status, r.detail) for r in rows]
     assert "reads g, w, which the canonical layout is not built from" in rows[0].detail
+
+
+def test_a_pad_division_never_exact_leaves_the_page_applying_nowhere(tmp_path):
+    """Seventh review: a pad's offset carried `0 * ((2 * K + 1) / 2)`; the runtime never applies
+    the family, but the regions' parts read only their own offsets and every row was proved."""
+    shutil.copy(ROOT / "specs/state.lal", tmp_path / "state.lal")
+    text = (ROOT / "specs/mamba2.lal").read_text()
+    old = "offset K * (X + 2 * G * N) * ec + H * D * N * es + z\n"
+    assert text.count(old) == 1
+    (tmp_path / "mamba2.lal").write_text(text.replace(old, old[:-1] + " + 0 * ((2 * K + 1) / 2)\n"))
+    rows = prove_family(load([tmp_path / "mamba2.lal"]), "mamba2")
+    assert [r for r in rows if r.obligation == "page-size" and r.status == "refuted"]
+    assert not [r for r in rows if r.status == "proved"], [(r.family, r.obligation) for r in rows if r.status == "proved"]
+
+
+def test_cases_that_put_a_channel_apart_back_no_agnostic_claim(tmp_path):
+    lib = load([REVIEW / "case_permuted.lal"])
+    assert not compile_family(resolve(lib, "permuted")).claims_agnostic
+    (row,) = [r for r in prove_family(lib, "permuted") if r.obligation == "agnostic"]
+    assert row.status == "unknown" and "shard maps (where a local index lands)" in row.detail
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "check", REVIEW / "case_permuted.lal"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1 and "shard maps (where a local index lands) of those cases differ" in proc.stdout
+    # the runtime keys the pages of each configuration apart
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    (tmp_path / "p.lal").write_text((REVIEW / "case_permuted.lal").read_text().replace("../../../specs/", ""))
+    deriver, ids = Deriver(tmp_path), set()
+    for tp in (1, 2):
+        heads = 2 // tp
+        layer = LayerSpec("attention", 2 * heads * 4, block_size=1, num_kv_heads=heads, head_size=4, dtype_bytes=1)
+        tensor = TensorLayout((8, 2, 1, heads, 4), (8 * heads, 4 * heads, 4 * heads, 4, 1), 1)
+        res = deriver.derive(layer, tensor, ParallelConfig(tp=tp, total_kv_heads=2), 8)
+        assert res.family == "permuted", res.reasons
+        ids.add(res.mappings[0].format_id)
+    assert len(ids) == 2

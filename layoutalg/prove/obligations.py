@@ -208,10 +208,11 @@ class Model:
         return r
 
     def touch(self) -> None:
-        """Read the local layout, the shard map and a `sequence` claim's token fn once, at fresh
-        indices and digits, so that their exact divisions join the side conditions: a
-        configuration found after this is one where every term of the family can be exact (a
-        division that never is would otherwise leave every query vacuously unsat, "proved")."""
+        """Read the local layout, the shard map, a `sequence` claim's token fn and, in a region
+        of a page, every region and pad of both pages once, at fresh indices and digits, so
+        that their exact divisions join the side conditions: a configuration found after this
+        is one where every term of the family can be exact (a division that never is would
+        otherwise leave every query vacuously unsat, "proved")."""
         try:
             page, bound = self.r.layout("local")
             if page.regions:  # a family of pages: each region's offset (its parts read their shard maps)
@@ -224,6 +225,14 @@ class Model:
             self.canonical_byte(i, d)
             if self.fdef.sequence is not None:  # the claim's token fn: its divisions too
                 self.r.sequence_place(i, d)
+            if self.part:  # a region of a page: the page's other regions and pads, as its tiling rows read them
+                for role in ("local", "canonical"):
+                    for name in self.r.regions(role):
+                        ldef, b = self.r.region(role, name)
+                        for x in (*(ix.extent for ix in ldef.indices), ldef.element):
+                            if x is not None:
+                                self.r.expr(x, b)
+                        self.r.expr(ldef.offset, {**b, **{ix.name: self.fresh(ix.name + "~") for ix in ldef.indices}})
         except (ArithmeticError, LookupError):
             pass  # what cannot be read here is reported by the obligations that read it
 

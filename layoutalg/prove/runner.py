@@ -341,8 +341,8 @@ def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
             exact = Model(lib, family, path, bounds=WITNESS, page_guard=False)
             exact.touch()
             if exact.solve(z3.BoolVal(True), budgets.config)[0] == "unsat":
-                return (f"{where}: the family never applies: where its guards hold, a '/' it reads (in the local "
-                        f"layout, the shard map or the token fn of its `sequence` claim) is never exact, e.g. at "
+                return (f"{where}: the family never applies: where its guards hold, a '/' it reads (in its layouts, "
+                        f"a page's regions and pads, the shard map or a `sequence` claim's token fn) is never exact, e.g. at "
                         f"{_sizes_text(m, model)}")
             try:
                 local = value(model, page)

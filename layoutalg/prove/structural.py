@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..family import Family, Guard, Variant, _rewrites, guarded_equality, unplaced_target
+from ..family import Family, Guard, Variant, _rewrites, cases_text, claims_differ, guarded_equality, unplaced_target
 from ..tiling import broken, chains
 
 
@@ -70,22 +70,13 @@ def agnostic_family(family: Family) -> Certificate | None:
         c = agnostic(family, v)
         if c.status != "proved":
             return c
-    forms = {_claimed_form(family, v): v for v in claims}
-    if len(forms) > 1:
-        a, b = list(forms.values())[:2]
-        text = lambda v: " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"  # noqa: E731
-        return Certificate("unknown", f"agnostic is claimed both when {text(a)} and when {text(b)}, but the "
-                                      f"canonical layouts of those cases differ")
+    differ = claims_differ(family)
+    if differ:
+        a, b, what = differ
+        return Certificate("unknown", f"agnostic is claimed both when {cases_text(a)} and when "
+                                      f"{cases_text(b)}, but the {what} of those cases differ")
     return Certificate("proved", f"the canonical page is built from no parallel quantity, and is the same "
                                  f"in all {len(claims)} case(s) that claim it")
-
-
-def _claimed_form(family: Family, v: Variant) -> tuple:
-    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
-    norm, _ = guarded_equality(family, claimed)
-    c = v.canonical
-    return tuple(sympy.srepr(sympy.expand(family.atoms.expand(norm(x))))
-                 for x in (*c.extents, *c.coefficients, c.element, c.base)) + tuple(c.indices)
 
 
 def agnostic(family: Family, v: Variant) -> Certificate:
