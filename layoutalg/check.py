@@ -212,8 +212,16 @@ def _unplaced(lib: Library, cf) -> list[str]:
     import sympy
     from .family import cases_text, claims_differ, resolve, unplaced_target
     out = []
-    for part in lib.parts_of(cf.name):
-        fam = resolve(lib, part)
+    fams = [(part, resolve(lib, part)) for part in lib.parts_of(cf.name)]
+    for part, fam in fams:
+        for v in fam.variants:
+            hit = unplaced_target(fam, v) if v.agnostic not in (False, sympy.false) else None
+            if hit:
+                out.append(f"{spec_line(lib, part, 'shard')}: agnostic is claimed (when {cases_text(v)}) but "
+                           f"canonical index '{hit[0]}' could hold other engine elements in other configurations: "
+                           f"{hit[1]} (write it as the grid's placement, e.g. head(h))")
+                return out
+    for part, fam in fams:  # each case backs its claim; two cases must also agree (which applies moves with tp)
         differ = claims_differ(fam)
         if differ:
             a, b, what = differ
@@ -221,14 +229,6 @@ def _unplaced(lib: Library, cf) -> list[str]:
                        f"{cases_text(b)}, but the {what} of those cases differ: which case applies moves with the "
                        f"configuration, so one page format would hold an element in two places")
             return out
-        for v in fam.variants:
-            hit = unplaced_target(fam, v) if v.agnostic not in (False, sympy.false) else None
-            if hit:
-                cases = " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"
-                out.append(f"{spec_line(lib, part, 'shard')}: agnostic is claimed (when {cases}) but canonical "
-                           f"index '{hit[0]}' could hold other engine elements in other configurations: {hit[1]} "
-                           f"(write it as the grid's placement, e.g. head(h))")
-                return out
     return out
 
 
