@@ -118,18 +118,22 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
                                                                                            None),)))
     c = v.canonical
     sizes_of = (*c.extents, *c.coefficients, c.base, c.element)
-    model = set().union(*(_symbols(family, norm(x)) for x in sizes_of))
+    moving = {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
+    written = set().union(*(_symbols(family, x) for x in sizes_of)) - moving
     # a name the guards put in for one the layout reads (`total_heads == w * g`) is not one it is
     # built from: two configurations may agree on the product and not on w and g
-    model &= set().union(*(_symbols(family, x) for x in sizes_of))
-    model -= {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
+    model = set().union(*(_symbols(family, norm(x)) for x in sizes_of)) & written
 
     def reads(s: IterSum) -> tuple[list[str], list[str]]:
-        ranks = sorted({sp.source for sp, k in s.terms if sp.source in v.rank_digits
-                        and sympy.expand(family.atoms.expand(norm(k))) != 0})
-        sizes = set().union(_symbols(family, norm(s.base)), *(_symbols(family, norm(k)) | _symbols(family, norm(sp.lower))
-                                                              for sp, k in s.terms))
-        return ranks, sorted(sizes - model)
+        live = [(sp, k) for sp, k in s.terms if sympy.expand(family.atoms.expand(norm(k))) != 0]
+
+        def names(f):
+            return set().union(_symbols(family, f(s.base)), *(_symbols(family, f(k)) | _symbols(family, f(sp.lower))
+                                                              for sp, k in live))
+        sizes = names(norm) - model
+        if sizes and not names(lambda x: x) - written:
+            sizes = set()  # as written, it reads only names the canonical layout is written with
+        return sorted({sp.source for sp, _ in live if sp.source in v.rank_digits}), sorted(sizes)
     for t in v.targets:
         for s in (t.placed_args if t.placed else (t.sum,)):
             ranks, sizes = reads(s)
@@ -160,21 +164,24 @@ def _claimed_form(family: Family, v: Variant) -> tuple:
     claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
     norm, _ = guarded_equality(family, claimed)
     c = v.canonical
+    box: dict = {}  # each index's (or rank digit's) extent: the product of its digits
+    for d in v.digits:
+        if d.split is not None:
+            box[d.split.source] = box.get(d.split.source, sympy.Integer(1)) * d.extent
 
     def form(x):
         return sympy.srepr(sympy.expand(family.atoms.expand(norm(x))))
 
-    def sum_form(s):
-        by: dict = {}
+    tops = {src: form(x) for src, x in box.items()}
+
+    def sum_form(s):  # per index: (its box, its digits as (lower, lower * extent, scale, runs to the box))
+        out = {src: (top, []) for src, top in tops.items()}
         for sp, k in s.terms:
-            by.setdefault(sp.source, []).append((sp, k))
-        out = {}
-        for src, terms in by.items():
-            starts = {form(sp.lower) for sp, _ in terms}  # the top digit ends where no other starts
-            out[src] = (all(form(sp.extent) == _ONE for sp, _ in terms),  # an index of one value lands at its base
-                        tuple(sorted((form(sp.lower), "" if form(sp.lower * sp.extent) not in starts
-                                      else form(sp.extent), form(k)) for sp, k in terms)))
-        return form(s.base), out
+            if form(sp.extent) != _ONE:  # a digit of one value is 0
+                top, digits = out.setdefault(sp.source, (form(sp.lower * sp.extent), []))
+                end = form(sp.lower * sp.extent)
+                digits.append((form(sp.lower), end, form(k), end == top))
+        return form(s.base), {src: (top, tuple(sorted(ds))) for src, (top, ds) in out.items()}
     layout = tuple(form(x) for x in (*c.extents, *c.coefficients, c.element, c.base)) + tuple(c.indices)
     return layout, tuple((t.index, t.placed, tuple(sum_form(a) for a in (t.placed_args if t.placed else (t.sum,))))
                          for t in v.targets)
@@ -184,21 +191,34 @@ _ONE = sympy.srepr(sympy.Integer(1))
 
 
 def _same_targets(ta: tuple, tb: tuple) -> bool:
-    """Two cases' targets put every local index alike, an index of one value in either aside."""
+    """Two cases' targets put alike every local index that both hold (an index's box may
+    differ between the cases: they are compared where both boxes reach)."""
     if len(ta) != len(tb):
         return False
     for (ia, pa, aa), (ib, pb, ab) in zip(ta, tb):
         if (ia, pa, len(aa)) != (ib, pb, len(ab)):
             return False
         for (ba, da), (bb, db) in zip(aa, ab):
-            if ba != bb:
+            if ba != bb or not all(_same_digits(da.get(src, ("", ())), db.get(src, ("", ())))
+                                   for src in set(da) | set(db)):
                 return False
-            for src in set(da) | set(db):
-                if src in da and src in db and not (da[src][0] or db[src][0]) and da[src][1] != db[src][1]:
-                    return False
-                if (src in da) != (src in db) and not (da.get(src) or db.get(src))[0]:
-                    return False
     return True
+
+
+def _same_digits(a: tuple, b: tuple) -> bool:
+    """One index's digits in two cases, (box, ((lower, lower * extent, scale, top), ...)),
+    give it one value wherever both boxes reach. A digit from the other's box up is 0 there
+    (a head digit where the other case holds one head); two digits that each run to their
+    box agree below both, whatever their extents; an index of one value is at its base."""
+    (box_a, da), (box_b, db) = a, b
+    if _ONE in (box_a, box_b):
+        return True
+    da = {d[0]: d[1:] for d in da if d[0] != box_b}
+    db = {d[0]: d[1:] for d in db if d[0] != box_a}
+    return da.keys() == db.keys() and all(
+        da[lo][1] == db[lo][1] and (da[lo][0] == db[lo][0] or da[lo][2] and db[lo][2]) for lo in da)
+
+
 def cases_text(v: Variant) -> str:
     """A variant's grid and family cases, as the spec writes them."""
     return " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from layoutalg.compile import compile_family
+from layoutalg.compile import compile_family, compile_named
 from layoutalg.errors import SpecError
 from layoutalg.family import resolve
-from layoutalg.library import load
+from layoutalg.library import load, load_default
 from layoutalg.prove.runner import prove_family
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
@@ -92,3 +92,45 @@ def test_cases_that_put_a_channel_apart_back_no_agnostic_claim(tmp_path):
         assert res.family == "permuted", res.reasons
         ids.add(res.mappings[0].format_id)
     assert len(ids) == 2
+
+
+def test_cases_that_transpose_the_page_back_no_agnostic_claim(tmp_path):
+    """Eighth review: tp == 1 stores (a, b) at (a, b), tp == n_side at (b, a), under one format id."""
+    lib = load([REVIEW / "case_transposed.lal"])
+    assert not compile_family(resolve(lib, "transposed")).claims_agnostic
+    (row,) = [r for r in prove_family(lib, "transposed") if r.obligation == "agnostic"]
+    assert row.status == "unknown" and "shard maps (where a local index lands)" in row.detail
+    # the same cases, each cutting the indices at x but putting them back, keep the claim
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    text = (REVIEW / "case_transposed.lal").read_text().replace("../../../specs/", "")
+    old = "(a // x + b % x, a % x + b // x)"
+    assert old in text
+    (tmp_path / "same.lal").write_text(text.replace(old, "(a // x * x + a % x, b // x * x + b % x)"))
+    assert compile_family(resolve(load([tmp_path / "same.lal"]), "transposed")).claims_agnostic
+
+
+def test_every_shipped_family_but_the_fallback_keeps_its_agnostic_claim():
+    """An index whose box shrinks in one case (AITER's row of heads * head_size when one head
+    is left) is compared where both boxes reach, and keeps the claim."""
+    lib = load_default()
+    dropped = {f for f in lib.families if not compile_named(lib, f).claims_agnostic}
+    assert dropped == {"opaque"}
+
+
+def test_a_size_the_guards_rename_keeps_the_claim_when_the_map_reads_it_as_written(tmp_path):
+    """Eighth review: `n_side == m_f * k_f` rewrote the shard map's n_side into m_f * k_f, which
+    the canonical layout (written with n_side) is not built from, and the claim was dropped."""
+    lib = load([REVIEW / "guard_renamed.lal"])
+    assert compile_family(resolve(lib, "factored")).claims_agnostic
+    assert {r.obligation: r.status for r in prove_family(lib, "factored")}["agnostic"] == "proved"
+    # a map whose row order depends on how n_side factors moves bytes between configurations
+    # that agree on n_side: the claim goes
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    text = (REVIEW / "guard_renamed.lal").read_text().replace("../../../specs/", "")
+    old = "(a * n_side + b)"
+    assert old in text
+    (tmp_path / "moved.lal").write_text(text.replace(old, "(a * n_side + (b % m_f) * k_f + b // m_f)"))
+    lib = load([tmp_path / "moved.lal"])
+    assert not compile_family(resolve(lib, "factored")).claims_agnostic
+    row = {r.obligation: r for r in prove_family(lib, "factored")}["agnostic"]
+    assert row.status == "unknown" and "reads k_f, m_f" in row.detail

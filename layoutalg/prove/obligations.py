@@ -213,28 +213,39 @@ class Model:
         that their exact divisions join the side conditions: a configuration found after this
         is one where every term of the family can be exact (a division that never is would
         otherwise leave every query vacuously unsat, "proved")."""
-        try:
-            page, bound = self.r.layout("local")
-            if page.regions:  # a family of pages: each region's offset (its parts read their shard maps)
-                for region in page.regions:
-                    self.r.expr(region.offset, {**bound, **{d.name: self.fresh(d.name + "~") for d in region.indices}})
-                return
-            i, _ = self.index("local", "~")
-            d, _ = self.digits("~")
-            self.r.offset("local", i)
-            self.canonical_byte(i, d)
-            if self.fdef.sequence is not None:  # the claim's token fn: its divisions too
-                self.r.sequence_place(i, d)
-            if self.part:  # a region of a page: the page's other regions and pads, as its tiling rows read them
-                for role in ("local", "canonical"):
-                    for name in self.r.regions(role):
-                        ldef, b = self.r.region(role, name)
-                        for x in (*(ix.extent for ix in ldef.indices), ldef.element):
-                            if x is not None:
-                                self.r.expr(x, b)
-                        self.r.expr(ldef.offset, {**b, **{ix.name: self.fresh(ix.name + "~") for ix in ldef.indices}})
-        except (ArithmeticError, LookupError):
-            pass  # what cannot be read here is reported by the obligations that read it
+        for read in (self._touch_page, self._touch_sequence, self._touch_regions):
+            try:  # each on its own: one that cannot be read does not keep the others out
+                read()
+            except (ArithmeticError, LookupError):
+                pass  # what cannot be read here is reported by the obligations that read it
+
+    def _touch_page(self) -> None:
+        page, bound = self.r.layout("local")
+        if page.regions:  # a family of pages: each region's offset (its parts read their shard maps)
+            for region in page.regions:
+                self.r.expr(region.offset, {**bound, **{d.name: self.fresh(d.name + "~") for d in region.indices}})
+            return
+        i, _ = self.index("local", "~")
+        d, _ = self.digits("~")
+        self.r.offset("local", i)
+        self.canonical_byte(i, d)
+
+    def _touch_sequence(self) -> None:
+        if self.fdef.sequence is not None and not self.r.layout("local")[0].regions:  # the claim's token fn
+            i, _ = self.index("local", "~t")
+            d, _ = self.digits("~t")
+            self.r.sequence_place(i, d)
+
+    def _touch_regions(self) -> None:
+        # a region of a page: the page's other regions and pads, as its tiling rows read them
+        if self.part and not self.r.layout("local")[0].regions:
+            for role in ("local", "canonical"):
+                for name in self.r.regions(role):
+                    ldef, b = self.r.region(role, name)
+                    for x in (*(ix.extent for ix in ldef.indices), ldef.element):
+                        if x is not None:
+                            self.r.expr(x, b)
+                    self.r.expr(ldef.offset, {**b, **{ix.name: self.fresh(ix.name + "~") for ix in ldef.indices}})
 
     def canonical_byte(self, idx: dict, digits: dict):
         return self.r.offset("canonical", self.r.shard(idx, digits))
