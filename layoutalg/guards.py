@@ -42,8 +42,16 @@ def guarded_equality(family: Family, v: Variant):
     """
     atoms, subs = family.atoms, _rewrites(v, family.atoms)
 
+    seen: dict = {}  # the compiler and the prover ask for the same sizes many times over
+
     def norm(x):
-        x = atoms.expand(sympy.sympify(x))
+        x = sympy.sympify(x)
+        if x not in seen:
+            seen[x] = _normal(x)
+        return seen[x]
+
+    def _normal(x):
+        x = atoms.expand(x)
         for _ in range(4):
             y = x.subs(subs)
             if y == x:

@@ -275,10 +275,15 @@ def test_regions_that_swap_canonical_places_get_different_ids():
 
 
 def test_agnostic_claim_covers_the_canonical_pads():
-    from layoutalg.prove.runner import prove_family
-    rows = prove_family(load([REVIEW / "agnostic_pad.lal"]), "f")
+    from layoutalg.prove.runner import agnostic_rows, prove_family
+    lib = load([REVIEW / "agnostic_pad.lal"])
+    rows = prove_family(lib, "f")
     pad = [r for r in rows if r.family == "f.z'" and r.obligation == "agnostic"]
     assert pad and pad[0].status == "unknown" and "tp" in pad[0].detail
+    # the claim's rows alone are the same rows (each part's and each canonical pad's)
+    alone = [(r.family, r.status, r.detail) for r in agnostic_rows(lib, "f")]
+    assert alone == [(r.family, r.status, r.detail) for r in rows if r.obligation == "agnostic"]
+    assert len(alone) > 1
 
 
 @pytest.mark.parametrize("spec", ["replica_twice", "empty_region", "replica_one_box"])

@@ -534,6 +534,33 @@ def _lowerable(cf, sizes: dict) -> bool:
     return max(inst.local_page, inst.canonical_page) <= params.CHECK_PAGE_LIMIT and inst.world <= 4096
 
 
+_LAYOUT_CLAIM = "canonical layout free of parallel sizes and one across the claiming cases (sympy): all sizes"
+_PAD_CLAIM = "canonical pad free of parallel sizes (sympy): all sizes"
+
+
+def _agnostic_row(spec: str, name: str, fam, method: str) -> list[Row]:
+    """The `agnostic` row of one part, or none where no case claims anything (nothing to show)."""
+    t0 = time.perf_counter()
+    claim = agnostic_family(fam) if fam is not None else None
+    return [] if claim is None else [Row(spec, name, "agnostic", claim.status, method, time.perf_counter() - t0,
+                                         claim.detail if claim.status != "proved" else "")]
+
+
+def agnostic_rows(lib: Library, family: str) -> list[Row]:
+    """The `agnostic` rows `prove_family` gives (each data region's part and canonical pad of a
+    page), without the obligations that take Z3 minutes: for a question about the claim alone.
+
+    Post-conditions: a row unknown here is unknown there; a row proved here may still be
+    unknown there, where the family applies nowhere (its `page-size` row is refuted)."""
+    spec = lib.family_def(family).span.file
+    parts = lib.parts_of(family)
+    rows = [r for part in parts for r in _agnostic_row(spec, part, resolve(lib, part), _LAYOUT_CLAIM)]
+    if parts != [family]:
+        rows += [r for pad in lib.parts_of(family, pads=True) if pad not in parts and pad.endswith("'")
+                 for r in _agnostic_row(spec, pad, resolve(lib, pad), _PAD_CLAIM)]
+    return rows
+
+
 def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False) -> list[Row]:
     """A family of pages: every obligation of each data region's part (`family.region`, with
     'page' the whole page), then that the regions and pads tile both pages."""
@@ -554,11 +581,7 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     if not quick:  # the concatenation argument reads the pads' digit tables: they must be the spec's
         rows += [_safely(spec, pad, "digits-match-spec", lambda: _pad_digits(lib, pad, budgets)) for pad in pads]
         for pad in (p for p in pads if p.endswith("'")):  # the canonical page's size and places are its pads' too
-            t0 = time.perf_counter()
-            claim = agnostic_family(resolve(lib, pad))
-            if claim is not None:
-                rows.append(Row(spec, pad, "agnostic", claim.status, "canonical pad free of parallel sizes (sympy): "
-                                "all sizes", time.perf_counter() - t0, claim.detail if claim.status != "proved" else ""))
+            rows += _agnostic_row(spec, pad, resolve(lib, pad), _PAD_CLAIM)
     for name in PAGE:
         t0 = time.perf_counter()
         try:
@@ -631,12 +654,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         bad = [c.detail for c in certs if c.status != "proved"]
         rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
                         "stride chains (sympy): all sizes", time.perf_counter() - t0, "; ".join(bad)))
-        t1 = time.perf_counter()
-        claim = agnostic_family(fam)
-        if claim is not None:  # a family that claims nothing gets no row: there is nothing to show
-            rows.append(Row(spec, family, "agnostic", claim.status, "canonical layout free of parallel sizes "
-                            "and one across the claiming cases (sympy): all sizes", time.perf_counter() - t1,
-                            claim.detail if claim.status != "proved" else ""))
+        rows += _agnostic_row(spec, family, fam, _LAYOUT_CLAIM)
     applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
     rows.append(applies)
