@@ -178,8 +178,8 @@ def _claimed_form(family: Family, v: Variant) -> tuple:
         out = {src: (top, []) for src, top in tops.items()}
         for sp, k in s.terms:
             if form(sp.extent) != _ONE:  # a digit of one value is 0
-                top, digits = out.setdefault(sp.source, (form(sp.lower * sp.extent), []))
                 end = form(sp.lower * sp.extent)
+                top, digits = out.setdefault(sp.source, (end, []))
                 digits.append((form(sp.lower), end, form(k), end == top))
         return form(s.base), {src: (top, tuple(sorted(ds))) for src, (top, ds) in out.items()}
     layout = tuple(form(x) for x in (*c.extents, *c.coefficients, c.element, c.base)) + tuple(c.indices)
