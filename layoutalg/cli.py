@@ -502,9 +502,9 @@ def _derived(args):
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}",
                             (lib, names[0], {**sizes, "page_size": page}))
     import dataclasses
-    from .runtime import format_id  # as the runtime names the page, so plans compare formats as it does
+    from .runtime import format_id, names_data  # as the runtime names the page, so plans compare formats as it does
     sizes = {**sizes, "page_size": page}
-    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes)
+    fmt = format_id(cf.layout_id, inst, names_data(inst), sizes)
     return cf, inst, [dataclasses.replace(m, format_id=fmt) for m in maps], sizes
 
 

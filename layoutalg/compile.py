@@ -65,7 +65,7 @@ def _tup(items) -> str:
     return "(" + "".join(f"{x}, " for x in items) + ")"
 
 
-def _variant_source(v: Variant, k: int, pr: _Printer, agnostic=None) -> str:
+def _variant_source(v: Variant, k: int, pr: _Printer, agnostic=None, named: bool = False) -> str:
     pr.used = set()
     lines = []
     for c in v.cases:
@@ -92,7 +92,7 @@ def _variant_source(v: Variant, k: int, pr: _Printer, agnostic=None) -> str:
         repr(tuple(d.name for d in ranks)), pr(v.local_base),
         *(_tup((pr(lay.base), pr(lay.element), _tup(_tup((pr(e), pr(c))) for e, c in zip(lay.extents,
                                                                                       lay.coefficients))))
-          for lay in (v.canonical, v.local))]) + ")")
+          for lay in (v.canonical, v.local)), str(bool(named))]) + ")")
     # read only the names this case uses: a runtime that lacks one fails closed naming it
     prelude = [f"    {n} = P[{n!r}]" if pr.vocabulary[n].default is None else
                f"    {n} = P.get({n!r}, {int(pr.vocabulary[n].default)})" for n in sorted(pr.used)]
@@ -105,13 +105,17 @@ def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFami
     An `agnostic` claim the grid does not back is dropped (`unplaced`: some case puts an index
     that moves with the rank in slots of the family's own choosing, `family.unplaced_target`;
     None: find out): its pages are then one format only under one configuration, so a reader
-    under another never takes them for its own (the prover reports the claim unknown)."""
+    under another never takes them for its own (the prover reports the claim unknown). Each
+    case records whether its canonical indices name the engine's elements where the claim
+    does not hold (`family.names_data`); one that does not is keyed by its configuration too."""
     pr = _Printer(family)
+    from .family import names_data
     if unplaced is None:
         unplaced = unbacked(family)
+    named = (False,) * len(family.variants) if unplaced else names_data(family)
     sources, read = [], set()
     for k, v in enumerate(family.variants):
-        sources.append(_variant_source(v, k, pr, sympy.false if unplaced else None))
+        sources.append(_variant_source(v, k, pr, sympy.false if unplaced else None, named[k]))
         read |= pr.used
     src = "\n\n".join(sources)
     vocabulary = family.vocabulary or params.TABLE

@@ -63,6 +63,7 @@ class Instance(NamedTuple):
     local_base: int = 0   # bytes before the region (a page of regions); 0 for a layout of one box
     canonical_form: tuple = ()  # (base, element, ((extent, stride), ...)) of the canonical layout
     local_form: tuple = ()  # the same of the local layout: its index box, as the spec writes it
+    names_data: bool = False  # its canonical indices name the engine's elements (`family.names_data`)
 
 
 # A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition
@@ -135,7 +136,7 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
     (imports, attributes, other calls, subscripts, lambdas, dunder names) is refused.
 
     Examples:
-        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 17 + ")"
+        >>> source = "def _variant_0(P):\\n    tp = P['tp']\\n    return _Instance(" + "tp, " * 18 + ")"
         >>> _ = check_source(source, (0,), 0)
         >>> check_source("def _variant_0(P):\\n    import os\\n    return None", (0,), 0)
         Traceback (most recent call last):
@@ -422,6 +423,7 @@ class Page(NamedTuple):
     world: int
     agnostic: bool
     tensor_shape: tuple = ()  # pages are not recognised from one tensor
+    names_data: bool = False  # every region's and canonical pad's instance names the engine's elements
 
 
 @dataclass
@@ -503,7 +505,8 @@ class CompiledPage:
                                   f"take different cases of the grid")
         local = sum(i.local_page for _, i in regions) + sum(p.local_page for p in lpads)
         canonical = sum(i.canonical_page for _, i in regions) + sum(p.local_page for p in cpads)
-        return Page(self.name, regions, lpads, cpads, local, canonical, first.world, first.agnostic)
+        named = all(i.names_data for _, i in regions) and all(p.names_data for p in cpads)
+        return Page(self.name, regions, lpads, cpads, local, canonical, first.world, first.agnostic, (), named)
 
     def to_json(self) -> dict:
         return {"page": True, "name": self.name, "serves": self.serves, "order": self.order, "where": self.where,

@@ -109,41 +109,77 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
     (default: under its `agnostic` claim).
 
     A target is the same function of the local indices in every configuration when it reads
-    no rank digit, and no size beyond those the canonical layout is built from (shown free
-    of every size that moves), in its base, its coefficients or where it cuts an index
-    (`d // tp`); a target written as the grid's placement (`head(h)`) is the grid's word,
-    and only its index arguments are held to that rule (`head(heads - 1 - h)` is not)."""
+    no rank digit, and no size the canonical layout's numbers do not fix (`_fixed`), in its
+    base, its coefficients, where it cuts an index (`d // tp`) or where it wraps one short of
+    its box (`d % w`); a target written as the grid's placement (`head(h)`) is the grid's
+    word, and only its index arguments are held to that rule (`head(heads - 1 - h)` is not).
+    A size counts as fixed read under the guards or as written: `n_side` fixes itself even
+    where a guard writes it `m_f * k_f`, but `w * g` fixes neither w nor g."""
     if norm is None:
         norm, _ = guarded_equality(family, dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic",
                                                                                            None),)))
     c = v.canonical
     sizes_of = (*c.extents, *c.coefficients, c.base, c.element)
     moving = {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
-    written = set().union(*(_symbols(family, x) for x in sizes_of)) - moving
-    # a name the guards put in for one the layout reads (`total_heads == w * g`) is not one it is
-    # built from: two configurations may agree on the product and not on w and g
-    model = set().union(*(_symbols(family, norm(x)) for x in sizes_of)) & written
+    fixed_norm = _fixed(family, [norm(x) for x in sizes_of], moving)
+    fixed_written = _fixed(family, sizes_of, moving)
+    box: dict = {}
+    for d in v.digits:
+        if d.split is not None:
+            box[d.split.source] = box.get(d.split.source, sympy.Integer(1)) * d.extent
 
     def reads(s: IterSum) -> tuple[list[str], list[str]]:
         live = [(sp, k) for sp, k in s.terms if sympy.expand(family.atoms.expand(norm(k))) != 0]
-
-        def names(f):
-            return set().union(_symbols(family, f(s.base)), *(_symbols(family, f(k)) | _symbols(family, f(sp.lower))
-                                                              for sp, k in live))
-        sizes = names(norm) - model
-        if sizes and not names(lambda x: x) - written:
-            sizes = set()  # as written, it reads only names the canonical layout is written with
+        short = [sp.extent for sp, _ in live if sp.source in box and
+                 sympy.expand(norm(sp.lower * sp.extent) - norm(box[sp.source])) != 0]
+        sizes = set()
+        for x in (s.base, *(k for _, k in live), *(sp.lower for sp, _ in live), *short):
+            loose = _symbols(family, norm(x)) - fixed_norm
+            if loose and _symbols(family, x) - fixed_written:
+                sizes |= loose
         return sorted({sp.source for sp, _ in live if sp.source in v.rank_digits}), sorted(sizes)
     for t in v.targets:
         for s in (t.placed_args if t.placed else (t.sum,)):
             ranks, sizes = reads(s)
             if ranks or sizes:
                 what = f"the rank ({', '.join(ranks)})" if ranks else f"{', '.join(sizes)}, which the canonical " \
-                    f"layout is not built from"
+                    f"layout's numbers do not fix"
                 how = f"an argument of the grid's {t.placed}(...) reads {what}" if t.placed else \
                     f"it reads {what} and is not placed by a fn of the grid"
                 return t.index, how
     return None
+
+
+def _fixed(family: Family, sizes, moving: set) -> set[str]:
+    """The names whose values the numbers `sizes` fix: a size that is a number times powers of
+    names fixes its one name the others do not already fix (`head_size * dtype_bytes` fixes
+    head_size where dtype_bytes is fixed; `n_side * n_side` fixes n_side; `w * g` neither).
+    Names that move with the group are never counted fixed (an agnostic layout reads none).
+
+    Examples:
+        (with head_size, dtype_bytes, w and g runtime names)
+        _fixed(f, [dtype_bytes, head_size * dtype_bytes], set()) == {"dtype_bytes", "head_size"}
+        _fixed(f, [w * g], set()) == set()
+    """
+    monomials = []
+    for x in sizes:
+        x = sympy.cancel(family.atoms.expand(sympy.sympify(x)))
+        names, ok = set(), True
+        for part in x.as_numer_denom():
+            for f in sympy.Mul.make_args(part.as_coeff_Mul()[1]):
+                b = f.base if isinstance(f, sympy.Pow) and f.exp.is_Integer else f
+                if isinstance(b, sympy.Symbol) and b not in family.atoms.by_symbol:
+                    names.add(str(b))
+                elif not f.is_number:
+                    ok = False
+        if ok and names:
+            monomials.append(names)
+    fixed: set[str] = set()
+    while True:
+        new = {next(iter(m - fixed)) for m in monomials if len(m - fixed) == 1 and not (m - fixed) & moving}
+        if not new:
+            return fixed
+        fixed |= new
 
 
 def _contradicted(family: Family, v: Variant) -> bool:
@@ -154,14 +190,14 @@ def _contradicted(family: Family, v: Variant) -> bool:
     return any(norm(c.cond) in (False, sympy.false) for c in v.cases)
 
 
-def _claimed_form(family: Family, v: Variant) -> tuple:
+def _claimed_form(family: Family, v: Variant, claim: bool = True) -> tuple:
     """(the canonical layout, where each target puts the local indices) under the case's
     claim: what must be one across the claiming cases. A target placed by the grid's fn
     counts by its index arguments, an unplaced one whole; per index, its digits (an index's
     top digit without its extent: it runs to the box, whose size may move). A `let` that is
     a constant in each case (`p = 2` when tp == 2) hides from each case alone that the shard
-    map puts an element elsewhere in another."""
-    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
+    map puts an element elsewhere in another. (`claim` False: under the case's own guards.)"""
+    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),)) if claim else v
     norm, _ = guarded_equality(family, claimed)
     c = v.canonical
     box: dict = {}  # each index's (or rank digit's) extent: the product of its digits
@@ -236,6 +272,31 @@ def claims_differ(family: Family):
         if la != lb or not _same_targets(ta, tb):
             return a, b, "canonical layouts" if la != lb else "shard maps (where a local index lands)"
     return None
+
+
+def names_data(family: Family) -> tuple[bool, ...]:
+    """Per variant: whether its canonical indices name the engine's elements wherever the case
+    applies, `agnostic` or not (a page of DCP-dealt tokens names each token by its place in
+    the sequence: `token(t)` is the grid's word), so that two configurations of it with one
+    canonical layout hold one page format (`runtime.format_id`). A case qualifies when no
+    target reads a rank digit or a size the canonical numbers do not fix under the case's own
+    guards (`unplaced_target`), and its targets put every local index where each other such
+    case, and each agnostic claim, puts it (`_same_targets`); where any two differ, neither
+    does. A family whose agnostic claim is dropped (`compile.unbacked`) names data nowhere.
+
+    Post-conditions: a configuration whose variant is False here is keyed by its sizes (its
+    pages are one format only under that configuration)."""
+    named, forms = [], []
+    for v in family.variants:
+        norm, _ = guarded_equality(family, v)
+        ok = unplaced_target(family, v, norm) is None
+        named.append(ok)
+        forms.append(_claimed_form(family, v, claim=False)[1] if ok else None)
+    claims = [_claimed_form(family, v)[1] for v in family.variants
+              if v.agnostic not in (False, sympy.false) and not _contradicted(family, v)]
+    agree = [f is not None and all(_same_targets(f, g) for g in claims + [g for g in forms if g is not None])
+             for f in forms]
+    return tuple(a and b for a, b in zip(named, agree))
 
 
 def _symbols(family: Family, x) -> set[str]:

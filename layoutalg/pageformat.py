@@ -207,12 +207,12 @@ def _region_runs(family: str, parts, boxes_b, boxes_s, tok: str, k: int) -> tupl
 def _format(cf, family: str, sizes: dict) -> str:
     """The page format (without element types) a group of these sizes has at run time."""
     from .compiled import GuardFailed
-    from .runtime import format_id
+    from .runtime import format_id, names_data
     try:
         inst = cf.evaluate(dict(sizes))
     except (GuardFailed, KeyError) as err:
         raise LayoutalgError(f"{family} does not hold pages at {_shown(sizes)}: {err}") from None
-    return format_id(cf.layout_id, inst, cf.claims_agnostic, dict(sizes))
+    return format_id(cf.layout_id, inst, names_data(inst), dict(sizes))
 
 
 def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: str):

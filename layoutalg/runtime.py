@@ -335,8 +335,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     tensors = tensor if isinstance(tensor, tuple) else (tensor,) if isinstance(tensor, TensorLayout) else ()
     if len(tensors) == len(views):  # each view with the element type its tensor names
         views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))
-    fmt = format_id(cf.layout_id, inst, cf.claims_agnostic, sizes, _dtypes(tensors),
-                    () if cf.claims_agnostic else (layer.kind,) + _physical(tensors))
+    named = names_data(inst)
+    fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors), () if named else (layer.kind,) + _physical(tensors))
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
 
 
@@ -436,14 +436,22 @@ def _dtypes(tensors: tuple) -> tuple:
     return tuple(t.dtype for t in tensors) if any(t.dtype for t in tensors) else ()
 
 
+def names_data(inst) -> bool:
+    """Whether an instance (or a page) names the engine's elements by its canonical indices at
+    its configuration: its `agnostic` claim holds there, or its case was shown to name them
+    (`family.names_data`). Its format is then its canonical numbers; else also its sizes."""
+    return bool(inst.agnostic or inst.names_data)
+
+
 def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = None, dtypes: tuple = (),
               physical: tuple = ()) -> str:
     """The concrete page format of an instance (or a page of them): the family's format and
-    the numbers of its canonical layout (`Instance.canonical_form`). A family whose grid
-    never claims `agnostic` (`semantic` False: the opaque fallback, whose page is its ranks'
-    pages side by side) has canonical indices that name where a rank put a byte, not what
-    the byte is, so its format also covers the configuration (`sizes`): 2 x 256 bytes and
-    1 x 512 bytes are two formats of one size. Where the layer's tensors name their element
+    the numbers of its canonical layout (`Instance.canonical_form`). An instance whose
+    canonical indices are not shown to name the engine's elements (`semantic` False, see
+    `names_data`: the opaque fallback, whose page is its ranks' pages side by side; a case
+    whose shard map deals rows by dcp) names where a rank put a byte, not what the byte is,
+    so its format also covers the configuration (`sizes`): 2 x 256 bytes and 1 x 512 bytes
+    are two formats of one size. Where the layer's tensors name their element
     types (`dtypes`), those too: bf16 and fp16 bytes are not one format; they are a part of
     their own (`LAYOUT.FORM.TYPES`), so pages of two configurations can be told to hold one
     element type without their forms being equal (`element_part`).

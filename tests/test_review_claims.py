@@ -11,7 +11,7 @@ import pytest
 
 from layoutalg.compile import compile_family, compile_named
 from layoutalg.errors import SpecError
-from layoutalg.family import resolve
+from layoutalg.family import names_data, resolve
 from layoutalg.library import load, load_default
 from layoutalg.prove.runner import agnostic_rows, prove_family
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
@@ -56,7 +56,27 @@ def test_guards_that_rename_the_canonical_sizes_back_no_agnostic_claim():
     assert not compile_family(resolve(lib, "product")).claims_agnostic
     rows = agnostic_rows(lib, "product")
     assert rows and all(r.status == "unknown" for r in rows), [(r.status, r.detail) for r in rows]
-    assert "reads g, w, which the canonical layout is not built from" in rows[0].detail
+    assert "reads g, w, which the canonical layout's numbers do not fix" in rows[0].detail
+
+
+def test_a_canonical_layout_written_as_a_product_fixes_neither_factor(tmp_path):
+    """Ninth review: `canonical nhd(w * g, ...)` in place of total_heads kept the claim, as the
+    placement reads only names the canonical layout is written with; but configurations that
+    agree on w * g (tp=1: w=8, g=1; tp=2: w=4, g=2) put engine head 1 in slots 1 and 2. A
+    factor the numbers fix (head_size of head_size * dtype_bytes) still keeps it."""
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    text = (REVIEW / "product_heads.lal").read_text().replace("../../../specs/", "")
+    old = "canonical nhd(total_heads,"
+    assert old in text
+    (tmp_path / "written.lal").write_text(text.replace(old, "canonical nhd(w * g,"))
+    lib = load([tmp_path / "written.lal"])
+    assert not compile_family(resolve(lib, "product")).claims_agnostic
+    (row,) = agnostic_rows(lib, "product")
+    assert row.status == "unknown" and "reads g, w, which the canonical layout's numbers do not fix" in row.detail
+    # the same map with the heads placed as the grid places them keeps the claim
+    plain = text.replace(old, "canonical nhd(w * g,").replace("head((h % a) * g + h // a)", "head(h)")
+    (tmp_path / "plain.lal").write_text(plain)
+    assert compile_family(resolve(load([tmp_path / "plain.lal"]), "product")).claims_agnostic
 
 
 def test_a_pad_division_never_exact_leaves_the_page_applying_nowhere(tmp_path):
@@ -137,3 +157,46 @@ def test_a_size_the_guards_rename_keeps_the_claim_when_the_map_reads_it_as_writt
     assert not compile_family(resolve(lib, "factored")).claims_agnostic
     (row,) = agnostic_rows(lib, "factored")
     assert row.status == "unknown" and "reads k_f, m_f" in row.detail
+
+
+def _format_ids(tmp_path, name, family, configs, n):
+    """The format id the runtime gives each configuration of `name`'s square of side n."""
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    (tmp_path / f"{name}.lal").write_text((REVIEW / f"{name}.lal").read_text().replace("../../../specs/", ""))
+    deriver, ids = Deriver(tmp_path), []
+    layer = LayerSpec("attention", n * n, block_size=1, num_kv_heads=1, head_size=1, dtype_bytes=1,
+                      sizes={"n_side": n})
+    for config in configs:
+        res = deriver.derive(layer, TensorLayout((8, n, n), (n * n, n, 1), 1),
+                             ParallelConfig(total_kv_heads=1, **config), 8)
+        assert res.family == family, res.reasons
+        ids.append((res.mappings[0].format_id, res.mappings[0].parallelism_agnostic))
+    return ids
+
+
+def test_a_configuration_outside_the_claim_is_keyed_by_its_sizes(tmp_path):
+    """Ninth review: at tp=2, dcp == 2 deals the square's rows out and dcp == 1 does not, and
+    both took one format id (the family claims agnostic, so every configuration was keyed by
+    its canonical numbers alone). A case whose map reads dcp names no elements of the model."""
+    (one, agn), (two, not_agn) = _format_ids(tmp_path, "dealt_rows", "dealt", [dict(tp=2), dict(tp=2, dcp=2)], 4)
+    assert agn and not not_agn
+    assert one != two
+
+
+def test_a_case_outside_the_claim_that_places_elements_apart_is_keyed_by_its_sizes(tmp_path):
+    """Ninth review: the claim in the tp == 1 case only, and tp == n_side storing the square
+    transposed, took the tp == 1 format id: cases were compared only where both claim."""
+    lib = load([REVIEW / "transposed_one_claim.lal"])
+    fam = resolve(lib, "transposed")
+    assert names_data(fam) == (False, False)
+    (one, agn), (two, not_agn) = _format_ids(tmp_path, "transposed_one_claim", "transposed",
+                                             [dict(tp=1), dict(tp=2)], 2)
+    assert agn and not not_agn and one != two
+
+
+def test_every_case_of_every_shipped_family_but_the_fallback_names_its_elements():
+    """DCP-dealt pages of attention name each token by its place in the sequence (the grid's
+    token(t)): two tp of one dcp share a format, as the cross-tp reshards rely on."""
+    lib = load_default()
+    unnamed = {p for f in lib.families for p in lib.parts_of(f) if not all(names_data(resolve(lib, p)))}
+    assert unnamed == {"opaque"}
