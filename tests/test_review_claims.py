@@ -21,6 +21,15 @@ from conftest import ROOT
 REVIEW = ROOT / "tests/data/review"
 
 
+def _edited(tmp_path, name, old, new):
+    """`name`.lal of the review specs, copied beside the shipped grids with `old` made `new`."""
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    text = (REVIEW / f"{name}.lal").read_text().replace("../../../specs/", "")
+    assert old in text
+    (tmp_path / f"{name}.lal").write_text(text.replace(old, new))
+    return tmp_path / f"{name}.lal"
+
+
 def _rows(name, family):
     return {r.obligation: r for r in prove_family(load([REVIEW / f"{name}.lal"]), family)}
 
@@ -62,20 +71,15 @@ def test_guards_that_rename_the_canonical_sizes_back_no_agnostic_claim():
 def test_a_canonical_layout_written_as_a_product_fixes_neither_factor(tmp_path):
     """Ninth review: `canonical nhd(w * g, ...)` in place of total_heads kept the claim, as the
     placement reads only names the canonical layout is written with; but configurations that
-    agree on w * g (tp=1: w=8, g=1; tp=2: w=4, g=2) put engine head 1 in slots 1 and 2. A
-    factor the numbers fix (head_size of head_size * dtype_bytes) still keeps it."""
-    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
-    text = (REVIEW / "product_heads.lal").read_text().replace("../../../specs/", "")
+    agree on w * g (tp=1: w=8, g=1; tp=2: w=4, g=2) put engine head 1 in slots 1 and 2."""
     old = "canonical nhd(total_heads,"
-    assert old in text
-    (tmp_path / "written.lal").write_text(text.replace(old, "canonical nhd(w * g,"))
-    lib = load([tmp_path / "written.lal"])
+    lib = load([_edited(tmp_path, "product_heads", old, "canonical nhd(w * g,")])
     assert not compile_family(resolve(lib, "product")).claims_agnostic
     (row,) = agnostic_rows(lib, "product")
     assert row.status == "unknown" and "reads g, w, which the canonical layout's numbers do not fix" in row.detail
-    # the same map with the heads placed as the grid places them keeps the claim
-    plain = text.replace(old, "canonical nhd(w * g,").replace("head((h % a) * g + h // a)", "head(h)")
-    (tmp_path / "plain.lal").write_text(plain)
+    # the same layout with the heads placed as the grid places them keeps the claim
+    (tmp_path / "plain.lal").write_text((tmp_path / "product_heads.lal").read_text().replace(
+        "head((h % a) * g + h // a)", "head(h)"))
     assert compile_family(resolve(load([tmp_path / "plain.lal"]), "product")).claims_agnostic
 
 
@@ -148,12 +152,7 @@ def test_a_size_the_guards_rename_keeps_the_claim_when_the_map_reads_it_as_writt
         [(r.status, r.detail) for r in rows if r.obligation == "agnostic"]
     # a map whose row order depends on how n_side factors moves bytes between configurations
     # that agree on n_side: the claim goes
-    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
-    text = (REVIEW / "guard_renamed.lal").read_text().replace("../../../specs/", "")
-    old = "(a * n_side + b)"
-    assert old in text
-    (tmp_path / "moved.lal").write_text(text.replace(old, "(a * n_side + (b % m_f) * k_f + b // m_f)"))
-    lib = load([tmp_path / "moved.lal"])
+    lib = load([_edited(tmp_path, "guard_renamed", "(a * n_side + b)", "(a * n_side + (b % m_f) * k_f + b // m_f)")])
     assert not compile_family(resolve(lib, "factored")).claims_agnostic
     (row,) = agnostic_rows(lib, "factored")
     assert row.status == "unknown" and "reads k_f, m_f" in row.detail
