@@ -123,21 +123,14 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
     moving = {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
     fixed_norm = _fixed(family, [norm(x) for x in sizes_of], moving)
     fixed_written = _fixed(family, sizes_of, moving)
-    box: dict = {}
-    for d in v.digits:
-        if d.split is not None:
-            box[d.split.source] = box.get(d.split.source, sympy.Integer(1)) * d.extent
-
     def reads(s: IterSum) -> tuple[list[str], list[str]]:
-        live = [(sp, k) for sp, k in s.terms if sympy.expand(family.atoms.expand(norm(k))) != 0]
-        short = [sp.extent for sp, _ in live if sp.source in box and
-                 sympy.expand(norm(sp.lower * sp.extent) - norm(box[sp.source])) != 0]
         sizes = set()
-        for x in (s.base, *(k for _, k in live), *(sp.lower for sp, _ in live), *short):
+        for x in _size_reads(family, v, norm, s):
             loose = _symbols(family, norm(x)) - fixed_norm
             if loose and _symbols(family, x) - fixed_written:
                 sizes |= loose
-        return sorted({sp.source for sp, _ in live if sp.source in v.rank_digits}), sorted(sizes)
+        live = [sp for sp, k in s.terms if sympy.expand(family.atoms.expand(norm(k))) != 0]
+        return sorted({sp.source for sp in live if sp.source in v.rank_digits}), sorted(sizes)
     for t in v.targets:
         for s in (t.placed_args if t.placed else (t.sum,)):
             ranks, sizes = reads(s)
@@ -150,11 +143,26 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
     return None
 
 
+def _size_reads(family: Family, v: Variant, norm, s: IterSum) -> list:
+    """The sizes a target's sum reads: its base, its live digits' scales and lower ends, and
+    the extent of a digit that wraps short of its index's box (`a % w`)."""
+    box: dict = {}
+    for d in v.digits:
+        if d.split is not None:
+            box[d.split.source] = box.get(d.split.source, sympy.Integer(1)) * d.extent
+    live = [(sp, k) for sp, k in s.terms if sympy.expand(family.atoms.expand(norm(k))) != 0]
+    short = [sp.extent for sp, _ in live if sp.source in box and
+             sympy.expand(norm(sp.lower * sp.extent) - norm(box[sp.source])) != 0]
+    return [s.base, *(k for _, k in live), *(sp.lower for sp, _ in live), *short]
+
+
 def _fixed(family: Family, sizes, moving: set) -> set[str]:
     """The names whose values the numbers `sizes` fix: a size that is a number times powers of
     names fixes its one name the others do not already fix (`head_size * dtype_bytes` fixes
     head_size where dtype_bytes is fixed; `n_side * n_side` fixes n_side; `w * g` neither).
-    Names that move with the group are never counted fixed (an agnostic layout reads none).
+    Names that move with the group are never counted fixed (an agnostic layout reads none),
+    and a monomial fixes its name only where the others cannot be 0 (`q * n` with q in 0 .. 1
+    is 0 whatever n is) and the name cannot be negative (`n * n`).
 
     Examples:
         (with head_size, dtype_bytes, w and g runtime names)
@@ -174,9 +182,15 @@ def _fixed(family: Family, sizes, moving: set) -> set[str]:
                     ok = False
         if ok and names:
             monomials.append(names)
+    vocabulary = family.vocabulary or {}
+
+    def lowest(name):  # a name the library does not declare may be anything
+        return vocabulary[name].lo if name in vocabulary else -1
+
     fixed: set[str] = set()
     while True:
-        new = {next(iter(m - fixed)) for m in monomials if len(m - fixed) == 1 and not (m - fixed) & moving}
+        new = {next(iter(m - fixed)) for m in monomials if len(m - fixed) == 1 and not (m - fixed) & moving
+               and lowest(next(iter(m - fixed))) >= 0 and all(lowest(x) >= 1 for x in m & fixed)}
         if not new:
             return fixed
         fixed |= new
@@ -281,22 +295,48 @@ def names_data(family: Family) -> tuple[bool, ...]:
     canonical layout hold one page format (`runtime.format_id`). A case qualifies when no
     target reads a rank digit or a size the canonical numbers do not fix under the case's own
     guards (`unplaced_target`), and its targets put every local index where each other such
-    case, and each agnostic claim, puts it (`_same_targets`); where any two differ, neither
-    does. A family whose agnostic claim is dropped (`compile.unbacked`) names data nowhere.
+    case, and each agnostic claim, puts it (`_same_targets`), with the sizes they read fixed
+    by the same canonical numbers (`_fixed_alike`); where any two differ, neither does. A family whose agnostic claim is dropped (`compile.unbacked`) names data nowhere.
 
     Post-conditions: a configuration whose variant is False here is keyed by its sizes (its
     pages are one format only under that configuration)."""
-    named, forms = [], []
+    cases, named = [], []
     for v in family.variants:
         norm, _ = guarded_equality(family, v)
-        ok = unplaced_target(family, v, norm) is None
-        named.append(ok)
-        forms.append(_claimed_form(family, v, claim=False)[1] if ok else None)
-    claims = [_claimed_form(family, v)[1] for v in family.variants
+        named.append(unplaced_target(family, v, norm) is None)
+        cases.append((v, norm, _claimed_form(family, v, claim=False)[1]))
+    claims = [(v, _claim_norm(family, v), _claimed_form(family, v)[1]) for v in family.variants
               if v.agnostic not in (False, sympy.false) and not _contradicted(family, v)]
-    agree = [f is not None and all(_same_targets(f, g) for g in claims + [g for g in forms if g is not None])
-             for f in forms]
-    return tuple(a and b for a, b in zip(named, agree))
+    others = claims + [c for c, ok in zip(cases, named) if ok]
+    return tuple(ok and all(_same_targets(c[2], o[2]) and _fixed_alike(family, c, o) for o in others)
+                 for c, ok in zip(cases, named))
+
+
+def _claim_norm(family: Family, v: Variant):
+    return guarded_equality(family, dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),)))[0]
+
+
+def _fixed_alike(family: Family, a: tuple, b: tuple) -> bool:
+    """Two cases, (variant, norm, targets), fix every size their targets read by the same
+    canonical numbers: each size is fixed (`_fixed`) by the canonical sizes that are one in
+    both cases, read under the guards or as written. (c = n in one case and c = 2 * n in the
+    other fix n apart from the one number c; head_size, an extent in every case, alike.)"""
+    (va, na, _), (vb, nb, _) = a, b
+    xa, xb = ((*v.canonical.extents, *v.canonical.coefficients, v.canonical.base, v.canonical.element)
+              for v in (va, vb))
+    if len(xa) != len(xb):
+        return False
+    moving = {*MOVES_WITH_THE_GROUP, *va.rank_digits, *vb.rank_digits}
+    normed = [na(x) for x, y in zip(xa, xb) if sympy.expand(family.atoms.expand(na(x) - nb(y))) == 0]
+    fixed_norm = _fixed(family, normed, moving)
+    fixed_written = _fixed(family, [x for x, y in zip(xa, xb) if sympy.expand(x - y) == 0], moving)
+    for v, norm in ((va, na), (vb, nb)):
+        for t in v.targets:
+            for s in (t.placed_args if t.placed else (t.sum,)):
+                if any(_symbols(family, norm(x)) - fixed_norm and _symbols(family, x) - fixed_written
+                       for x in _size_reads(family, v, norm, s)):
+                    return False
+    return True
 
 
 def _symbols(family: Family, x) -> set[str]:

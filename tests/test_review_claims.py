@@ -199,3 +199,35 @@ def test_every_case_of_every_shipped_family_but_the_fallback_names_its_elements(
     lib = load_default()
     unnamed = {p for f in lib.families for p in lib.parts_of(f) if not all(names_data(resolve(lib, p)))}
     assert unnamed == {"opaque"}
+
+
+def _placements(tmp_path, name, family, configs):
+    """(format id, local byte -> canonical byte) of each configuration (a flat page of 8 bytes)."""
+    from layoutalg.mapping import merged_triples
+    _edited(tmp_path, name, "import", "import")
+    deriver, out = Deriver(tmp_path), []
+    for tp, sizes in configs:
+        layer = LayerSpec("attention", 8, block_size=1, num_kv_heads=1, head_size=1, dtype_bytes=1, sizes=sizes)
+        res = deriver.derive(layer, TensorLayout((8, 8), (8, 1), 1), ParallelConfig(tp=tp, total_kv_heads=1), 8)
+        assert res.family == family, res.reasons
+        m = res.mappings[0]
+        out.append((m.format_id, tuple(c + j for lo, c, k in sorted(merged_triples(m.runs)) for j in range(k))))
+    return out
+
+
+def test_cases_that_fix_a_size_their_own_way_share_no_format(tmp_path):
+    """Tenth review: c = n at tp == 2 and c = 2 * n at tp == 4 fix n apart from one number."""
+    (a, pa), (b, pb) = _placements(tmp_path, "rot_cases", "rot", [(2, {"m": 8, "n": 4}), (4, {"m": 8, "n": 2})])
+    assert pa != pb and a != b
+    assert names_data(resolve(load([REVIEW / "rot_cases.lal"]), "rot")) == (False, False)
+
+
+def test_a_size_that_can_be_zero_fixes_no_other(tmp_path):
+    """Tenth review: q * n with q = 0 fixed n; the claim was proved and one id covered two placements."""
+    lib = load([REVIEW / "zero_factor.lal"])
+    assert not compile_family(resolve(lib, "zero")).claims_agnostic
+    (row,) = agnostic_rows(lib, "zero")
+    assert row.status == "unknown" and "reads n, which the canonical layout's numbers do not fix" in row.detail
+    (a, pa), (b, pb) = _placements(tmp_path, "zero_factor", "zero",
+                                   [(2, {"m": 8, "n": 4, "q": 0}), (2, {"m": 8, "n": 2, "q": 0})])
+    assert pa != pb and a != b
