@@ -123,6 +123,7 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
     moving = {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
     fixed_norm = _fixed(family, [norm(x) for x in sizes_of], moving)
     fixed_written = _fixed(family, sizes_of, moving)
+
     def reads(s: IterSum) -> tuple[list[str], list[str]]:
         sizes = set()
         for x in _size_reads(family, v, norm, s):
@@ -296,7 +297,8 @@ def names_data(family: Family) -> tuple[bool, ...]:
     target reads a rank digit or a size the canonical numbers do not fix under the case's own
     guards (`unplaced_target`), and its targets put every local index where each other such
     case, and each agnostic claim, puts it (`_same_targets`), with the sizes they read fixed
-    by the same canonical numbers (`_fixed_alike`); where any two differ, neither does. A family whose agnostic claim is dropped (`compile.unbacked`) names data nowhere.
+    by the same canonical numbers (`_fixed_alike`); where any two differ, neither does. A
+    family whose agnostic claim is dropped (`compile.unbacked`) names data nowhere.
 
     Post-conditions: a configuration whose variant is False here is keyed by its sizes (its
     pages are one format only under that configuration)."""
