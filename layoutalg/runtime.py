@@ -336,7 +336,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     if len(tensors) == len(views):  # each view with the element type its tensor names
         views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))
     named = names_data(inst)
-    fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors), () if named else (layer.kind,) + _physical(tensors))
+    fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors),
+                    () if named else (layer.kind,) + _physical(tensors))
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
 
 
