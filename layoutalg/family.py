@@ -116,22 +116,17 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
     A size counts as fixed read under the guards or as written: `n_side` fixes itself even
     where a guard writes it `m_f * k_f`, but `w * g` fixes neither w nor g."""
     if norm is None:
-        norm, _ = guarded_equality(family, dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic",
-                                                                                           None),)))
+        norm = claim_norm(family, v)
     c = v.canonical
     sizes_of = (*c.extents, *c.coefficients, c.base, c.element)
     moving = {*MOVES_WITH_THE_GROUP, *v.rank_digits}  # (a canonical layout that reads them is no agnostic one)
-    fixed_norm = _fixed(family, [norm(x) for x in sizes_of], moving)
-    fixed_written = _fixed(family, sizes_of, moving)
+    fixed_norm = _fixed(family, [_monomial(family, norm(x)) for x in sizes_of], moving)
+    fixed_written = _fixed(family, [_monomial(family, x) for x in sizes_of], moving)
 
     def reads(s: IterSum) -> tuple[list[str], list[str]]:
-        sizes = set()
-        for x in _size_reads(family, v, norm, s):
-            loose = _symbols(family, norm(x)) - fixed_norm
-            if loose and _symbols(family, x) - fixed_written:
-                sizes |= loose
         live = [sp for sp, k in s.terms if sympy.expand(family.atoms.expand(norm(k))) != 0]
-        return sorted({sp.source for sp in live if sp.source in v.rank_digits}), sorted(sizes)
+        return sorted({sp.source for sp in live if sp.source in v.rank_digits}), \
+            sorted(_loose(_size_names(family, v, norm, s), fixed_norm, fixed_written))
     for t in v.targets:
         for s in (t.placed_args if t.placed else (t.sum,)):
             ranks, sizes = reads(s)
@@ -144,9 +139,25 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str] | 
     return None
 
 
-def _size_reads(family: Family, v: Variant, norm, s: IterSum) -> list:
-    """The sizes a target's sum reads: its base, its live digits' scales and lower ends, and
-    the extent of a digit that wraps short of its index's box (`a % w`)."""
+def claim_norm(family: Family, v: Variant):
+    """`guarded_equality`'s norm of a case where its `agnostic` claim holds too."""
+    return guarded_equality(family, _claimed(v))[0]
+
+
+def _claimed(v: Variant) -> Variant:
+    return dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
+
+
+def _loose(names: list, fixed_norm: set, fixed_written: set) -> set[str]:
+    """The names of sizes read, each as (names under the guards, names as written), that
+    neither reading fixes."""
+    return set().union(*(n - fixed_norm for n, w in names if n - fixed_norm and w - fixed_written))
+
+
+def _size_names(family: Family, v: Variant, norm, s: IterSum) -> list[tuple[set, set]]:
+    """(names under the guards, names as written) of each size a target's sum reads: its
+    base, its live digits' scales and lower ends, and the extent of a digit that wraps short
+    of its index's box (`a % w`)."""
     box: dict = {}
     for d in v.digits:
         if d.split is not None:
@@ -154,12 +165,28 @@ def _size_reads(family: Family, v: Variant, norm, s: IterSum) -> list:
     live = [(sp, k) for sp, k in s.terms if sympy.expand(family.atoms.expand(norm(k))) != 0]
     short = [sp.extent for sp, _ in live if sp.source in box and
              sympy.expand(norm(sp.lower * sp.extent) - norm(box[sp.source])) != 0]
-    return [s.base, *(k for _, k in live), *(sp.lower for sp, _ in live), *short]
+    return [(_symbols(family, norm(x)), _symbols(family, x))
+            for x in (s.base, *(k for _, k in live), *(sp.lower for sp, _ in live), *short)]
 
 
-def _fixed(family: Family, sizes, moving: set) -> set[str]:
-    """The names whose values the numbers `sizes` fix: a size that is a number times powers of
-    names fixes its one name the others do not already fix (`head_size * dtype_bytes` fixes
+def _monomial(family: Family, x) -> frozenset[str] | None:
+    """The names of a size that is a number times powers of names, else None."""
+    x = sympy.cancel(family.atoms.expand(sympy.sympify(x)))
+    names = set()
+    for part in x.as_numer_denom():
+        for f in sympy.Mul.make_args(part.as_coeff_Mul()[1]):
+            b = f.base if isinstance(f, sympy.Pow) and f.exp.is_Integer else f
+            if isinstance(b, sympy.Symbol) and b not in family.atoms.by_symbol:
+                names.add(str(b))
+            elif not f.is_number:
+                return None
+    return frozenset(names) if names else None
+
+
+def _fixed(family: Family, monomials, moving: set) -> set[str]:
+    """The names whose values the numbers of sizes fix, each size's names given where it is
+    a number times powers of names (`_monomial`; None where not): such a size fixes its one
+    name the others do not already fix (`head_size * dtype_bytes` fixes
     head_size where dtype_bytes is fixed; `n_side * n_side` fixes n_side; `w * g` neither).
     Names that move with the group are never counted fixed (an agnostic layout reads none),
     and a monomial fixes its name only where the others cannot be 0 (`q * n` with q in 0 .. 1
@@ -167,22 +194,10 @@ def _fixed(family: Family, sizes, moving: set) -> set[str]:
 
     Examples:
         (with head_size, dtype_bytes, w and g runtime names)
-        _fixed(f, [dtype_bytes, head_size * dtype_bytes], set()) == {"dtype_bytes", "head_size"}
-        _fixed(f, [w * g], set()) == set()
+        _fixed(f, [{"dtype_bytes"}, {"head_size", "dtype_bytes"}], set()) == {"dtype_bytes", "head_size"}
+        _fixed(f, [{"w", "g"}], set()) == set()
     """
-    monomials = []
-    for x in sizes:
-        x = sympy.cancel(family.atoms.expand(sympy.sympify(x)))
-        names, ok = set(), True
-        for part in x.as_numer_denom():
-            for f in sympy.Mul.make_args(part.as_coeff_Mul()[1]):
-                b = f.base if isinstance(f, sympy.Pow) and f.exp.is_Integer else f
-                if isinstance(b, sympy.Symbol) and b not in family.atoms.by_symbol:
-                    names.add(str(b))
-                elif not f.is_number:
-                    ok = False
-        if ok and names:
-            monomials.append(names)
+    monomials = [m for m in monomials if m]
     vocabulary = family.vocabulary or {}
 
     def lowest(name):  # a name the library does not declare may be anything
@@ -200,20 +215,18 @@ def _fixed(family: Family, sizes, moving: set) -> set[str]:
 def _contradicted(family: Family, v: Variant) -> bool:
     """The case's own conditions fail where its claim holds (`cp > 1` under `cp == 1`): the
     claim is of no configuration of the case, so its forms are nothing to compare."""
-    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
-    norm, _ = guarded_equality(family, claimed)
+    norm = claim_norm(family, v)
     return any(norm(c.cond) in (False, sympy.false) for c in v.cases)
 
 
-def _claimed_form(family: Family, v: Variant, claim: bool = True) -> tuple:
+def _claimed_form(family: Family, v: Variant, norm=None) -> tuple:
     """(the canonical layout, where each target puts the local indices) under the case's
     claim: what must be one across the claiming cases. A target placed by the grid's fn
     counts by its index arguments, an unplaced one whole; per index, its digits (an index's
     top digit without its extent: it runs to the box, whose size may move). A `let` that is
     a constant in each case (`p = 2` when tp == 2) hides from each case alone that the shard
-    map puts an element elsewhere in another. (`claim` False: under the case's own guards.)"""
-    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),)) if claim else v
-    norm, _ = guarded_equality(family, claimed)
+    map puts an element elsewhere in another. (`norm`: of other guards than the claim's.)"""
+    norm = norm or claim_norm(family, v)
     c = v.canonical
     box: dict = {}  # each index's (or rank digit's) extent: the product of its digits
     for d in v.digits:
@@ -306,39 +319,39 @@ def names_data(family: Family) -> tuple[bool, ...]:
     for v in family.variants:
         norm, _ = guarded_equality(family, v)
         named.append(unplaced_target(family, v, norm) is None)
-        cases.append((v, norm, _claimed_form(family, v, claim=False)[1]))
-    claims = [(v, _claim_norm(family, v), _claimed_form(family, v)[1]) for v in family.variants
+        cases.append(_case_record(family, v, norm))
+    claims = [_case_record(family, v, claim_norm(family, v)) for v in family.variants
               if v.agnostic not in (False, sympy.false) and not _contradicted(family, v)]
     others = claims + [c for c, ok in zip(cases, named) if ok]
-    return tuple(ok and all(_same_targets(c[2], o[2]) and _fixed_alike(family, c, o) for o in others)
+    return tuple(ok and all(_same_targets(c[0], o[0]) and _fixed_alike(family, c, o) for o in others)
                  for c, ok in zip(cases, named))
 
 
-def _claim_norm(family: Family, v: Variant):
-    return guarded_equality(family, dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),)))[0]
+def _case_record(family: Family, v: Variant, norm) -> tuple:
+    """What `names_data` compares of a case under `norm`: (its targets' forms, its canonical
+    sizes as ((normal form, monomial), (form as written, monomial)), the names of each size
+    its targets read (`_size_names`), the sizes that move with its group)."""
+    c = v.canonical
+
+    def form(x):
+        return sympy.srepr(sympy.expand(family.atoms.expand(x))), _monomial(family, x)
+    sizes = tuple((form(norm(x)), form(x)) for x in (*c.extents, *c.coefficients, c.base, c.element))
+    reads = [n for t in v.targets for s in (t.placed_args if t.placed else (t.sum,))
+             for n in _size_names(family, v, norm, s)]
+    return _claimed_form(family, v, norm)[1], sizes, reads, {*MOVES_WITH_THE_GROUP, *v.rank_digits}
 
 
 def _fixed_alike(family: Family, a: tuple, b: tuple) -> bool:
-    """Two cases, (variant, norm, targets), fix every size their targets read by the same
-    canonical numbers: each size is fixed (`_fixed`) by the canonical sizes that are one in
-    both cases, read under the guards or as written. (c = n in one case and c = 2 * n in the
+    """Two cases (`_case_record`) fix every size their targets read by the same canonical
+    numbers: each size is fixed (`_fixed`) by the canonical sizes that are one in both
+    cases, read under the guards or as written. (c = n in one case and c = 2 * n in the
     other fix n apart from the one number c; head_size, an extent in every case, alike.)"""
-    (va, na, _), (vb, nb, _) = a, b
-    xa, xb = ((*v.canonical.extents, *v.canonical.coefficients, v.canonical.base, v.canonical.element)
-              for v in (va, vb))
-    if len(xa) != len(xb):
+    if len(a[1]) != len(b[1]):
         return False
-    moving = {*MOVES_WITH_THE_GROUP, *va.rank_digits, *vb.rank_digits}
-    normed = [na(x) for x, y in zip(xa, xb) if sympy.expand(family.atoms.expand(na(x) - nb(y))) == 0]
-    fixed_norm = _fixed(family, normed, moving)
-    fixed_written = _fixed(family, [x for x, y in zip(xa, xb) if sympy.expand(x - y) == 0], moving)
-    for v, norm in ((va, na), (vb, nb)):
-        for t in v.targets:
-            for s in (t.placed_args if t.placed else (t.sum,)):
-                if any(_symbols(family, norm(x)) - fixed_norm and _symbols(family, x) - fixed_written
-                       for x in _size_reads(family, v, norm, s)):
-                    return False
-    return True
+    moving = a[3] | b[3]
+    fixed_norm = _fixed(family, [x[0][1] for x, y in zip(a[1], b[1]) if x[0][0] == y[0][0]], moving)
+    fixed_written = _fixed(family, [x[1][1] for x, y in zip(a[1], b[1]) if x[1][0] == y[1][0]], moving)
+    return not _loose(a[2] + b[2], fixed_norm, fixed_written)
 
 
 def _symbols(family: Family, x) -> set[str]:

@@ -8,12 +8,12 @@ reported as "not established" (unknown), never as refuted: a counterexample is Z
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import sympy
 
-from ..family import Family, Guard, Variant, _rewrites, cases_text, claims_differ, guarded_equality, unplaced_target
+from ..family import (Family, Variant, _rewrites, cases_text, claim_norm, claims_differ, guarded_equality,
+                      unplaced_target)
 from ..tiling import broken, chains
 
 
@@ -91,8 +91,7 @@ def agnostic(family: Family, v: Variant) -> Certificate:
         return Certificate("proved", "not claimed in this case")
     # reason where the claim holds: its equalities rewrite like the case's own (cp == 1
     # makes dcp and pcp 1), so a claim that contradicts the case leaves nothing to show
-    claimed = dataclasses.replace(v, guards=v.guards + (Guard(v.agnostic, "agnostic", None),))
-    norm, _ = guarded_equality(family, claimed)
+    norm = claim_norm(family, v)
     c = v.canonical
     moving = {sympy.Symbol(n, integer=True) for n in MOVES_WITH_THE_GROUP} | \
         {sympy.Symbol(n) for n in v.rank_digits} | {sympy.Symbol(n, integer=True) for n in v.rank_digits}
