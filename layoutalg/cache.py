@@ -55,6 +55,18 @@ def _files_digest(files) -> str:
     return _digest(*(str(f).encode() + b"\0" + Path(f).read_bytes() for f in sorted(map(str, files))))
 
 
+def snapshot(files) -> tuple[str | None, tuple]:
+    """(the files' digest as an entry records it, ((path, sha256), ...)) from one read of each
+    file, or (None, ()) where one cannot be read: what the read data was made from, without
+    the race of reading twice."""
+    try:
+        data = {f: Path(f).read_bytes() for f in map(str, files)}
+    except OSError:
+        return None, ()
+    return (_digest(*(f.encode() + b"\0" + data[f] for f in sorted(map(str, files)))),
+            tuple(sorted((f, hashlib.sha256(b).hexdigest()) for f, b in data.items())))
+
+
 def _entry_digest(key: str, files: list[str], files_digest: str, text: str) -> str:
     return _digest(key.encode(), "\0".join(files).encode(), files_digest.encode(), text.encode())
 
@@ -99,47 +111,59 @@ _VALID = {"library": _valid_library}
 """What each kind of entry must look like to be returned at all."""
 
 
-def load(kind: str, spec_dir: Path):
-    """Cached data for a spec folder, or None. Checks every file the entry depends on.
+def key_of(spec_dir: Path) -> str:
+    """The key of a spec folder's entries: the compiler and the folder's spec files."""
+    return _digest(compiler_fingerprint().encode(), _files_digest(spec_dir.glob("*.lal")).encode())
+
+
+def load(kind: str, spec_dir: Path, with_files: bool = False):
+    """Cached data for a spec folder, or None (and with `with_files`, (the files it was made
+    from, their digest as it records it), or None). Checks every file the entry depends on.
 
     An entry is used only when its folder and file are private (`private`), its
     digest matches its content (a truncated or edited entry is ignored, never half
     used) and its data has the shape its kind requires.
     """
-    key = _digest(compiler_fingerprint().encode(), _files_digest(spec_dir.glob("*.lal")).encode())
+    key = key_of(spec_dir)
     p = _path(kind, key)
-    if p is None or not p.is_file() or not (private(p.parent) and private(p)):
-        return key, None
-    data = _read_entry(p, key)
-    valid = _VALID.get(kind)
-    if data is not None and valid is not None and not valid(data):
-        return key, None
-    return key, data
+    data, files = None, None
+    if p is not None and p.is_file() and private(p.parent) and private(p):
+        data, files = _read_entry(p, key)
+        valid = _VALID.get(kind)
+        if data is not None and valid is not None and not valid(data):
+            data, files = None, None
+    return (key, data, files) if with_files else (key, data)
 
 
 def _read_entry(p: Path, key: str):
+    """(the entry's data, the files it was made from), or (None, None)."""
     try:
         if p.stat().st_size > MAX_ENTRY_BYTES:
-            return None
+            return None, None
         entry = json.loads(p.read_bytes())
         if not isinstance(entry, dict):
-            return None
-        files, files_digest, text = entry.get("files"), entry.get("files_digest"), entry.get("data")
+            return None, None
+        files, fdigest, text = entry.get("files"), entry.get("files_digest"), entry.get("data")
         if not (entry.get("key") == key and isinstance(files, list) and all(isinstance(f, str) for f in files)
-                and isinstance(files_digest, str) and isinstance(text, str)
-                and entry.get("digest") == _entry_digest(key, files, files_digest, text)):
-            return None
-        if not all(Path(f).is_file() for f in files) or files_digest != _files_digest(files):
-            return None  # an imported file outside the folder changed
-        return json.loads(text)
+                and isinstance(fdigest, str) and isinstance(text, str)
+                and entry.get("digest") == _entry_digest(key, files, fdigest, text)):
+            return None, None
+        if not all(Path(f).is_file() for f in files) or fdigest != _files_digest(files):
+            return None, None  # an imported file outside the folder changed
+        return json.loads(text), (files, fdigest)
     except (OSError, ValueError, RecursionError):
-        return None
+        return None, None
 
 
-def store(kind: str, key: str, files, data) -> None:
-    """Write an entry atomically; a cache that cannot be written, or is not private, is skipped."""
+def store(kind: str, key: str, files, data, made_from: tuple | None = None, spec_dir: Path | None = None) -> None:
+    """Write an entry atomically; a cache that cannot be written, or is not private, is skipped.
+    With `made_from` ((path, sha256) of the bytes the data was made from, `library.sources`)
+    and `spec_dir`, an entry is written only where the files still hold those bytes and the
+    folder still has `key`: a spec edited while it compiled is never recorded as its source."""
     p = _path(kind, key)
     if p is None:
+        return
+    if made_from is not None and (snapshot(files)[1] != tuple(sorted(made_from)) or key_of(spec_dir) != key):
         return
     try:
         p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -147,9 +171,9 @@ def store(kind: str, key: str, files, data) -> None:
             return
         names = sorted(map(str, files))
         text = json.dumps(data, separators=(",", ":"))
-        files_digest = _files_digest(names)
-        entry = {"key": key, "files": names, "files_digest": files_digest, "data": text,
-                 "digest": _entry_digest(key, names, files_digest, text)}
+        fdigest = _files_digest(names)
+        entry = {"key": key, "files": names, "files_digest": fdigest, "data": text,
+                 "digest": _entry_digest(key, names, fdigest, text)}
         fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:

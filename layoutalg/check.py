@@ -210,7 +210,8 @@ def _unplaced(lib: Library, cf) -> list[str]:
     head in one slot at tp=2 and in another at tp=4, and no enumeration of one configuration
     would see it. The same rule as the prover's `agnostic` row."""
     import sympy
-    from .family import cases_text, claims_differ, resolve, unplaced_target
+    from .claims import cases_text, claims_differ, unplaced_target
+    from .family import resolve
     out = []
     fams = [(part, resolve(lib, part)) for part in lib.parts_of(cf.name)]
     for part, fam in fams:
@@ -219,7 +220,7 @@ def _unplaced(lib: Library, cf) -> list[str]:
             if hit:
                 out.append(f"{spec_line(lib, part, 'shard')}: agnostic is claimed (when {cases_text(v)}) but "
                            f"canonical index '{hit[0]}' could hold other engine elements in other configurations: "
-                           f"{hit[1]} (write it as the grid's placement, e.g. head(h))")
+                           f"{hit[1]}{hit[2]}")
                 return out
     for part, fam in fams:  # each case backs its claim; two cases must also agree (which applies moves with tp)
         differ = claims_differ(fam)
@@ -230,6 +231,34 @@ def _unplaced(lib: Library, cf) -> list[str]:
                        f"configuration, so one page format would hold an element in two places")
             return out
     return out
+
+
+def sized_cases(lib: Library, name: str) -> list[str]:
+    """Each case of a family (each part of a family of pages) whose pages are keyed by their
+    sizes too (`runtime.names_data`): its canonical indices are not shown to name the
+    engine's elements, so its pages reload only under the configuration that stored them.
+    Where the `agnostic` claim holds, the claim decides instead."""
+    import sympy
+    from .claims import unnamed
+    from .compile import unbacked
+    from .family import resolve
+    out = []
+    for part in lib.parts_of(name):
+        fam = resolve(lib, part)
+        dropped = unbacked(fam)
+        for v, why in zip(fam.variants, unnamed(fam)):
+            if why or dropped:
+                claimed = v.agnostic not in (False, sympy.false) and not dropped
+                out.append(f"{spec_line(lib, part, 'shard')}: {part} {_when(v)} keys its pages by their "
+                           f"sizes too{' (but where its agnostic claim holds)' if claimed else ''}: "
+                           + ("its agnostic claim is dropped" if dropped else why))
+    return out
+
+
+def _when(v) -> str:
+    from .claims import cases_text
+    text = cases_text(v)
+    return "in every case" if text == "always" else f"when {text}"
 
 
 def _commonest(refusals: dict, samples: int, own: str) -> str:

@@ -274,7 +274,7 @@ def _families_in(spec: str, wanted: str | None):
 
 
 def _check(args) -> int:
-    from .check import check_family
+    from .check import check_family, sized_cases
     from .compile import compile_named
     from .family import check_layouts
     from .library import load
@@ -305,6 +305,8 @@ def _check(args) -> int:
         print(f"[{n}/{len(compiled)}] {name}: {status}", file=sys.stderr, flush=True)
         for err in rep.errors[:5]:
             print(f"    {err}")
+        for line in sized_cases(lib, name):
+            print(f"    note: {line}")
         bad += not rep.ok
         examples[name] = rep.example
     print("\ncertified: the family applies and its runs tile, on the sample configurations of the names it "

@@ -103,13 +103,13 @@ def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFami
     """Print and compile the family's variants into Python functions.
 
     An `agnostic` claim the grid does not back is dropped (`unplaced`: some case puts an index
-    that moves with the rank in slots of the family's own choosing, `family.unplaced_target`;
+    that moves with the rank in slots of the family's own choosing, `claims.unplaced_target`;
     None: find out): its pages are then one format only under one configuration, so a reader
     under another never takes them for its own (the prover reports the claim unknown). Each
     case records whether its canonical indices name the engine's elements where the claim
-    does not hold (`family.names_data`); one that does not is keyed by its configuration too."""
+    does not hold (`claims.names_data`); one that does not is keyed by its configuration too."""
     pr = _Printer(family)
-    from .family import names_data
+    from .claims import names_data
     if unplaced is None:
         unplaced = unbacked(family)
     named = (False,) * len(family.variants) if unplaced else names_data(family)
@@ -131,7 +131,7 @@ def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFami
 def unbacked(family: Family) -> bool:
     """Whether a case claims agnostic with a canonical index that moves with the rank and is
     not a placement of the grid, or two claiming cases put the bytes apart (`claims_differ`)."""
-    from .family import claims_differ, unplaced_target
+    from .claims import claims_differ, unplaced_target
     return any(v.agnostic is not sympy.false and unplaced_target(family, v) for v in family.variants) or \
         claims_differ(family) is not None
 

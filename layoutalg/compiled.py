@@ -63,7 +63,7 @@ class Instance(NamedTuple):
     local_base: int = 0   # bytes before the region (a page of regions); 0 for a layout of one box
     canonical_form: tuple = ()  # (base, element, ((extent, stride), ...)) of the canonical layout
     local_form: tuple = ()  # the same of the local layout: its index box, as the spec writes it
-    names_data: bool = False  # its canonical indices name the engine's elements (`family.names_data`)
+    names_data: bool = False  # its canonical indices name the engine's elements (`claims.names_data`)
 
 
 # A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition

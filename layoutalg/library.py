@@ -6,7 +6,7 @@ twice is an error that points at the second definition.
 from __future__ import annotations
 
 import dataclasses
-import functools
+import hashlib
 import keyword
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +36,7 @@ class Library:
     """
 
     modules: list[Module] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (each import's path as written, its file)
     layouts: dict[str, LayoutDef] = field(default_factory=dict)
     grids: dict[str, GridDef] = field(default_factory=dict)
     families: dict[str, FamilyDef] = field(default_factory=dict)
@@ -70,7 +71,9 @@ class Library:
         for imp in module.imports:
             if depth >= MAX_IMPORT_DEPTH:
                 raise SpecError(f"imports nested too deeply: more than {MAX_IMPORT_DEPTH} levels", imp.span)
-            self.add(parse_file(_import_target(module, imp), imp.span), depth + 1)
+            target = _import_target(module, imp)
+            self.links.append((str(Path(module.path).parent / imp.path), str(target)))
+            self.add(parse_file(target, imp.span), depth + 1)
         for table, items in ((self.layouts, module.layouts), (self.grids, module.grids),
                              (self.families, module.families), (self.lets, module.lets),
                              (self.fns, module.fns), (self.params, module.params), (self.rules, module.rules)):
@@ -349,11 +352,46 @@ def load(paths) -> Library:
     return lib
 
 
-@functools.lru_cache(maxsize=8)
-def _load_cached(key: tuple[str, ...]) -> Library:
-    return load(key)
+def sources(lib: Library) -> tuple[tuple[str, str], ...]:
+    """(path, sha256 of the bytes parsed) of every file the library was read from, and of every
+    import by the path it is written as (a link re-pointed since is another source)."""
+    read = {m.path: m.digest for m in lib.modules}
+    return tuple(sorted({*read.items(), *((path, read[target]) for path, target in lib.links)}))
+
+
+def unchanged(sources: tuple, folder: Path, listing: tuple) -> bool:
+    """Whether every source still holds the bytes it was read with and the folder still holds
+    the same spec files (`listing`): a library memoised from them may be served."""
+    if listing != folder_listing(folder):
+        return False
+    for path, digest in sources:
+        try:
+            if hashlib.sha256(Path(path).read_bytes()).hexdigest() != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def folder_listing(folder: Path) -> tuple[str, ...]:
+    return tuple(sorted(str(p) for p in folder.glob("*.lal")))
+
+
+_LOADED: dict[str, tuple[tuple, tuple, Library]] = {}
+"""Per folder: (`sources`, its spec files, the library)."""
 
 
 def load_default(spec_dir: str | Path | None = None) -> Library:
-    """The shipped spec library (or `spec_dir`), loaded once per process."""
-    return _load_cached((str(Path(spec_dir or specs_dir()).resolve()),))
+    """The shipped spec library (or `spec_dir`), loaded once per process and again whenever a
+    file it was read from changes or the folder's spec files do (`unchanged`): an edited spec
+    is never served stale."""
+    folder = Path(spec_dir or specs_dir()).resolve()
+    hit = _LOADED.get(str(folder))
+    if hit is not None and unchanged(hit[0], folder, hit[1]):
+        return hit[2]
+    listing = folder_listing(folder)
+    lib = load((str(folder),))
+    if len(_LOADED) >= 8:
+        _LOADED.pop(next(iter(_LOADED)))
+    _LOADED[str(folder)] = (sources(lib), listing, lib)
+    return lib

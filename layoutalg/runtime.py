@@ -440,7 +440,7 @@ def _dtypes(tensors: tuple) -> tuple:
 def names_data(inst) -> bool:
     """Whether an instance (or a page) names the engine's elements by its canonical indices at
     its configuration: its `agnostic` claim holds there, or its case was shown to name them
-    (`family.names_data`). Its format is then its canonical numbers; else also its sizes."""
+    (`claims.names_data`). Its format is then its canonical numbers; else also its sizes."""
     return bool(inst.agnostic or inst.names_data)
 
 
@@ -570,18 +570,40 @@ def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_
     return ""
 
 
-@functools.lru_cache(maxsize=8)
+_COMPILED: dict[str, tuple[tuple, tuple, dict]] = {}
+"""Per folder: (the sources it was compiled from, `library.sources`; its spec files; its families)."""
+
+
 def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
-    """Every family of a library, compiled once per process (or loaded precompiled)."""
+    """Every family of a library, compiled once per process (or loaded precompiled), and again
+    whenever a file it was compiled from, or a file of its folder, changes: a spec edited
+    between two `Deriver`s of one process is never served stale."""
     from . import cache
     from ._resources import specs_dir
+    from .library import folder_listing, unchanged
     folder = Path(spec_dir or specs_dir()).resolve()
-    key, data = cache.load("library", folder)
-    if data is not None:
-        return {d["name"]: from_entry(d) for d in data}
-    from .compile import compile_named
-    from .library import load_default
-    lib = load_default(folder)
-    out = {name: compile_named(lib, name) for name in lib.families}
-    cache.store("library", key, [m.path for m in lib.modules], [cf.to_json() for cf in out.values()])
+    hit = _COMPILED.get(str(folder))
+    if hit is not None and unchanged(hit[0], folder, hit[1]):
+        return hit[2]
+    listing = folder_listing(folder)
+    key, data, entry = cache.load("library", folder, with_files=True)
+    read = cache.snapshot(entry[0]) if data is not None else (None, ())
+    if data is not None and read[0] == entry[1]:  # the files as read now are those the entry was made from
+        out, made_from = {d["name"]: from_entry(d) for d in data}, read[1]
+    else:
+        from .compile import compile_named
+        from .library import load_default, sources
+        lib = load_default(folder)
+        out, made_from = {name: compile_named(lib, name) for name in lib.families}, sources(lib)
+        cache.store("library", key, [p for p, _ in made_from], [cf.to_json() for cf in out.values()], made_from,
+                    folder)
+    if len(_COMPILED) >= 8:
+        _COMPILED.pop(next(iter(_COMPILED)))
+    _COMPILED[str(folder)] = (made_from, listing, out)
     return out
+
+
+def forget_compiled() -> None:
+    """Drop the compiled libraries this process holds: the next `compiled_library` reads the
+    on-disk cache (or compiles) again."""
+    _COMPILED.clear()

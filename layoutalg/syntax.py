@@ -6,7 +6,9 @@ and column, show the line with a caret and say what was expected.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Union
@@ -343,6 +345,7 @@ class Module:
     fns: tuple[Fn, ...]
     params: tuple[ParamDef, ...] = ()
     rules: tuple[RulesDef, ...] = ()
+    digest: str = ""  # sha256 of the bytes it was parsed from (`library.sources`)
 
 
 # ---- the parser -------------------------------------------------------------------------
@@ -567,7 +570,7 @@ def parse_file(path: str | Path, named_at: Span | None = None) -> Module:
     except OSError as e:
         why = "it is a folder" if p.is_dir() else (e.strerror or type(e).__name__).lower()
         raise SpecError(f"cannot read spec file {p}: {why}", named_at) from None
-    return _parse_cached(str(p), decode(data, str(p)))
+    return dataclasses.replace(_parse_cached(str(p), decode(data, str(p))), digest=hashlib.sha256(data).hexdigest())
 
 
 def decode(data: bytes, path: str) -> str:

@@ -16,7 +16,7 @@ from layoutalg.compile import compile_family, compile_named
 from layoutalg.compiled import CompiledFamily, UnsafeSource, check_source, valid_entry, valid_json
 from layoutalg.family import resolve
 from layoutalg.library import load
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library, forget_compiled
 
 from conftest import ROOT
 
@@ -37,12 +37,12 @@ def stored_entry(tmp_path_factory):
     old = os.environ.get("LAYOUTALG_CACHE")
     os.environ["LAYOUTALG_CACHE"] = str(folder)
     try:
-        compiled_library.cache_clear()
+        forget_compiled()
         compiled_library()
         (p,) = folder.glob("library-*.json")
         return p.name, p.read_bytes()
     finally:
-        compiled_library.cache_clear()
+        forget_compiled()
         if old is None:
             del os.environ["LAYOUTALG_CACHE"]
         else:
@@ -54,9 +54,9 @@ def empty_cache_folder(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv("LAYOUTALG_CACHE", str(folder))
     monkeypatch.setattr(cache, "_warned", set())
-    compiled_library.cache_clear()
+    forget_compiled()
     yield folder
-    compiled_library.cache_clear()
+    forget_compiled()
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def rewrite(p: Path, edit, fix_digest: bool = True) -> None:
 
 
 def derive_fresh():
-    compiled_library.cache_clear()
+    forget_compiled()
     return Deriver().derive(*layer())
 
 
@@ -296,3 +296,75 @@ def test_cache_folder_owned_by_another_user_is_refused(cache_folder):
     compiled_library()
     os.chown(cache_folder, 12345, -1)
     assert cache.load("library", ROOT / "specs")[1] is None
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_a_spec_edited_between_two_derivers_of_one_process_is_read_again(tmp_path, monkeypatch, on):
+    """The compiled library is held per process, but never past an edit of a file it was
+    compiled from: the second Deriver maps by the edited spec (the imported grids file too)."""
+    import shutil
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache") if on else "off")
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")  # imported from outside the folder
+    spec = (ROOT / "tests/data/review/grid_fn_size.lal").read_text().replace("../../../specs/", "../")
+    (folder / "dealt.lal").write_text(spec)
+    layer = LayerSpec("attention", 8, block_size=1, num_kv_heads=1, head_size=1, dtype_bytes=1, sizes={"m": 8, "n": 4})
+
+    def runs():
+        res = Deriver(folder).derive(layer, TensorLayout((8, 8), (8, 1), 1), ParallelConfig(tp=2, total_kv_heads=1), 8)
+        assert res.family == "slotted", res.reasons
+        return res.mappings[0].runs
+    dealt = runs()
+    (folder / "dealt.lal").write_text(spec.replace("(i % n) * (m / n) + i // n", "i"))
+    assert runs() != dealt
+    held = compiled_library(str(folder))
+    assert compiled_library(str(folder)) is held  # unedited: held, not compiled again
+    (tmp_path / "grids.lal").write_text((tmp_path / "grids.lal").read_text() + "\n# an edit of the import\n")
+    assert compiled_library(str(folder)) is not held
+
+
+def _linked_library(tmp_path):
+    """lib/s.lal imports cur/g.lal, where cur is a link to A (one layout) and B holds two."""
+    for name, layouts in (("A", ["flat"]), ("B", ["flat", "flat2"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "g.lal").write_text("".join(f"layout {n}(M):\n    index i < M\n    element 1 bytes\n"
+                                                        for n in layouts))
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "s.lal").write_text('import "cur/g.lal"\n')
+    (tmp_path / "lib" / "cur").symlink_to(tmp_path / "A")
+    return tmp_path / "lib"
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_an_import_through_a_link_pointed_elsewhere_is_read_again(tmp_path, monkeypatch, on):
+    """Review: the held library was checked by the files it resolved to, which a re-pointed
+    link leaves as they were."""
+    from layoutalg.library import load_default
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache") if on else "off")
+    folder = _linked_library(tmp_path)
+    assert sorted(load_default(folder).layouts) == ["flat"]
+    held = compiled_library(str(folder))
+    (folder / "cur").unlink()
+    (folder / "cur").symlink_to(tmp_path / "B")
+    assert sorted(load_default(folder).layouts) == ["flat", "flat2"]
+    assert compiled_library(str(folder)) is not held
+    forget_compiled()
+    assert compiled_library(str(folder)) == {}  # no family, from the cache or compiled: and no stale entry
+
+
+def test_an_import_edited_while_the_library_is_read_is_read_again(tmp_path, monkeypatch):
+    """Review: the held library was recorded with the digest of the files as they were after
+    the read, so an edit that landed during it was never seen."""
+    from layoutalg import library
+    folder = _linked_library(tmp_path)
+    real = library.load
+
+    def edited_meanwhile(paths):
+        lib = real(paths)
+        (tmp_path / "A" / "g.lal").write_text((tmp_path / "B" / "g.lal").read_text())  # after it was parsed
+        return lib
+    monkeypatch.setattr(library, "load", edited_meanwhile)
+    assert sorted(library.load_default(folder).layouts) == ["flat"]
+    monkeypatch.setattr(library, "load", real)
+    assert sorted(library.load_default(folder).layouts) == ["flat", "flat2"]

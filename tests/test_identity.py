@@ -81,15 +81,15 @@ def test_every_mapping_carries_the_family_id():
 
 @pytest.mark.parametrize("cache", ["off", "tmp"])
 def test_the_compiled_library_keeps_the_id(tmp_path, monkeypatch, cache):
-    from layoutalg.runtime import compiled_library
+    from layoutalg.runtime import compiled_library, forget_compiled
     monkeypatch.setenv("LAYOUTALG_CACHE", "off" if cache == "off" else str(tmp_path))
-    compiled_library.cache_clear()
+    forget_compiled()
     try:
         first = {n: cf.layout_id for n, cf in compiled_library(str(SPECS)).items()}
-        compiled_library.cache_clear()
+        forget_compiled()
         again = {n: cf.layout_id for n, cf in compiled_library(str(SPECS)).items()}  # from the cache, if on
     finally:
-        compiled_library.cache_clear()
+        forget_compiled()
     assert first == again and all(first.values())
 
 

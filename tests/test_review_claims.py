@@ -11,7 +11,8 @@ import pytest
 
 from layoutalg.compile import compile_family, compile_named
 from layoutalg.errors import SpecError
-from layoutalg.family import names_data, resolve
+from layoutalg.claims import names_data
+from layoutalg.family import resolve
 from layoutalg.library import load, load_default
 from layoutalg.prove.runner import agnostic_rows, prove_family
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
@@ -231,3 +232,44 @@ def test_a_size_that_can_be_zero_fixes_no_other(tmp_path):
     (a, pa), (b, pb) = _placements(tmp_path, "zero_factor", "zero",
                                    [(2, {"m": 8, "n": 4, "q": 0}), (2, {"m": 8, "n": 2, "q": 0})])
     assert pa != pb and a != b
+
+
+def test_a_grid_fn_names_elements_as_the_engine_does_and_the_same_order_in_a_shard_map_does_not(tmp_path):
+    """Eleventh review: the grid's slot(i) deals the elements out by n, which flat(m) never
+    reads, and n = 2 and n = 4 share one format. That is the grid's word: canonical index c
+    holds the model's element c at both (as head(h) does at tp=2 and tp=4). The same order
+    in the family's shard map is the family's own: there c holds element 4 at n = 2 and
+    element 2 at n = 4, so it keeps no claim and each n is a format of its own."""
+    lib = load([REVIEW / "grid_fn_size.lal"])
+    assert compile_family(resolve(lib, "slotted")).claims_agnostic and names_data(resolve(lib, "slotted")) == (True,)
+    assert [r.status for r in agnostic_rows(lib, "slotted")] == ["proved"]
+    configs = [(2, {"m": 8, "n": 2}), (2, {"m": 8, "n": 4})]
+    (a, pa), (b, pb) = _placements(tmp_path, "grid_fn_size", "slotted", configs)
+    assert pa != pb and a == b
+    own = ("fn slot(i) = (i % n) * (m / n) + i // n", "fn slot(i) = i")
+    spec = _edited(tmp_path, "grid_fn_size", *own)
+    spec.write_text(spec.read_text().replace("shard (i) -> (slot(i))", "shard (i) -> ((i % n) * (m / n) + i // n)"))
+    fam = resolve(load([spec]), "slotted")
+    assert not compile_family(fam).claims_agnostic and names_data(fam) == (False,)
+    (row,) = agnostic_rows(load([spec]), "slotted")
+    assert row.status == "unknown" and "reads n, which the canonical layout's numbers do not fix" in row.detail
+    deriver = Deriver(tmp_path)
+    ids = {deriver.derive(LayerSpec("attention", 8, block_size=1, num_kv_heads=1, head_size=1, dtype_bytes=1,
+                                    sizes=sizes), TensorLayout((8, 8), (8, 1), 1),
+                          ParallelConfig(tp=tp, total_kv_heads=1), 8).mappings[0].format_id for tp, sizes in configs}
+    assert len(ids) == 2
+
+
+def test_check_says_which_cases_key_their_pages_by_their_sizes():
+    def check(path):
+        proc = subprocess.run([sys.executable, "-m", "layoutalg", "check", path], capture_output=True, text=True,
+                              cwd=ROOT)
+        return proc.returncode, [line.strip() for line in proc.stdout.splitlines() if "keys its pages" in line]
+    rc, notes = check(REVIEW / "dealt_rows.lal")
+    assert rc == 0 and notes == ["note: tests/data/review/dealt_rows.lal:25: dealt in every case keys its pages by "
+                                 "their sizes too (but where its agnostic claim holds): canonical index 'a': it "
+                                 "reads dcp, which the canonical layout's numbers do not fix and is not placed by "
+                                 "a fn of the grid"]
+    rc, notes = check(REVIEW / "zero_factor.lal")
+    assert rc == 1 and len(notes) == 1 and "its agnostic claim is dropped" in notes[0]
+    assert check(ROOT / "specs/split_nhd.lal") == (0, [])

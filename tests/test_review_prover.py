@@ -60,7 +60,7 @@ def test_runs_rows_of_a_live_case_no_configuration_reaches_are_unknown(tmp_path)
 
 def test_check_compares_agnostic_layouts_on_every_configuration(tmp_path):
     """The first 40 configurations the oracle reads are all tp=1: the layout changes at tp=4.
-    The two cases' canonical layouts are compared symbolically (`family.claims_differ`), so
+    The two cases' canonical layouts are compared symbolically (`claims.claims_differ`), so
     the compiled family drops the claim and check names both cases."""
     lib = _lib(tmp_path, BLEND)
     rep = check_family(lib, compile_named(lib, "ag"))

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..family import (Family, Variant, _rewrites, cases_text, claim_norm, claims_differ, guarded_equality,
-                      unplaced_target)
+from ..claims import cases_text, claim_norm, claims_differ, unplaced_target
+from ..family import Family, Variant, _rewrites, guarded_equality
 from ..tiling import broken, chains
 
 
@@ -111,8 +111,7 @@ def agnostic(family: Family, v: Variant) -> Certificate:
     unplaced = unplaced_target(family, v, norm)  # after the layout: a layout that moves is the first finding
     if unplaced:
         return Certificate("unknown", f"agnostic is claimed but canonical index '{unplaced[0]}' could hold other "
-                                      f"engine elements in other configurations: {unplaced[1]} (where a canonical "
-                                      f"index moves with the rank, write it as the grid's placement, e.g. head(h))")
+                                      f"engine elements in other configurations: {unplaced[1]}{unplaced[2]}")
     return Certificate("proved", "the canonical page is built from no parallel quantity" + (
         f"; the runtime's page (page_size) is read as a model size: {assumed}" if assumed else ""))
 
