@@ -111,6 +111,24 @@ _VALID = {"library": _valid_library}
 """What each kind of entry must look like to be returned at all."""
 
 
+def unchanged(sources: tuple, folder: Path, listing: tuple) -> bool:
+    """Whether every source still holds the bytes it was read with and the folder still holds
+    the same spec files (`listing`): a library memoised from them may be served."""
+    if listing != folder_listing(folder):
+        return False
+    for path, digest in sources:
+        try:
+            if hashlib.sha256(Path(path).read_bytes()).hexdigest() != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def folder_listing(folder: Path) -> tuple[str, ...]:
+    return tuple(sorted(str(p) for p in folder.glob("*.lal")))
+
+
 def key_of(spec_dir: Path) -> str:
     """The key of a spec folder's entries: the compiler and the folder's spec files."""
     return _digest(compiler_fingerprint().encode(), _files_digest(spec_dir.glob("*.lal")).encode())

@@ -6,7 +6,6 @@ twice is an error that points at the second definition.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import keyword
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -359,24 +358,6 @@ def sources(lib: Library) -> tuple[tuple[str, str], ...]:
     return tuple(sorted({*read.items(), *((path, read[target]) for path, target in lib.links)}))
 
 
-def unchanged(sources: tuple, folder: Path, listing: tuple) -> bool:
-    """Whether every source still holds the bytes it was read with and the folder still holds
-    the same spec files (`listing`): a library memoised from them may be served."""
-    if listing != folder_listing(folder):
-        return False
-    for path, digest in sources:
-        try:
-            if hashlib.sha256(Path(path).read_bytes()).hexdigest() != digest:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-def folder_listing(folder: Path) -> tuple[str, ...]:
-    return tuple(sorted(str(p) for p in folder.glob("*.lal")))
-
-
 _LOADED: dict[str, tuple[tuple, tuple, Library]] = {}
 """Per folder: (`sources`, its spec files, the library)."""
 
@@ -385,11 +366,12 @@ def load_default(spec_dir: str | Path | None = None) -> Library:
     """The shipped spec library (or `spec_dir`), loaded once per process and again whenever a
     file it was read from changes or the folder's spec files do (`unchanged`): an edited spec
     is never served stale."""
+    from . import cache
     folder = Path(spec_dir or specs_dir()).resolve()
     hit = _LOADED.get(str(folder))
-    if hit is not None and unchanged(hit[0], folder, hit[1]):
+    if hit is not None and cache.unchanged(hit[0], folder, hit[1]):
         return hit[2]
-    listing = folder_listing(folder)
+    listing = cache.folder_listing(folder)
     lib = load((str(folder),))
     if len(_LOADED) >= 8:
         _LOADED.pop(next(iter(_LOADED)))

@@ -580,12 +580,11 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     between two `Deriver`s of one process is never served stale."""
     from . import cache
     from ._resources import specs_dir
-    from .library import folder_listing, unchanged
     folder = Path(spec_dir or specs_dir()).resolve()
     hit = _COMPILED.get(str(folder))
-    if hit is not None and unchanged(hit[0], folder, hit[1]):
+    if hit is not None and cache.unchanged(hit[0], folder, hit[1]):
         return hit[2]
-    listing = folder_listing(folder)
+    listing = cache.folder_listing(folder)
     key, data, entry = cache.load("library", folder, with_files=True)
     read = cache.snapshot(entry[0]) if data is not None else (None, ())
     if data is not None and read[0] == entry[1]:  # the files as read now are those the entry was made from

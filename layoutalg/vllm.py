@@ -288,6 +288,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             if sizes:
                 layer = _with_sizes(layer, sizes, deriver)
             tensor = TensorLayout.of(kv_caches.get(name))
+            layer = _kv_outside_blocks(layer, tensor, num_blocks, deriver)
         except ConfigError as e:
             raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None
         result = _derive(deriver, layer, tensor, parallel, num_blocks, type(spec).__name__)
@@ -303,6 +304,22 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
                                                                       vllm_config))
     _warn(failed)
     return out
+
+
+KV_OUTSIDE = "kv_blocks_second"
+"""The name a layer says FlashAttention's tensor order with, (2, num_blocks, ...) (`specs/grids.lal`)."""
+
+
+def _kv_outside_blocks(layer: LayerSpec, tensor, num_blocks: int, deriver) -> LayerSpec:
+    """An attention layer whose one tensor keeps K and V outside the blocks, shape (2,
+    num_blocks, ...) with num_blocks other than 2, as FlashAttention's does, says so
+    (`kv_blocks_second = 1`) where the layer does not already say, and some family serving
+    its kind reads the name. Where the shape cannot tell ((2, 2, ...): num_blocks == 2) the
+    layer is read blocks first, as the reference reads it, unless it says otherwise."""
+    if (KV_OUTSIDE in dict(layer.sizes) or not isinstance(tensor, TensorLayout) or num_blocks == 2
+            or KV_OUTSIDE not in deriver.reads(layer.kind) or tensor.shape[:2] != (2, num_blocks)):
+        return layer
+    return dataclasses.replace(layer, sizes={**dict(layer.sizes), KV_OUTSIDE: 1})
 
 
 def _with_sizes(layer: LayerSpec, sizes, deriver=None) -> LayerSpec:

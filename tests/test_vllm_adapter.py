@@ -519,3 +519,26 @@ def test_element_types_of_one_size_are_other_formats():
                                ParallelConfig(2, 4))
         ids.add(res.mappings[0].format_id)
     assert len(ids) == 2
+
+
+def test_flash_attention_order_is_read_from_the_tensor_where_its_shape_tells():
+    """(2, num_blocks, ...) with num_blocks other than 2 is FlashAttention's order, K and V
+    outside the blocks: served by its family without the layer saying so. (2, 2, ...) cannot
+    tell and is read blocks first unless said; a layer that says 0 is taken at its word."""
+    kv = cache_config([(attention(), ["l0"])], num_blocks=3)
+    flash = {"l0": torch.zeros(2, 3, 16, 2, 64, dtype=torch.bfloat16)}
+    out = derive_canonical_mappings(config(tp=2, rank=0), kv, flash)
+    said = derive_canonical_mappings(config(tp=2, rank=0), kv, flash, sizes={"kv_blocks_second": 1})
+    def seen(m):  # the runs, and the tensor view the mapping was derived for (K and V outside: outer 1)
+        return m, m.format_id, m.tensors
+    assert seen(out["l0"]) == seen(said["l0"]) and out["l0"].parallelism_agnostic
+    assert [t.outer for t in out["l0"].tensors] == [1]
+    refused = derive_canonical_mappings(config(tp=2, rank=0), kv, flash, sizes={"kv_blocks_second": 0})
+    assert not refused["l0"].parallelism_agnostic  # the fallback: this rank's bytes as they lie
+    two = cache_config([(attention(), ["l0"])], num_blocks=2)
+    square = {"l0": torch.zeros(2, 2, 16, 2, 64, dtype=torch.bfloat16)}
+    blocks_first = derive_canonical_mappings(config(tp=2, rank=0), two, square)["l0"]
+    split = derive_canonical_mappings(config(tp=2, rank=0), two, {"l0": split_nhd(2)})["l0"]
+    flash_two = derive_canonical_mappings(config(tp=2, rank=0), two, square, sizes={"kv_blocks_second": 1})["l0"]
+    assert seen(blocks_first) == seen(split) and [t.outer for t in blocks_first.tensors] == [0]
+    assert [t.outer for t in flash_two.tensors] == [1]
