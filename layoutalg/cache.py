@@ -181,15 +181,15 @@ def store(kind: str, key: str, files, data, made_from: tuple | None = None, spec
     p = _path(kind, key)
     if p is None:
         return
-    if made_from is not None and (snapshot(files)[1] != tuple(sorted(made_from)) or key_of(spec_dir) != key):
+    names = sorted(map(str, files))
+    fdigest, read = snapshot(names)  # one read: the digest recorded is of the bytes compared
+    if fdigest is None or made_from is not None and (read != tuple(sorted(made_from)) or key_of(spec_dir) != key):
         return
     try:
         p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not private(p.parent):
             return
-        names = sorted(map(str, files))
         text = json.dumps(data, separators=(",", ":"))
-        fdigest = _files_digest(names)
         entry = {"key": key, "files": names, "files_digest": fdigest, "data": text,
                  "digest": _entry_digest(key, names, fdigest, text)}
         fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
