@@ -327,7 +327,7 @@ _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 def _ids(ids, name: str, op: str) -> torch.Tensor:
-    """Ids as a 1-D int64 CPU tensor; floats and bools are refused, never truncated."""
+    """Ids as a 1-D int64 CPU tensor of their own; floats and bools are refused, never truncated."""
     if isinstance(ids, (dict, set, frozenset, str, bytes)):  # no order, or characters: never ids
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got a "
                              f"{type(ids).__name__}")
@@ -348,7 +348,9 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
     if t.dim() != 1 or t.dtype not in wanted:
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, "
                              f"got {t.dim()}-D {t.dtype}")
-    return t.to(torch.int64).cpu()
+    # always a copy of its own: ids that live in the kv tensor or the pages (or that another
+    # thread edits) would otherwise change under the copy that reads them, after their check
+    return t.to(device="cpu", dtype=torch.int64, copy=True)
 
 
 def _in_range(t: torch.Tensor, n: int, name: str, op: str) -> None:

@@ -447,7 +447,7 @@ def _block_ids(blocks, num_blocks: int) -> torch.Tensor:
         raise ConfigError(f"store: blocks must be a 1-D int64 torch.Tensor of block ids, got {type(blocks).__name__}")
     if blocks.dtype != torch.int64 or blocks.dim() != 1:
         raise ConfigError(f"store: blocks must be a 1-D int64 tensor of block ids, got {blocks.dim()}-D {blocks.dtype}")
-    ids = blocks.cpu()
+    ids = blocks.to("cpu", copy=True)  # its own: ids held in the tensors it copies would change under the copy
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_blocks):
         bad = ids[(ids < 0) | (ids >= num_blocks)][0]
         raise ConfigError(f"store: block id {int(bad)} is outside the {num_blocks} blocks (valid ids: 0 to "

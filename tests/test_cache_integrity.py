@@ -31,14 +31,24 @@ def layer():
 
 
 @pytest.fixture(scope="session")
-def stored_entry(tmp_path_factory):
+def lib(tmp_path_factory):
+    """A library of the two split families (and the grids they import): what these tests
+    damage and recompile is any library's entry, and this one compiles in a second, not 11."""
+    folder = tmp_path_factory.mktemp("lib")
+    for name in ("grids", "split_nhd", "split_hnd"):
+        (folder / f"{name}.lal").write_bytes((ROOT / "specs" / f"{name}.lal").read_bytes())
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def stored_entry(tmp_path_factory, lib):
     """(name, bytes) of the library's entry as the cache writes it: compiled once, not per test."""
     folder = tmp_path_factory.mktemp("template") / "cache"
     old = os.environ.get("LAYOUTALG_CACHE")
     os.environ["LAYOUTALG_CACHE"] = str(folder)
     try:
         forget_compiled()
-        compiled_library()
+        compiled_library(lib)
         (p,) = folder.glob("library-*.json")
         return p.name, p.read_bytes()
     finally:
@@ -85,9 +95,9 @@ def rewrite(p: Path, edit, fix_digest: bool = True) -> None:
     p.write_text(json.dumps(entry))
 
 
-def derive_fresh():
+def derive_fresh(lib):
     forget_compiled()
-    return Deriver().derive(*layer())
+    return Deriver(lib).derive(*layer())
 
 
 def family_of(data, name):
@@ -112,13 +122,13 @@ PAYLOADS = {
 
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
-def test_tampered_cache_entry_is_never_executed(cache_folder, tmp_path, payload):
+def test_tampered_cache_entry_is_never_executed(cache_folder, tmp_path, payload, lib):
     marker = tmp_path / "pwned"
-    compiled_library()  # compiles and stores the entry
+    compiled_library(lib)  # compiles and stores the entry
     p = entry_path(cache_folder)
     rewrite(p, lambda data: family_of(data, "split_nhd").update(
         source=PAYLOADS[payload](family_of(data, "split_nhd")["source"], marker)))
-    result = derive_fresh()
+    result = derive_fresh(lib)
     assert not marker.exists()
     assert (result.result, result.family, len(result.mappings)) == ("certified", "split_nhd", 2)
     stored = json.loads(json.loads(p.read_text())["data"])  # recompiled and written back clean
@@ -219,23 +229,23 @@ def change_a_stride(data):
     family["source"] = family["source"].replace(old, new)
 
 
-def test_edit_without_matching_digest_is_ignored(cache_folder):
-    compiled_library()
-    good = derive_fresh().mappings
+def test_edit_without_matching_digest_is_ignored(cache_folder, lib):
+    compiled_library(lib)
+    good = derive_fresh(lib).mappings
     p = entry_path(cache_folder)
     original = p.read_bytes()
     rewrite(p, change_a_stride, fix_digest=True)
-    assert derive_fresh().mappings != good  # the control: this edit matters when it is used
+    assert derive_fresh(lib).mappings != good  # the control: this edit matters when it is used
     p.write_bytes(original)
     rewrite(p, change_a_stride, fix_digest=False)
-    assert cache.load("library", ROOT / "specs")[1] is None
-    assert derive_fresh().mappings == good
+    assert cache.load("library", Path(lib))[1] is None
+    assert derive_fresh(lib).mappings == good
     assert family_of(json.loads(json.loads(p.read_text())["data"]), "split_nhd")["source"] == SPLIT_NHD.source
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not json", "a list", "no digest", "wrong key", "data not json"])
-def test_damaged_entry_is_ignored(cache_folder, damage):
-    compiled_library()
+def test_damaged_entry_is_ignored(cache_folder, damage, lib):
+    compiled_library(lib)
     p = entry_path(cache_folder)
     text = p.read_text()
     entry = json.loads(text)
@@ -255,47 +265,47 @@ def test_damaged_entry_is_ignored(cache_folder, damage):
         entry["data"] = "[{"
         entry["digest"] = cache._entry_digest(entry["key"], entry["files"], entry["files_digest"], entry["data"])
         p.write_text(json.dumps(entry))
-    assert cache.load("library", ROOT / "specs")[1] is None
-    assert derive_fresh().result == "certified"
-    assert cache.load("library", ROOT / "specs")[1] is not None  # rewritten whole
+    assert cache.load("library", Path(lib))[1] is None
+    assert derive_fresh(lib).result == "certified"
+    assert cache.load("library", Path(lib))[1] is not None  # rewritten whole
 
 
 # ---- (b) a folder or file another user can write is not used ----------------------------
 
 
-def test_world_writable_cache_folder_is_refused(cache_folder, caplog):
-    compiled_library()
-    assert cache.load("library", ROOT / "specs")[1] is not None
+def test_world_writable_cache_folder_is_refused(cache_folder, caplog, lib):
+    compiled_library(lib)
+    assert cache.load("library", Path(lib))[1] is not None
     cache_folder.chmod(0o777)
     with caplog.at_level(logging.WARNING, logger="layoutalg.cache"):
-        assert cache.load("library", ROOT / "specs")[1] is None
-        assert cache.load("library", ROOT / "specs")[1] is None
+        assert cache.load("library", Path(lib))[1] is None
+        assert cache.load("library", Path(lib))[1] is None
     assert [r.getMessage() for r in caplog.records] == [
         f"layoutalg: not using the cache at {cache_folder}: it is writable by group or others (mode 777); "
         "working uncached"]
     entry_path(cache_folder).unlink()
-    assert derive_fresh().result == "certified"  # works uncached ...
+    assert derive_fresh(lib).result == "certified"  # works uncached ...
     assert list(cache_folder.iterdir()) == []  # ... and writes nothing there
 
 
-def test_group_writable_cache_file_is_refused(cache_folder):
-    compiled_library()
+def test_group_writable_cache_file_is_refused(cache_folder, lib):
+    compiled_library(lib)
     p = entry_path(cache_folder)
     p.chmod(0o620)
-    assert cache.load("library", ROOT / "specs")[1] is None
+    assert cache.load("library", Path(lib))[1] is None
 
 
-def test_new_cache_folder_is_private(empty_cache_folder):
-    compiled_library()
+def test_new_cache_folder_is_private(empty_cache_folder, lib):
+    compiled_library(lib)
     assert empty_cache_folder.stat().st_mode & 0o777 == 0o700
     assert entry_path(empty_cache_folder).stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="giving a folder away needs root")
-def test_cache_folder_owned_by_another_user_is_refused(cache_folder):
-    compiled_library()
+def test_cache_folder_owned_by_another_user_is_refused(cache_folder, lib):
+    compiled_library(lib)
     os.chown(cache_folder, 12345, -1)
-    assert cache.load("library", ROOT / "specs")[1] is None
+    assert cache.load("library", Path(lib))[1] is None
 
 
 @pytest.mark.parametrize("on", [False, True])

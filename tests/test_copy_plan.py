@@ -174,3 +174,32 @@ def test_plan_refuses_any_bad_run_before_a_byte_moves(deriver):
             plan(m, torch.zeros(2, 64, dtype=torch.uint8))
     with pytest.raises(ValueError, match="one \\(num_writers, writer_index\\) per run"):
         CanonicalPageMapping(64, 64, (good, good), 1, 0, False, run_writers=((1, 0),))
+
+
+@pytest.mark.parametrize("executor", ["numpy rows", "torch rows and views"])
+def test_ids_that_live_in_the_bytes_being_copied_are_read_once(deriver, executor, monkeypatch):
+    """Review: ids held in the kv tensor (load) or in the pages (store) were re-read by each
+    chunk of the copy, after earlier chunks had overwritten them: the wrong blocks were filled."""
+    import layoutalg.copy
+    if executor != "numpy rows":
+        monkeypatch.setattr(layoutalg.copy, "_np", None)
+    monkeypatch.setattr(layoutalg.copy, "_CHUNK", 512)  # one block a chunk: the ids are read again after each
+    maps, like = group(deriver, 2)
+    m, P = maps[0], maps[0].canonical_page_size_bytes
+    pages = torch.randint(0, 256, (N, P), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    want = torch.zeros_like(like)
+    plan(m, want).load(pages, torch.arange(N), want, torch.arange(N))
+
+    kv = torch.zeros_like(like)
+    ids = torch.empty(0, dtype=torch.int64).set_(kv.untyped_storage(), 0, (N,), (1,))  # block 0's first bytes
+    ids.copy_(torch.arange(N))
+    assert plan(m, kv).load(pages, torch.arange(N), kv, ids) == N
+    assert torch.equal(kv.view(torch.int16), want.view(torch.int16))  # bytes: random ones hold NaNs
+
+    out = torch.zeros_like(pages)
+    pids = torch.empty(0, dtype=torch.int64).set_(out.untyped_storage(), 0, (N,), (1,))  # page 0's first bytes
+    pids.copy_(torch.arange(N))
+    plan(m, want).store(want, torch.arange(N), out, pids)
+    back = torch.zeros_like(like)
+    plan(m, back).load(out, torch.arange(N), back, torch.arange(N))
+    assert torch.equal(back.view(torch.int16), want.view(torch.int16))
