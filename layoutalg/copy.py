@@ -3,6 +3,8 @@
     p = plan(mapping, kv)                          # checks kv against the mapping once
     p.store(kv, block_ids, pages, page_ids)        # this rank's bytes of each block, where it writes
     p.load(pages, page_ids, kv, block_ids)         # every block, from its canonical page
+    m = plan_model(mappings, kv_caches)            # every layer of a model, checked as one
+    m.store(kv_caches, block_ids, pages, page_ids) # model pages: each layer's page at m.offsets[name]
 
 `pages` is a `(num_pages, canonical_page_size_bytes)` uint8 tensor (pinned or shared host
 memory, a file mapped into memory, a device buffer); block `block_ids[i]` of `kv` goes
@@ -55,6 +57,30 @@ def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     outer = outer_of(mapping.tensors, "kv", "plan")
     return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)),
                     segs[0].bytes.shape[1] if outer else 0, outer)
+
+
+def plan_model(mappings: dict, kv_caches: dict) -> "ModelPlan":
+    """A plan for every layer of a model: `mappings` and `kv_caches` keyed by layer name (as
+    `derive_canonical_mappings` and vLLM's `kv_caches` are), one `plan` a layer. A model page
+    holds each layer's canonical page side by side, in the order of the layer names sorted
+    (`ModelPlan.offsets`), so a store and a load agree whatever order their dicts were built
+    in; `ModelPlan.format_id` names that page, from each layer's `format_id`."""
+    if not isinstance(mappings, dict) or not isinstance(kv_caches, dict):
+        raise ConfigError(f"plan_model: mappings and kv_caches must be dicts keyed by layer name, got "
+                          f"{type(mappings).__name__} and {type(kv_caches).__name__}")
+    if not mappings:
+        raise ConfigError("plan_model: no layer: a model plan of no layer would store and load nothing")
+    if set(mappings) != set(kv_caches):  # a layer left out would come back unloaded, with no word said
+        only = sorted(set(mappings) ^ set(kv_caches))
+        raise ConfigError(f"plan_model: layers {only[:4]}{' ...' if len(only) > 4 else ''} have a mapping or a "
+                          f"tensor but not both; pass the same layers in both (a layer without a mapping is not "
+                          f"offloaded)")
+    names = sorted(mappings)
+    plans = {n: plan(mappings[n], kv_caches[n]) for n in names}
+    offsets, at = {}, 0
+    for n in names:
+        offsets[n], at = at, at + mappings[n].canonical_page_size_bytes
+    return ModelPlan(plans, offsets, at)
 
 
 def _signature(kv) -> tuple:
@@ -213,6 +239,87 @@ class CopyPlan:
         while w > 1 and any(x % w for t in views for x in (t.storage_offset(), t.stride(0))):
             w //= 2
         return tuple(_words(s.bytes, w) for s in segs), _words(cb, w)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Every layer's `CopyPlan`, executed as one: all layers' arguments are checked before the
+    first byte of any layer moves. `pages` is one `(num_pages, page_size_bytes)` uint8 tensor
+    of model pages (layer `n`'s canonical page at byte `offsets[n]` of each) or a dict of each
+    layer's `(num_pages, canonical page)` tensor; `block_ids` and `page_ids` are one sequence
+    for every layer or a dict by layer (a hybrid model's groups have block tables of their own).
+
+    Examples:
+        (m1, m2 the mappings of two layers of 512- and 256-byte canonical pages)
+        plan_model({"b": m2, "a": m1}, kvs).offsets == {"a": 0, "b": 512}
+        plan_model({"b": m2, "a": m1}, kvs).page_size_bytes == 768
+    """
+    plans: dict
+    offsets: dict
+    page_size_bytes: int
+
+    @property
+    def format_id(self) -> str:
+        """The model page's format: each layer's name, place and `format_id`. A loader whose id
+        differs would read another layout's bytes; compare it with the storer's."""
+        import hashlib
+        text = "\n".join(f"{n}\t{self.offsets[n]}\t{p.mapping.canonical_page_size_bytes}\t{p.mapping.format_id}"
+                         for n, p in self.plans.items())
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def store(self, kv_caches: dict, block_ids, pages, page_ids) -> dict:
+        """Each layer's `CopyPlan.store`; returns the blocks each wrote, by layer."""
+        batches = self._batches("store", kv_caches, block_ids, pages, page_ids)
+        return {n: self.plans[n].store(*b) for n, b in batches.items()}
+
+    def load(self, pages, page_ids, kv_caches: dict, block_ids) -> dict:
+        """Each layer's `CopyPlan.load`; returns the blocks each filled, by layer."""
+        batches = self._batches("load", kv_caches, block_ids, pages, page_ids)
+        return {n: self.plans[n].load(b[2], b[3], b[0], b[1]) for n, b in batches.items()}
+
+    def _batches(self, op, kv_caches, block_ids, pages, page_ids) -> dict:
+        """(kv, block_ids, pages, page_ids) of each layer, every layer checked as its plan checks
+        it, and every layer's tensors against all the pages, before anything moves."""
+        if not isinstance(kv_caches, dict) or set(kv_caches) != set(self.plans):
+            got = sorted(kv_caches) if isinstance(kv_caches, dict) else type(kv_caches).__name__
+            raise LayoutMismatch(f"{op}: kv_caches must be a dict of the planned layers {sorted(self.plans)[:4]}..., "
+                                 f"got {got if not isinstance(got, list) else got[:4]}")
+        whole = None
+        if isinstance(pages, dict):
+            if set(pages) != set(self.plans):
+                raise LayoutMismatch(f"{op}: pages by layer must name every planned layer, got {sorted(pages)[:4]}")
+            views = pages
+        else:
+            if not isinstance(pages, torch.Tensor) or pages.dtype != torch.uint8 or pages.dim() != 2 \
+                    or pages.shape[1] != self.page_size_bytes:
+                got = (tuple(pages.shape), pages.dtype) if isinstance(pages, torch.Tensor) else type(pages)
+                raise LayoutMismatch(f"{op}: pages must be a (num_pages, {self.page_size_bytes}) uint8 tensor of model "
+                                     f"pages (or a dict of each layer's), got {got}")
+            whole = page_bytes(pages, self.page_size_bytes, "pages", op)
+            views = {n: pages[:, o:o + self.plans[n].mapping.canonical_page_size_bytes]
+                     for n, o in self.offsets.items()}
+        out = {}
+        for n, p in self.plans.items():
+            ids = [x[n] if isinstance(x, dict) else x for x in (block_ids, page_ids)]
+            if any(isinstance(x, dict) and n not in x for x in (block_ids, page_ids)):
+                raise LayoutMismatch(f"{op}: block_ids or page_ids by layer name no ids for layer {n!r}")
+            kv = kv_caches[n]
+            try:
+                p._batch(op, kv, ids[0], views[n], ids[1], unique_pages=op == "store", unique_blocks=op == "load")
+            except LayoutMismatch as e:
+                raise LayoutMismatch(f"layer {n!r}: {e}") from None
+            out[n] = (kv, ids[0], views[n], ids[1])
+        spans = [whole] if whole is not None else [page_bytes(v, self.plans[n].mapping.canonical_page_size_bytes,
+                                                              "pages", op) for n, v in views.items()]
+        if op == "store":  # layers' pages that share memory: one layer's store would overwrite another's
+            for i, a in enumerate(spans):
+                for b in spans[:i]:
+                    check_apart(a, b, op, "two layers' pages")
+        for n, p in self.plans.items():  # a layer's tensor inside another layer's pages: each would overwrite
+            for seg in layer_segments(kv_caches[n], p.mapping, "kv", op):
+                for cb in spans:
+                    check_apart(seg.bytes, cb, op, f"layer {n!r}'s kv and the pages")
+        return out
 
 
 def _by_election(m: CanonicalPageMapping) -> list:

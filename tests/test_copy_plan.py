@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from layoutalg.copy import plan
-from layoutalg.errors import LayoutMismatch
+from layoutalg.errors import ConfigError, LayoutMismatch
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, BS, D, N = 8, 4, 8, 6
@@ -203,3 +203,94 @@ def test_ids_that_live_in_the_bytes_being_copied_are_read_once(deriver, executor
     back = torch.zeros_like(like)
     plan(m, back).load(out, torch.arange(N), back, torch.arange(N))
     assert torch.equal(back.view(torch.int16), want.view(torch.int16))
+
+
+# ---- every layer of a model in one call ----------------------------------------------------------
+
+def model_group(deriver, tp):
+    """Each rank's {layer: mapping} and {layer: kv} of a three-layer model at `tp`: NHD and HND
+    layers of head size 8 and an NHD one of head size 16 (a page twice as big)."""
+    layers = {"l.0": ("nhd", D), "l.1": ("hnd", D), "l.2": ("nhd", 2 * D)}
+    h = max(1, TOTAL // tp)
+    ranks = [({}, {}) for _ in range(tp)]
+    for name, (layout, d) in layers.items():
+        shape = (N, 2, BS, h, d) if layout == "nhd" else (N, 2, h, BS, d)
+        kv = torch.zeros(shape, dtype=torch.bfloat16)
+        kv = kv.transpose(2, 3) if layout == "hnd" else kv
+        res = deriver.derive(LayerSpec("attention", 2 * BS * h * d * 2, BS, h, d, 2),
+                             TensorLayout(kv.shape, kv.stride(), 2), ParallelConfig(tp, TOTAL), N)
+        assert res.result == "certified", res.reasons
+        for rank, m in enumerate(res.mappings):
+            ranks[rank][0][name] = m
+            ranks[rank][1][name] = torch.zeros_like(kv)
+    return ranks
+
+
+def model_full(seed=3):
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.randint(-2000, 2000, (N, 2, BS, TOTAL, d), generator=g).to(torch.bfloat16)
+            for n, d in (("l.0", D), ("l.1", D), ("l.2", 2 * D))}
+
+
+def model_shards(full, tp, rank, kvs):
+    return {n: shard(full[n], tp, rank, kv) for n, kv in kvs.items()}
+
+
+@pytest.mark.parametrize("by_layer", [False, True], ids=["model pages", "pages by layer"])
+@pytest.mark.parametrize("src,dst", [(2, 4), (8, 1)])
+def test_a_model_stored_under_one_tp_loads_under_another(deriver, src, dst, by_layer):
+    from layoutalg.copy import plan_model
+    full = model_full()
+    stored = model_group(deriver, src)
+    plans = [plan_model(*r) for r in stored]
+    assert plans[0].offsets == {"l.0": 0, "l.1": 2 * BS * TOTAL * D * 2, "l.2": 4 * BS * TOTAL * D * 2}
+    assert plans[0].page_size_bytes == 8 * BS * TOTAL * D * 2
+    if by_layer:
+        pages = {n: torch.zeros(N + 2, p.mapping.canonical_page_size_bytes, dtype=torch.uint8)
+                 for n, p in plans[0].plans.items()}
+    else:
+        pages = torch.zeros(N + 2, plans[0].page_size_bytes, dtype=torch.uint8)
+    page_ids, block_ids = torch.tensor([7, 2, 6, 0, 4, 5]), torch.tensor([3, 1, 0, 5, 4, 2])
+    for rank, (p, (maps, kvs)) in enumerate(zip(plans, stored)):
+        assert p.store(model_shards(full, src, rank, kvs), block_ids, pages, page_ids) == \
+            {n: N // maps[n].num_writers for n in maps}
+    loaded = model_group(deriver, dst)
+    for rank, (maps, kvs) in enumerate(loaded):
+        p = plan_model(maps, kvs)
+        assert p.format_id == plans[0].format_id  # one model page at every tp: the layers are agnostic
+        assert p.load(pages, page_ids, kvs, block_ids) == {n: N for n in maps}
+        for n, want in model_shards(full, dst, rank, kvs).items():
+            assert torch.equal(kvs[n], want), (n, rank)
+
+
+def test_a_model_plan_checks_every_layer_before_a_byte_moves(deriver):
+    from layoutalg.copy import plan_model
+    (maps, kvs), = model_group(deriver, 1)
+    full = model_full()
+    kvs = model_shards(full, 1, 0, kvs)
+    p = plan_model(maps, kvs)
+    pages = torch.zeros(N, p.page_size_bytes, dtype=torch.uint8)
+    ids = torch.arange(N)
+    bad = {**kvs, "l.2": kvs["l.2"][:, :, :, :, :D]}  # the last layer's tensor is not the planned one
+    with pytest.raises(LayoutMismatch, match="layer 'l.2'.*not the tensor"):
+        p.store(bad, ids, pages, ids)
+    assert not pages.any()  # l.0 and l.1 were fine, and were not written either
+    with pytest.raises(LayoutMismatch, match="layer 'l.1'.*page_ids holds 6, outside"):
+        p.load(pages, {"l.0": ids, "l.1": ids + 3, "l.2": ids}, kvs, ids)
+    assert torch.equal(kvs["l.0"], model_shards(full, 1, 0, kvs)["l.0"])  # l.0 kept its bytes
+    inside = {**kvs, "l.1": pages[:, :kvs["l.1"][0].numel() * 2].view(torch.bfloat16).view(kvs["l.1"].shape)}
+    with pytest.raises(LayoutMismatch):
+        p.store(inside, ids, pages, ids)  # a layer's tensor inside the pages (its own plan refuses it too)
+    with pytest.raises(ConfigError, match=r"\['l.2'\] have a mapping or a tensor but not both"):
+        plan_model(maps, {n: kv for n, kv in kvs.items() if n != "l.2"})
+    with pytest.raises(ConfigError, match="no layer"):
+        plan_model({}, {})
+
+
+def test_a_model_page_is_named_by_its_layers_formats(deriver):
+    from layoutalg.copy import plan_model
+    (maps, kvs), = model_group(deriver, 1)
+    p = plan_model(maps, kvs)
+    assert plan_model(dict(reversed(maps.items())), kvs).format_id == p.format_id  # built in any order
+    swapped = {**maps, "l.0": maps["l.1"], "l.1": maps["l.0"]}  # an HND page where an NHD one was
+    assert plan_model(swapped, {**kvs, "l.0": kvs["l.1"], "l.1": kvs["l.0"]}).format_id != p.format_id
