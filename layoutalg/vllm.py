@@ -1,8 +1,10 @@
 """The whole-model entry point, shaped like vLLM's `derive_canonical_mappings`.
 
 Accepts vLLM's config objects or anything with the same attributes (duck typing, as
-vLLM's own unit tests build them with mocks); imports nothing from vLLM. Spec classes
-are told apart by the names in their class hierarchy, as vLLM's `isinstance` does:
+vLLM's own unit tests build them with mocks); imports nothing from vLLM. A spec's layer
+kind is read from a table (`SPEC_KINDS`: spec class name -> kind), matched along its class
+hierarchy nearest class first, as vLLM's `isinstance` tells them apart; a deployment whose
+specs are classes of its own passes `kinds` to extend it:
 
 - `MLAAttentionSpec` (and subclasses): the `mla` families;
 - any other `AttentionSpec`: the `attention` families;
@@ -44,8 +46,38 @@ def _deriver(specs) -> Deriver:
     return _DERIVERS[key]
 
 
-def _class_names(obj) -> set[str]:
-    return {c.__name__ for c in type(obj).__mro__}
+SPEC_KINDS = {"MLAAttentionSpec": "mla", "AttentionSpec": "attention", "MambaSpec": "mamba"}
+"""vLLM KV cache spec class -> the layer kind its layers are: how their fields are read
+(attention and mla: block size, heads, head size, dtype, quantisation; mamba: the state's
+shapes and dtypes) and which families may serve them. Any other class is left out."""
+
+READERS = ("attention", "mla", "mamba")
+
+
+def spec_kind(spec, kinds: dict | None = None) -> str:
+    """The kind of the nearest class of `spec`'s hierarchy the table names, else "other".
+
+    Examples:
+        (with vLLM's classes, or mocks of those names)
+        spec_kind(MLAAttentionSpec(...)) == "mla"        # an AttentionSpec too: the nearest wins
+        spec_kind(FullAttentionSpec(...)) == "attention"
+        spec_kind(HiSparseHotSpec(...)) == "other"
+    """
+    table = {**SPEC_KINDS, **(kinds or {})}
+    return next((table[c.__name__] for c in type(spec).__mro__ if c.__name__ in table), "other")
+
+
+def _kinds(kinds) -> dict:
+    """`kinds` checked: class names to kinds this adapter can read."""
+    if kinds is None:
+        return {}
+    if not isinstance(kinds, dict):
+        raise ConfigError(f"kinds must be a dict of spec class name to layer kind, got {type(kinds).__name__}")
+    for cls, kind in kinds.items():
+        if not isinstance(cls, str) or kind not in READERS:
+            raise ConfigError(f"kinds[{cls!r}] = {kind!r}: a spec class name must map to one of "
+                              f"{', '.join(READERS)} (how its fields are read)")
+    return dict(kinds)
 
 
 def _field(obj, path: str, name: str, default=_MISSING):
@@ -58,15 +90,15 @@ def _field(obj, path: str, name: str, default=_MISSING):
         return default
 
 
-def _page_size(spec, names: set[str], path: str) -> int | None:
+def _page_size(spec, kind: str, path: str) -> int | None:
     """The unpadded page, as vLLM's canonical mapping reads it; None where vLLM has none."""
-    if "AttentionSpec" in names:
+    if kind in ("attention", "mla"):
         for attr in ("unpadded_page_size_bytes", "real_page_size_bytes", "page_size_bytes"):
             value = _field(spec, path, attr, None)
             if value is not None:
                 return as_int(value, f"{path}.{attr}")
         return None
-    if "MambaSpec" in names:
+    if kind == "mamba":
         if _field(spec, path, "page_size_padded", None) is not None and dataclasses.is_dataclass(spec):
             try:
                 spec = dataclasses.replace(spec, page_size_padded=None)  # the state itself, not its padding
@@ -96,15 +128,13 @@ def _dtype_bytes(spec, path: str) -> int:
     return as_int(value, f"{path}.dtype")
 
 
-def layer_spec(spec, path: str = "kv_cache_spec") -> LayerSpec:
-    """A `LayerSpec` from a vLLM KV cache spec (AttentionSpec, MLAAttentionSpec, MambaSpec, ...).
-
-    A spec vLLM gives no mapping gets `page_size_bytes=None` (the layer is omitted).
+def layer_spec(spec, path: str = "kv_cache_spec", kinds: dict | None = None) -> LayerSpec:
+    """A `LayerSpec` from a vLLM KV cache spec (AttentionSpec, MLAAttentionSpec, MambaSpec, ...),
+    its kind by `spec_kind`. A spec vLLM gives no mapping gets `page_size_bytes=None` (the
+    layer is omitted).
     """
-    names = _class_names(spec)
-    kind = "mla" if "MLAAttentionSpec" in names else "attention" if "AttentionSpec" in names else \
-        "mamba" if "MambaSpec" in names else "other"
-    page = _page_size(spec, names, path)
+    kind = spec_kind(spec, kinds)
+    page = _page_size(spec, kind, path)
     if kind not in ("mla", "attention"):
         return LayerSpec(kind, page)
     quant = _field(spec, path, "kv_quant_mode", None)
@@ -179,7 +209,7 @@ def state_layer(spec, tp: int, model, path: str = "kv_cache_spec") -> tuple[Laye
                      ssm_bytes=as_int(dtypes[1].itemsize, f"{path}.dtypes[1]"))
     except (ValueError, TypeError, AttributeError, ConfigError) as e:
         return None, f"{mamba_type} state not read from its spec: {e}"
-    return LayerSpec(mamba_type, _page_size(spec, _class_names(spec), path), sizes=sizes), ""
+    return LayerSpec(mamba_type, _page_size(spec, "mamba", path), sizes=sizes), ""
 
 
 def _size(pc, name: str, default=_MISSING) -> int:
@@ -250,7 +280,8 @@ def _layers(kv_cache_config):
 
 
 def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
-                              specs=None, sizes=None, state_layers: bool = False) -> dict[str, CanonicalPageMapping]:
+                              specs=None, sizes=None, state_layers: bool = False,
+                              kinds: dict | None = None) -> dict[str, CanonicalPageMapping]:
     """This worker's canonical page mapping of every layer.
 
     Empty when the worker group is not exactly the tp x pcp grid. A layer no family
@@ -264,7 +295,10 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     whose canonical page is the whole model's state at any TP (`parallelism_agnostic`); off,
     every `MambaSpec` is opaque, as vLLM's reference maps it. `hf_config.n_groups` is trusted
     where the shapes cannot tell (groups sharded one a rank, or one group copied on two).
+    `kinds` adds spec classes to `SPEC_KINDS` (`{"MyAttentionSpec": "attention"}`): a
+    deployment's own spec classes, read as the kind they name.
     """
+    kinds = _kinds(kinds)
     deriver = _deriver(specs)
     parallel = parallel_config(vllm_config)
     if parallel.world_size != parallel.tp * parallel.pcp:
@@ -281,7 +315,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     failed: dict[tuple, list[str]] = {}
     for name, spec in _layers(kv_cache_config):
         try:
-            layer, why = layer_spec(spec), ""
+            layer, why = layer_spec(spec, kinds=kinds), ""
             if state_layers and layer.kind == "mamba":
                 state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"))
                 layer = state or layer
@@ -301,7 +335,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             # the encoding is the spec's too (fp8 e4m3 and e5m2 are both uint8 tensors), and an opaque
             # page holds the rank's bytes as the layer lays them out: the whole spec
             out[name] = dataclasses.replace(m, format_id=_spec_format(m.format_id, spec, result.result == "opaque",
-                                                                      vllm_config))
+                                                                      vllm_config, kinds))
     _warn(failed)
     return out
 
@@ -348,7 +382,7 @@ size are one format only if their specs are one: also the class, a state's shape
 orientation, an attention layer's heads and sizes."""
 
 
-def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None) -> str:
+def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None, kinds=None) -> str:
     """`fmt` with what the spec (and the deployment's cache dtype) says of the bytes folded into
     its element part (`runtime.element_part`), so the form part still names the layout."""
     import hashlib
@@ -359,7 +393,7 @@ def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None) -> str:
     seen.append(f"cache_dtype={cache!r}")
     if opaque:
         seen.append(type(spec).__name__)
-        if "MambaSpec" in _class_names(spec):
+        if spec_kind(spec, kinds) == "mamba":
             seen.append(os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper())
     return f"{form_part(fmt)}.{hashlib.sha256(repr(seen).encode()).hexdigest()[:8]}"
 

@@ -255,6 +255,28 @@ def test_layers_vllm_leaves_out_are_left_out():
     assert out["a0"].parallelism_agnostic and out["m0"].num_writers == 2
 
 
+def test_a_deployments_own_spec_class_is_read_as_the_kind_it_names():
+    """The kind comes from a table along the class hierarchy (`SPEC_KINDS`), which a
+    deployment extends: a spec class of its own, no AttentionSpec, is read as attention."""
+    from layoutalg.errors import ConfigError
+    from layoutalg.vllm import spec_kind
+
+    class ForkAttentionSpec:  # a fork's spec: the attention fields, no vLLM base class
+        block_size, num_kv_heads, head_size, dtype = 16, 2, 64, torch.bfloat16
+        kv_quant_mode = KVQuantMode.NONE
+        real_page_size_bytes = 2 * 16 * 2 * 64 * 2
+
+    assert (spec_kind(mla()), spec_kind(attention()), spec_kind(mamba())) == ("mla", "attention", "mamba")
+    assert spec_kind(ForkAttentionSpec()) == "other"
+    kv = cache_config([(ForkAttentionSpec(), ["fork"]), (attention(), ["attn"])])
+    caches = {"fork": split_nhd(), "attn": split_nhd()}
+    assert set(derive_canonical_mappings(config(tp=2), kv, caches)) == {"attn"}  # left out, as vLLM would
+    out = derive_canonical_mappings(config(tp=2), kv, caches, kinds={"ForkAttentionSpec": "attention"})
+    assert out["fork"].runs == out["attn"].runs and out["fork"].parallelism_agnostic
+    with pytest.raises(ConfigError, match=r"kinds\['ForkAttentionSpec'\] = 'attn'.*one of attention, mla, mamba"):
+        derive_canonical_mappings(config(tp=2), kv, caches, kinds={"ForkAttentionSpec": "attn"})
+
+
 def test_padding_is_not_part_of_the_page():
     """vLLM maps the unpadded page: the real page of attention, the state itself of Mamba."""
     padded = attention(page_size_padded=8192 + 512)
