@@ -65,16 +65,17 @@ class AttentionSpec(KVCacheSpec):
             object.__setattr__(self, "head_size_v", self.head_size)
 
     @property
-    def unpadded_page_size_bytes(self) -> int:
+    def real_page_size_bytes(self) -> int:
         return self.num_kv_heads * self.num_states * (self.head_size + self.head_size_v) * self.dtype.itemsize
+
+    @property
+    def unpadded_page_size_bytes(self) -> int:  # as vLLM's: a per-token-head mode adds an fp32 scale per K/V, token, head
+        scales = 2 * self.num_states * self.num_kv_heads * 4 if self.kv_quant_mode.is_per_token_head else 0
+        return self.real_page_size_bytes + scales
 
     @property
     def page_size_bytes(self) -> int:
         return self.page_size_padded if self.page_size_padded is not None else self.unpadded_page_size_bytes
-
-    @property
-    def real_page_size_bytes(self) -> int:
-        return self.unpadded_page_size_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,6 +292,22 @@ def test_per_token_head_quant_fails_closed():
     spec = attention(dtype=torch.int8, kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD)
     out = derive_canonical_mappings(config(tp=2), cache_config([(spec, ["q"])]), {"q": split_nhd(dtype=torch.int8)})
     assert [tuple(r) for r in out["q"].runs] == [whole_page_run(spec.unpadded_page_size_bytes, 0)]
+
+
+def test_per_token_head_quant_maps_where_the_deployment_says_where_the_scales_are():
+    """vLLM's page of a per-token-head layer holds the data and an fp32 scale per K/V, token and
+    head; where the deployment says they lie in a region after the data, it is `quant_split`."""
+    spec = attention(heads=2, dtype=torch.int8, kv_quant_mode=KVQuantMode.INT8_PER_TOKEN_HEAD)
+    kv = cache_config([(spec, ["q"])])
+    maps = [derive_canonical_mappings(config(tp=2, rank=r), kv, {}, sizes={"kv_scales": 2, "scale_bytes": 4})["q"]
+            for r in range(2)]
+    assert maps[0].local_page_size_bytes == spec.unpadded_page_size_bytes == 2 * 16 * 2 * (64 + 4)
+    assert maps[0].canonical_page_size_bytes == 2 * maps[0].local_page_size_bytes and maps[0].parallelism_agnostic
+    assert maps[0].format_id == maps[1].format_id and maps[0].runs != maps[1].runs
+    written = sorted((r.canonical_offset + i * r.canonical_stride, r.fragment_size)
+                     for m in maps for r in m.runs for i in range(r.num_fragments))
+    assert sum(n for _, n in written) == maps[0].canonical_page_size_bytes  # the two ranks tile the page
+    assert all(a + n <= b for (a, n), (b, _) in zip(written, written[1:]))
 
 
 def test_fail_closed_reasons_are_warned_once_per_kind_and_reason(caplog):
