@@ -116,7 +116,10 @@ class CopyPlan:
     def store(self, kv: torch.Tensor, block_ids, pages: torch.Tensor, page_ids) -> int:
         """Copy this rank's bytes of each block into its canonical page, where this rank is the
         page's writer. Returns how many blocks it wrote."""
-        blocks, ids, sides = self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True)
+        return self._store(*self._batch("store", kv, block_ids, pages, page_ids, unique_pages=True))
+
+    def _store(self, blocks, ids, sides) -> int:
+        """The store of a checked batch (`_batch`'s ids and views)."""
         wrote = torch.zeros_like(ids, dtype=torch.bool)
         for (n, w), runs in _by_election(self.mapping):  # regions replicated differently elect their own
             mine = (ids % n) == w
@@ -270,16 +273,18 @@ class ModelPlan:
     def store(self, kv_caches: dict, block_ids, pages, page_ids) -> dict:
         """Each layer's `CopyPlan.store`; returns the blocks each wrote, by layer."""
         batches = self._batches("store", kv_caches, block_ids, pages, page_ids)
-        return {n: self.plans[n].store(*b) for n, b in batches.items()}
+        return {n: self.plans[n]._store(*b) for n, b in batches.items()}
 
     def load(self, pages, page_ids, kv_caches: dict, block_ids) -> dict:
         """Each layer's `CopyPlan.load`; returns the blocks each filled, by layer."""
         batches = self._batches("load", kv_caches, block_ids, pages, page_ids)
-        return {n: self.plans[n].load(b[2], b[3], b[0], b[1]) for n, b in batches.items()}
+        return {n: self.plans[n]._move(b[2], b[0], b[1], to_pages=False) for n, b in batches.items()}
 
     def _batches(self, op, kv_caches, block_ids, pages, page_ids) -> dict:
-        """(kv, block_ids, pages, page_ids) of each layer, every layer checked as its plan checks
-        it, and every layer's tensors against all the pages, before anything moves."""
+        """(blocks, page ids, views) of each layer as its plan checks them (`CopyPlan._batch`: ids
+        copied once, so what runs is what was checked), every layer's tensors checked against
+        all the pages and, on load, the blocks each layer fills against every other layer's,
+        before anything moves."""
         if not isinstance(kv_caches, dict) or set(kv_caches) != set(self.plans):
             got = sorted(kv_caches) if isinstance(kv_caches, dict) else type(kv_caches).__name__
             raise LayoutMismatch(f"{op}: kv_caches must be a dict of the planned layers {sorted(self.plans)[:4]}..., "
@@ -298,17 +303,21 @@ class ModelPlan:
             whole = page_bytes(pages, self.page_size_bytes, "pages", op)
             views = {n: pages[:, o:o + self.plans[n].mapping.canonical_page_size_bytes]
                      for n, o in self.offsets.items()}
+        for name, x in (("block_ids", block_ids), ("page_ids", page_ids)):
+            if isinstance(x, dict) and set(x) != set(self.plans):
+                odd = sorted(set(x) ^ set(self.plans))
+                raise LayoutMismatch(f"{op}: {name} by layer must name exactly the planned layers; "
+                                     f"{odd[:4]} {'is' if len(odd) == 1 else 'are'} not in both")
         out = {}
         for n, p in self.plans.items():
             ids = [x[n] if isinstance(x, dict) else x for x in (block_ids, page_ids)]
-            if any(isinstance(x, dict) and n not in x for x in (block_ids, page_ids)):
-                raise LayoutMismatch(f"{op}: block_ids or page_ids by layer name no ids for layer {n!r}")
-            kv = kv_caches[n]
             try:
-                p._batch(op, kv, ids[0], views[n], ids[1], unique_pages=op == "store", unique_blocks=op == "load")
+                out[n] = p._batch(op, kv_caches[n], ids[0], views[n], ids[1], unique_pages=op == "store",
+                                  unique_blocks=op == "load")
             except LayoutMismatch as e:
                 raise LayoutMismatch(f"layer {n!r}: {e}") from None
-            out[n] = (kv, ids[0], views[n], ids[1])
+        if op == "load":
+            self._apart_on_load(kv_caches, {n: b[0] for n, b in out.items()})
         spans = [whole] if whole is not None else [page_bytes(v, self.plans[n].mapping.canonical_page_size_bytes,
                                                               "pages", op) for n, v in views.items()]
         if op == "store":  # layers' pages that share memory: one layer's store would overwrite another's
@@ -320,6 +329,28 @@ class ModelPlan:
                 for cb in spans:
                     check_apart(seg.bytes, cb, op, f"layer {n!r}'s kv and the pages")
         return out
+
+    def _apart_on_load(self, kv_caches: dict, blocks: dict) -> None:
+        """No byte one layer's load fills is a byte another's fills: layers may share a tensor (a
+        hybrid model's groups do) where they fill other blocks of it, never the same memory.
+        Each block's stretch of each layer, as an address interval, sorted; neighbours apart."""
+        names = list(self.plans)
+        by_device: dict = {}
+        for i, n in enumerate(names):
+            for seg in layer_segments(kv_caches[n], self.plans[n].mapping, "kv", "load"):
+                b = seg.bytes
+                start = b.data_ptr() + blocks[n].cpu() * b.stride(0)
+                by_device.setdefault(str(b.device), []).append(
+                    torch.stack([start, start + b.shape[1], torch.full_like(start, i)], 1))
+        for spans in by_device.values():
+            spans = torch.cat(spans)
+            spans = spans[torch.argsort(spans[:, 0])]
+            hit = (spans[1:, 0] < spans[:-1, 1]).nonzero()
+            if hit.numel():
+                (a0, e0, i0), (a1, e1, i1) = spans[int(hit[0])].tolist(), spans[int(hit[0]) + 1].tolist()
+                raise LayoutMismatch(f"load: layers {names[i0]!r} and {names[i1]!r} would fill the same memory "
+                                     f"(addresses [{a0:#x}, {e0:#x}) and [{a1:#x}, {e1:#x})): their tensors overlap "
+                                     f"in the blocks asked for, and the one loaded later would overwrite the other")
 
 
 def _by_election(m: CanonicalPageMapping) -> list:

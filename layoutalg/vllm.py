@@ -52,6 +52,7 @@ SPEC_KINDS = {"MLAAttentionSpec": "mla", "AttentionSpec": "attention", "MambaSpe
 shapes and dtypes) and which families may serve them. Any other class is left out."""
 
 READERS = ("attention", "mla", "mamba")
+_EVERY_SPEC = ("object", "KVCacheSpec")  # classes every spec is: a kind for them is a kind for all
 
 
 def spec_kind(spec, kinds: dict | None = None) -> str:
@@ -63,8 +64,9 @@ def spec_kind(spec, kinds: dict | None = None) -> str:
         spec_kind(FullAttentionSpec(...)) == "attention"
         spec_kind(HiSparseHotSpec(...)) == "other"
     """
-    table = {**SPEC_KINDS, **(kinds or {})}
-    return next((table[c.__name__] for c in type(spec).__mro__ if c.__name__ in table), "other")
+    table = {**SPEC_KINDS, **_kinds(kinds)}
+    cls = getattr(spec, "__class__", type(spec))  # as isinstance reads it: a mock's spec class too
+    return next((table[c.__name__] for c in cls.__mro__ if c.__name__ in table), "other")
 
 
 def _kinds(kinds) -> dict:
@@ -77,6 +79,9 @@ def _kinds(kinds) -> dict:
         if not isinstance(cls, str) or kind not in READERS:
             raise ConfigError(f"kinds[{cls!r}] = {kind!r}: a spec class name must map to one of "
                               f"{', '.join(READERS)} (how its fields are read)")
+        if cls in _EVERY_SPEC:
+            raise ConfigError(f"kinds[{cls!r}]: every spec is a {cls}, so this would read every layer (sparse "
+                              f"and group specs too) as {kind}; name the spec's own class")
     return dict(kinds)
 
 

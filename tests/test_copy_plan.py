@@ -294,3 +294,38 @@ def test_a_model_page_is_named_by_its_layers_formats(deriver):
     assert plan_model(dict(reversed(maps.items())), kvs).format_id == p.format_id  # built in any order
     swapped = {**maps, "l.0": maps["l.1"], "l.1": maps["l.0"]}  # an HND page where an NHD one was
     assert plan_model(swapped, {**kvs, "l.0": kvs["l.1"], "l.1": kvs["l.0"]}).format_id != p.format_id
+
+
+def test_a_model_plan_moves_the_ids_it_checked(deriver):
+    """Review: page ids held in the pages that the first layer writes were read again by the
+    later layers, after that write: they stored by other ids, or failed with l.0 written."""
+    from layoutalg.copy import plan_model
+    (maps, kvs), = model_group(deriver, 1)
+    kvs = model_shards(model_full(), 1, 0, kvs)
+    p = plan_model(maps, kvs)
+    want = torch.zeros(N, p.page_size_bytes, dtype=torch.uint8)
+    p.store(kvs, torch.arange(N), want, torch.arange(N))
+    pages = torch.zeros_like(want)
+    page_ids = pages[5, :8 * N].view(torch.int64)  # inside l.0's part of page 5
+    page_ids.copy_(torch.arange(N))
+    assert p.store(kvs, torch.arange(N), pages, page_ids) == {n: N for n in maps}
+    assert torch.equal(pages, want)
+
+
+def test_layers_that_would_fill_the_same_memory_are_refused(deriver):
+    """Layers may share a tensor where they fill other blocks of it (a hybrid model's groups);
+    filling the same blocks of it, the later load would overwrite the earlier."""
+    from layoutalg.copy import plan_model
+    (maps, kvs), = model_group(deriver, 1)
+    shared = kvs["l.0"]
+    p = plan_model({"a": maps["l.0"], "b": maps["l.0"]}, {"a": shared, "b": shared})
+    pages = torch.randint(0, 256, (N, p.page_size_bytes), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    with pytest.raises(LayoutMismatch, match="layers 'a' and 'b' would fill the same memory"):
+        p.load(pages, torch.arange(N), {"a": shared, "b": shared}, torch.arange(N))
+    assert not shared.view(torch.int16).any()  # refused before a byte moved
+    half = {"a": torch.arange(3), "b": torch.arange(3, 6)}  # other blocks of one tensor: each its own
+    assert p.load(pages, torch.arange(3), {"a": shared, "b": shared}, half) == {"a": 3, "b": 3}
+    with pytest.raises(LayoutMismatch, match=r"block_ids by layer must name exactly the planned layers; \['c'\]"):
+        p.load(pages, torch.arange(3), {"a": shared, "b": shared}, {**half, "c": torch.arange(3)})
+    with pytest.raises(LayoutMismatch, match=r"page_ids by layer must name exactly the planned layers; \['b'\]"):
+        p.store({"a": shared, "b": shared}, torch.arange(3), pages, {"a": torch.arange(3)})

@@ -276,6 +276,13 @@ def test_a_deployments_own_spec_class_is_read_as_the_kind_it_names():
     assert out["fork"].runs == out["attn"].runs and out["fork"].parallelism_agnostic
     with pytest.raises(ConfigError, match=r"kinds\['ForkAttentionSpec'\] = 'attn'.*one of attention, mla, mamba"):
         derive_canonical_mappings(config(tp=2), kv, caches, kinds={"ForkAttentionSpec": "attn"})
+    with pytest.raises(ConfigError, match="kinds.*one of"):
+        spec_kind(ForkAttentionSpec(), {"ForkAttentionSpec": "bogus"})  # checked wherever it is read
+    for every in ("object", "KVCacheSpec"):  # review: a kind for a class every spec is, is one for all
+        with pytest.raises(ConfigError, match=f"every spec is a {every}"):
+            derive_canonical_mappings(config(tp=2), kv, caches, kinds={every: "attention"})
+    from unittest.mock import MagicMock
+    assert spec_kind(MagicMock(spec=FullAttentionSpec)) == "attention"  # as isinstance reads a mock
 
 
 def test_padding_is_not_part_of_the_page():
