@@ -233,7 +233,9 @@ def test_a_family_of_pages_is_proved_for_all_sizes():
 G = dict(gdn_k_heads=2, gdn_v_heads=4, gdn_k_dim=2, gdn_v_dim=3, conv_kernel=3, conv_bytes=2, ssm_bytes=4)
 
 
-def gdn_local(tp, rank):
+def gdn_local(tp, rank, ds=False):
+    """Rank `rank`'s page as vLLM lays it out: its share of the q, k and v conv channels, then
+    its value heads' recurrent state; with `ds` the conv state is (channels, K) (dim-first)."""
     K, kd, vd = G["conv_kernel"] - 1, G["gdn_k_heads"] * G["gdn_k_dim"], G["gdn_v_heads"] * G["gdn_v_dim"]
     conv = torch.arange(K * (2 * kd + vd), dtype=torch.int16).reshape(K, 2 * kd + vd) + 1
     rec = torch.arange(G["gdn_v_heads"] * G["gdn_v_dim"] * G["gdn_k_dim"], dtype=torch.int32).reshape(
@@ -241,26 +243,27 @@ def gdn_local(tp, rank):
     q, v, h = kd // tp, vd // tp, G["gdn_v_heads"] // tp
     parts = [conv[:, rank * q:(rank + 1) * q], conv[:, kd + rank * q:kd + (rank + 1) * q],
              conv[:, 2 * kd + rank * v:2 * kd + (rank + 1) * v]]
-    return torch.cat([torch.cat(parts, 1).contiguous().view(torch.uint8).flatten(),
+    here = torch.cat(parts, 1).T if ds else torch.cat(parts, 1)
+    return torch.cat([here.contiguous().view(torch.uint8).flatten(),
                       rec[rank * h:(rank + 1) * h].contiguous().view(torch.uint8).flatten()])
 
 
-@pytest.mark.parametrize("src,dst", [(2, 1), (1, 2)])
-def test_gated_delta_net_state_round_trips(deriver, src, dst):
+@pytest.mark.parametrize("src,dst,ds", [(2, 1, 0), (1, 2, 0), (2, 1, 1), (1, 2, 1), (2, 2, 1)])
+def test_gated_delta_net_state_round_trips(deriver, src, dst, ds):
     def group(tp):
-        res = deriver.derive(LayerSpec("gdn_attention", gdn_local(tp, 0).numel(), sizes=G), None,
-                             ParallelConfig(tp, 1))
-        assert res.result == "certified" and res.family == "gdn", res.reasons
+        res = deriver.derive(LayerSpec("gdn_attention", gdn_local(tp, 0).numel(), sizes={**G, "conv_dim_first": ds}),
+                             None, ParallelConfig(tp, 1))
+        assert res.result == "certified" and res.family == ("gdn_ds" if ds else "gdn"), res.reasons
         return res.mappings
     pages = torch.zeros(1, group(1)[0].canonical_page_size_bytes, dtype=torch.uint8)
     for rank, m in enumerate(group(src)):
-        kv = gdn_local(src, rank)[None]
+        kv = gdn_local(src, rank, ds)[None]
         plan(m, kv).store(kv, [0], pages, [0])
-    assert torch.equal(pages[0], gdn_local(1, 0))
+    assert torch.equal(pages[0], gdn_local(1, 0, ds))
     for rank, m in enumerate(group(dst)):
         kv = torch.zeros(1, m.local_page_size_bytes, dtype=torch.uint8)
         plan(m, kv).load(pages, [0], kv, [0])
-        assert torch.equal(kv[0], gdn_local(dst, rank))
+        assert torch.equal(kv[0], gdn_local(dst, rank, ds))
 
 
 # ---- regressions from the review of pages of regions -----------------------------------
