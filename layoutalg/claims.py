@@ -109,7 +109,10 @@ class _Fixing(NamedTuple):
 
 
 def _size(family: Family, x) -> _Size:
-    return _Size(_powers(family, x), frozenset(_symbols(family, x)))
+    x = sympy.sympify(x)
+    if x not in family.sizes_read:  # the family's atoms and vocabulary are fixed: the reading is too
+        family.sizes_read[x] = _Size(_powers(family, x), frozenset(_symbols(family, x)))
+    return family.sizes_read[x]
 
 
 def _size_reads(family: Family, v: Variant, norm, s: IterSum) -> list[_Read]:

@@ -41,8 +41,10 @@ def guarded_equality(family: Family, v: Variant):
     results exactly. False means "not shown", not "different".
     """
     atoms, subs = family.atoms, _rewrites(v, family.atoms)
-
-    seen: dict = {}  # the compiler and the prover ask for the same sizes many times over
+    # the compiler and the prover ask for the same sizes many times over, under few sets of
+    # rewrites; a norm depends on the family's atoms and the rewrites alone (sympy applies a
+    # dict of them in an order of its own, not the dict's), so they key what is remembered
+    seen: dict = family.normals.setdefault(frozenset(subs.items()), {})
 
     def norm(x):
         x = sympy.sympify(x)

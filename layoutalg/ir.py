@@ -98,6 +98,12 @@ class Family:
     variants: list[Variant] = field(default_factory=list)
     vocabulary: dict = field(default_factory=dict)  # runtime name -> params.Param, what the specs may read
     region: str | None = None  # the region of a page this part family maps (None: a layout of one box)
+    # sizes already read as powers of names (`claims._size`): the compiler asks for a few
+    # hundred 50 times over. Not an init field, so `dataclasses.replace` starts a fresh one
+    sizes_read: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+    # sizes normalised under a set of guard rewrites (`guards.guarded_equality`), by that set:
+    # variants whose guards imply the same rewrites share their work
+    normals: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def tensor(self) -> tuple[str, ...] | None:
