@@ -31,7 +31,7 @@ def sample_domain(lib: Library, cf: CompiledFamily | None = None) -> dict:
     With `cf`, only the names the family reads are varied (the others keep their first
     sample): a name it never reads only multiplies the same configuration.
     """
-    read = {b[0] for b in cf.bounds} if cf is not None and cf.bounds else None
+    read = {b.name for b in cf.bounds} if cf is not None and cf.bounds else None
     return {n: p.samples if read is None or n in read else p.samples[:1]
             for n, p in lib.vocabulary().items() if n != "page_size"}
 
@@ -280,7 +280,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     error: a check that checks nothing does not pass.
     """
     rep = FamilyReport(cf.name)
-    read = {b[0] for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
+    read = {b.name for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
     refusal, spent, compared = "", 0, 0
     refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong

@@ -316,7 +316,7 @@ def _check(args) -> int:
         if example is None:
             continue
         sizes, maps = example
-        read = {b[0] for b in compiled[name].bounds} | {"tp", "pcp"}  # what the family reads, and the group
+        read = {b.name for b in compiled[name].bounds} | {"tp", "pcp"}  # what the family reads, and the group
         shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in read)
         print(f"\n{name}, example with {shown}: {len(maps)} ranks, runs as (local, canonical, fragment, count, "
               f"local stride, canonical stride)")
@@ -440,7 +440,7 @@ def _draw(args) -> int:
 
 def _read_names(lib, family: str) -> set:
     from .compile import compile_named
-    return {b[0] for b in compile_named(lib, family).bounds}
+    return {b.name for b in compile_named(lib, family).bounds}
 
 
 def _config_line(cf, args) -> str:
@@ -449,7 +449,7 @@ def _config_line(cf, args) -> str:
     values = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave,
               "total_heads": args.heads, "block_size": args.block_size, "head_size": args.head_size,
               "dtype_bytes": args.dtype_bytes, **dict(args.size)}
-    read = {b[0] for b in cf.bounds}
+    read = {b.name for b in cf.bounds}
     return ", ".join(f"{n}={v}" for n, v in values.items() if n in read or n == "tp")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 
 from . import params
-from .compiled import CompiledFamily
+from .compiled import Bound, CompiledFamily
 from .errors import LayoutalgError
 from .family import Family, Variant
 from .identity import layout_id
@@ -119,7 +119,7 @@ def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFami
         read |= pr.used
     src = "\n\n".join(sources)
     vocabulary = family.vocabulary or params.TABLE
-    bounds = tuple((n, vocabulary[n].lo, vocabulary[n].hi) for n in sorted(read | {"page_size"}))
+    bounds = tuple(Bound(n, vocabulary[n].lo, vocabulary[n].hi) for n in sorted(read | {"page_size"}))
     guards = tuple(tuple((str(g.span), g.text) for g in v.guards) for v in family.variants)
     atoms = tuple((str(a.span), a.op, a.text) for a in pr.atoms)
     claims = not unplaced and any(v.agnostic is not sympy.false for v in family.variants)

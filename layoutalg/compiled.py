@@ -23,6 +23,13 @@ class GuardFailed(LayoutalgError):
     """The family does not apply to this configuration; the layer fails closed."""
 
 
+class Bound(NamedTuple):
+    """A runtime name a family reads, and the domain it is proved over (inclusive)."""
+    name: str
+    lo: int
+    hi: int
+
+
 class LocalDigit(NamedTuple):
     """A digit of the local index at one configuration: its extent and its byte strides in the
     local and the canonical page."""
@@ -327,7 +334,7 @@ class CompiledFamily:
     atoms: tuple
     tensor: tuple = ()  # index of each dim of the tensor the family recognises, after the block dim
     layout_id: str = ""  # the canonical page format's identity (`identity.layout_id`)
-    bounds: tuple = ()  # (name, lo, hi) of each runtime name the family reads: where it is proved
+    bounds: tuple = ()  # a `Bound` of each runtime name the family reads: where it is proved
     family: object = None  # the family IR, when compiled in this process
     # its grid claims `agnostic` in some case: the canonical indices name the data (a token,
     # a head), not where a rank put it, so the canonical layout's numbers are its format
@@ -354,7 +361,7 @@ class CompiledFamily:
         return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
                               tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"],
-                              tuple(tuple(b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"],
+                              tuple(Bound(*b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"],
                               tensor_outer=d["tensor_outer"])
 
     @property

@@ -21,6 +21,7 @@ import operator
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
+from typing import NamedTuple
 
 from . import params
 from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, from_entry, misfit
@@ -232,8 +233,8 @@ class Deriver:
             raise ConfigError(f"spec library {spec_dir or '(shipped)'}: at most one family may serve "
                               f"'{FALLBACK}', found {len(fallback)} ({', '.join(cf.name for cf in fallback)})")
         self.fallback = fallback[0] if fallback else None  # a library without one fails closed instead
-        self.names = {b[0] for cf in self.families.values() for b in cf.bounds}  # every name some family reads
-        self.domains = {b[0]: (b[1], b[2]) for cf in self.families.values() for b in cf.bounds}
+        self.names = {b.name for cf in self.families.values() for b in cf.bounds}  # every name some family reads
+        self.domains = {b.name: (b.lo, b.hi) for cf in self.families.values() for b in cf.bounds}
         self._memo = functools.lru_cache(maxsize=4096)(self._derive)
 
     def derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
@@ -247,7 +248,7 @@ class Deriver:
 
     def reads(self, kind: str) -> set[str]:
         """The runtime names the families serving `kind` read (the fallback aside)."""
-        return {b[0] for cf in self._by_kind.get(kind, []) for b in cf.bounds}
+        return {b.name for cf in self._by_kind.get(kind, []) for b in cf.bounds}
 
     def cache_info(self):
         """Hits and misses of the memoised derivations (`functools.lru_cache`)."""
@@ -375,18 +376,19 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tupl
         return no(f"KV tensor holds {held} bytes per block but the page is {page}")
     gap = dense_gap(t.shape, t.stride, row_major=in_order)
     if gap:
-        return no(f"KV tensor dimension {gap[0]} has stride {gap[1]}, expected {gap[2]} (elements): the family "
+        return no(f"KV tensor dimension {gap.dim} has stride {gap.stride}, expected {gap.expected} (elements): the family "
                   f"reads a block as its elements in row-major order (its spec names no tensor dims)")
     if box is None and len([n for n in t.shape[1:] if n != 1]) > 1:
         return no(f"KV tensor dims {tuple(t.shape[1:])} are not the family's page of regions, which names no tensor "
                   f"dims: it reads a given tensor only as flat (blocks, page) elements")
     if box:
+        _, element, dims = box  # the local index box: (base, element bytes, ((extent, stride), ...))
         mine = _cuts(zip(t.shape[1:], (s * t.element_size for s in t.stride[1:])))
-        spec = _cuts((e, c * box[1]) for e, c in box[2])
+        spec = _cuts((e, c * element) for e, c in dims)
         if not (mine <= spec or spec <= mine):
             return no(f"KV tensor dims {tuple(t.shape[1:])} ({t.element_size}-byte elements) cut a block at bytes "
-                      f"{sorted(mine)}, the family's local index box {tuple(e for e, _ in box[2])} "
-                      f"({box[1]}-byte elements) at {sorted(spec)}: neither groups the other, so the tensor's "
+                      f"{sorted(mine)}, the family's local index box {tuple(e for e, _ in dims)} "
+                      f"({element}-byte elements) at {sorted(spec)}: neither groups the other, so the tensor's "
                       f"dims are not the spec's indices (its spec names no tensor dims)")
     return (TensorView("kv", 0, tuple(t.shape[1:]), tuple(t.stride[1:]), t.element_size),), ""
 
@@ -403,7 +405,14 @@ def _cuts(dims) -> set:
     return {e * s for e, s in dims if e != 1}
 
 
-def dense_gap(shape: tuple, stride: tuple, row_major: bool = False) -> tuple | None:
+class Gap(NamedTuple):
+    """Where a block is not one dense stretch: the dim, its stride, the stride it needs (elements)."""
+    dim: int
+    stride: int
+    expected: int
+
+
+def dense_gap(shape: tuple, stride: tuple, row_major: bool = False) -> Gap | None:
     """The first dim after the block (dim 0) keeping a block from being one dense stretch of
     memory, as (dim, its stride, the stride expected), or None. Dense in some order (sorted by
     stride, each dim steps over exactly those below it), or with `row_major` in index order,
@@ -412,7 +421,7 @@ def dense_gap(shape: tuple, stride: tuple, row_major: bool = False) -> tuple | N
 
     Examples:
         >>> dense_gap((3, 4, 6), (24, 1, 4)), dense_gap((3, 4, 6), (24, 1, 4), row_major=True)
-        (None, (2, 4, 1))
+        (None, Gap(dim=2, stride=4, expected=1))
     """
     dims = [d for d in range(1, len(shape)) if shape[d] != 1]
     if any(shape[d] == 0 for d in dims):
@@ -420,7 +429,7 @@ def dense_gap(shape: tuple, stride: tuple, row_major: bool = False) -> tuple | N
     want = 1
     for d in reversed(dims) if row_major else sorted(dims, key=lambda d: (stride[d], shape[d], d)):
         if stride[d] != want:
-            return d, stride[d], want
+            return Gap(d, stride[d], want)
         want *= shape[d]
     return None
 
