@@ -282,11 +282,11 @@ def _claimed_form(family: Family, v: Variant, norm=None) -> tuple:
 
     def sum_form(s):  # per index: (its box, its digits as (lower, lower * extent, scale, runs to the box))
         out = {src: (top, []) for src, top in tops.items()}
-        for sp, k in s.terms:
-            if form(sp.extent) != _ONE:  # a digit of one value is 0
-                end = form(sp.lower * sp.extent)
-                top, digits = out.setdefault(sp.source, (end, []))
-                digits.append((form(sp.lower), end, form(k), end == top))
+        for source, lower, extent, k in _joined(family, norm, s.terms):
+            if form(extent) != _ONE:  # a digit of one value is 0
+                end = form(lower * extent)
+                top, digits = out.setdefault(source, (end, []))
+                digits.append((form(lower), end, form(k), end == top))
         return form(s.base), {src: (top, tuple(sorted(ds))) for src, (top, ds) in out.items()}
     layout = tuple(form(x) for x in (*c.extents, *c.coefficients, c.element, c.base)) + tuple(c.indices)
     return layout, tuple((t.index, t.placed, tuple(sum_form(a) for a in (t.placed_args if t.placed else (t.sum,))))
@@ -294,6 +294,30 @@ def _claimed_form(family: Family, v: Variant, norm=None) -> tuple:
 
 
 _ONE = sympy.srepr(sympy.Integer(1))
+
+
+def _joined(family: Family, norm, terms) -> list[tuple]:
+    """A sum's digits as (index, lower, extent, scale), two that continue each other joined
+    into one: `(i // l) % e * k + (i // (l * e)) % f * (k * e)` is `(i // l) % (e * f) * k`,
+    so a case that splits an index in two and a case that keeps it whole compare alike.
+
+    Examples:
+        (digits of d: (1, 2, 1) and (2, D / 2, 2), as `d % 2 + (d // 2) * 2` writes it)
+        _joined(f, norm, terms) == [("d", 1, D, 1)]
+    """
+    def zero(x):
+        return sympy.cancel(sympy.expand(family.atoms.expand(norm(x)))) == 0
+    digits = [(sp.source, norm(sp.lower), norm(sp.extent), norm(k)) for sp, k in terms]
+    joined = True
+    while joined:
+        joined = False
+        for i, j in itertools.permutations(range(len(digits)), 2):
+            (src, lo, e, k), (src2, lo2, f, k2) = digits[i], digits[j]
+            if src == src2 and zero(lo2 - lo * e) and zero(k2 - k * e):
+                digits = [d for n, d in enumerate(digits) if n not in (i, j)] + [(src, lo, norm(e * f), k)]
+                joined = True
+                break
+    return digits
 
 
 def _same_targets(ta: tuple, tb: tuple) -> bool:

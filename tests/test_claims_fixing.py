@@ -6,7 +6,7 @@ import itertools
 import sympy
 from hypothesis import given, settings, strategies as st
 
-from layoutalg.claims import _fixing, _left, _size
+from layoutalg.claims import _fixing, _joined, _left, _size
 from layoutalg.ir import Family
 from layoutalg.params import Param
 from layoutalg.sizes import Atoms
@@ -79,3 +79,39 @@ def test_a_name_that_can_be_zero_fixes_no_product():
     family = _family((0, 1, 1))
     assert _left_of(family, [a * b], a * b) == {"a", "b"}
     assert _left_of(family, [a, a * b], b) == {"b"} and _witness(family, [a, a * b], b)
+
+
+# ---- joined digits (`claims._joined`): the sum they give is the sum of the digits as written
+
+def _digit_sum(digits, i):
+    return sum((i // lo) % e * k for _, lo, e, k in digits)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 6, 8, 12]), st.integers(1, 4), st.integers(0, 9)),
+                min_size=1, max_size=4), st.booleans())
+def test_joined_digits_give_the_same_sum(raw, chain):
+    """Random digits of one index (with `chain`, each continuing the one before, the case that
+    joins): wherever the index runs, the joined digits sum to what the written ones do."""
+    from layoutalg.itersum import Split
+    if chain:  # lower_{n+1} = lower_n * extent_n, scale_{n+1} = scale_n * extent_n
+        lo, k, digits = raw[0][0], raw[0][2] or 1, []
+        for _, e, _ in raw:
+            digits.append((lo, e, k))
+            lo, k = lo * e, k * e
+    else:
+        digits = [(lo, e, k) for lo, e, k in raw]
+    terms = [(Split("i", sympy.Integer(lo), sympy.Integer(e)), sympy.Integer(k)) for lo, e, k in digits]
+    joined = _joined(_family((1, 1, 1)), lambda x: x, terms)
+    if chain:
+        assert len(joined) == 1
+    box = max(lo * e for lo, e, _ in digits)
+    written = [("i", lo, e, k) for lo, e, k in digits]
+    assert all(_digit_sum(joined, i) == _digit_sum(written, i) for i in range(2 * box))
+
+
+def test_digits_whose_scales_do_not_continue_are_not_joined():
+    from layoutalg.itersum import Split
+    one = sympy.Integer(1)
+    terms = [(Split("i", one, sympy.Integer(2)), one), (Split("i", sympy.Integer(2), sympy.Integer(3)), sympy.Integer(3))]
+    assert len(_joined(_family((1, 1, 1)), lambda x: x, terms)) == 2  # (i % 2) + 3 (i // 2 % 3) is no i % 6

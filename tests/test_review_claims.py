@@ -119,6 +119,25 @@ def test_cases_that_put_a_channel_apart_back_no_agnostic_claim(tmp_path):
     assert len(ids) == 2
 
 
+def test_cases_that_split_a_channel_and_keep_it_whole_keep_the_claim(tmp_path):
+    """Ninth review, finding 3: `d % p + (d // p) * p` is d at p = 2 and at p = 1, but its digits
+    were compared as written (two against one), and the claim was dropped."""
+    lib = load([REVIEW / "case_split_whole.lal"])
+    assert compile_family(resolve(lib, "split_whole")).claims_agnostic
+    assert [r.status for r in agnostic_rows(lib, "split_whole")] == ["proved"]
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    (tmp_path / "w.lal").write_text((REVIEW / "case_split_whole.lal").read_text().replace("../../../specs/", ""))
+    deriver, ids = Deriver(tmp_path), set()
+    for tp in (1, 2):
+        heads = 2 // tp
+        layer = LayerSpec("attention", 2 * heads * 4, block_size=1, num_kv_heads=heads, head_size=4, dtype_bytes=1)
+        tensor = TensorLayout((8, 2, 1, heads, 4), (8 * heads, 4 * heads, 4 * heads, 4, 1), 1)
+        res = deriver.derive(layer, tensor, ParallelConfig(tp=tp, total_kv_heads=2), 8)
+        assert res.family == "split_whole", res.reasons
+        ids.add(res.mappings[0].format_id)
+    assert len(ids) == 1  # one format: a page stored at tp=2 is read at tp=1
+
+
 def test_cases_that_transpose_the_page_back_no_agnostic_claim(tmp_path):
     """Eighth review: tp == 1 stores (a, b) at (a, b), tp == n_side at (b, a), under one format id."""
     lib = load([REVIEW / "case_transposed.lal"])
