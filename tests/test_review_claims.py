@@ -97,6 +97,22 @@ def test_a_pad_division_never_exact_leaves_the_page_applying_nowhere(tmp_path):
     assert not [r for r in rows if r.status == "proved"], [(r.family, r.obligation) for r in rows if r.status == "proved"]
 
 
+def _channel_format_ids(tmp_path, spec: str, family: str) -> set:
+    """The format ids the runtime gives a 2-head split NHD page (head size 4) of the review
+    spec at tp=1 and tp=2."""
+    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
+    (tmp_path / f"{spec}.lal").write_text((REVIEW / f"{spec}.lal").read_text().replace("../../../specs/", ""))
+    deriver, ids = Deriver(tmp_path), set()
+    for tp in (1, 2):
+        heads = 2 // tp
+        layer = LayerSpec("attention", 2 * heads * 4, block_size=1, num_kv_heads=heads, head_size=4, dtype_bytes=1)
+        tensor = TensorLayout((8, 2, 1, heads, 4), (8 * heads, 4 * heads, 4 * heads, 4, 1), 1)
+        res = deriver.derive(layer, tensor, ParallelConfig(tp=tp, total_kv_heads=2), 8)
+        assert res.family == family, res.reasons
+        ids.add(res.mappings[0].format_id)
+    return ids
+
+
 def test_cases_that_put_a_channel_apart_back_no_agnostic_claim(tmp_path):
     lib = load([REVIEW / "case_permuted.lal"])
     assert not compile_family(resolve(lib, "permuted")).claims_agnostic
@@ -105,18 +121,7 @@ def test_cases_that_put_a_channel_apart_back_no_agnostic_claim(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "layoutalg", "check", REVIEW / "case_permuted.lal"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 1 and "shard maps (where a local index lands) of those cases differ" in proc.stdout
-    # the runtime keys the pages of each configuration apart
-    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
-    (tmp_path / "p.lal").write_text((REVIEW / "case_permuted.lal").read_text().replace("../../../specs/", ""))
-    deriver, ids = Deriver(tmp_path), set()
-    for tp in (1, 2):
-        heads = 2 // tp
-        layer = LayerSpec("attention", 2 * heads * 4, block_size=1, num_kv_heads=heads, head_size=4, dtype_bytes=1)
-        tensor = TensorLayout((8, 2, 1, heads, 4), (8 * heads, 4 * heads, 4 * heads, 4, 1), 1)
-        res = deriver.derive(layer, tensor, ParallelConfig(tp=tp, total_kv_heads=2), 8)
-        assert res.family == "permuted", res.reasons
-        ids.add(res.mappings[0].format_id)
-    assert len(ids) == 2
+    assert len(_channel_format_ids(tmp_path, "case_permuted", "permuted")) == 2  # the runtime keys them apart
 
 
 def test_cases_that_split_a_channel_and_keep_it_whole_keep_the_claim(tmp_path):
@@ -125,17 +130,7 @@ def test_cases_that_split_a_channel_and_keep_it_whole_keep_the_claim(tmp_path):
     lib = load([REVIEW / "case_split_whole.lal"])
     assert compile_family(resolve(lib, "split_whole")).claims_agnostic
     assert [r.status for r in agnostic_rows(lib, "split_whole")] == ["proved"]
-    shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")
-    (tmp_path / "w.lal").write_text((REVIEW / "case_split_whole.lal").read_text().replace("../../../specs/", ""))
-    deriver, ids = Deriver(tmp_path), set()
-    for tp in (1, 2):
-        heads = 2 // tp
-        layer = LayerSpec("attention", 2 * heads * 4, block_size=1, num_kv_heads=heads, head_size=4, dtype_bytes=1)
-        tensor = TensorLayout((8, 2, 1, heads, 4), (8 * heads, 4 * heads, 4 * heads, 4, 1), 1)
-        res = deriver.derive(layer, tensor, ParallelConfig(tp=tp, total_kv_heads=2), 8)
-        assert res.family == "split_whole", res.reasons
-        ids.add(res.mappings[0].format_id)
-    assert len(ids) == 1  # one format: a page stored at tp=2 is read at tp=1
+    assert len(_channel_format_ids(tmp_path, "case_split_whole", "split_whole")) == 1  # stored at tp=2, read at 1
 
 
 def test_cases_that_transpose_the_page_back_no_agnostic_claim(tmp_path):
