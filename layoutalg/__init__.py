@@ -1,8 +1,9 @@
 """layoutalg: a layout-algebra DSL for sharded KV-cache pages, with symbolic verification.
 
 The pipeline, one module a room:
-    grammar/layoutalg.lark -> syntax -> library -> sizes, itersum, family (IR)
-    -> layout, algebra -> compile -> lower -> runtime, vllm, corpus -> cli
+    grammar/layoutalg.lark -> syntax -> library -> sizes, itersum, ir, family, claims (IR)
+    -> layout, algebra -> compile -> tiling, lower -> runtime, vllm, corpus -> copy, torch_copy
+    -> direct, reshard -> cli
     verification: check (enumeration), interpret (direct reading), prove (Z3)
 """
 from .mapping import CanonicalPageMapping, CopyRun
