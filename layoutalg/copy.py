@@ -266,8 +266,8 @@ class ModelPlan:
         """The model page's format: each layer's name, place and `format_id`. A loader whose id
         differs would read another layout's bytes; compare it with the storer's."""
         import hashlib
-        text = "\n".join(f"{n}\t{self.offsets[n]}\t{p.mapping.canonical_page_size_bytes}\t{p.mapping.format_id}"
-                         for n, p in self.plans.items())
+        text = repr(tuple((n, self.offsets[n], p.mapping.canonical_page_size_bytes, p.mapping.format_id)
+                          for n, p in self.plans.items()))  # repr quotes each name: no name forges another's
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def store(self, kv_caches: dict, block_ids, pages, page_ids) -> dict:
