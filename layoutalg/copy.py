@@ -40,8 +40,8 @@ except ImportError:  # pragma: no cover - torch works without it, and so do the 
 
 from .errors import ConfigError, LayoutMismatch
 from .mapping import CanonicalPageMapping
-from .torch_copy import (CANONICAL, LOCAL, _check_runs, check_apart, check_stretches_apart, in_segments,
-                         layer_segments, outer_of, page_bytes, stretch_starts)
+from .torch_copy import (CANONICAL, LOCAL, _check_runs, check_apart, check_blocks_apart, check_stretches_apart,
+                         in_segments, layer_segments, outer_of, page_bytes, stretch_starts)
 
 
 def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
@@ -332,25 +332,10 @@ class ModelPlan:
 
     def _apart_on_load(self, kv_caches: dict, blocks: dict) -> None:
         """No byte one layer's load fills is a byte another's fills: layers may share a tensor (a
-        hybrid model's groups do) where they fill other blocks of it, never the same memory.
-        Each block's stretch of each layer, as an address interval, sorted; neighbours apart."""
-        names = list(self.plans)
-        by_device: dict = {}
-        for i, n in enumerate(names):
-            for seg in layer_segments(kv_caches[n], self.plans[n].mapping, "kv", "load"):
-                b = seg.bytes
-                start = b.data_ptr() + blocks[n].cpu() * b.stride(0)
-                by_device.setdefault(str(b.device), []).append(
-                    torch.stack([start, start + b.shape[1], torch.full_like(start, i)], 1))
-        for spans in by_device.values():
-            spans = torch.cat(spans)
-            spans = spans[torch.argsort(spans[:, 0])]
-            hit = (spans[1:, 0] < spans[:-1, 1]).nonzero()
-            if hit.numel():
-                (a0, e0, i0), (a1, e1, i1) = spans[int(hit[0])].tolist(), spans[int(hit[0]) + 1].tolist()
-                raise LayoutMismatch(f"load: layers {names[i0]!r} and {names[i1]!r} would fill the same memory "
-                                     f"(addresses [{a0:#x}, {e0:#x}) and [{a1:#x}, {e1:#x})): their tensors overlap "
-                                     f"in the blocks asked for, and the one loaded later would overwrite the other")
+        hybrid model's groups do) where they fill other blocks of it, never the same memory."""
+        check_blocks_apart([(f"layer {n!r}'s kv", layer_segments(kv_caches[n], p.mapping, "kv", "load"), blocks[n])
+                            for n, p in self.plans.items()], "load",
+                           "both layers would fill those bytes, and the one loaded later overwrite the other")
 
 
 def _by_election(m: CanonicalPageMapping) -> list:

@@ -46,7 +46,7 @@ from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun, TensorView
-from .torch_copy import _check_runs, check_apart, in_segments, layer_segments, shared_byte, stretch_length
+from .torch_copy import _check_runs, check_blocks_apart, in_segments, layer_segments, shared_byte, stretch_length
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -541,11 +541,11 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
         # producer by producer, a scatter into memory a later producer is read from would
-        # hand it bytes already overwritten: the consumer's tensor shares none with any (one
-        # producer is gathered whole before the scatter: it may be the consumer's own tensor)
-        for a in segs if several else ():
-            for b in into:
-                check_apart(a.bytes, b.bytes, "execute", f"producer {p} kv and the consumer kv")
+        # hand it bytes already overwritten: the consumer blocks share none with any producer's
+        # blocks read (one producer is gathered whole before the scatter: it may be the consumer)
+        if several:
+            check_blocks_apart([(f"producer {p} kv", segs, src), ("the consumer kv", into, dst)], "execute",
+                               "a producer scattered first would overwrite bytes a later one is read from")
     for p in plan.producers():
         scatter(plan, p, gather(plan, p, producer_kvs[p], src_blocks), kv, dst_blocks)
 

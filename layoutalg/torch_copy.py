@@ -337,6 +337,31 @@ def check_apart(a: torch.Tensor, b: torch.Tensor, op: str, names: str = "kv and 
                              f"it has already written")
 
 
+def check_blocks_apart(sides: list, op: str, why: str) -> None:
+    """No two of `sides`, each `(name, segments, block ids)`, touch a byte in common in the
+    blocks asked for: finer than `check_apart`, since tensors that share memory (a hybrid
+    model's groups, a producer and its consumer) may each use other blocks of it.
+    Each block's stretch of each segment is an address interval; within a side they are
+    apart (its plan checks that), so sorted by start an overlap between two sides shows in
+    two neighbours."""
+    by_device: dict = {}
+    for i, (_, segs, blocks) in enumerate(sides):
+        for seg in segs:
+            b = seg.bytes
+            start = b.data_ptr() + blocks.cpu() * b.stride(0)
+            by_device.setdefault(str(b.device), []).append(
+                torch.stack([start, start + b.shape[1], torch.full_like(start, i)], 1))
+    for spans in by_device.values():
+        spans = torch.cat(spans)
+        spans = spans[torch.argsort(spans[:, 0])]
+        hit = ((spans[1:, 0] < spans[:-1, 1]) & (spans[1:, 2] != spans[:-1, 2])).nonzero()
+        if hit.numel():
+            (a0, e0, i0), (a1, e1, i1) = sorted((spans[int(hit[0])].tolist(), spans[int(hit[0]) + 1].tolist()),
+                                                key=lambda x: x[2])  # named in the order the sides are given
+            raise LayoutMismatch(f"{op}: {sides[i0][0]} and {sides[i1][0]} share memory in the blocks asked for "
+                                 f"(addresses [{a0:#x}, {e0:#x}) and [{a1:#x}, {e1:#x})): {why}")
+
+
 def _check_dense(pages: torch.Tensor, name: str, op: str) -> None:
     """A block's elements must fill one contiguous stretch of memory, in some dimension order.
 

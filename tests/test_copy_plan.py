@@ -320,7 +320,7 @@ def test_layers_that_would_fill_the_same_memory_are_refused(deriver):
     shared = kvs["l.0"]
     p = plan_model({"a": maps["l.0"], "b": maps["l.0"]}, {"a": shared, "b": shared})
     pages = torch.randint(0, 256, (N, p.page_size_bytes), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
-    with pytest.raises(LayoutMismatch, match="layers 'a' and 'b' would fill the same memory"):
+    with pytest.raises(LayoutMismatch, match="layer .a.'s kv and layer .b.'s kv share memory in the blocks asked for"):
         p.load(pages, torch.arange(N), {"a": shared, "b": shared}, torch.arange(N))
     assert not shared.view(torch.int16).any()  # refused before a byte moved
     half = {"a": torch.arange(3), "b": torch.arange(3, 6)}  # other blocks of one tensor: each its own

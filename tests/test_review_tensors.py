@@ -110,24 +110,45 @@ def test_a_uint8_view_of_another_layout_is_refused_and_of_the_right_one_copies_a
         assert torch.equal(got, want)
 
 
+def _int_group(tp, tensors, total, d):
+    """Every rank's mapping of a split NHD int32 layer of `total` heads at `tp`, for `tensors`."""
+    spec = attention(block_size=T, heads=total // tp, head_size=d, dtype=torch.int32)
+    return [derive_canonical_mappings(config(tp=tp, rank=r, total=total), cache_config([(spec, ["l"])], N),
+                                      {"l": tensors[r]})["l"] for r in range(tp)]
+
+
 def test_direct_reshard_refuses_a_consumer_sharing_memory_with_a_producer():
     """Producer by producer, the first scatter overwrote bytes the second producer was read from."""
     H, D, TOT = 2, 2, 4
     full = torch.arange(N * 2 * T * TOT * D, dtype=torch.int32).view(N, 2, T, TOT, D)
 
-    def group(tp, tensors):
-        spec = attention(block_size=T, heads=TOT // tp, head_size=D, dtype=torch.int32)
-        return [derive_canonical_mappings(config(tp=tp, rank=r, total=TOT), cache_config([(spec, ["l"])], N),
-                                          {"l": tensors[r]})["l"] for r in range(tp)]
     buf = torch.zeros(2 * full.numel(), dtype=torch.int32)
     consumer = buf[:full.numel()].view(N, 2, T, TOT, D)
     p0, p1 = full[:, :, :, :H].contiguous(), buf[:full.numel() // 2].view(N, 2, T, H, D)
     p1.copy_(full[:, :, :, H:])
-    plans = reshard.direct_plans(group(2, [p0, p1]), group(1, [consumer]))
+    plans = reshard.direct_plans(_int_group(2, [p0, p1], TOT, D), _int_group(1, [consumer], TOT, D))
     before = buf.clone()
-    with pytest.raises(LayoutMismatch, match="producer 1 kv and the consumer kv share memory"):
+    with pytest.raises(LayoutMismatch, match="producer 1 kv and the consumer kv share memory in the blocks asked for"):
         reshard.execute(plans[0], [p0, p1], [0, 1], consumer, [0, 1])
     assert torch.equal(buf, before)  # nothing written
+
+
+def test_direct_reshard_lets_a_consumer_share_a_producers_tensor_in_other_blocks():
+    """The overlap check is by the blocks asked for: a producer read from memory the consumer
+    holds blocks in, but not the blocks it fills, is no overlap (whole tensors were refused)."""
+    H, D, TOT = 2, 2, 4
+    full = torch.arange(N * 2 * T * TOT * D, dtype=torch.int32).view(N, 2, T, TOT, D)
+
+    block = 2 * T * TOT * D  # a consumer block, in elements
+    buf = torch.zeros(2 * full.numel(), dtype=torch.int32)
+    consumer = buf[:full.numel()].view(N, 2, T, TOT, D)
+    p0, p1 = full[:, :, :, :H].contiguous(), buf[2 * block:2 * block + full.numel() // 2].view(N, 2, T, H, D)
+    p1.copy_(full[:, :, :, H:])  # its blocks 0 and 1 lie in the consumer's block 2
+    plans = reshard.direct_plans(_int_group(2, [p0, p1], TOT, D), _int_group(1, [consumer], TOT, D))
+    reshard.execute(plans[0], [p0, p1], [0, 1], consumer, [0, 1])
+    assert torch.equal(consumer[:2], full[:2])
+    with pytest.raises(LayoutMismatch, match="producer 1 kv and the consumer kv share memory in the blocks"):
+        reshard.execute(plans[0], [p0, p1], [0, 1], consumer, [1, 2])  # block 2 is where producer 1 is read
 
 
 def test_the_fallback_does_not_read_a_tensor_that_keeps_kv_outside_the_blocks():
