@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -127,9 +128,17 @@ def _configuration_options(r) -> None:
                    help="1 when K/V carry per-token-head scales (default 0)")
 
 
+def _whole(text: str) -> int:
+    """A whole number as a configuration string spells it: ASCII digits, an optional sign
+    (int() also takes '1_0' and full-width digits, which a config string refuses)."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+        raise ValueError(text)
+    return int(text)
+
+
 def _positive(text: str) -> int:
     try:
-        n = int(text)
+        n = _whole(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if n < 1:
@@ -142,7 +151,7 @@ def _named_size(text: str) -> tuple[str, int]:
     if not eq or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     try:
-        return name, int(value)
+        return name, _whole(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{name}: expected a whole number, got {value!r}") from None
 
@@ -209,13 +218,19 @@ def main(argv=None) -> int:
                 pass
 
 
+def _sizes_once(command: str, given: list) -> dict:
+    """`--size NAME=VALUE` options as a dict; a name given twice is an error, not last-wins."""
+    names = dict(given)
+    if len(names) != len(given):
+        twice = next(n for n, _ in given if [m for m, _ in given].count(n) > 1)
+        raise LayoutalgError(f"{command}: --size {twice} is given twice")
+    return names
+
+
 def _reshard(args) -> int:
     from .distributed import group_of, parse_config, reshard
     model = (args.heads, args.block_size, args.head_size, args.dtype, args.blocks)
-    names = dict(args.size)
-    if len(names) != len(args.size):
-        twice = next(n for n, _ in args.size if [m for m, _ in args.size].count(n) > 1)
-        raise LayoutalgError(f"reshard: --size {twice} is given twice")
+    names = _sizes_once("reshard", args.size)
     store = group_of(args.family, parse_config(args.store), *model, names=names)
     load = group_of(args.family, parse_config(args.load), *model, names=names)
     conversion = None
@@ -468,7 +483,7 @@ def _derived(args):
              "block_size": args.block_size, "head_size": args.head_size, "dtype_bytes": args.dtype_bytes,
              "per_token_head_quant": args.per_token_head_quant, "compress_ratio": 1}
     declared = {n: p for n, p in lib.vocabulary().items() if n not in params.TABLE}
-    for name, value in args.size:
+    for name, value in _sizes_once(args.cmd, args.size).items():
         if name in params.TABLE:
             raise LayoutalgError(f"--size {name}: a built-in name; set it with its own option (--help)")
         if name not in declared:

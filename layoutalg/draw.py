@@ -17,6 +17,9 @@ so). The runtime never imports this module.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import textwrap
 from math import gcd
 from typing import NamedTuple, Sequence
@@ -254,9 +257,22 @@ def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, cl
     head = "\n".join(textwrap.wrap(head, 125))
     fig.suptitle(f"{head}\n{tail}, {cols} cells a row; {what}", fontsize=9, x=0.02, ha="left")
     fig.subplots_adjust(top=1 - 0.9 / fig.get_figheight(), bottom=0.6 / fig.get_figheight())
-    try:
-        fig.savefig(path)
-    except OSError as e:  # a folder that is not there, no permission: say so, not a traceback
+    tmp = None
+    try:  # into a file of its own beside the picture, then renamed: never a half-written picture
+        if os.path.lexists(path) and not os.path.isfile(path) or os.path.islink(path):
+            raise LayoutalgError(f"draw: cannot write the picture {path}: it is not a regular file")
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=os.path.splitext(path)[1])
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=os.path.splitext(path)[1][1:] or None)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a file opened for writing would be, not mkstemp's 0600
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:  # a folder that is not there, no permission, a full disk: say so, not a traceback
         raise LayoutalgError(f"draw: cannot write the picture {path}: {e.strerror or e}") from None
     finally:
         plt.close(fig)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

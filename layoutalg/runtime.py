@@ -225,6 +225,9 @@ class Deriver:
 
     def __init__(self, spec_dir: str | Path | None = None):
         self.families = compiled_library(str(spec_dir) if spec_dir else None)
+        if not self.families:  # every layer would fail closed, and a run would look like one of layers no family serves
+            raise ConfigError(f"spec library {spec_dir or '(shipped)'} holds no family: nothing to derive a mapping "
+                              f"from")
         self._by_kind: dict[str, list[CompiledFamily]] = {}
         for cf in sorted(self.families.values(), key=lambda f: (f.order, f.name)):
             self._by_kind.setdefault(cf.serves, []).append(cf)
@@ -594,7 +597,9 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     if hit is not None and cache.unchanged(hit[0], folder, hit[1]):
         return hit[2]
     listing = cache.folder_listing(folder)
-    key, data, entry = cache.load("library", folder, with_files=True)
+    # the disk cache is keyed by a folder's spec files: a path that is no folder (a file, nothing)
+    # has none, and would be served any empty folder's entry; it is read (or refused) as given
+    key, data, entry = cache.load("library", folder, with_files=True) if folder.is_dir() else (None, None, None)
     read = cache.snapshot(entry[0]) if data is not None else (None, ())
     if data is not None and read[0] == entry[1]:  # the files as read now are those the entry was made from
         out, made_from = {d["name"]: from_entry(d) for d in data}, read[1]
@@ -603,8 +608,9 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
         from .library import load_default, sources
         lib = load_default(folder)
         out, made_from = {name: compile_named(lib, name) for name in lib.families}, sources(lib)
-        cache.store("library", key, [p for p, _ in made_from], [cf.to_json() for cf in out.values()], made_from,
-                    folder)
+        if key is not None:
+            cache.store("library", key, [p for p, _ in made_from], [cf.to_json() for cf in out.values()], made_from,
+                        folder)
     if len(_COMPILED) >= 8:
         _COMPILED.pop(next(iter(_COMPILED)))
     _COMPILED[str(folder)] = (made_from, listing, out)

@@ -70,3 +70,51 @@ def test_explain_aligns_its_columns_and_defines_each_placeholder_before_it_is_re
     for placeholder in {w for w in text.replace("*", " ").split() if w.startswith("_q")}:
         first_use = min(i for i, x in enumerate(lines) if placeholder in x)
         assert lines[first_use].strip().startswith("where ") and f"{placeholder} =" in lines[first_use]
+
+
+# ---- bad input found by the CLI review: each a clear error, exit 2, nothing half-written ----
+
+def test_a_library_of_no_family_or_no_folder_derives_nothing_and_says_so(tmp_path):
+    """An empty spec folder gave every corpus row `no_mappings` with exit 0, and its cache entry
+    was then served for a folder that does not exist (both have no spec files)."""
+    import os
+    env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path / "cache")}
+    (tmp_path / "empty").mkdir()
+    corpus = ROOT / "tests" / "data" / "vllm_reference.jsonl.gz"
+
+    def derive(specs):
+        return subprocess.run([sys.executable, "-m", "layoutalg.cli", "derive-corpus", str(corpus), "--specs", specs],
+                              capture_output=True, text=True, cwd=ROOT, env=env)
+    for specs, said in ((str(tmp_path / "empty"), "holds no family"), (str(tmp_path / "nowhere"), "no such spec"),
+                        (str(tmp_path / "empty"), "holds no family")):
+        proc = derive(specs)
+        assert proc.returncode == 2 and said in proc.stderr + proc.stdout and not proc.stdout.strip(), proc
+
+
+def test_options_given_wrong_are_refused_before_any_work(tmp_path):
+    (tmp_path / "pictures").write_text("a file, not a folder")
+    proc = run("prove", "specs/opaque.lal", "--draw", str(tmp_path / "pictures"))
+    assert proc.returncode == 2 and "--draw" in proc.stderr and "not a folder" in proc.stderr
+    assert "proved" not in proc.stdout  # said before the proof, not after it
+    proc = run("runs", "specs/split_nhd.lal", "--tp", "2", "--size", "pcp_replicas=0", "--size", "pcp_replicas=1")
+    assert proc.returncode == 2 and "--size pcp_replicas is given twice" in proc.stderr
+    for odd in ("1_0", "\uff12"):  # int() reads both; a configuration string reads neither
+        proc = run("runs", "specs/split_nhd.lal", "--tp", odd)
+        assert proc.returncode == 2 and "expected a whole number" in proc.stderr, odd
+
+
+def test_a_picture_that_cannot_be_written_whole_leaves_the_old_one(tmp_path):
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+    old = tmp_path / "keep.svg"
+    old.write_text("<svg>the picture from before</svg>")
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_nhd.lal", "-o", str(old),
+                           "--store", "tp=2", "--load", "tp=4"], capture_output=True, text=True, cwd=ROOT,
+                          preexec_fn=small_files)
+    assert proc.returncode == 2 and "cannot write the picture" in proc.stderr, proc.stderr
+    assert old.read_text() == "<svg>the picture from before</svg>" and sorted(tmp_path.iterdir()) == [old]
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_nhd.lal", "-o", str(old),
+                           "--store", "tp=2", "--load", "tp=4"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and old.read_text().lstrip().startswith("<?xml") and sorted(tmp_path.iterdir()) == [old]

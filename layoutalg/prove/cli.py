@@ -142,6 +142,9 @@ def prove_command(args, out=sys.stdout) -> int:
     if getattr(args, "family", None):
         raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
                              "give its spec file")
+    folder = getattr(args, "draw", None)
+    if folder and os.path.exists(folder) and not os.path.isdir(folder):  # say it before the proof, not after
+        raise LayoutalgError(f"prove: --draw {folder}: not a folder (the pictures are files in it)")
     rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout)
     print(f"({time.perf_counter() - t:.1f} s)", file=out)
     if getattr(args, "draw", None):
@@ -157,7 +160,10 @@ def _draw_refutations(paths, rows, folder: str, out) -> None:
     from ..draw import draw, owners_of_reading
     from ..library import load
     lib = load(paths)
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise LayoutalgError(f"prove: --draw {folder}: cannot make the folder: {e.strerror or e}") from None
     drawn = 0
     for r in rows:
         if r.status != "refuted" or not r.witness:
