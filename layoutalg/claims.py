@@ -52,6 +52,8 @@ def unplaced_target(family: Family, v: Variant, norm=None) -> tuple[str, str, st
     fix_norm = _fixing(family, [_size(family, norm(x)) for x in sizes_of], moving)
     fix_written = _fixing(family, [_size(family, x) for x in sizes_of], moving)
     for t in v.targets:
+        if t.misplaced:
+            return t.index, t.misplaced, ""
         for s in _sums(t):
             live = _live(family, norm, s)
             ranks = sorted({sp.source for sp, _ in live if sp.source in v.rank_digits})

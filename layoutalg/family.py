@@ -86,19 +86,50 @@ def _resolve(lib: Library, name: str) -> Family:
     return fam
 
 
-def placed_by(lib: Library, target, idx_scope, local: tuple) -> tuple[str, tuple]:
+def placed_by(lib: Library, target, idx_scope, local: tuple) -> tuple[str, tuple, str]:
     """(the grid's fn a canonical target is written as, the normal forms of its arguments
-    that read a local index), or ('', ()) when it is not written as one.
+    that read a local index, why the call cannot be taken as the grid's placement or ""),
+    or ('', (), why) when it is not taken as one.
 
     Where a canonical index depends on the rank, which slot holds which of the engine's
     heads, channels or tokens is the grid's word (`fn head(h) = head_shard * heads + h`:
     the engine shards heads contiguously), said once for every family on the grid. A
     target counts as placed when it is a call of a fn the grid (not a spec file's top
-    level) defines; what its arguments may read is `unplaced_target`'s to judge."""
+    level) defines; what its index arguments may read is `unplaced_target`'s to judge. A
+    call that also passes sizes (`by_rank(j, n)`: n channels a rank) says what the rank's
+    share is, and the family could pass any: it counts only where it has one index
+    argument, which numbers its box densely from 0 (`j`, or `i + n_i * j`), and every size
+    passed is that box's size; else the target is read as written, whole."""
     if not isinstance(target, Call) or target.fn not in idx_scope.scope.fns or target.fn in lib.fns:
-        return "", ()
+        return "", (), ""
     args = tuple(idx_scope.normalise(a) for a in target.args)
-    return target.fn, tuple(a for a in args if {sp.source for sp, _ in a.terms} & set(local))
+    indexed = tuple(a for a in args if {sp.source for sp, _ in a.terms} & set(local))
+    sizes = [a for a in args if not a.terms]
+    if sizes:
+        box = _dense_box(indexed, idx_scope.scope.atoms.equal)
+        if box is None or not all(idx_scope.scope.atoms.equal(a.base, box) for a in sizes):
+            shown = idx_scope.scope.atoms.expand
+            return "", (), (f"the grid's {target.fn}(...) is passed sizes "
+                            f"({', '.join(str(shown(a.base)) for a in sizes)}) that are not the size of its one index "
+                            f"argument's box ({'not one box numbered densely from 0' if box is None else shown(box)}):"
+                            f" the share it gives is the family's word, not the grid's")
+    return target.fn, indexed, ""
+
+
+def _dense_box(indexed: tuple, equal):
+    """The size of the box one index argument numbers densely from 0 (each digit's scale the
+    product of the extents below it), else None."""
+    if len(indexed) != 1 or not equal(indexed[0].base, 0):
+        return None
+    box = sympy.Integer(1)
+    terms = list(indexed[0].terms)
+    while terms:
+        k = next((k for k, (_, scale) in enumerate(terms) if equal(scale, box)), None)
+        if k is None:
+            return None
+        sp, _ = terms.pop(k)
+        box = sympy.expand(box * sp.extent)
+    return box
 
 
 def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:

@@ -66,6 +66,7 @@ class Target:
     sum: IterSum
     placed: str = ""  # the grid's fn that places it (`head(h)`), when the shard map writes it so (`family.placed_by`)
     placed_args: tuple = ()  # the normal forms of that call's arguments that read a local index
+    misplaced: str = ""  # why a call of the grid's fn is not taken as its placement (`family.placed_by`)
 
 
 @dataclass

@@ -287,3 +287,34 @@ def test_check_says_which_cases_key_their_pages_by_their_sizes():
     rc, notes = check(REVIEW / "zero_factor.lal")
     assert rc == 1 and len(notes) == 1 and "its agnostic claim is dropped" in notes[0]
     assert check(ROOT / "specs/split_nhd.lal") == (0, [])
+
+
+def _share_placements(tmp_path, family, configs):
+    """(format id, local byte -> canonical byte of rank 1) of each (tp, sizes), nx=16 one-byte channels."""
+    from layoutalg.mapping import merged_triples
+    shutil.copy(ROOT / "specs/state.lal", tmp_path / "state.lal")
+    (tmp_path / "fn_share.lal").write_text((REVIEW / "fn_share.lal").read_text().replace("../../../specs/", ""))
+    deriver, out = Deriver(tmp_path), []
+    for tp, sizes in configs:
+        layer = LayerSpec(family, 16 // tp, dtype_bytes=1, sizes={"nx": 16, **sizes})
+        res = deriver.derive(layer, None, ParallelConfig(tp=tp, total_kv_heads=1), 16 // tp)
+        assert res.family == family, res.reasons
+        m = res.mappings[1]
+        out.append((m.format_id, tuple(c + j for lo, c, k in sorted(merged_triples(m.runs)) for j in range(k))))
+    return out
+
+
+@pytest.mark.parametrize("family, configs", [
+    ("split_share", [(2, {}), (4, {})]),                 # the split case against the whole one
+    ("split_knob", [(2, {"q": 1}), (2, {"q": 0})]),      # a model size choosing the split, one tp
+])
+def test_a_grid_fn_passed_a_share_that_is_not_its_index_box_backs_no_claim(tmp_path, family, configs):
+    """Twelfth review: by_rank(j + a * (nx / 2), B) was taken as the grid's placement whatever B
+    the family passed; the claim was proved and one format id covered two placements."""
+    lib = load([REVIEW / "fn_share.lal"])
+    assert not compile_family(resolve(lib, family)).claims_agnostic
+    rows = agnostic_rows(lib, family)
+    assert rows and all(r.status == "unknown" for r in rows), [(r.status, r.detail) for r in rows]
+    assert "by_rank(...) is passed sizes" in rows[0].detail and "not one box numbered densely" in rows[0].detail
+    (a, pa), (b, pb) = _share_placements(tmp_path, family, configs)
+    assert pa != pb and a != b
