@@ -76,7 +76,12 @@ def plan_model(mappings: dict, kv_caches: dict) -> "ModelPlan":
                           f"tensor but not both; pass the same layers in both (a layer without a mapping is not "
                           f"offloaded)")
     names = sorted(mappings)
-    plans = {n: plan(mappings[n], kv_caches[n]) for n in names}
+    plans = {}
+    for n in names:
+        try:
+            plans[n] = plan(mappings[n], kv_caches[n])
+        except (LayoutMismatch, ConfigError) as e:  # which layer of the model, first
+            raise type(e)(f"plan_model: layer {n!r}: {e}") from None
     offsets, at = {}, 0
     for n in names:
         offsets[n], at = at, at + mappings[n].canonical_page_size_bytes
@@ -314,8 +319,8 @@ class ModelPlan:
             try:
                 out[n] = p._batch(op, kv_caches[n], ids[0], views[n], ids[1], unique_pages=op == "store",
                                   unique_blocks=op == "load")
-            except LayoutMismatch as e:
-                raise LayoutMismatch(f"layer {n!r}: {e}") from None
+            except (LayoutMismatch, ConfigError) as e:
+                raise type(e)(f"layer {n!r}: {e}") from None
         if op == "load":
             self._apart_on_load(kv_caches, {n: b[0] for n, b in out.items()})
         spans = [whole] if whole is not None else [page_bytes(v, self.plans[n].mapping.canonical_page_size_bytes,

@@ -141,6 +141,7 @@ def _derive_lines(args) -> str:
 
 def derive_corpus(path: str, out: IO[str], spec_dir: str | None = None, jobs: int | None = None) -> int:
     """Write one result line per input line, in input order; returns the number of lines.
+    Nothing is written unless every line derives.
 
     The lines are independent, so `jobs` processes (default: one per core, at most 4)
     each derive a contiguous share; the spec library is compiled once, before forking.
@@ -159,7 +160,8 @@ def derive_corpus(path: str, out: IO[str], spec_dir: str | None = None, jobs: in
     step = -(-len(lines) // jobs)
     chunks = [(spec_dir, path, i + 1, lines[i:i + step]) for i in range(0, len(lines), step)]
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with ctx.Pool(jobs) as pool:
-        for text in pool.imap(_derive_lines, chunks):
-            out.write(text)
+    with ctx.Pool(jobs) as pool:  # every share derived before any line is written: a bad line
+        texts = pool.map(_derive_lines, chunks)  # anywhere leaves the output empty, as with one job
+    for text in texts:
+        out.write(text)
     return count

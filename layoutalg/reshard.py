@@ -513,6 +513,8 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     if not pieces or not blocks.numel():
         return
     w = _word_of(segs, [r for _, r in pieces], "dst")
+    if any(_shares_memory(data, seg.bytes) for seg in segs):  # received into the kv's own memory: the runs
+        data = data.clone()                                  # would overwrite bytes they have yet to read
     rows = data.to(raw.device).view(blocks.numel(), per_block)
     at = 0
     for s, r in pieces:
@@ -521,6 +523,15 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
         _run_view(segs[s].bytes, w, r.dst_offset, r.dst_stride, r).index_copy_(
             0, blocks, chunk.view(blocks.numel(), r.num_fragments, r.fragment_size // w))
         at += n
+
+
+def _shares_memory(data: torch.Tensor, pages: torch.Tensor) -> bool:
+    """Whether flat `data` and the `(blocks, bytes)` view `pages` have an address in common."""
+    if data.device != pages.device or not data.numel() or not pages.numel():
+        return False
+    a = data.data_ptr()
+    b = pages.data_ptr()
+    return a < b + (pages.shape[0] - 1) * pages.stride(0) + pages.shape[1] and b < a + data.numel()
 
 
 def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:

@@ -81,6 +81,11 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
         _check_view(kv, views[0], f"{name}", op)
     elif isinstance(kv, torch.Tensor) and len(views) == 1 and kv.dim() != 2:
         _check_view(kv, byte_form(views[0], name, op), f"{name} (bytes)", op)  # a uint8 tensor, a typed view
+    elif isinstance(kv, torch.Tensor) and not views and kv.dim() > 2:  # what its dims hold is not known
+        page_bytes(kv, m.local_page_size_bytes, name, op)  # (a tensor that is no pages at all says so first)
+        raise LayoutMismatch(f"{op}: {name} has dims {tuple(kv.shape)}, but the mapping names no tensor view (it was "
+                             f"derived from the layer's sizes alone): another order of the same dims would pass as "
+                             f"this one, so only (blocks, page) pages are taken; derive the mapping with this tensor")
     return page_bytes(kv, m.local_page_size_bytes, name, op)
 
 
@@ -282,7 +287,9 @@ def _check_view(t: torch.Tensor, v, name: str, op: str) -> None:
 def _from_views(tensors: list, views: tuple, page: int, name: str, op: str) -> torch.Tensor:
     if not views:
         raise LayoutMismatch(f"{op}: {name} is a list of {len(tensors)} tensors, but the mapping names no tensor "
-                             f"views (its family's spec gives none): give the pages as one tensor")
+                             f"views (its family's spec gives none): give the pages as one tensor (a vLLM "
+                             f"Mamba layer's [conv, ssm] list is taken by a mapping that names those views: "
+                             f"derive_canonical_mappings(..., state_layers=True))")
     if len(tensors) != len(views):
         raise LayoutMismatch(f"{op}: {name} holds {len(tensors)} tensors but the page is viewed by {len(views)} "
                              f"({', '.join(v.name for v in views)})")
@@ -472,6 +479,9 @@ def _block_ids(blocks, num_blocks: int) -> torch.Tensor:
         raise ConfigError(f"store: blocks must be a 1-D int64 torch.Tensor of block ids, got {type(blocks).__name__}")
     if blocks.dtype != torch.int64 or blocks.dim() != 1:
         raise ConfigError(f"store: blocks must be a 1-D int64 tensor of block ids, got {blocks.dim()}-D {blocks.dtype}")
+    if blocks.device.type == "meta":
+        raise ConfigError("store: blocks is on the meta device, which holds no ids; give them on the CPU or the "
+                          "tensors' device")
     ids = blocks.to("cpu", copy=True)  # its own: ids held in the tensors it copies would change under the copy
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_blocks):
         bad = ids[(ids < 0) | (ids >= num_blocks)][0]

@@ -178,6 +178,9 @@ def _gdn_sizes(shapes, tp: int, model) -> dict:
         if want is not None and want != have:
             raise ValueError(f"the recurrent state {shapes[1]} is not (value heads, {attr} = {want}, ...): "
                              f"its dims are in another order than the gdn family reads")
+    if k_dim < 1:  # (a divisor of the conv width below)
+        raise ValueError(f"the recurrent state {shapes[1]} has key dim {k_dim}: no key channels to read the conv "
+                         f"width {width} by")
     k_heads, rest = divmod(width - v_heads * v_dim, 2 * k_dim)
     if rest or k_heads < 1:
         raise ValueError(f"conv width {width} is not 2 x key heads x {k_dim} + {v_heads} x {v_dim}")

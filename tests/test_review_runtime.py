@@ -1,0 +1,92 @@
+"""Twelfth review (runtime inputs), fixed: a direct reshard's scatter received into the consumer's
+own memory and overwrote bytes it had yet to read; a mapping derived from sizes alone read a
+tensor of any dims as its rows; derive-corpus wrote half its output before an error; a gated
+delta net state of key dim 0 raised ZeroDivisionError; meta-device block ids reached torch; a
+model plan's errors did not name the layer. Each test fails on the code before the fix."""
+import gzip
+import io
+import logging
+
+import pytest
+import torch
+
+from layoutalg import derive_canonical_mappings, torch_copy
+from layoutalg.copy import plan, plan_model
+from layoutalg.corpus import CorpusError, derive_corpus
+from layoutalg.errors import ConfigError, LayoutMismatch
+from layoutalg.mapping import CanonicalPageMapping, CopyRun
+from layoutalg.reshard import direct_plans, gather, scatter
+
+from conftest import ROOT
+from test_vllm_adapter import MambaSpec, attention, cache_config, config, mla, split_nhd, state_config
+
+
+def test_a_scatter_received_into_the_consumers_own_memory_fills_it_right():
+    spec = lambda h: attention(block_size=4, heads=h, head_size=8, dtype=torch.float16)  # noqa: E731
+    torch.manual_seed(0)
+    full = torch.randn(3, 2, 4, 4, 8).half()                          # (blocks, kv, t, heads, d)
+    prod = [full[:, :, :, r:r + 1].contiguous() for r in range(4)]    # tp=4: a head a rank
+    cons = torch.zeros(3, 2, 4, 2, 8, dtype=torch.float16)            # tp=2 rank 0: heads 0 and 1
+    xs = [derive_canonical_mappings(config(tp=4, rank=r), cache_config([(spec(1), ["l"])]), {"l": prod[r]})["l"]
+          for r in range(4)]
+    ys = [derive_canonical_mappings(config(tp=2, rank=r), cache_config([(spec(2), ["l"])]), {"l": cons})["l"]
+          for r in range(2)]
+    p = direct_plans(xs, ys)[0]
+    data = gather(p, 0, prod[0], [0, 1, 2])  # head 0
+    recv = torch.empty(0, dtype=torch.uint8).set_(cons.untyped_storage())[:data.numel()]  # staged in the pool
+    recv.copy_(data)
+    scatter(p, 0, recv, cons, [0, 1, 2])
+    assert torch.equal(cons[:, :, :, 0], full[:, :, :, 0])
+
+
+def test_a_mapping_derived_from_sizes_alone_takes_only_flat_pages():
+    """MLA derived with no tensor carries no view: a (block, d, token) tensor passed as its rows."""
+    logging.disable(logging.WARNING)
+    try:
+        kvc = cache_config([(mla(block_size=16, head_size=576), ["mla"])], num_blocks=2)
+        m = derive_canonical_mappings(config(tp=2, dcp=2, total=1, rank=0), kvc, {})["mla"]
+    finally:
+        logging.disable(logging.NOTSET)
+    assert m.tensors == ()
+    head_major = torch.zeros(2, 576, 16, dtype=torch.bfloat16)
+    with pytest.raises(LayoutMismatch, match=r"has dims \(2, 576, 16\), but the mapping names no tensor view"):
+        plan(m, head_major)
+    flat = torch.zeros(2, 16 * 576 * 2, dtype=torch.uint8)
+    pages = torch.zeros(2, m.canonical_page_size_bytes, dtype=torch.uint8)
+    plan(m, flat).store(flat, [0, 1], pages, [0, 1])  # its pages as bytes are still taken
+
+
+def test_derive_corpus_writes_nothing_when_a_line_fails_on_several_workers(tmp_path):
+    rows = gzip.open(ROOT / "tests/data/vllm_reference.jsonl.gz", "rb").readlines()[:4000]
+    corpus = tmp_path / "bad_tail.jsonl"
+    corpus.write_bytes(b"".join(rows) + b'{"id": 1, "spec": [1]}\n')
+    out = io.StringIO()
+    with pytest.raises(CorpusError, match="bad_tail.jsonl:4001"):
+        derive_corpus(str(corpus), out, jobs=2)
+    assert out.getvalue() == ""
+
+
+def test_a_gated_delta_net_state_of_key_dim_zero_is_opaque_with_its_reason(caplog):
+    spec = MambaSpec(block_size=16, shapes=((2, 10), (2, 3, 0)), dtypes=(torch.bfloat16, torch.float32),
+                     mamba_type="gdn_attention")
+    with caplog.at_level(logging.WARNING):
+        m = derive_canonical_mappings(state_config(2, 0), cache_config([(spec, ["g"])]), {}, state_layers=True)["g"]
+    assert not m.parallelism_agnostic
+    assert "has key dim 0" in caplog.text
+
+
+def test_block_ids_on_the_meta_device_are_refused_by_the_low_level_store():
+    m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
+    canonical = torch.zeros(3, 8, dtype=torch.uint8)
+    with pytest.raises(ConfigError, match="meta device"):
+        torch_copy.store(torch.ones(3, 8, dtype=torch.uint8), canonical, m, torch.arange(3, device="meta"))
+    assert not canonical.any()
+
+
+def test_a_model_plan_names_the_layer_whose_tensor_is_wrong():
+    names = [f"layers.{i}.attn" for i in range(3)]
+    caches = {n: split_nhd() for n in names}
+    maps = derive_canonical_mappings(config(tp=2), cache_config([(attention(), names)]), caches)
+    caches["layers.1.attn"] = split_nhd().transpose(2, 3).contiguous().transpose(2, 3)
+    with pytest.raises(LayoutMismatch, match="plan_model: layer 'layers.1.attn': plan: kv is not the tensor"):
+        plan_model(maps, caches)
