@@ -92,10 +92,10 @@ def instantiate(cf: CompiledFamily, sizes: dict):
             trial.append(inst.local_page)
         if hasattr(inst, "regions"):  # a page padded to the runtime's page: its data, then with room to spare
             used = sum(i.local_page for _, i in inst.regions)
-            trial += [used, used + 2 * sizes["block_size"]]
+            trial += [used, used + 2 * sizes.get("block_size", 1)]
     except (GuardFailed, ZeroDivisionError):
         pass
-    trial += [sizes["block_size"] * k for k in (3, 8)]
+    trial += [sizes.get("block_size", 1) * k for k in (3, 8)]  # (a family that reads no block_size: any page)
     last = None
     for page in trial:
         try:

@@ -90,3 +90,21 @@ def test_a_model_plan_names_the_layer_whose_tensor_is_wrong():
     caches["layers.1.attn"] = split_nhd().transpose(2, 3).contiguous().transpose(2, 3)
     with pytest.raises(LayoutMismatch, match="plan_model: layer 'layers.1.attn': plan: kv is not the tensor"):
         plan_model(maps, caches)
+
+
+def test_check_takes_a_family_that_reads_no_block_size(tmp_path):
+    """Its page was sized from block_size whenever the family's own page could not be read at
+    page_size 0 (here a size argument whose division is exact only at some sizes): KeyError."""
+    import shutil
+    from test_cli import run
+    shutil.copy(ROOT / "specs/state.lal", tmp_path / "state.lal")
+    (tmp_path / "ex.lal").write_text(
+        'import "state.lal"\n'
+        'param nx in 1 .. 4096 samples 4, 8 "channels of the whole model"\n'
+        "layout row(X, e):\n    index j < X\n    element e bytes\n"
+        "family ex serves ex:\n    grid tp_ranks\n    require nx % tp == 0\n    let L = nx / tp\n"
+        "    local     row(L, dtype_bytes)\n    canonical row(nx, dtype_bytes)\n"
+        "    shard (j) -> (by_rank(j, L + 0 * (nx / 3)))\n")
+    proc = run("check", str(tmp_path / "ex.lal"))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert "[1/1] ex: ok" in proc.stderr
