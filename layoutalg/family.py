@@ -122,7 +122,7 @@ def _dense_box(indexed: tuple, equal):
     if len(indexed) != 1 or not equal(indexed[0].base, 0):
         return None
     box = sympy.Integer(1)
-    terms = list(indexed[0].terms)
+    terms = [(sp, k) for sp, k in indexed[0].terms if not equal(sp.extent, 1)]  # a digit of one value steps nowhere
     while terms:
         k = next((k for k, (_, scale) in enumerate(terms) if equal(scale, box)), None)
         if k is None:

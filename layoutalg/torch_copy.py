@@ -81,7 +81,10 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
         _check_view(kv, views[0], f"{name}", op)
     elif isinstance(kv, torch.Tensor) and len(views) == 1 and kv.dim() != 2:
         _check_view(kv, byte_form(views[0], name, op), f"{name} (bytes)", op)  # a uint8 tensor, a typed view
-    elif isinstance(kv, torch.Tensor) and not views and kv.dim() > 2:  # what its dims hold is not known
+    elif isinstance(kv, torch.Tensor) and not views and kv.dim() > 2 and m.format_id:
+        # derived from the layer's sizes alone: its format assumes the spec's order of the page,
+        # and another order of the same dims would pass as it (a mapping built by hand, with no
+        # format, describes bytes as they lie)
         page_bytes(kv, m.local_page_size_bytes, name, op)  # (a tensor that is no pages at all says so first)
         raise LayoutMismatch(f"{op}: {name} has dims {tuple(kv.shape)}, but the mapping names no tensor view (it was "
                              f"derived from the layer's sizes alone): another order of the same dims would pass as "

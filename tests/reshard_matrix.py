@@ -11,7 +11,8 @@ cross-cp direct plans (`reshard.cross_plans`, proved with --prove), each loaded 
 checked against the spec's own coordinates. For every pair of one format the runtime's
 direct plan is also shown to be, byte for byte, the plan `prove --reshard` proves for all
 sizes (`replan.triples_at`, every region of a page); with --all-sizes, that proof is run for
-each such pair (families in UNDECIDED counted apart). Last line:
+each such pair (families in UNDECIDED counted apart), and for each pair of another cp on the
+sizes where its plan's pieces divide. Last line:
 `N passed, M failed`; exits 1 on any failure.
 """
 from __future__ import annotations
@@ -143,6 +144,10 @@ def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
                 try:
                     ok = converted(family, heads, a, b) and converted(family, heads, a, b, direct=True) \
                         and (not prove or cross_proved(family, x, y))
+                    if ok and all_sizes and family not in UNDECIDED:  # across the cp, where the pieces divide
+                        rows = prove_all_sizes(load_default(), family, parse_config(a), parse_config(b),
+                                               Budgets.of().full)
+                        ok = all(r.status == "proved" for r in rows if r.obligation != "reshard-domain")
                 except LayoutalgError as e:
                     refused += 1
                     print(f"refused {family} {a} -> {b}: {e}")

@@ -75,12 +75,61 @@ def test_a_plan_whose_bytes_are_not_what_it_says_is_never_proved(lib):
 
 @pytest.mark.parametrize("family, store, load, why", [
     ("opaque", "tp=1", "tp=2", "format id"),
-    ("split_nhd", "tp=2,pcp=2", "tp=2,pcp=2,pcp_replicas=1", "no case of the family applies at both"),
+    ("split_nhd", "tp=2,dcp=2", "tp=3,dcp=3", "no case of the family applies at both"),  # 2 pages are no 3
 ])
 def test_pairs_with_no_plan_for_all_sizes_are_unknown(lib, family, store, load, why):
     rows = _rows(lib, family, store, load)
     assert {r.status for r in rows.values()} == {"unknown"}
     assert why in rows["reshard-cover"].method + rows["reshard-cover"].detail
+
+
+@pytest.mark.parametrize("family, store, load, condition", [
+    ("split_nhd", "tp=2", "tp=2,dcp=2", "block_size % 2 == 0"),               # small producers: two parts a page
+    ("mla", "tp=4,dcp=2,interleave=2", "tp=2", "block_size % 4 == 0"),      # small consumers, tokens dealt in pairs
+    ("split_nhd", "tp=2,pcp=2", "tp=2,pcp=2,pcp_replicas=1", "block_size % 2 == 0"),  # PCP shards -> replicas
+])
+def test_direct_plans_across_another_cp_are_proved_where_their_pieces_divide(lib, family, store, load, condition):
+    """Pages of another cp: the small side's ranks are k virtual ranks each, its digits moved
+    onto the big page; proved for every size where the plan's pieces divide, and the sizes
+    where they do not are said (unknown), never folded into the proof."""
+    rows = _rows(lib, family, store, load)
+    for n in replan.RESHARD:
+        assert rows[n].status == "proved", (n, rows[n].detail)
+        assert "across another cp" in rows[n].method
+    domain = rows[replan.DOMAIN]
+    assert domain.status == "unknown" and f"the plan holds only where {condition}" in domain.detail
+
+
+def test_a_plan_across_another_cp_reading_the_wrong_part_is_refuted(lib):
+    """Small producers (tp=2 under tp=2, dcp=2): producer v is rank v % 2's part v // 2 of the big
+    page; reading the other part's rank is the right rank at the wrong tokens."""
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2", _first_run(lambda rs: (rs[0]._replace(
+        producer=(rs[0].producer + 2) % 4),) + rs[1:]))
+    assert rows["reshard-match"].status == "refuted", rows["reshard-match"].detail
+    assert rows["reshard-cover"].status == "proved"
+
+
+def test_small_consumers_given_each_others_parts_are_refuted(lib):
+    """Small consumers: plan j * world + s fills part j of consumer s; two parts swapped."""
+    def swap(plans):
+        w = len(plans) // 2
+        return tuple(p._replace(consumer=(p.consumer + w) % len(plans)) for p in plans)
+    rows = _rows(lib, "mla", "tp=4,dcp=2", "tp=2", swap)
+    assert rows["reshard-match"].status == "refuted", rows["reshard-match"].detail
+    assert rows["reshard-cover"].status == "proved"
+
+
+def test_a_plan_whose_domain_is_empty_proves_nothing(lib):
+    """The plan's domain (where its pieces divide) joins every query: one no size meets would
+    make each query unsat, so it is checked to hold somewhere first."""
+    import sympy
+
+    def never(plans):
+        return tuple(p._replace(domain=p.domain + ((sympy.Integer(1) + 0 * sympy.Symbol("block_size"), 2),))
+                     for p in plans)
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2", never)
+    assert {rows[n].status for n in replan.RESHARD} == {"unknown"}
+    assert "no size is shown where the plan's pieces divide" in rows["reshard-cover"].detail
 
 
 def test_a_configuration_outside_the_domain_is_an_error(lib):
@@ -375,3 +424,42 @@ def test_a_configuration_name_given_as_a_size_is_an_error():
     for text in ("", " , ", "tp=1_0", "tp=+2", "tp=\u0662"):
         with pytest.raises(ConfigError):
             parse_config(text)
+
+
+def _slot_library(tmp_path):
+    """split_nhd on a grid that deals tokens round robin (token(t) = t * cp + cp_rank) while its
+    shard map places them in blocks by another of the grid's fns (slot): the pages tile."""
+    from conftest import ROOT
+    from layoutalg.library import load
+    grids = (ROOT / "specs/grids.lal").read_text()
+    for old, new in [("        fn token(t) = t\n", "        fn token(t) = t\n        fn slot(t) = t\n"),
+                     ("        require block_size % interleave == 0\n"
+                      "        fn token(t) = ((t // interleave) * cp + cp_rank) * interleave + t % interleave\n",
+                      "        require interleave == 1\n        fn token(t) = t * cp + cp_rank\n"
+                      "        fn slot(t) = cp_rank * block_size + t\n")]:
+        assert old in grids
+        grids = grids.replace(old, new)
+    (tmp_path / "grids.lal").write_text(grids)
+    spec = (ROOT / "specs/split_nhd.lal").read_text().replace("(kv, token(t), head(h), d)", "(kv, slot(t), head(h), d)")
+    (tmp_path / "slot.lal").write_text(spec)
+    return load([tmp_path / "slot.lal"])
+
+
+def test_a_cross_cp_plan_rests_on_the_sequence_claim(tmp_path):
+    """Twelfth review: the cross-cp check matches canonical indices, the small page's token
+    shifted by its part, which is each token's place only where `sequence t` holds. The slot
+    spec's plan (12 of 16 bytes the wrong token at block_size 4) was proved for all sizes."""
+    rows = _rows(_slot_library(tmp_path), "split_nhd", "tp=2", "tp=2,dcp=2")
+    for n in replan.RESHARD:
+        assert rows[n].status == "unknown", (n, rows[n].status)
+        assert "sequence-order is not proved for all sizes (refuted" in rows[n].detail
+
+
+def test_a_cross_cp_plan_of_one_pair_rests_on_the_sequence_claim_there(lib, tmp_path):
+    """The same for the plans `layoutalg reshard --direct` proves per pair (`prove_cross_plans`)."""
+    from layoutalg.prove.reshard import _sequence_unshown
+    x, y = (group_of("split_nhd", parse_config(c), 1, 4, 8, "bf16", 2) for c in ("tp=2", "tp=2,dcp=2"))
+    budget = Budgets.of().config
+    assert _sequence_unshown(lib, "split_nhd", x.sizes, y.sizes, budget) == ""
+    why = _sequence_unshown(_slot_library(tmp_path), "split_nhd", x.sizes, y.sizes, budget)
+    assert "at the load configuration it is refuted" in why

@@ -26,6 +26,15 @@ A name the rank grid is built from that is not a grid number (GQA: `total_heads 
 `total_heads` ranks holding distinct heads) takes each of its few values in turn, found by
 Z3 under both configurations' guards; every other size stays symbolic.
 
+Across another cp (dcp=1 to dcp=2: one big canonical page is `k` small ones along the
+family's `sequence` index) each small rank is `k` virtual ranks, `part * world + rank`: its
+digits are moved onto the big page (`_in_big`) and the plan is built and checked as above,
+the match asking that the two bytes name one canonical index, the small page's token
+shifted by its part. A piece whose extent is a size over a number (`block_size / 2`) holds
+only where the number divides it: that domain is assumed by every query, first shown to
+hold at some size, and the sizes outside it are a row of their own (`reshard-domain`),
+never proved.
+
 A page of regions (Mamba2 and GDN state, quantised KV with its scales) is proved region by
 region: each region's plan is built as above from its own digit tables, its sources and
 destinations shifted by the region's base in each local page, and checked against the
@@ -62,6 +71,7 @@ from .structural import page_tiles
 from .store import Row
 
 RESHARD = ("reshard-cover", "reshard-match")
+DOMAIN = "reshard-domain"  # across another cp: the sizes where the plan's pieces do not divide, never proved
 CONFIGURATION = CONFIG_NAMES
 """The names that make a configuration: numbers on each side of the pair."""
 PER_SIDE = ("heads", "page_size")
@@ -95,6 +105,18 @@ class SymbolicPlan(NamedTuple):
     consumer: int
     runs: tuple
     atoms: dict = {}  # the divisions its sizes read of one configuration (`x._q3`: that side's page_size / ...)
+    domain: tuple = ()  # (dividend, divisor) pairs: the plan is the pair's plan where each divides (across a cp)
+
+
+class Cross(NamedTuple):
+    """A pair of another cp: `k` canonical pages of the `small` side ("producer" or
+    "consumer") make one of the other's, joined along the canonical index `token`. The
+    small side's ranks become `k` virtual ranks each, `v = part * world + rank`: rank `rank`'s
+    page as part `part` of the big page."""
+
+    token: str
+    k: int
+    small: str
 
 
 # ---- building: the refinement of two digit tables ----------------------------------------------
@@ -172,23 +194,34 @@ def _deep(fam, x) -> set[str]:
     return names
 
 
-def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
+def plans(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> tuple[SymbolicPlan, ...]:
     """Every consumer rank's plan, reading producers of `vx` at `store` into `vy` at `load`
-    (both dicts give every name of the rank grids a number)."""
+    (both dicts give every name of the rank grids a number). Across another cp (`cross`),
+    the small side's digits tile the big canonical page as its `k` virtual ranks do
+    (`_in_big`), and with small consumers there is a plan for each virtual consumer."""
     own: dict = {}
     dx, rx, nx = _instantiate(fam, vx, store, "x.", own)
     dy, ry, ny = _instantiate(fam, vy, load, "y.", own)
 
     def both(x):  # under both configurations' guards at once (the query assumes both)
         return ny(nx(x))
+
+    def num(x, what):
+        return _int(both(x), what)
+    if cross is not None:  # the small side's owners as digits of the big page (which canonical bytes are
+        small = cross.small == "producer"  # which is read from the big side's layout; Z3 checks the plan)
+        args = (vx, dx, rx, vy, ry) if small else (vy, dy, ry, vx, rx)
+        moved = _in_big(fam, *args, cross, num(prod(d.extent for d in args[1] if d.is_rank), "a rank grid's world"))
+        dx, dy = (moved, dy) if small else (dx, moved)
     # a region of a page: its bytes start at a base of each page; the canonical one is the same
     # on both sides (one canonical format), the local ones shift every source and destination
-    if sympy.expand(both(rx(vx.canonical_base)) - both(ry(vy.canonical_base))) != 0:
+    elif sympy.expand(both(rx(vx.canonical_base)) - both(ry(vy.canonical_base))) != 0:
         raise NotEstablished(f"the region starts at canonical byte {vx.canonical_base} in one configuration and "
                              f"{vy.canonical_base} in the other: not shown to be one canonical format")
     src_base, dst_base = rx(vx.local_base), ry(vy.local_base)
 
     wholes = [d.extent for d in dx + dy if not sympy.sympify(d.extent).is_Integer]
+    domain: list = []
 
     def quotient(n, d):  # a positive constant, or a digit's extent (a whole number by its guards)
         q = sympy.cancel(both(n) / both(d))
@@ -198,10 +231,13 @@ def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
             k = sympy.cancel(q / both(e))
             if k.is_Integer and k > 0:
                 return int(k) * e
+        if cross is not None:  # across a cp: block_size / 2, a whole number where 2 divides it (the plan's domain)
+            a, b = sympy.fraction(q)
+            if b.is_Integer and b > 1 and a.free_symbols and a.is_polynomial() and all(c > 0 for c in sympy.Poly(a).coeffs()):
+                if (a, b) not in domain:
+                    domain.append((a, b))
+                return q
         return None
-
-    def num(x, what):
-        return _int(both(x), what)
     ox, oy = [d for d in dx if not d.replica], [d for d in dy if not d.replica]  # Digits read as owners
     try:
         cut = direct.pieces(ox, oy, quotient)
@@ -226,8 +262,30 @@ def plans(fam, vx, vy, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
                 tuple((p.extent, p.a[1] * ox[p.a[0]].local, p.b[1] * oy[p.b[0]].local) for p in r.modes),
                 _table(at, [(_index(oy[p.b[0]]), p.b[1] * ry(_weight(oy[p.b[0]]))) for p in r.modes]),
                 _table(fixed, [(_index(ox[p.a[0]]), p.a[1] * rx(_weight(ox[p.a[0]]))) for p in r.modes])))
-        out.append(SymbolicPlan(s, tuple(runs), own))
+        out.append(SymbolicPlan(s, tuple(runs), own, tuple(domain)))
     return tuple(out)
+
+
+def _in_big(fam, v, digits, raw, big, raw_big, cross: Cross, world: int) -> list:
+    """The small side's digits (`v`'s, instantiated: `digits`, `raw`) as digits of the big
+    canonical page (`big`'s layout): each digit's canonical stride is where its step moves
+    the canonical index in the big page, and a rank digit `part` (extent `k`, rank stride
+    `world`) steps the token by a small page's tokens. A construction only: what the plan
+    reads is checked against both readings of the spec."""
+    e = raw(v.local.element)
+    coef = {i: raw_big(c) for i, c in zip(big.canonical.indices, big.canonical.coefficients)}
+    if set(coef) != set(v.canonical.indices) or cross.token not in coef:
+        raise NotEstablished(f"the canonical pages index ({', '.join(v.canonical.indices)}) and "
+                             f"({', '.join(big.canonical.indices)}): not one layout of another cp along "
+                             f"'{cross.token}'")
+
+    def stride(sp):
+        return sympy.expand(e * sum(coef[t.index] * raw(dict(t.sum.terms).get(sp, 0)) for t in v.targets))
+    out = [d if d.split is None else dataclasses.replace(d, canonical=stride(d.split)) for d in digits]
+    tokens = raw(dict(zip(v.canonical.indices, v.canonical.extents))[cross.token])
+    return out + [dataclasses.replace(out[0], name="part", extent=sympy.Integer(cross.k), local=sympy.Integer(0),
+                                      canonical=sympy.expand(e * coef[cross.token] * tokens),
+                                      rank=sympy.Integer(world), is_rank=True, replica=False, split=None)]
 
 
 def _index(d) -> str:
@@ -302,7 +360,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
                                "backed by the grid): no direct plan between two configurations")
     sx, sy, bounds, store, load = _sizes(lib, family, store, load)
-    checked, cases, seen = 0, 0, []
+    checked, cases, seen, outside = 0, 0, [], []
     verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
 
     def note(row, status, why):
@@ -317,9 +375,11 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     for k, part in enumerate(parts):
         where = "" if one else f"region '{lib.family_def(part).shard.region}': "
         tags = ("x.", "y.") if one else (f"x{k}.", f"y{k}.")
-        found, c, n, s = _prove_cases(lib, fams[part], part, sx, sy, bounds, store, load, budget, edit, tags)
+        found, c, n, s, out, crossed = _prove_cases(lib, fams[part], part, sx, sy, bounds, store, load, budget, edit, tags)
         for row, (st, why) in found.items():
             note(row, st, where + why)
+        outside += [(where + said, at, pair) for said, at, pair in out]
+        crossing = crossed
         checked += n
         if not c:
             return rows("unknown", f"{where if k else ''}no case of the family applies at both configurations, with "
@@ -332,14 +392,49 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     if not tiled:
         for row, (st, why) in _pages_tiled(lib, parts[0], cases, sx, sy, bounds, budget).items():
             note(row, st, why)
+    if crossing:  # the match takes the canonical `sequence` index for the token's place: the claim must hold
+        for part in parts:
+            why = _sequence_unproved(lib, part, budget)
+            if why:
+                for row in RESHARD:
+                    note(row, "unknown", why)
     taken = f"; rank grids at {'; '.join(s for s in seen if s)}" if any(seen) else ""
     what = f"{len(cases)} case pair(s), {checked} consumer plans" if one else \
         f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
-    return [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
-                time.perf_counter() - t0, verdict[n][1]) if n in verdict else
-            Row(spec, family, n, "proved", f"all sizes at this configuration pair where the canonical pages have one "
-                                           f"shape: {what}, symbolic fragment and byte{taken}",
-                time.perf_counter() - t0) for n in RESHARD]
+    shape = "where the canonical pages have one shape" if not crossing else \
+        "across another cp, where a big canonical page is k small ones along the sequence index" + \
+        ("" if not outside else ", at the sizes where the plan's divisions are whole (see reshard-domain)")
+    out = [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
+               time.perf_counter() - t0, verdict[n][1]) if n in verdict else
+           Row(spec, family, n, "proved", f"all sizes at this configuration pair {shape}: {what}, symbolic fragment "
+                                          f"and byte{taken}", time.perf_counter() - t0) for n in RESHARD]
+    if outside:  # the rest of the domain: the plan's pieces do not divide there, so nothing is proved of it
+        by: dict = {}
+        for said, at, pair in outside:
+            by.setdefault(said, ([], at))[0].append(pair)
+        out.append(Row(spec, family, DOMAIN, "unknown", "the sizes outside the plan's domain: no plan of strided "
+                                                        "pieces there (the runtime's plan is proved per pair)",
+                       time.perf_counter() - t0,
+                       "; ".join(f"the plan holds only where {said} (case pairs {', '.join(map(str, pairs))}; "
+                                 f"{at})" for said, (pairs, at) in by.items())))
+    return out
+
+
+def _sequence_unproved(lib, part: str, budget: Budget) -> str:
+    """Why the part's `sequence` claim (canonical index t is the token's place in the
+    sequence, the grid's token(t)) is not shown for all sizes, or ''. Across another cp a
+    plan is checked by canonical indices, the small page's token shifted by its part: that
+    is the token's own place only where the claim holds (a shard map placing tokens by
+    another fn would otherwise be proved)."""
+    from .runner import Budgets, prove_obligation
+    budgets = Budgets(budget, Budget(max(1, budget.rlimit // 20), budget.guard_s),
+                      Budget(max(1, budget.rlimit // 10), budget.guard_s))
+    row = prove_obligation(lib, part, "sequence-order", {}, budgets)
+    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
+        return ""
+    return f"across another cp the plan matches tokens by the canonical index '{lib.family_def(part).sequence.id}'" \
+           f", which is the token's place only where `sequence` holds; sequence-order is not proved for all sizes " \
+           f"({row.status}: {row.detail or row.method})"
 
 
 def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, tags):
@@ -347,7 +442,8 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
     checked, rank grid values taken) for every case pair of one layout (a family, or a region
     of a page: `family` a part, its models tagged apart from the other regions')."""
     found_all: dict = {}
-    checked, cases, seen = 0, [], []
+    checked, cases, seen, outside, crossed = 0, [], [], [], []
+    seq = lib.family_def(family).sequence
 
     def note(row, status, why):
         if row not in found_all or status == "refuted" != found_all[row][0]:
@@ -363,25 +459,44 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): the spec cannot be read at these "
                                      f"configurations ({e})")
             continue
-        shape = _same_shape(mx, my)  # the runtime plans only between pages of one format
+        cross = _cross(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
+        shape = _same_shape(mx, my, cross)  # the runtime plans only between pages of one format (or k of one)
         status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
         if status == "unsat":
             continue
         cases.append((kx, ky))
+        crossed.append(cross)
         try:
             if status != "sat":
                 raise NotEstablished("undecided whether the two cases apply together")
             for extra, vx, vy in _values(fam, mx, my, kx, ky, store, load, bounds, budget):
-                found, n = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
-                                  {**load, **vy}, bounds + extra + [shape], budget, edit)
+                found, n, out = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
+                                       {**load, **vy}, bounds + extra + [shape], budget, edit, cross)
                 for row, (st, why) in found.items():
                     note(row, st, f"cases {kx} (store) and {ky} (load): {why}")
+                if out:
+                    outside.append((*out, (kx, ky)))
                 checked += n
                 seen.append(", ".join(f"{n}={v}" for n, v in sorted({**vx, **vy}.items())))
         except NotEstablished as e:
             for row in RESHARD:
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
-    return found_all, cases, checked, seen
+    return found_all, cases, checked, seen, outside, any(c is not None for c in crossed)
+
+
+def _cross(fam, vx, vy, store: dict, load: dict, token: str | None) -> Cross | None:
+    """The pair as pages of another cp, where the two canonical pages' `token` extents are
+    `k` to one (`k` > 1), else None (pages of one format, or of no such pair)."""
+    ex, ey = (dict(zip(v.canonical.indices, v.canonical.extents)).get(token) for v in (vx, vy))
+    if token is None or ex is None or ey is None:
+        return None
+    _, rx, nx = _instantiate(fam, vx, store, "x.")
+    _, ry, ny = _instantiate(fam, vy, load, "y.")
+    q = sympy.cancel(ny(nx(ry(ey))) / ny(nx(rx(ex))))
+    for ratio, small in ((q, "producer"), (1 / q, "consumer")):
+        if ratio.is_Integer and ratio > 1:
+            return Cross(token, int(ratio), small)
+    return None
 
 
 def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, budget: Budget) -> dict:
@@ -502,56 +617,78 @@ def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
             {**shared, **{n: v for (n, s), v in zip(names, vals) if s == "y"}}
 
 
-def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: list, budget: Budget, edit=None):
-    """({row: (status, what)}, consumer plans checked) for one case pair at one assignment of
-    the rank grids' names."""
+def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: list, budget: Budget, edit=None,
+           cross: Cross | None = None):
+    """({row: (status, what)}, consumer plans checked, the sizes left outside the plan's
+    domain as (where it holds, an example outside) or None) for one case pair at one
+    assignment of the rank grids' names."""
     where = z3.And(*extra)
 
     def solve(violation):
         return _solve(mx, my, z3.And(where, violation), budget)
 
     def both(status, why):
-        return {row: (status, why) for row in RESHARD}, 0
+        return {row: (status, why) for row in RESHARD}, 0, None
     status, model = solve(_grid_short(mx, my))
     if status != "unsat":  # then some rank has no digits: a plan for it, or read from it, is vacuous
         return both("unknown", "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
                                "`layoutalg prove` checks writers-cover)" +
                     (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
-    status, model = solve(_canonical_differs(mx, my))
-    if status != "unsat":
+    status, model = solve(_canonical_differs(mx, my)) if cross is None else ("unsat", None)
+    if status != "unsat":  # (across a cp the match compares canonical indices, each page's own layout)
         return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
                     (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
-    built = plans(fam, vx, vy, store, load)
+    built = plans(fam, vx, vy, store, load, cross)
     built = edit(built) if edit is not None else built
     shape = _malformed(built)
     if shape:
         return both("refuted", f"not a plan: {shape}")
-    world = z3.simplify(z3.IntVal(0) + my.r.world)
-    if not z3.is_int_value(world):
-        return both("unknown", f"the load group's world is {world}, not a number")
+    worlds = [z3.simplify(z3.IntVal(0) + m.r.world) for m in (mx, my)]
+    if not all(z3.is_int_value(w) for w in worlds):
+        return both("unknown", f"the groups' worlds are {worlds[0]} and {worlds[1]}, not numbers")
+    sides = _Sides(*(w.as_long() for w in worlds), cross)
     consumers = sorted(p.consumer for p in built)
-    if consumers != list(range(world.as_long())):
+    if consumers != list(range(sides.consumers)):
         return {"reshard-cover": ("refuted", f"plans for consumer ranks {consumers}; the load group has "
-                                             f"{world.as_long()} ranks, each written once"),
-                "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0
+                                             f"{sides.consumers} {'virtual ' if sides.consumers != sides.world_y else ''}"
+                                             f"ranks, each written once"),
+                "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0, None
     queries, readings = [], []
     z = _Terms(fam, mx, my, {})
     for plan in built:
         z.atoms.update(plan.atoms)
+    domain = [(a, b, z(a) % int(b) == 0) for a, b in dict.fromkeys(d for p in built for d in p.domain)]
+    outside = None
+    if domain:  # the plan is the pair's plan where its pieces divide: proved there, and the rest said
+        said = " and ".join(f"{a} % {b} == 0" for a, b, _ in domain)
+        status, model = solve(z3.And(*[c for _, _, c in domain]))
+        if status != "sat":
+            return both("unknown", f"no size is shown where the plan's pieces divide ({said})")
+        status, model = solve(z3.Not(z3.And(*[c for _, _, c in domain])))
+        if status != "unsat":
+            outside = (said, f"not at {_sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
+        where = z3.And(where, *[c for _, _, c in domain])
+    for plan in built:
         runs = [_z3_run(z, r) for r in plan.runs]
-        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs)]
+        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides)]
         for run in runs:
-            reading, match = _match(mx, my, plan.consumer, run)
+            reading, match = _match(mx, my, plan.consumer, run, sides)
             readings.append((plan, reading))
             queries.append((plan, "reshard-match", "a byte is read from a producer byte holding another canonical "
                                                    "byte", match))
     divisions = z.divisions
-    if divisions:  # each division of the plan's sizes: by a positive divisor, and `/` exact, wherever the spec applies
-        status, model = solve(z3.Or(*[z3.Or(d <= 0, n % d != 0) if op == "/" else d <= 0 for op, n, d in divisions]))
+    # each division of the plan's sizes: by a positive divisor, and `/` exact, wherever the spec applies
+    # (one query a division: together they are one nonlinear query Z3 may leave to its budget)
+    for op, n, d in {(op, str(n), str(d)): (op, n, d) for op, n, d in divisions}.values():
+        # where the spec divides the same terms, its remainder is defined (n = q * d + r, 0 <= r < d):
+        # a linear fact for Z3, where `n % d` of two sizes is a nonlinear one it may leave undecided
+        qr = next((m.ops.quotient(n, d) for m in (mx, my) if m.ops.quotient(n, d) is not None), None)
+        rest = qr[1] if qr is not None else n % d
+        status, model = solve(z3.Or(d <= 0, rest != 0) if op == "/" else d <= 0)
         if status != "unsat":
-            return both("unknown", "the plan divides a size where the guards do not show the divisor positive "
-                                   "and the division exact" +
-                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+            return both("unknown", f"the plan divides {n} by {d} where the guards do not show the divisor positive"
+                                   f"{' and the division exact' if op == '/' else ''}" +
+                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
     for plan, violation in readings:  # the plan's own reading of its bytes, which both rows take
         status, model = solve(violation)
         if status != "unsat":
@@ -567,7 +704,31 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
             found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {_sizes_at(mx, my, model)}")
         elif status != "unsat":
             found[row] = ("unknown", f"undecided for consumer rank {plan.consumer} ({what})")
-    return found, len(built)
+    return found, len(built), outside
+
+
+class _Sides(NamedTuple):
+    """The two groups' worlds, and across another cp which of them reads small pages: its
+    ranks are then `k` virtual ranks each, `part * world + rank`."""
+
+    world_x: int
+    world_y: int
+    cross: Cross | None
+
+    @property
+    def producers(self) -> int:
+        return self.world_x * (self.cross.k if self.cross is not None and self.cross.small == "producer" else 1)
+
+    @property
+    def consumers(self) -> int:
+        return self.world_y * (self.cross.k if self.cross is not None and self.cross.small == "consumer" else 1)
+
+    def producer(self, v: int) -> tuple[int, int]:
+        """(rank, part) of (virtual) producer `v`."""
+        return (v % self.world_x, v // self.world_x) if self.producers != self.world_x else (v, 0)
+
+    def consumer(self, v: int) -> tuple[int, int]:
+        return (v % self.world_y, v // self.world_y) if self.consumers != self.world_y else (v, 0)
 
 
 def _sizes_at(mx: Model | None, my: Model | None, model) -> str:
@@ -596,7 +757,7 @@ class _Terms:
         self.models = (my, mx)
 
     def __call__(self, e):
-        n, d = sympy.fraction(sympy.cancel(sympy.sympify(e)))
+        n, d = sympy.fraction(sympy.together(sympy.cancel(sympy.sympify(e))))  # (1/2 as a coefficient too)
         return self._div("/", self._term(sympy.expand(n)), self._term(sympy.expand(d))) if d != 1 else \
             self._term(sympy.expand(n))
 
@@ -657,7 +818,7 @@ def _pick(m: Model, run):
         dst + sum(c * b for c, (_, _, b) in zip(cs, modes))
 
 
-def _cover(mx: Model, my: Model, runs):
+def _cover(mx: Model, my: Model, runs, sides: _Sides):
     """(meaning, violation) of each way the plan can fail to write every consumer byte once."""
     yield "the plan writes a byte of more than a consumer page", z3.Or(*[z3.And(*inside, z3.Or(
         dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local")))
@@ -665,7 +826,7 @@ def _cover(mx: Model, my: Model, runs):
     yield "a mode of the plan has a negative extent", \
         z3.Or(*[e < 0 for r in runs for e, _, _ in r[3]], z3.BoolVal(False))
     yield "the plan reads a producer rank outside the group", \
-        z3.Or(*[z3.Or(z3.IntVal(r[0]) < 0, z3.IntVal(r[0]) >= mx.r.world) for r in runs], z3.BoolVal(False))
+        z3.Or(*[z3.Or(z3.IntVal(r[0]) < 0, z3.IntVal(r[0]) >= sides.producers) for r in runs], z3.BoolVal(False))
     total = sum((prod_z3(e for e, _, _ in r[3]) for r in runs), z3.IntVal(0))
     if my.part:  # a region of a page: the plan writes its bytes, the pads between regions never
         yield f"the plan writes fewer or more bytes than region '{my.fdef.shard.region}' of the consumer page " \
@@ -705,29 +866,43 @@ def _reading(m: Model, cs, table, byte, what: str):
     return idx, b, wrong
 
 
-def _match(mx: Model, my: Model, consumer: int, run):
+def _match(mx: Model, my: Model, consumer: int, run, sides: _Sides):
     """(violation of the plan's reading of its bytes, violation of the match given it). The
-    first is the construction's fault (unknown), the second a plan that reads the wrong byte."""
+    first is the construction's fault (unknown), the second a plan that reads the wrong byte.
+    Across another cp the two bytes must name one canonical index (each page's own), the
+    small page's token shifted by the part of the big page it is, and one byte of it."""
     inside, cs, src, dst = _pick(my, run)
     iy, by, wrong_y = _reading(my, cs, run[4], dst, "consumer")
     ix, bx, wrong_x = _reading(mx, cs, run[5], src, "producer")
     dy, cdy = my.digits("")
     dx, cdx = mx.digits("")
-    ranks = [*cdy, *cdx, my.rank_of(dy) == consumer, mx.rank_of(dx) == run[0]]
-    nowhere = z3.Or(z3.IntVal(run[0]) < 0, z3.IntVal(run[0]) >= mx.r.world)  # no producer holds anything there
+    (s, sj), (p, pj) = sides.consumer(consumer), sides.producer(run[0])
+    ranks = [*cdy, *cdx, my.rank_of(dy) == s, mx.rank_of(dx) == p]
+    nowhere = z3.Or(z3.IntVal(run[0]) < 0, z3.IntVal(run[0]) >= sides.producers)  # no producer holds anything there
     unreal = z3.Or(*[e < 0 for e, _, _ in run[3]], z3.BoolVal(False))  # no byte of the run exists: none matched
+    if sides.cross is None:
+        differ = my.canonical_byte(iy, dy) + by != mx.canonical_byte(ix, dx) + bx
+    else:
+        cy, cx, t = my.r.shard(iy, dy), mx.r.shard(ix, dx), sides.cross.token
+        shifted = cy[t] + sj * my.r.extents("canonical")[t] == cx[t] + pj * mx.r.extents("canonical")[t]
+        differ = z3.Or(z3.Not(shifted), by != bx, *[cx[n] != cy[n] for n in cx if n != t])
     return z3.And(*inside, z3.Or(wrong_y, wrong_x)), \
-        z3.Or(z3.And(*inside, nowhere), unreal,
-              z3.And(*inside, *ranks, my.canonical_byte(iy, dy) + by != mx.canonical_byte(ix, dx) + bx))
+        z3.Or(z3.And(*inside, nowhere), unreal, z3.And(*inside, *ranks, differ))
 
 
-def _same_shape(mx: Model, my: Model):
+def _same_shape(mx: Model, my: Model, cross: Cross | None = None):
     """The two canonical pages have the same indices, extents and element size (a region of a
     page: and the pages the same size): where they do not, their formats differ and the
-    runtime builds no direct plan (assumed, not proved)."""
+    runtime builds no direct plan (assumed, not proved). Across another cp, the small page's
+    token extent is the big one's over `k` (the runtime converts between such pages)."""
     ex, ey = mx.r.extents("canonical"), my.r.extents("canonical")
     if set(ex) != set(ey):
         return z3.BoolVal(False)
+    if cross is not None:
+        t, k = cross.token, cross.k
+        token = ey[t] == k * ex[t] if cross.small == "producer" else ex[t] == k * ey[t]
+        return z3.And(token, *[ex[n] == ey[n] for n in ex if n != t],
+                      mx.element("canonical") == my.element("canonical"))
     page = [mx.r.page("canonical") == my.r.page("canonical")] if mx.part else []  # its regions and pads together
     return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"), *page)
 

@@ -28,6 +28,7 @@ class Z3Ops(Ops):
         self.side: list = []
         self._memo: dict = {}
         self._by_divisor: dict = {}
+        self._alive: list = []
         self._n = 0
         self.cmp = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
                     ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
@@ -51,6 +52,7 @@ class Z3Ops(Ops):
                                   z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
             self._by_divisor[key] = (a, q, r)
             self._memo[key] = (q, r)
+            self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
         return self._memo[key]
 
     def shared(self, other: "Z3Ops") -> list:
