@@ -10,7 +10,7 @@ go through canonical pages converted between the formats (`pageformat`) and thro
 cross-cp direct plans (`reshard.cross_plans`, proved with --prove), each loaded byte
 checked against the spec's own coordinates. For every pair of one format the runtime's
 direct plan is also shown to be, byte for byte, the plan `prove --reshard` proves for all
-sizes (`replan.triples_at`, every region of a page); with --all-sizes, that proof is run for
+sizes (`symplan.triples_at`, every region of a page); with --all-sizes, that proof is run for
 each such pair (families in UNDECIDED counted apart), and for each pair of another cp on the
 sizes where its plan's pieces divide. Last line:
 `N passed, M failed`; exits 1 on any failure.
@@ -30,7 +30,8 @@ from layoutalg.pageformat import conversion, convert, spec_coordinates
 from layoutalg.library import load_default
 from layoutalg.torch_copy import layer_segments
 from layoutalg.params import parse_config
-from layoutalg.prove.replan import prove_all_sizes, triples_at
+from layoutalg.prove.replan import prove_all_sizes
+from layoutalg.prove.symplan import triples_at
 from layoutalg.prove.reshard import prove_plans
 from layoutalg.prove.runner import Budgets
 from layoutalg.reshard import ReshardError, direct_plans

@@ -7,7 +7,7 @@ from layoutalg.distributed import group_of
 from layoutalg.errors import LayoutalgError
 from layoutalg.library import load_default
 from layoutalg.params import parse_config
-from layoutalg.prove import replan
+from layoutalg.prove import replan, symplan
 from layoutalg.prove.runner import Budgets
 from layoutalg.reshard import direct_plans
 
@@ -156,10 +156,10 @@ def test_the_runtime_plan_is_the_proved_plan_at_its_sizes(lib, family, store, lo
     x = group_of(family, parse_config(store), heads, 16, 8, "bf16", 2, names)
     y = group_of(family, parse_config(load), heads, 16, 8, "bf16", 2, names)
     runtime = direct_plans(x.mappings, y.mappings)
-    symbolic = replan.plans_at(lib, family, x.sizes, y.sizes)
+    symbolic = symplan.plans_at(lib, family, x.sizes, y.sizes)
     assert len(symbolic) == len(runtime)
     for s, r in zip(symbolic, runtime):
-        assert replan.triples(lib_family(lib, family), s, x.sizes, y.sizes) == _runtime_triples(r)
+        assert symplan.triples(lib_family(lib, family), s, x.sizes, y.sizes) == _runtime_triples(r)
 
 
 # ---- pages of regions: each region's plan from its base of both pages, the regions apart -------
@@ -190,7 +190,7 @@ def test_the_runtime_plan_of_a_page_is_the_proved_plan_at_its_sizes(lib, family,
     x = group_of(family, parse_config(store), 4, 16, 8, dtype, 2, names)
     y = group_of(family, parse_config(load), 4, 16, 8, dtype, 2, names)
     runtime = direct_plans(x.mappings, y.mappings)
-    assert replan.triples_at(lib, family, x.sizes, y.sizes) == [_runtime_triples(r) for r in runtime]
+    assert symplan.triples_at(lib, family, x.sizes, y.sizes) == [_runtime_triples(r) for r in runtime]
 
 
 def test_a_page_plan_reading_the_wrong_producer_is_refuted(lib):
@@ -282,7 +282,7 @@ def test_a_division_by_zero_in_a_plan_is_no_proof(lib):
     q = sympy.Symbol("_zero", integer=True)
 
     def edit(plans):
-        return tuple(p._replace(runs=p.runs + (replan.SymbolicRun(0, 0, 0, ((0, q, q),)),),
+        return tuple(p._replace(runs=p.runs + (symplan.SymbolicRun(0, 0, 0, ((0, q, q),)),),
                                 atoms={**p.atoms, q: Atom(q, "/", sympy.Integer(4), sympy.Integer(0))}) for p in plans)
     rows = _rows(lib, "split_nhd", "tp=2", "tp=1", edit)
     assert {r.status for r in rows.values()} == {"unknown"} and "division exact" in rows["reshard-cover"].detail
@@ -331,7 +331,7 @@ def test_a_division_that_is_never_exact_leaves_no_proof(lib):
 
     def edit(plans):  # a wrong producer (refuted alone) and an empty run reading the inexact division
         return tuple(p._replace(runs=tuple(r._replace(producer=1 - r.producer) for r in p.runs)
-                                + (replan.SymbolicRun(0, 0, 0, ((0, q, q),)),), atoms={**p.atoms, q: never})
+                                + (symplan.SymbolicRun(0, 0, 0, ((0, q, q),)),), atoms={**p.atoms, q: never})
                      for p in plans)
     rows = _rows(lib, "split_nhd", "tp=2", "tp=1", edit)
     assert {r.status for r in rows.values()} == {"unknown"}

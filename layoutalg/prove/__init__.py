@@ -4,6 +4,9 @@
     z3ops       integer arithmetic of the spec's direct reading, as Z3 terms
     obligations the proof obligations of a family, as Z3 queries with counterexamples
     runner      which obligations, in which mode, cached by spec and prover version
+    reshard     one configuration pair's direct plans, checked at its sizes
+    symplan     a pair's direct plans for every model size, built in the algebra
+    replan      those plans checked by Z3 for every size (across another cp too)
     coverage    the runtime's question "is this configuration proved?", without Z3
 """
 
