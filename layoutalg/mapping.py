@@ -125,6 +125,10 @@ class CanonicalPageMapping:
     # one box), where the lowering made the runs; empty for a mapping from outside. Direct
     # plans compose two groups' tilings in the algebra
     tilings: tuple[Tiling, ...] = field(default=(), compare=False)
+    # derived with no tensor, for a family whose spec names no tensor dims (MLA's latent rows):
+    # `(box,)`, the local index box a given tensor's dims must group or be grouped by
+    # (`runtime.as_it_lies`; None: a page of regions, read as flat pages only); () otherwise
+    reads: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
         rw = self.run_writers

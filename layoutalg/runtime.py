@@ -327,9 +327,9 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
+    box = () if fallback else getattr(inst, "local_form", None)
     if not why and not views and isinstance(tensor, TensorLayout):
-        views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback,
-                                box=() if fallback else getattr(inst, "local_form", None))
+        views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback, box=box)
     if why:
         return why
     try:
@@ -342,7 +342,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     named = names_data(inst)
     fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors),
                     () if named else (layer.kind,) + _physical(tensors))
-    return tuple(dataclasses.replace(m, tensors=views, format_id=fmt) for m in runs)
+    reads = (box,) if tensor is None and not views and not fallback else ()  # what a plan's tensor must be
+    return tuple(dataclasses.replace(m, tensors=views, format_id=fmt, reads=reads) for m in runs)
 
 
 def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tuple | None = ()) -> tuple[tuple, str]:

@@ -82,13 +82,20 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
     elif isinstance(kv, torch.Tensor) and len(views) == 1 and kv.dim() != 2:
         _check_view(kv, byte_form(views[0], name, op), f"{name} (bytes)", op)  # a uint8 tensor, a typed view
     elif isinstance(kv, torch.Tensor) and not views and kv.dim() > 2 and m.format_id:
-        # derived from the layer's sizes alone: its format assumes the spec's order of the page,
-        # and another order of the same dims would pass as it (a mapping built by hand, with no
+        # derived from the layer's sizes alone: its format assumes the spec's order of the page, and
+        # another order of the same dims would pass as it. Where the family's box is known, the
+        # tensor is taken as the runtime would have taken it (a mapping built by hand, with no
         # format, describes bytes as they lie)
         page_bytes(kv, m.local_page_size_bytes, name, op)  # (a tensor that is no pages at all says so first)
-        raise LayoutMismatch(f"{op}: {name} has dims {tuple(kv.shape)}, but the mapping names no tensor view (it was "
-                             f"derived from the layer's sizes alone): another order of the same dims would pass as "
-                             f"this one, so only (blocks, page) pages are taken; derive the mapping with this tensor")
+        why = "the mapping names no tensor view (it was derived from the layer's sizes alone) nor the box its " \
+              "family reads"
+        if m.reads:
+            from .runtime import TensorLayout, as_it_lies
+            t = TensorLayout(tuple(kv.shape), tuple(kv.stride()), kv.element_size())
+            why = as_it_lies(t, kv.shape[0], m.local_page_size_bytes, True, m.reads[0])[1]
+        if why:
+            raise LayoutMismatch(f"{op}: {name} has dims {tuple(kv.shape)}: {why}; give its pages as (blocks, page), "
+                                 f"or derive the mapping with this tensor")
     return page_bytes(kv, m.local_page_size_bytes, name, op)
 
 

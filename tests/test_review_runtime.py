@@ -40,20 +40,24 @@ def test_a_scatter_received_into_the_consumers_own_memory_fills_it_right():
 
 
 def test_a_mapping_derived_from_sizes_alone_takes_only_flat_pages():
-    """MLA derived with no tensor carries no view: a (block, d, token) tensor passed as its rows."""
+    """MLA derived with no tensor carried no view: a (block, d, token) tensor passed as its rows.
+    Now it carries the box its family reads, and a plan takes a tensor as the runtime would."""
     logging.disable(logging.WARNING)
     try:
         kvc = cache_config([(mla(block_size=16, head_size=576), ["mla"])], num_blocks=2)
         m = derive_canonical_mappings(config(tp=2, dcp=2, total=1, rank=0), kvc, {})["mla"]
     finally:
         logging.disable(logging.NOTSET)
-    assert m.tensors == ()
+    assert m.tensors == () and m.reads  # no view: the box its family reads instead
     head_major = torch.zeros(2, 576, 16, dtype=torch.bfloat16)
-    with pytest.raises(LayoutMismatch, match=r"has dims \(2, 576, 16\), but the mapping names no tensor view"):
+    with pytest.raises(LayoutMismatch, match=r"has dims \(2, 576, 16\): KV tensor dims \(576, 16\) .* neither "
+                                             r"groups the other"):
         plan(m, head_major)
-    flat = torch.zeros(2, 16 * 576 * 2, dtype=torch.uint8)
     pages = torch.zeros(2, m.canonical_page_size_bytes, dtype=torch.uint8)
-    plan(m, flat).store(flat, [0, 1], pages, [0, 1])  # its pages as bytes are still taken
+    for ok in (torch.zeros(2, 16 * 576 * 2, dtype=torch.uint8), torch.zeros(2, 16, 576, dtype=torch.bfloat16)):
+        plan(m, ok).store(ok, [0, 1], pages, [0, 1])  # its pages as bytes, and the engine's own (block, t, d)
+    hand_built = CanonicalPageMapping(m.canonical_page_size_bytes, m.local_page_size_bytes, m.runs, 1, 0, False)
+    plan(hand_built, head_major)  # a mapping from outside (no format) describes bytes as they lie
 
 
 def test_derive_corpus_writes_nothing_when_a_line_fails_on_several_workers(tmp_path):
