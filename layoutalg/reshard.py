@@ -85,6 +85,13 @@ class DirectPlan(NamedTuple):
     # gather and scatter check the tensors they are given against them, as copy plans do
     producer_tensors: tuple = ()
     consumer_tensors: tuple = ()
+    # derived from sizes alone, for a family whose spec names no tensor dims: the page format
+    # and the box its family reads (`CanonicalPageMapping.format_id`, `.reads`), so a tensor of
+    # more dims is taken only as the runtime would have taken it
+    producer_format: str = ""
+    consumer_format: str = ""
+    producer_reads: tuple = ()
+    consumer_reads: tuple = ()
 
     def producers(self) -> tuple[int, ...]:
         """The producer ranks this consumer reads, in order."""
@@ -144,8 +151,11 @@ def _certified(s: int, pieces, producers, y) -> DirectPlan:
     were found, a byte map has one plan, so a producer's `gather` and a consumer's `scatter`
     built apart agree on the order of the bytes. Certified by `check_plan`."""
     views = [m.tensors for m in producers]
-    plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, producers[0].local_page_size_bytes,
-                      _views(views[0]) if all(v == views[0] for v in views) else (), _views(y.tensors))
+    x = producers[0]
+    same = all((m.format_id, m.reads) == (x.format_id, x.reads) for m in producers)
+    plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, x.local_page_size_bytes,
+                      _views(views[0]) if all(v == views[0] for v in views) else (), _views(y.tensors),
+                      x.format_id if same else "", y.format_id, x.reads if same else (), y.reads)
     check_plan(plan, producers, y)
     return plan
 
@@ -513,8 +523,9 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     if not pieces or not blocks.numel():
         return
     w = _word_of(segs, [r for _, r in pieces], "dst")
-    if any(_shares_memory(data, seg.bytes) for seg in segs):  # received into the kv's own memory: the runs
-        data = data.clone()                                  # would overwrite bytes they have yet to read
+    if not data.is_contiguous() or any(_shares_memory(data, seg.bytes) for seg in segs):  # received into the
+        data = data.clone(memory_format=torch.contiguous_format)  # kv's own memory, the runs would overwrite bytes
+        # they have yet to read (a strided buffer spans more than its elements: copied as well)
     rows = data.to(raw.device).view(blocks.numel(), per_block)
     at = 0
     for s, r in pieces:
@@ -564,13 +575,16 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
 class _Side(NamedTuple):
     tensors: tuple
     local_page_size_bytes: int
+    format_id: str = ""
+    reads: tuple = ()
 
 
 def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
     """One side's pages as `Segment`s of `(blocks, bytes)`, the tensor checked against the views
     its group's mappings were derived for (`torch_copy.layer_segments`, as a copy plan checks it)."""
-    side = _Side(plan.producer_tensors, plan.producer_page_size_bytes) if producer else \
-        _Side(plan.consumer_tensors, plan.local_page_size_bytes)
+    side = _Side(plan.producer_tensors, plan.producer_page_size_bytes, plan.producer_format, plan.producer_reads) \
+        if producer else _Side(plan.consumer_tensors, plan.local_page_size_bytes, plan.consumer_format,
+                               plan.consumer_reads)
     return layer_segments(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
 
 
@@ -613,7 +627,7 @@ def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: in
     return CanonicalPageMapping(conversion.local_page_size_bytes, m.local_page_size_bytes, runs, m.num_writers,
                                 m.writer_index, m.parallelism_agnostic, m.layout_id,
                                 format_id=format_id,  # the big page's format (`conversion` reads it)
-                                tensors=m.tensors)  # the local page is m's: its tensors view it as before
+                                tensors=m.tensors, reads=m.reads)  # the local page is m's: viewed as before
 
 
 class CrossPlans(NamedTuple):

@@ -112,3 +112,44 @@ def test_check_takes_a_family_that_reads_no_block_size(tmp_path):
     proc = run("check", str(tmp_path / "ex.lal"))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert "[1/1] ex: ok" in proc.stderr
+
+
+def test_a_strided_receive_buffer_reaching_into_the_consumers_pages_fills_them_right():
+    """Thirteenth review: the overlap test took a strided buffer's elements for its span."""
+    spec = lambda h: attention(block_size=4, heads=h, head_size=8, dtype=torch.float16)  # noqa: E731
+    torch.manual_seed(0)
+    full = torch.randn(2, 3, 4, 4, 8).half()                     # FlashAttention's (kv, blocks, t, heads, d)
+    prod = [full[:, :, :, r:r + 1].contiguous() for r in range(4)]
+    pool = torch.zeros(4096 + 2 * 3 * 4 * 2 * 8 * 2, dtype=torch.uint8)
+    cons = pool[4096:].view(torch.float16).view(2, 3, 4, 2, 8)
+    xs = [derive_canonical_mappings(config(tp=4, rank=r), cache_config([(spec(1), ["l"])]), {"l": prod[r]})["l"]
+          for r in range(4)]
+    ys = [derive_canonical_mappings(config(tp=2, rank=r), cache_config([(spec(2), ["l"])]), {"l": cons})["l"]
+          for r in range(2)]
+    p = direct_plans(xs, ys)[0]
+    data = gather(p, 0, prod[0], [0, 1, 2])
+    recv = pool[4096 - data.numel(): 4096 + data.numel(): 2]     # every other byte, half of them in the pages
+    recv.copy_(data)
+    scatter(p, 0, recv, cons, [0, 1, 2])
+    assert torch.equal(cons[:, :, :, 0], full[:, :, :, 0])
+
+
+def test_direct_plans_of_mappings_from_sizes_alone_take_the_engines_tensors_and_refuse_others():
+    """Thirteenth review: gather and scatter raised AttributeError for any tensor of more than
+    two dims (a plan's side carried no format); now they check it as a copy plan does."""
+    from layoutalg.reshard import execute
+    logging.disable(logging.WARNING)
+    try:
+        kvc = cache_config([(mla(block_size=16, head_size=576), ["mla"])], num_blocks=2)
+        xs = [derive_canonical_mappings(config(tp=2, total=1, rank=r), kvc, {})["mla"] for r in range(2)]
+        y = derive_canonical_mappings(config(tp=1, total=1, rank=0), kvc, {})["mla"]
+    finally:
+        logging.disable(logging.NOTSET)
+    p = direct_plans(xs, [y])[0]
+    torch.manual_seed(1)
+    src = [torch.randn(2, 16, 576).bfloat16() for _ in range(2)]   # the engine's (blocks, block_size, head_size)
+    out = torch.zeros(2, 16, 576, dtype=torch.bfloat16)
+    execute(p, src, [0, 1], out, [0, 1])
+    assert torch.equal(out, src[p.runs[0].producer])
+    with pytest.raises(LayoutMismatch, match="neither groups the other"):
+        gather(p, 0, src[0].transpose(1, 2).contiguous(), [0, 1])  # (blocks, head_size, block_size)

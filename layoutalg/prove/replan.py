@@ -83,7 +83,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
                                "backed by the grid): no direct plan between two configurations")
     sx, sy, bounds, store, load = _sizes(lib, family, store, load)
-    checked, cases, seen, outside = 0, 0, [], []
+    checked, cases, seen, outside, crossing = 0, 0, [], [], False
     verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
 
     def note(row, status, why):
@@ -102,7 +102,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         for row, (st, why) in found.items():
             note(row, st, where + why)
         outside += [(where + said, at, pair) for said, at, pair in out]
-        crossing = crossed
+        crossing = crossing or crossed
         checked += n
         if not c:
             return rows("unknown", f"{where if k else ''}no case of the family applies at both configurations, with "
