@@ -46,7 +46,8 @@ from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun, TensorView
-from .torch_copy import _check_runs, check_blocks_apart, in_segments, layer_segments, shared_byte, stretch_length
+from .torch_copy import (_check_runs, check_blocks_apart, in_segments, layer_segments, overlap, shared_byte,
+                         stretch_length)
 
 _WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -523,7 +524,7 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     if not pieces or not blocks.numel():
         return
     w = _word_of(segs, [r for _, r in pieces], "dst")
-    if not data.is_contiguous() or any(_shares_memory(data, seg.bytes) for seg in segs):  # received into the
+    if not data.is_contiguous() or any(overlap(data.view(1, -1), seg.bytes) for seg in segs):  # received into the
         data = data.clone(memory_format=torch.contiguous_format)  # kv's own memory, the runs would overwrite bytes
         # they have yet to read (a strided buffer spans more than its elements: copied as well)
     rows = data.to(raw.device).view(blocks.numel(), per_block)
@@ -534,15 +535,6 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
         _run_view(segs[s].bytes, w, r.dst_offset, r.dst_stride, r).index_copy_(
             0, blocks, chunk.view(blocks.numel(), r.num_fragments, r.fragment_size // w))
         at += n
-
-
-def _shares_memory(data: torch.Tensor, pages: torch.Tensor) -> bool:
-    """Whether flat `data` and the `(blocks, bytes)` view `pages` have an address in common."""
-    if data.device != pages.device or not data.numel() or not pages.numel():
-        return False
-    a = data.data_ptr()
-    b = pages.data_ptr()
-    return a < b + (pages.shape[0] - 1) * pages.stride(0) + pages.shape[1] and b < a + data.numel()
 
 
 def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:

@@ -338,6 +338,16 @@ def _from_views(tensors: list, views: tuple, page: int, name: str, op: str) -> t
     return raw.as_strided((blocks, page), (step, 1), base)
 
 
+def overlap(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    """The address spans `[start, end)` of two `(blocks, bytes)` byte views (rows dense, one
+    stride apart) where they have an address in common, else (): on other devices, or
+    either empty, they have none."""
+    if not a.numel() or not b.numel() or a.device != b.device:
+        return ()
+    spans = [(t.data_ptr(), t.data_ptr() + (t.shape[0] - 1) * t.stride(0) + t.shape[1]) for t in (a, b)]
+    return tuple(spans) if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1] else ()
+
+
 def check_apart(a: torch.Tensor, b: torch.Tensor, op: str, names: str = "kv and pages") -> None:
     """Two `(blocks, page)` byte views must not share a byte of memory: a copy between
     overlapping buffers would read bytes it has already overwritten. Compared by address,
@@ -345,10 +355,8 @@ def check_apart(a: torch.Tensor, b: torch.Tensor, op: str, names: str = "kv and 
     twice, two maps of one file)."""
     if "meta" in (a.device.type, b.device.type):
         raise LayoutMismatch(f"{op}: {names}: a tensor on the meta device holds no bytes to copy")
-    if not a.numel() or not b.numel() or a.device != b.device:
-        return
-    spans = [(t.data_ptr(), t.data_ptr() + (t.shape[0] - 1) * t.stride(0) + t.shape[1]) for t in (a, b)]
-    if spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]:
+    spans = overlap(a, b)
+    if spans:
         raise LayoutMismatch(f"{op}: {names} share memory (addresses [{spans[0][0]:#x}, {spans[0][1]:#x}) "
                              f"and [{spans[1][0]:#x}, {spans[1][1]:#x})): a copy between them would read what "
                              f"it has already written")
