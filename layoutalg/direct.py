@@ -166,10 +166,12 @@ def _above(owners: list, left: list, k: int, quotient) -> set:
     return out
 
 
-def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, num=int) -> list[PieceRun]:
+def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, num=int,
+                  spread: int | None = None) -> list[PieceRun]:
     """Consumer rank `s`'s runs. `replicas`: the producers' replica digits as (extent, rank
     stride), ascending by rank stride; `num(x)` makes a size that must be a number one
-    (ints: itself; symbolic: raises where it is not).
+    (ints: itself; symbolic: raises where it is not); `spread`, the number that picks among
+    replicas where it is not `s` (a virtual consumer: its rank's own).
 
     Examples:
         >>> whole = [Owner(8, 1, 1, 0, False)]
@@ -190,7 +192,7 @@ def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, 
             picks.append(p)
         else:
             modes.append(p)
-    k = s % prod(num(e) for e, _ in replicas)
+    k = (s if spread is None else spread) % prod(num(e) for e, _ in replicas)
     for e, r in replicas:  # the k-th holder, in rank order
         producer += (k % num(e)) * num(r)
         k //= num(e)

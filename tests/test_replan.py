@@ -463,3 +463,23 @@ def test_a_cross_cp_plan_of_one_pair_rests_on_the_sequence_claim_there(lib, tmp_
     assert _sequence_unshown(lib, "split_nhd", x.sizes, y.sizes, budget) == ""
     why = _sequence_unshown(_slot_library(tmp_path), "split_nhd", x.sizes, y.sizes, budget)
     assert "at the load configuration it is refuted" in why
+
+
+@pytest.mark.parametrize("family, store, load, heads", [
+    ("split_nhd", "tp=2", "tp=2,dcp=2", 1),                        # small producers: two parts a page
+    ("mla", "tp=4,dcp=2", "tp=2", 1),                              # small consumers, producers replicated
+    ("split_hnd", "tp=8", "tp=4,dcp=2,interleave=2", 2),          # GQA replicas, tokens dealt in pairs
+])
+def test_the_runtime_plan_across_another_cp_is_the_proved_plan_at_its_sizes(lib, family, store, load, heads):
+    """`reshard.cross_plans` composes the small group's mappings onto the big pages from their
+    fragments; at sizes in the plan's domain its bytes are those of the plan proved for all
+    sizes (virtual consumer `part * world + s` is consumer s's plan for that part)."""
+    from layoutalg.pageformat import conversion
+    from layoutalg.reshard import cross_plans
+    x = group_of(family, parse_config(store), heads, 16, 8, "bf16", 2)
+    y = group_of(family, parse_config(load), heads, 16, 8, "bf16", 2)
+    big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
+    cross = cross_plans(x.mappings, y.mappings, conversion(lib, family, big.sizes, small.sizes))
+    runtime = [_runtime_triples(p) for part in cross.parts for p in part]
+    proved = symplan.triples_at(lib, family, x.sizes, y.sizes)
+    assert len(proved) == len(runtime) > 1 and proved == runtime

@@ -52,7 +52,7 @@ from .obligations import Budget, Model, family_names, query, value
 from .reshard import _solve
 from .store import Row
 from .structural import page_tiles
-from .symplan import (CONFIGURATION, DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun, _instantiate, plans,
+from .symplan import (CONFIGURATION, DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun, cross_of, plans,
                       rank_names)
 
 RESHARD = ("reshard-cover", "reshard-match")
@@ -182,7 +182,7 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): the spec cannot be read at these "
                                      f"configurations ({e})")
             continue
-        cross = _cross(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
+        cross = cross_of(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
         shape = _same_shape(mx, my, cross)  # the runtime plans only between pages of one format (or k of one)
         status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
         if status == "unsat":
@@ -205,21 +205,6 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
             for row in RESHARD:
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
     return found_all, cases, checked, seen, outside, any(c is not None for c in crossed)
-
-
-def _cross(fam, vx, vy, store: dict, load: dict, token: str | None) -> Cross | None:
-    """The pair as pages of another cp, where the two canonical pages' `token` extents are
-    `k` to one (`k` > 1), else None (pages of one format, or of no such pair)."""
-    ex, ey = (dict(zip(v.canonical.indices, v.canonical.extents)).get(token) for v in (vx, vy))
-    if token is None or ex is None or ey is None:
-        return None
-    _, rx, nx = _instantiate(fam, vx, store, "x.")
-    _, ry, ny = _instantiate(fam, vy, load, "y.")
-    q = sympy.cancel(ny(nx(ry(ey))) / ny(nx(rx(ex))))
-    for ratio, small in ((q, "producer"), (1 / q, "consumer")):
-        if ratio.is_Integer and ratio > 1:
-            return Cross(token, int(ratio), small)
-    return None
 
 
 def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, budget: Budget) -> dict:

@@ -214,9 +214,11 @@ def plans(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> t
                 for d in dx if d.replica]
     replicas = sorted(((e, r) for e, r in replicas if e != 1), key=lambda x: x[1])  # holders by rank number
     out = []
+    ranks = world // cross.k if cross is not None and cross.small == "consumer" else world  # the real consumers
     for s in range(world):
         runs = []
-        for r in direct.consumer_runs(cut, ox, oy, replicas, s, lambda x: num(x, "a size the plan's ranks read")):
+        for r in direct.consumer_runs(cut, ox, oy, replicas, s, lambda x: num(x, "a size the plan's ranks read"),
+                                      s % ranks):  # replicas spread by the consumer's own rank, as at run time
             fixed, at = {}, {}
             for k, i in r.src:
                 fixed[_index(ox[i])] = fixed.get(_index(ox[i]), 0) + k * rx(_weight(ox[i]))
@@ -230,6 +232,21 @@ def plans(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> t
                 _table(fixed, [(_index(ox[p.a[0]]), p.a[1] * rx(_weight(ox[p.a[0]]))) for p in r.modes])))
         out.append(SymbolicPlan(s, tuple(runs), own, tuple(domain)))
     return tuple(out)
+
+
+def cross_of(fam, vx, vy, store: dict, load: dict, token: str | None) -> Cross | None:
+    """The pair as pages of another cp, where the two canonical pages' `token` extents are
+    `k` to one (`k` > 1), else None (pages of one format, or of no such pair)."""
+    ex, ey = (dict(zip(v.canonical.indices, v.canonical.extents)).get(token) for v in (vx, vy))
+    if token is None or ex is None or ey is None:
+        return None
+    _, rx, nx = _instantiate(fam, vx, store, "x.")
+    _, ry, ny = _instantiate(fam, vy, load, "y.")
+    q = sympy.cancel(ny(nx(ry(ey))) / ny(nx(rx(ex))))
+    for ratio, small in ((q, "producer"), (1 / q, "consumer")):
+        if ratio.is_Integer and ratio > 1:
+            return Cross(token, int(ratio), small)
+    return None
 
 
 def _in_big(fam, v, digits, raw, big, raw_big, cross: Cross, world: int) -> list:
@@ -314,7 +331,9 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     cx, cy = ({n: s[n] for n in CONFIGURATION if n in s} for s in (store, load))
     nx, ny = rank_names(fam, vx, cx), rank_names(fam, vy, cy)
     shared = {n for n in nx | ny if n not in PER_SIDE}  # as the proof takes them: one value on both sides
-    return plans(fam, vx, vy, cx | {n: store[n] for n in nx | shared}, cy | {n: load[n] for n in ny | shared})
+    seq = lib.family_def(family).sequence
+    cross = cross_of(fam, vx, vy, cx, cy, seq.id if seq is not None else None)
+    return plans(fam, vx, vy, cx | {n: store[n] for n in nx | shared}, cy | {n: load[n] for n in ny | shared}, cross)
 
 
 def triples_at(lib: Library, family: str, store: dict, load: dict) -> list[set[tuple[int, int, int]]]:
