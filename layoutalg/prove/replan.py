@@ -150,9 +150,7 @@ def _sequence_unproved(lib, part: str, budget: Budget) -> str:
     is the token's own place only where the claim holds (a shard map placing tokens by
     another fn would otherwise be proved)."""
     from .runner import Budgets, prove_obligation
-    budgets = Budgets(budget, Budget(max(1, budget.rlimit // 20), budget.guard_s),
-                      Budget(max(1, budget.rlimit // 10), budget.guard_s))
-    row = prove_obligation(lib, part, "sequence-order", {}, budgets)
+    row = prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s))
     if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
         return ""
     return f"across another cp the plan matches tokens by the canonical index '{lib.family_def(part).sequence.id}'" \
@@ -390,7 +388,7 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     for op, n, d in {(op, str(n), str(d)): (op, n, d) for op, n, d in divisions}.values():
         # where the spec divides the same terms, its remainder is defined (n = q * d + r, 0 <= r < d):
         # a linear fact for Z3, where `n % d` of two sizes is a nonlinear one it may leave undecided
-        qr = next((m.ops.quotient(n, d) for m in (mx, my) if m.ops.quotient(n, d) is not None), None)
+        qr = next((q for q in (m.ops.quotient(n, d) for m in (mx, my)) if q is not None), None)
         rest = qr[1] if qr is not None else n % d
         status, model = solve(z3.Or(d <= 0, rest != 0) if op == "/" else d <= 0)
         if status != "unsat":
