@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--direct", action="store_true",
                     help="both groups at once: consumers receive their bytes from producers by the direct plan, "
                          "proved by Z3 for this pair first")
+    rs.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where each rank's KV cache lives (default cpu: gloo); cuda: rank r on GPU r %% count, "
+                         "pages in shared host memory, NCCL where every rank has a GPU of its own")
 
     pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
@@ -270,7 +273,7 @@ def _reshard(args) -> int:
         print(f"direct plan: consumer<-producers {reads}; {sum(len(p.runs) for p in plans)} runs"
               + ("" if conversion is None else f" (producers numbered part * {store.world} + rank where the "
                                                f"producers read the small pages; one plan per part otherwise)"))
-    passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion)
+    passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion, device=args.device)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 

@@ -1,7 +1,8 @@
 """Store under one parallel configuration, reload under another, across real processes.
 
 `reshard(...)` (the `layoutalg reshard` command) starts one process per rank of the store
-configuration (torch.distributed, gloo), fills every rank's KV cache, layer by layer,
+configuration (torch.distributed: gloo with KV caches in host memory; NCCL with each rank's
+KV cache on its own GPU, `device="cuda"`), fills every rank's KV cache, layer by layer,
 with a hash of each byte's global coordinate, and stores it through canonical pages in
 a shared-memory file as an offload worker would; it tears that group down, starts a
 group of the load configuration, loads, and checks every byte of every loading rank
@@ -57,8 +58,8 @@ class Group:
     def blocks(self) -> int:
         return self.shape[self.outer]
 
-    def empty(self) -> torch.Tensor:
-        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype)
+    def empty(self, device="cpu") -> torch.Tensor:
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=device)
 
 
 def group_of(family: str, config: dict, heads: int, block_size: int, head_size: int, dtype: str,
@@ -233,11 +234,37 @@ def layout_of_pages(group: Group, blocks: int) -> tuple[torch.Tensor, torch.Tens
 
 # ---- processes -------------------------------------------------------------------------------
 
-def _init(rank: int, world: int, folder: str, name: str):
+DEVICES = ("cpu", "cuda")
+
+
+def backend_for(device: str, world: int, gpus: int) -> str:
+    """The process group's backend for `world` ranks whose KV caches live on `device`: NCCL
+    where each rank has a GPU of its own (it refuses two ranks on one device), else gloo (KV
+    on a GPU then travels through host memory)."""
+    if device not in DEVICES:
+        raise ConfigError(f"reshard: device {device!r} is not one of {', '.join(DEVICES)}")
+    return "nccl" if device == "cuda" and gpus >= world else "gloo"
+
+
+def _usable(device: str) -> None:
+    if device not in DEVICES:
+        raise ConfigError(f"reshard: device {device!r} is not one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("reshard: --device cuda, but torch sees no CUDA device here "
+                          f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu")
+
+
+def _init(rank: int, world: int, job: dict, name: str):
+    """(torch.distributed, this rank's device, the backend): rank `rank` of `world` joined."""
     import torch.distributed as dist
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{folder}/{name}.init", rank=rank, world_size=world)
-    return dist
+    gpus = torch.cuda.device_count() if job["device"] == "cuda" else 0
+    dev = torch.device("cuda", rank % gpus) if gpus else torch.device("cpu")
+    if gpus:
+        torch.cuda.set_device(dev)  # before the group: NCCL binds each rank to the current device
+    backend = backend_for(job["device"], world, gpus)
+    dist.init_process_group(backend, init_method=f"file://{job['folder']}/{name}.init", rank=rank, world_size=world)
+    return dist, dev, backend
 
 
 def global_coordinates(group: Group, rank: int, pages: torch.Tensor, small=None):
@@ -253,14 +280,14 @@ def global_coordinates(group: Group, rank: int, pages: torch.Tensor, small=None)
 
 
 def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor,
-          small=None) -> list[torch.Tensor]:
+          small=None, device=torch.device("cpu")) -> list[torch.Tensor]:
     from .torch_copy import layer_segments
     where, canon = global_coordinates(group, rank, pages, small)
-    out = []
+    out, at = [], blocks.to(device)
     for layer in range(layers):
-        kv, h = group.empty(), hashed(layer, where, canon)
+        kv, h = group.empty(device), hashed(layer, where, canon).to(device)
         for seg in layer_segments(kv, group.mappings[rank], "kv", "fill"):  # each stretch of the page
-            seg.bytes.index_copy_(0, blocks, h[:, seg.start:seg.start + seg.bytes.shape[1]].contiguous())
+            seg.bytes.index_copy_(0, at, h[:, seg.start:seg.start + seg.bytes.shape[1]].contiguous())
         out.append(kv)
     return out
 
@@ -270,39 +297,64 @@ def _verify(group: Group, rank: int, kvs, pages, blocks, small=None) -> list[boo
     where, canon = global_coordinates(group, rank, pages, small)
     data = canon >= 0  # a page's padding is never copied, so it holds nothing to check
     m = group.mappings[rank]
-    return [torch.equal(torch.cat([seg.bytes.index_select(0, blocks) for seg in layer_segments(kv, m, "kv", "check")],
-                                  1)[..., data], hashed(layer, where, canon)[..., data])
+    return [torch.equal(torch.cat([seg.bytes.index_select(0, blocks.to(kv.device))
+                                   for seg in layer_segments(kv, m, "kv", "check")], 1).cpu()[..., data],
+                        hashed(layer, where, canon)[..., data])
             for layer, kv in enumerate(kvs)]
+
+
+def _pages(job: dict, key: str, group: Group, layers: int) -> torch.Tensor:
+    """The canonical pages in shared host memory, (layers, pages, canonical page bytes)."""
+    n = group.mappings[0].canonical_page_size_bytes
+    return torch.from_file(job[key], shared=True, size=layers * group.blocks * n,
+                           dtype=torch.uint8).view(layers, group.blocks, n)
 
 
 def _store_worker(rank: int, job: dict):
     from .copy import plan
-    group, layers, folder = job["store"], job["layers"], job["folder"]
-    dist = _init(rank, group.world, folder, "store")
+    group, layers = job["store"], job["layers"]
+    dist, dev, _ = _init(rank, group.world, job, "store")
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
-    buf = torch.from_file(job["pages"], shared=True, size=layers * group.blocks * m.canonical_page_size_bytes,
-                          dtype=torch.uint8).view(layers, group.blocks, m.canonical_page_size_bytes)
+    buf = _pages(job, "pages", group, layers)
     small = job["coordinates"] if job.get("small") == "store" else None
-    for layer, kv in enumerate(_fill(group, rank, layers, pages, blocks, small)):
-        plan(m, kv).store(kv, blocks, buf[layer], pages)
+    kvs = _fill(group, rank, layers, pages, blocks, small, dev)
+    if dev.type == "cpu":
+        for layer, kv in enumerate(kvs):
+            plan(m, kv).store(kv, blocks, buf[layer], pages)
+    else:
+        staged_store(m, kvs, blocks, buf, pages)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def staged_store(m, kvs: list, blocks: torch.Tensor, buf: torch.Tensor, pages: torch.Tensor) -> None:
+    """Store each layer's `kvs[layer]` (on a device) into host pages `buf[layer]` as an offload
+    worker would: through pages on the device, of which only the bytes this rank's runs write
+    (its writer election's) go to the host, the others being other ranks' to write."""
+    from .copy import plan
+    dev = kvs[0].device
+    staged = torch.zeros(buf.shape[1:], dtype=torch.uint8, device=dev)
+    ones = torch.empty_like(kvs[0])  # (its shape and strides)
+    torch.empty(0, dtype=torch.uint8, device=dev).set_(ones.untyped_storage()).fill_(255)
+    plan(m, ones).store(ones, blocks, staged, pages)
+    mine = (staged == 255).cpu()  # every byte a run of this rank's election writes, and none other
+    for layer, kv in enumerate(kvs):
+        plan(m, kv).store(kv, blocks, staged, pages)
+        buf[layer][mine] = staged.cpu()[mine]
 
 
 def _load_worker(rank: int, job: dict):
     from .copy import plan
     group, layers, folder = job["load"], job["layers"], job["folder"]
-    dist = _init(rank, group.world, folder, "load")
+    dist, dev, _ = _init(rank, group.world, job, "load")
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
-    buf = torch.from_file(job["load_pages"], shared=True,
-                          size=layers * group.blocks * m.canonical_page_size_bytes,
-                          dtype=torch.uint8).view(layers, group.blocks, m.canonical_page_size_bytes)
+    buf = _pages(job, "load_pages", group, layers)
     kvs = []
     for layer in range(layers):
-        kv = group.empty().zero_()
-        plan(m, kv).load(buf[layer], pages, kv, blocks)
+        kv = group.empty(dev).zero_()
+        plan(m, kv).load(buf[layer].to(dev), pages, kv, blocks)
         kvs.append(kv)
     small = job["coordinates"] if job.get("small") == "load" else None
     _report(folder, rank, _verify(group, rank, kvs, pages, blocks, small), 0)
@@ -324,31 +376,35 @@ def _transfers(job: dict) -> list:
 def _direct_worker(rank: int, job: dict):
     from .reshard import gather, scatter
     store, load, layers, folder = job["store"], job["load"], job["layers"], job["folder"]
-    dist = _init(rank, store.world + load.world, folder, "direct")
+    dist, dev, backend = _init(rank, store.world + load.world, job, "direct")
+    wire = dev if backend == "nccl" else torch.device("cpu")  # gloo sends host tensors only
     transfers = _transfers(job)
     tag = len(transfers)
+    ops, got = [], {}
     if rank < store.world:  # a producer: send each consumer what its plan reads from here
         pages, blocks = layout_of_pages(store, store.blocks)
-        kvs = _fill(store, rank, layers, pages, blocks, job["coordinates"] if job.get("small") == "store" else None)
-        sends = [dist.isend(gather(plan, v, kv, blocks[src]), store.world + plan.consumer, tag=layer * tag + t)
-                 for t, (plan, v, p, src, dst) in enumerate(transfers) if p == rank
-                 for layer, kv in enumerate(kvs)]
-        for s in sends:
-            s.wait()
-    else:
+        kvs = _fill(store, rank, layers, pages, blocks, job["coordinates"] if job.get("small") == "store" else None,
+                    dev)
+        ops = [dist.P2POp(dist.isend, gather(plan, v, kv, blocks[src]).to(wire), store.world + plan.consumer,
+                          tag=layer * tag + t)
+               for t, (plan, v, p, src, dst) in enumerate(transfers) if p == rank
+               for layer, kv in enumerate(kvs)]
+    else:  # a consumer: one receive per (transfer, layer), in the order its producer sends them
         me = rank - store.world
         pages, blocks = layout_of_pages(load, load.blocks)
-        kvs = [load.empty().zero_() for _ in range(layers)]
-        mine = [(t, x) for t, x in enumerate(transfers) if x[0].consumer == me]
-        got = {(t, layer): torch.empty(x[0].bytes_from(x[1]) * len(x[4]), dtype=torch.uint8)
-               for t, x in mine for layer in range(layers)}
-        recvs = [((t, layer), dist.irecv(got[(t, layer)], transfers[t][2], tag=layer * tag + t)) for t, layer in got]
+        kvs = [load.empty(dev).zero_() for _ in range(layers)]
+        got = {(t, layer): torch.empty(x[0].bytes_from(x[1]) * len(x[4]), dtype=torch.uint8, device=wire)
+               for t, x in enumerate(transfers) if x[0].consumer == me for layer in range(layers)}
+        ops = [dist.P2POp(dist.irecv, got[(t, layer)], transfers[t][2], tag=layer * tag + t) for t, layer in got]
+    dist.barrier()  # the group's first collective has every rank in it (NCCL's batched point-to-point asks it)
+    for w in dist.batch_isend_irecv(ops) if ops else ():
+        w.wait()
+    if rank >= store.world:
         moved = 0
-        for (t, layer), r in recvs:
-            r.wait()
+        for (t, layer), data in got.items():
             plan, v, _, _, dst = transfers[t]
-            scatter(plan, v, got[(t, layer)], kvs[layer], blocks[dst])
-            moved += got[(t, layer)].numel()
+            scatter(plan, v, data, kvs[layer], blocks[dst])
+            moved += data.numel()
         small = job["coordinates"] if job.get("small") == "load" else None
         _report(folder, me, _verify(load, me, kvs, pages, blocks, small), moved)
     dist.barrier()
@@ -361,20 +417,28 @@ def _report(folder: str, rank: int, ok: list[bool], moved: int) -> None:
 
 
 def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print,
-            conversion=None) -> tuple[int, int]:
+            conversion=None, device: str = "cpu") -> tuple[int, int]:
     """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
     read pages of another cp, `conversion` (`pageformat.conversion`, big to small pages)
     converts the stored pages between the two formats in between, or with `direct` is
     composed into the plans (`reshard.cross_plans`); the byte check then names each byte by
-    the spec's own reading of both layouts, not by the conversion under test."""
+    the spec's own reading of both layouts, not by the conversion under test. With `device`
+    "cuda" each rank's KV cache is on a GPU (rank `r` on GPU `r % count`) and the pages move
+    between it and shared host memory; the group runs NCCL where every rank has a GPU of its own."""
     import torch.multiprocessing as mp
+    _usable(device)
     a, b = store.mappings[0], load.mappings[0]
     small, coords, cross = _formats(store, load, conversion, direct)
     with tempfile.TemporaryDirectory(prefix="layoutalg-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                      else None) as folder:
         job = {"store": store, "load": load, "layers": layers, "folder": folder, "conversion": conversion,
+               "device": device,
                "small": small, "coordinates": coords, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
                "load_pages": os.path.join(folder, "pages.bin" if small is None else "converted.bin")}
+        gpus = torch.cuda.device_count() if device == "cuda" else 0
+        on = f"{device}, " + ("; ".join(f"{n} group: {backend_for(device, w, gpus)}" for n, w in (
+            (("direct", store.world + load.world),) if direct else (("store", store.world), ("load", load.world)))))
+        log(f"KV caches on {on}" + (f" ({gpus} GPUs: ranks share them round-robin)" if device == "cuda" else ""))
         t0 = time.perf_counter()
         if direct:
             mp.spawn(_direct_worker, args=(job,), nprocs=store.world + load.world, join=True)
