@@ -142,6 +142,8 @@ def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
     for family, heads in FAMILIES + QUANTISED:
         if only and family not in only:
             continue
+        if passed or failed:  # a long run (--all-sizes) shows where it is, line by line
+            print(f"... {passed} passed, {failed} failed so far, {time.perf_counter() - t0:.0f} s", flush=True)
         groups = {}
         for c in CONFIGS:
             try:
@@ -163,11 +165,11 @@ def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
                             and cross_is_the_proved_plan(family, x, y)
                 except LayoutalgError as e:
                     refused += 1
-                    print(f"refused {family} {a} -> {b}: {e}")
+                    print(f"refused {family} {a} -> {b}: {e}", flush=True)
                     continue
                 passed, failed = passed + ok, failed + (not ok)
                 if not ok:
-                    print(f"FAILED {family} {a} -> {b} (converted)")
+                    print(f"FAILED {family} {a} -> {b} (converted)", flush=True)
                 continue
             try:
                 t.test_direct_plan_equals_the_path_through_canonical_pages(family, heads, a, b)
@@ -183,7 +185,7 @@ def main(prove: bool, all_sizes: bool = False, only: set | None = None) -> int:
                 passed += 1
             except AssertionError as e:
                 failed += 1
-                print(f"FAILED {family} {a} -> {b}: {e}")
+                print(f"FAILED {family} {a} -> {b}: {e}", flush=True)
     print(f"{unserved} (family, configuration) not served, {refused} pairs refused, "
           + (f"{undecided} pairs not proved for all sizes ({'; '.join(f'{f}: {w}' for f, w in UNDECIDED.items())}), "
              if undecided else "") + f"{time.perf_counter() - t0:.1f} s")
