@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from . import params
 from .compiled import CompiledFamily, GuardFailed, misfit
-from .interpret import Reading, byte_map
+from .interpret import Reading, byte_map, misplaced_token
 from .library import Library
 from .lower import TilingError, lower
 from .mapping import CanonicalPageMapping
@@ -133,7 +133,9 @@ def spec_line(lib: Library, family: str, what: str) -> str:
     """`file:line` of the statement a finding is about: the local layout, the grid, the shard map."""
     f = lib.family_def(family)
     span = f.span
-    if "local" in what and f.local is not None:
+    if what == "sequence" and getattr(f, "sequence", None) is not None:
+        span = f.sequence.span
+    elif "local" in what and f.local is not None:
         span = f.local.span
     elif "rank" in what and f.grid is not None and f.grid.id in lib.grids:
         span = lib.grids[f.grid.id].span
@@ -174,6 +176,36 @@ def _agnostic_differs(seen: dict, sizes: dict, readings, where: str) -> str:
             f"stored under one is not the page the other reads")
 
 
+def _sequence_checked(lib: Library, family: str, sizes: dict, world: int, seen: dict) -> str:
+    """Why the `sequence` claim fails at `sizes` (enumerated where its case path under this
+    parallel configuration has been enumerated at fewer than `SEQUENCE_PER_PATH` model sizes
+    yet: a token's place is the rank's, so every configuration is read), or ''."""
+    try:
+        readings = [Reading(lib, part, sizes) for part in lib.parts_of(family)]
+    except (ArithmeticError, LookupError):
+        return ""  # the direct reading fails: the oracle's comparison says so where it reads it
+    path = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES))
+    if seen.get(path, 0) >= SEQUENCE_PER_PATH:
+        return ""
+    seen[path] = seen.get(path, 0) + 1
+    return _sequence_misplaced(readings, world)
+
+
+def _sequence_misplaced(readings, world: int) -> str:
+    """Why a part's `sequence` claim fails at these sizes (the first token out of place), or ''."""
+    for r in readings:
+        if r.fdef.sequence is None:
+            continue
+        try:
+            for rank in range(world):
+                why = misplaced_token(r, rank)
+                if why:
+                    return f"`sequence {r.fdef.sequence.id}` does not hold: {why}"
+        except LookupError as e:  # no fn token to read the claim by: it says nothing that can be checked
+            return f"`sequence {r.fdef.sequence.id}` cannot be checked: {e}"
+    return ""
+
+
 def _checkable(inst) -> str:
     """'' when the pages are small enough to enumerate byte by byte, else why not."""
     big = max(inst.local_page, inst.canonical_page)
@@ -197,6 +229,8 @@ def _configs(lib: Library, cf: CompiledFamily, domain: dict, rep: FamilyReport):
 
 
 ORACLE_ELEMENTS = 1 << 17
+SEQUENCE_PER_PATH = 2  # model sizes a (case path, parallel configuration)'s `sequence` claim is enumerated at
+SEQUENCE_ELEMENTS = 4 * ORACLE_ELEMENTS
 """Most elements (over all ranks and configurations) one family's direct reading enumerates,
 an interpreter of the spec text that reads each element: past it the oracle stops (its
 column says how many configurations it read), and a family whose first configuration alone
@@ -282,7 +316,11 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     rep = FamilyReport(cf.name)
     read = {b.name for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
-    refusal, spent, compared = "", 0, 0
+    refusal, spent, compared, seq_spent = "", 0, 0, 0
+    # (case path, parallel configuration) -> sizes its `sequence` claim was enumerated at (the
+    # oracle's first configurations are all cp=1, where a token is most often its own place)
+    sequenced: dict | None = {} if any(lib.family_def(p).sequence is not None for p in lib.parts_of(cf.name)) \
+        else None
     refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
@@ -324,6 +362,12 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                               f"elements at the sample sizes, more than check reads ({ORACLE_ELEMENTS}): an index "
                               f"extent is out of proportion (use `layoutalg prove`), with {where}")
             break
+        if sequenced is not None and seq_spent + cost <= SEQUENCE_ELEMENTS:
+            seq_spent += cost
+            why = _sequence_checked(lib, cf.name, sizes, len(maps), sequenced)
+            if why:  # pages of another cp are joined by this index: a false claim reorders the sequence
+                rep.errors.append(f"{spec_line(lib, cf.name, 'sequence')}: {why}, with {where}")
+                sequenced = None  # (one finding says it)
         oracle = rep.oracle_checked < oracle_limit and spent + cost <= ORACLE_ELEMENTS
         canon = inst.canonical_page // element
         same = maps[0].parallelism_agnostic and compared + canon <= 8 * ORACLE_ELEMENTS  # its reading is lighter
@@ -346,6 +390,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                     rep.errors.append(f"{spec_line(lib, cf.name, 'shard')}: rank {rank}: runs differ from the "
                                       f"spec's direct reading, with {where}")
                     break
+
         if same:  # on every configuration (within the budget), not only the oracle's first (all tp=1)
             why = _agnostic_differs(agnostic, sizes, readings, where)
             if why:

@@ -287,6 +287,26 @@ def rank_digits(rext: list, rank: int) -> dict[str, int]:
     return digits
 
 
+def misplaced_token(r: Reading, rank: int) -> str:
+    """'' where every local token of `rank` lands at its place in the sequence (canonical
+    index `seq` equal to the grid's `token(t)`, for a family that says `sequence seq`), else
+    the first that does not, said (ints only; a `LookupError` where the claim cannot be read)."""
+    seq = r.fdef.sequence
+    if seq is None or r.layout("local")[0].regions:  # (a page of regions: each region's own claim)
+        return ""
+    digits = rank_digits(r.rank_extents(), rank)
+    ext = r.extents("local")
+    names = list(ext)
+    for values in itertools.product(*(range(ext[n]) for n in names)):
+        index = dict(zip(names, values))
+        got, want = r.shard(index, digits)[seq.id], r.sequence_place(index, digits)
+        if got != want:
+            shown = ", ".join(f"{n}={v}" for n, v in index.items())
+            return (f"rank {rank} puts local ({shown}) at canonical {seq.id}={got}, but its place in the sequence "
+                    f"is token({index[seq.id]}) = {want}")
+    return ""
+
+
 def byte_map(r: Reading, rank: int) -> dict[int, int]:
     """local byte -> canonical byte on one rank, by enumerating every element (ints only)."""
     digits = rank_digits(r.rank_extents(), rank)

@@ -113,7 +113,9 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
 
     A page of regions converts region by region: each data region of the big page is the
     same region of its `k` small pages joined along the `sequence` index; pads are not
-    copied."""
+    copied. The family's `sequence` claim (canonical token t is the token's place in the
+    sequence, the grid's `token(t)`) is proved by Z3 at both sizes first: joining pages
+    along the index keeps the sequence's order only where it holds."""
     seq = lib.family_def(family).sequence if family in lib.families else None
     boxes_b, boxes_s = canonical_boxes(lib, family, big), canonical_boxes(lib, family, small)
     if seq is None:
@@ -126,6 +128,11 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
         raise LayoutalgError(f"{family}: its regions join {sorted(ks)} small pages a big one: a big page is not "
                              f"one whole number of small pages")
     k = ks.pop()
+    from .prove.reshard import sequence_unshown
+    from .prove.runner import Budgets
+    why = sequence_unshown(lib, family, big, small, Budgets.of().config, ("big page's", "small page's"))
+    if why:  # the conversion joins pages by the canonical token index: the sequence's order only where this holds
+        raise LayoutalgError(f"{family}: pages of another cp are not converted: {why}")
     page_b, page_s = boxes_b[0].page, boxes_s[0].page
     if parts == [family]:
         runs = _compact_runs(family, _modes(boxes_b[0], boxes_s[0], tok, k))

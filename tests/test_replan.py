@@ -457,11 +457,11 @@ def test_a_cross_cp_plan_rests_on_the_sequence_claim(tmp_path):
 
 def test_a_cross_cp_plan_of_one_pair_rests_on_the_sequence_claim_there(lib, tmp_path):
     """The same for the plans `layoutalg reshard --direct` proves per pair (`prove_cross_plans`)."""
-    from layoutalg.prove.reshard import _sequence_unshown
+    from layoutalg.prove.reshard import sequence_unshown
     x, y = (group_of("split_nhd", parse_config(c), 1, 4, 8, "bf16", 2) for c in ("tp=2", "tp=2,dcp=2"))
     budget = Budgets.of().config
-    assert _sequence_unshown(lib, "split_nhd", x.sizes, y.sizes, budget) == ""
-    why = _sequence_unshown(_slot_library(tmp_path), "split_nhd", x.sizes, y.sizes, budget)
+    assert sequence_unshown(lib, "split_nhd", x.sizes, y.sizes, budget) == ""
+    why = sequence_unshown(_slot_library(tmp_path), "split_nhd", x.sizes, y.sizes, budget)
     assert "at the load configuration it is refuted" in why
 
 

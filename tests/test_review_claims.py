@@ -318,3 +318,33 @@ def test_a_grid_fn_passed_a_share_that_is_not_its_index_box_backs_no_claim(tmp_p
     assert "by_rank(...) is passed sizes" in rows[0].detail and "not one box numbered densely" in rows[0].detail
     (a, pa), (b, pb) = _share_placements(tmp_path, family, configs)
     assert pa != pb and a != b
+
+
+def _rank_major_sizes(dcp):
+    return {"tp": 2, "pcp": 1, "dcp": dcp, "interleave": 1, "pcp_replicas": 0, "total_heads": 2,
+            "heads": 2 // (2 // dcp), "block_size": 2, "head_size": 1, "dtype_bytes": 1, "per_token_head_quant": 0,
+            "kv_blocks_second": 0, "page_size": 2 * 2 * (2 // (2 // dcp)), "compress_ratio": 1}
+
+
+def test_a_false_sequence_claim_fails_check_and_no_conversion_joins_pages_by_it(tmp_path):
+    """Fourteenth review: `sequence t` false under dcp=2 (a rank's tokens stored in one stretch)
+    passed `check` (its oracle reads cp=1 first, where each token is its own place), and the
+    conversion between pages of another cp joined pages along t: the sequence reordered."""
+    from layoutalg.check import check_family
+    from layoutalg.errors import LayoutalgError
+    from layoutalg.pageformat import conversion
+    lib = load([REVIEW / "rank_major_tokens.lal"])
+    rep = check_family(lib, compile_named(lib, "rank_major"))
+    assert len(rep.errors) == 1 and "rank_major_tokens.lal:30: `sequence t` does not hold: rank 0 puts local " \
+        "(kv=0, t=1, h=0, d=0) at canonical t=1, but its place in the sequence is token(1) = 2" in rep.errors[0]
+    assert "dcp=2" in rep.errors[0]
+    big, small = _rank_major_sizes(2), _rank_major_sizes(1)
+    with pytest.raises(LayoutalgError, match="pages of another cp are not converted: .* at the big page's "
+                                             "configuration it is refuted"):
+        conversion(lib, "rank_major", big, small)
+    rows = _rows("rank_major_tokens", "rank_major")
+    assert rows["sequence-order"].status == "refuted"
+    fixed = load([_edited(tmp_path, "rank_major_tokens", "(kv, stretch(t), head(h), d)", "(kv, token(t), head(h), d)")])
+    assert check_family(fixed, compile_named(fixed, "rank_major")).errors == []
+    assert conversion(fixed, "rank_major", big, small).k == 2
+

@@ -42,7 +42,7 @@ def prove_cross_plans(lib: Library, family: str, store: dict, load: dict, cross,
     its part of the big page (`token`: the canonical index the two formats differ in)."""
     if not cross.parts:
         return _prove(lib, family, store, load, [((), None)], budget)
-    why = _sequence_unshown(lib, family, store, load, budget)
+    why = sequence_unshown(lib, family, store, load, budget)
     if why:
         return [Row(lib.family_def(family).span.file, family, n, "unknown", "symbolic byte, one configuration pair",
                     0.0, why) for n in RESHARD]
@@ -50,12 +50,12 @@ def prove_cross_plans(lib: Library, family: str, store: dict, load: dict, cross,
                                              for j, plans in enumerate(cross.parts)], budget)
 
 
-def _sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget) -> str:
+def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, sides=("store", "load")) -> str:
     """Why the `sequence` claim (canonical index t is the token's place, the grid's token(t))
     is not shown at both configurations, or '': the plans are checked by canonical indices,
     the small page's token shifted by its part, which is the token's own place only there."""
     from .obligations import query
-    for side, sizes in (("store", store), ("load", load)):
+    for side, sizes in zip(sides, (store, load)):
         for part in lib.parts_of(family):
             try:
                 m = Model(lib, part, tuple(Reading(lib, part, sizes).taken), sizes=sizes)
@@ -64,9 +64,10 @@ def _sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget)
                 return f"the {side} configuration's `sequence` claim cannot be read ({e})"
             status, _ = _solve(m, None, violation, budget)
             if status != "unsat":
-                return (f"the plans match tokens by the canonical `sequence` index, the token's place only where the "
-                        f"claim holds; at the {side} configuration it is {'refuted' if status == 'sat' else 'undecided'}"
-                        f"{'' if part == family else f' in region {part!r}'}")
+                return (f"pages of another cp are joined by the canonical `sequence` index, the token's place only "
+                        f"where the claim holds (every local token t at canonical t = token(t)); at the {side} "
+                        f"configuration it is {'refuted' if status == 'sat' else 'undecided'}"
+                        f"{'' if part == family else f' in region {part!r}'} (`layoutalg prove` shows a counterexample)")
     return ""
 
 
