@@ -70,6 +70,10 @@ def plan_model(mappings: dict, kv_caches: dict) -> "ModelPlan":
                           f"{type(mappings).__name__} and {type(kv_caches).__name__}")
     if not mappings:
         raise ConfigError("plan_model: no layer: a model plan of no layer would store and load nothing")
+    odd = [k for k in (*mappings, *kv_caches) if not isinstance(k, str)]
+    if odd:  # (names sort the model page's layers)
+        raise ConfigError(f"plan_model: layers are named by strings (as vLLM's kv_caches are), got {odd[0]!r} "
+                          f"({type(odd[0]).__name__})")
     if set(mappings) != set(kv_caches):  # a layer left out would come back unloaded, with no word said
         only = sorted(set(mappings) ^ set(kv_caches))
         raise ConfigError(f"plan_model: layers {only[:4]}{' ...' if len(only) > 4 else ''} have a mapping or a "
@@ -291,13 +295,13 @@ class ModelPlan:
         all the pages and, on load, the blocks each layer fills against every other layer's,
         before anything moves."""
         if not isinstance(kv_caches, dict) or set(kv_caches) != set(self.plans):
-            got = sorted(kv_caches) if isinstance(kv_caches, dict) else type(kv_caches).__name__
+            got = sorted(kv_caches, key=repr) if isinstance(kv_caches, dict) else type(kv_caches).__name__
             raise LayoutMismatch(f"{op}: kv_caches must be a dict of the planned layers {sorted(self.plans)[:4]}..., "
                                  f"got {got if not isinstance(got, list) else got[:4]}")
         whole = None
         if isinstance(pages, dict):
             if set(pages) != set(self.plans):
-                raise LayoutMismatch(f"{op}: pages by layer must name every planned layer, got {sorted(pages)[:4]}")
+                raise LayoutMismatch(f"{op}: pages by layer must name every planned layer, got {sorted(pages, key=repr)[:4]}")
             views = pages
         else:
             if not isinstance(pages, torch.Tensor) or pages.dtype != torch.uint8 or pages.dim() != 2 \
@@ -310,9 +314,11 @@ class ModelPlan:
                      for n, o in self.offsets.items()}
         for name, x in (("block_ids", block_ids), ("page_ids", page_ids)):
             if isinstance(x, dict) and set(x) != set(self.plans):
-                odd = sorted(set(x) ^ set(self.plans))
+                odd = sorted(set(x) ^ set(self.plans), key=repr)
                 raise LayoutMismatch(f"{op}: {name} by layer must name exactly the planned layers; "
                                      f"{odd[:4]} {'is' if len(odd) == 1 else 'are'} not in both")
+        # read once, here: one generator handed to every layer would be used up by the first
+        block_ids, page_ids = (_read_once(x, name, op) for x, name in ((block_ids, "block_ids"), (page_ids, "page_ids")))
         out = {}
         for n, p in self.plans.items():
             ids = [x[n] if isinstance(x, dict) else x for x in (block_ids, page_ids)]
@@ -454,6 +460,13 @@ def _word(m: CanonicalPageMapping, segs: tuple) -> int:
 _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
+def _read_once(ids, name: str, op: str):
+    """Ids (or a dict of each layer's) as tensors of their own, each read once."""
+    if isinstance(ids, dict):
+        return {k: _ids(v, f"{name}[{k!r}]", op) for k, v in ids.items()}
+    return _ids(ids, name, op)
+
+
 def _ids(ids, name: str, op: str) -> torch.Tensor:
     """Ids as a 1-D int64 CPU tensor of their own; floats and bools are refused, never truncated."""
     if isinstance(ids, (dict, set, frozenset, str, bytes)):  # no order, or characters: never ids
@@ -465,7 +478,12 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
             if any(isinstance(x, bool) or type(x).__name__ == "bool_" or
                    isinstance(x, torch.Tensor) and x.dtype == torch.bool for x in ids):  # [0, True] is no [0, 1]
                 raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got a bool")
-        t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids)
+        try:
+            t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(ids)
+        except ValueError:  # an array of negative strides (numpy's reversed view): its values, copied
+            if not hasattr(ids, "__array__") or not hasattr(ids, "copy"):
+                raise
+            t = torch.as_tensor(ids.copy())
     except (TypeError, ValueError, RuntimeError):
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints") from None
     if t.device.type == "meta":  # no values to read

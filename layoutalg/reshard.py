@@ -547,7 +547,9 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
                           f"{type(producer_kvs).__name__}")
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
     into = _layer(plan, kv, False, "execute")
-    dst = _ids(dst_blocks, into[0].bytes.shape[0], "execute")
+    from .copy import _ids as as_ids
+    src_blocks = as_ids(src_blocks, "producer block ids", "execute")  # read once (a generator is read
+    dst = dst_blocks = _ids(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
     several = len(plan.producers()) > 1
     for p in plan.producers():  # everything checked before the first byte moves
         segs = _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")

@@ -87,8 +87,8 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
         # tensor is taken as the runtime would have taken it (a mapping built by hand, with no
         # format, describes bytes as they lie)
         page_bytes(kv, m.local_page_size_bytes, name, op)  # (a tensor that is no pages at all says so first)
-        why = "the mapping names no tensor view (it was derived from the layer's sizes alone) nor the box its " \
-              "family reads"
+        why = "the mapping names no tensor view nor the box its family reads (it was derived from the layer's " \
+              "sizes alone, or from a tensor no family could read as this layer's: derivation logs why)"
         if m.reads:
             from .runtime import TensorLayout, as_it_lies
             t = TensorLayout(tuple(kv.shape), tuple(kv.stride()), kv.element_size())

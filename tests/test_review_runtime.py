@@ -153,3 +153,78 @@ def test_direct_plans_of_mappings_from_sizes_alone_take_the_engines_tensors_and_
     assert torch.equal(out, src[p.runs[0].producer])
     with pytest.raises(LayoutMismatch, match="neither groups the other"):
         gather(p, 0, src[0].transpose(1, 2).contiguous(), [0, 1])  # (blocks, head_size, block_size)
+
+
+def _two_layers(blocks=4):
+    names = ["layers.0.attn", "layers.1.attn"]
+    torch.manual_seed(1)
+    kvs = {n: torch.randn(blocks, 2, 4, 2, 8).to(torch.bfloat16) for n in names}
+    spec = attention(block_size=4, heads=2, head_size=8, dtype=torch.bfloat16)
+    maps = derive_canonical_mappings(config(tp=1, rank=0, total=2), cache_config([(spec, names)], num_blocks=blocks),
+                                     kvs)
+    return names, kvs, maps
+
+
+@pytest.mark.parametrize("one_shot", [lambda n: (i for i in range(n)), lambda n: iter(range(n)),
+                                      lambda n: map(int, range(n))])
+def test_a_model_plan_reads_ids_given_once_for_every_layer(one_shot):
+    """Fourteenth review: ModelPlan handed one generator of ids to each layer in turn: the first
+    used it up, the others stored (and loaded) no block, and said so only in their counts."""
+    names, kvs, maps = _two_layers()
+    mp = plan_model(maps, kvs)
+    pages = torch.zeros(4, mp.page_size_bytes, dtype=torch.uint8)
+    assert mp.store(kvs, one_shot(4), pages, one_shot(4)) == {n: 4 for n in names}
+    out = {n: torch.zeros_like(kvs[n]) for n in names}
+    assert mp.load(pages, one_shot(4), out, one_shot(4)) == {n: 4 for n in names}
+    assert all(torch.equal(out[n], kvs[n]) for n in names)
+
+
+def test_execute_reads_block_ids_given_once():
+    """Fourteenth review: execute's checks used up generator ids; the copy then moved nothing."""
+    from layoutalg.reshard import execute
+    spec = lambda h: attention(block_size=4, heads=h, head_size=8, dtype=torch.bfloat16)  # noqa: E731
+    torch.manual_seed(2)
+    full = torch.randn(4, 2, 4, 4, 8).to(torch.bfloat16)
+    xs = [derive_canonical_mappings(config(tp=1, total=4), cache_config([(spec(4), ["l"])], num_blocks=4),
+                                    {"l": full})["l"]]
+    parts = [torch.zeros(4, 2, 4, 2, 8, dtype=torch.bfloat16) for _ in range(2)]
+    ys = [derive_canonical_mappings(config(tp=2, rank=r, total=4), cache_config([(spec(2), ["l"])], num_blocks=4),
+                                    {"l": parts[r]})["l"] for r in range(2)]
+    for r, p in enumerate(direct_plans(xs, ys)):
+        execute(p, [full], (b for b in range(4)), parts[r], (b for b in range(4)))
+        assert torch.equal(parts[r], full[:, :, :, 2 * r:2 * r + 2])
+
+
+def test_ids_as_a_reversed_numpy_array_are_ids():
+    np = pytest.importorskip("numpy")
+    names, kvs, maps = _two_layers()
+    p = plan(maps[names[0]], kvs[names[0]])
+    pages = torch.zeros(4, maps[names[0]].canonical_page_size_bytes, dtype=torch.uint8)
+    assert p.store(kvs[names[0]], np.arange(4)[::-1], pages, np.arange(4)) == 4
+    out = torch.zeros_like(kvs[names[0]])
+    p.load(pages, np.arange(4), out, np.arange(4)[::-1])
+    assert torch.equal(out, kvs[names[0]])
+
+
+@pytest.mark.parametrize("key", [0, None, ("layers", 1)])
+def test_a_model_plan_of_layers_not_named_by_strings_is_a_clear_error(key):
+    names, kvs, maps = _two_layers()
+    import re
+    with pytest.raises(ConfigError, match=f"plan_model: layers are named by strings .*, got {re.escape(repr(key))}"):
+        plan_model({**maps, key: maps[names[0]]}, {**kvs, key: kvs[names[0]].clone()})
+    mp = plan_model(maps, kvs)
+    with pytest.raises(LayoutMismatch, match="kv_caches must be a dict of the planned layers"):
+        mp.store({**kvs, key: kvs[names[0]]}, [0], torch.zeros(1, mp.page_size_bytes, dtype=torch.uint8), [0])
+
+
+def test_a_tensor_no_family_reads_says_so_when_planned(caplog):
+    """Fourteenth review: a tensor of another block count than the cache's falls back to the
+    opaque page with no tensor view; planning it said it came from sizes alone."""
+    kv = torch.randn(2, 2, 4, 2, 8).to(torch.bfloat16)
+    spec = attention(block_size=4, heads=2, head_size=8, dtype=torch.bfloat16)
+    with caplog.at_level(logging.WARNING, logger="layoutalg"):
+        m = derive_canonical_mappings(config(tp=2, total=4), cache_config([(spec, ["L"])], num_blocks=3), {"L": kv})["L"]
+    assert "is not (3, 2, 4, 2, 8)" in caplog.text
+    with pytest.raises(LayoutMismatch, match="or from a tensor no family could read as this layer's: derivation "
+                                             "logs why"):
+        plan(m, kv)
