@@ -18,6 +18,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import LayoutalgError, SpecError
+
 
 MAX_ENTRY_BYTES = 64 << 20
 """An entry larger than this is not read (the shipped library's is about 50 KB)."""
@@ -52,7 +54,15 @@ def compiler_fingerprint() -> str:
 
 
 def _files_digest(files) -> str:
-    return _digest(*(str(f).encode() + b"\0" + Path(f).read_bytes() for f in sorted(map(str, files))))
+    return _digest(*(str(f).encode() + b"\0" + _bytes_of(f) for f in sorted(map(str, files))))
+
+
+def _bytes_of(f) -> bytes:
+    """A spec file's bytes; a pipe or a device named like one is refused (its read may never end)."""
+    p = Path(f)
+    if p.exists() and not p.is_file():
+        raise SpecError(f"cannot read spec file {p}: it is not a regular file")
+    return p.read_bytes()
 
 
 def snapshot(files) -> tuple[str | None, tuple]:
@@ -60,8 +70,8 @@ def snapshot(files) -> tuple[str | None, tuple]:
     file, or (None, ()) where one cannot be read: what the read data was made from, without
     the race of reading twice."""
     try:
-        data = {f: Path(f).read_bytes() for f in map(str, files)}
-    except OSError:
+        data = {f: _bytes_of(f) for f in map(str, files)}
+    except (OSError, LayoutalgError):
         return None, ()
     return (_digest(*(f.encode() + b"\0" + data[f] for f in sorted(map(str, files)))),
             tuple(sorted((f, hashlib.sha256(b).hexdigest()) for f, b in data.items())))

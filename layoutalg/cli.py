@@ -177,7 +177,7 @@ class _QuietWhenClosed:
     """
 
     def __init__(self, stream):
-        self._stream, self.closed_by_reader = stream, False
+        self._stream, self.closed_by_reader, self.failed = stream, False, None
 
     def write(self, text):
         if not self.closed_by_reader:
@@ -185,6 +185,8 @@ class _QuietWhenClosed:
                 return self._stream.write(text)
             except BrokenPipeError:
                 self.closed_by_reader = True
+            except OSError as e:  # a full disk, a file over its size limit: said once, at the end
+                self.closed_by_reader, self.failed = True, e
         return len(text)
 
     def flush(self):
@@ -193,6 +195,8 @@ class _QuietWhenClosed:
                 self._stream.flush()
             except BrokenPipeError:
                 self.closed_by_reader = True
+            except OSError as e:
+                self.closed_by_reader, self.failed = True, e
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -200,25 +204,33 @@ class _QuietWhenClosed:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if sys.stdout is None:  # (started with its standard output closed)
+        print("error: there is no standard output to write to", file=sys.stderr)
+        return 2
     real, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
+    rc = 2
     try:
-        return {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
-                "prove": _prove, "id": _id, "reshard": _reshard,
-                "draw": _draw}[args.cmd](args)
+        rc = {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
+              "prove": _prove, "id": _id, "reshard": _reshard,
+              "draw": _draw}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
     except RecursionError:  # a last net: the parser bounds nesting, but lets can compound it
         print("error: the spec's expressions nest too deeply to evaluate (substituted lets and fns)",
               file=sys.stderr)
-        return 2
     finally:
-        closed, sys.stdout = sys.stdout.closed_by_reader, real
-        if closed:  # keep Python from reporting the broken pipe again at exit
+        sys.stdout.flush()  # (an output that cannot be written says so here, not at exit)
+        closed, failed, sys.stdout = sys.stdout.closed_by_reader, sys.stdout.failed, real
+        if failed is not None:
+            print(f"error: cannot write the output: {failed.strerror or failed}; what was written of it is "
+                  f"incomplete", file=sys.stderr)
+            rc = 2
+        if closed:  # keep Python from reporting the broken pipe (or the full disk) again at exit
             try:
                 sys.stdout = open(os.devnull, "w")
             except OSError:
                 pass
+    return rc
 
 
 def _sizes_once(command: str, given: list) -> dict:

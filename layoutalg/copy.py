@@ -391,7 +391,7 @@ def _rows(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor)
         return None
     total = ((words.shape[0] - 1) * step + words.shape[1]) // n
     rows = words.as_strided((total, n), (n, 1), words.storage_offset())
-    frag = offset // w // n + torch.arange(r.num_fragments, dtype=torch.int64) * (stride // w // n)
+    frag = offset // w // n + torch.arange(r.num_fragments, dtype=torch.int64, device=which.device) * (stride // w // n)
     return rows, which[:, None] * (step // n) + frag[None, :]  # (blocks, rows a block)
 
 

@@ -12,6 +12,7 @@ import gzip
 import json
 import multiprocessing
 import os
+import stat
 import zlib
 from typing import IO, Iterator
 
@@ -35,10 +36,18 @@ def _raw_lines(path: str) -> list[bytes]:
     """Every line of the file (blank ones too, so an index is a line number), undecoded."""
     opener = gzip.open if path.endswith(".gz") else open
     try:
+        mode = os.stat(path).st_mode if os.path.exists(path) else 0
+        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISFIFO(mode)):  # (a pipe: `<(zcat ...)`)
+            raise CorpusError(f"cannot read corpus {path}: not a file (a device such as /dev/zero has no end to "
+                              f"read to)")
         with opener(path, "rb") as f:
             return f.readlines()
-    except gzip.BadGzipFile:
-        raise CorpusError(f"{path}: not a gzip file, though its name ends in .gz") from None
+    except gzip.BadGzipFile as e:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+        if magic != b"\x1f\x8b":
+            raise CorpusError(f"{path}: not a gzip file, though its name ends in .gz") from None
+        raise CorpusError(f"{path}: the gzip data is corrupt ({e})") from None
     except (EOFError, zlib.error) as e:
         raise CorpusError(f"{path}: the gzip data is truncated or corrupt ({e})") from None
     except OSError as e:
@@ -64,6 +73,8 @@ def _row(line: bytes | str, path: str, n: int) -> dict:
         raise CorpusError(f"{path}:{n}: not UTF-8: byte 0x{byte:02x} at column {e.start + 1}") from None
     except RecursionError:
         raise CorpusError(f"{path}:{n}: not a JSON line: nested too deeply") from None
+    except ValueError as e:  # (an integer of more digits than Python converts, say)
+        raise CorpusError(f"{path}:{n}: not a JSON line: {e}") from None
     if not isinstance(row, dict):
         raise CorpusError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
     return row
@@ -84,6 +95,13 @@ def _field(obj: dict, key: str, where: str):
     return obj[key]
 
 
+def _flag(obj: dict, key: str) -> bool:
+    value = obj.get(key, False)
+    if value is None or value in (0, 1) and type(value) in (bool, int):
+        return bool(value)
+    raise _BadRow(f"'spec.{key}' must be true or false, got {value!r}")
+
+
 def _sequence(obj: dict, key: str, where: str) -> tuple:
     value = _field(obj, key, where)
     if not isinstance(value, list):
@@ -97,7 +115,7 @@ def layer_of(row: dict) -> tuple[LayerSpec, TensorLayout | None, ParallelConfig,
         kind=s.get("kind", "opaque"), page_size_bytes=s.get("page_size_bytes"),
         block_size=s.get("block_size") or 0, num_kv_heads=s.get("num_kv_heads") or 0,
         head_size=s.get("head_size") or 0, dtype_bytes=s.get("dtype_bytes") or 0,
-        per_token_head_quant=bool(s.get("per_token_head_quant")), compress_ratio=s.get("compress_ratio") or 1,
+        per_token_head_quant=_flag(s, "per_token_head_quant"), compress_ratio=s.get("compress_ratio") or 1,
         sizes=_object(s, "sizes", required=False) or ())  # runtime names the specs declare
     tensor = None
     if t is not None:

@@ -259,6 +259,8 @@ def _init(rank: int, world: int, job: dict, name: str):
     import torch.distributed as dist
     torch.set_num_threads(1)
     gpus = torch.cuda.device_count() if job["device"] == "cuda" else 0
+    if job["device"] == "cuda" and not gpus:  # (CUDA_VISIBLE_DEVICES set otherwise here): never the CPU instead
+        raise ConfigError(f"reshard: rank {rank} of the {name} group sees no CUDA device")
     dev = torch.device("cuda", rank % gpus) if gpus else torch.device("cpu")
     if gpus:
         torch.cuda.set_device(dev)  # before the group: NCCL binds each rank to the current device
@@ -425,7 +427,6 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     the spec's own reading of both layouts, not by the conversion under test. With `device`
     "cuda" each rank's KV cache is on a GPU (rank `r` on GPU `r % count`) and the pages move
     between it and shared host memory; the group runs NCCL where every rank has a GPU of its own."""
-    import torch.multiprocessing as mp
     _usable(device)
     a, b = store.mappings[0], load.mappings[0]
     small, coords, cross = _formats(store, load, conversion, direct)
@@ -441,9 +442,9 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
         log(f"KV caches on {on}" + (f" ({gpus} GPUs: ranks share them round-robin)" if device == "cuda" else ""))
         t0 = time.perf_counter()
         if direct:
-            mp.spawn(_direct_worker, args=(job,), nprocs=store.world + load.world, join=True)
+            _spawn(_direct_worker, job, store.world + load.world)
         else:
-            mp.spawn(_store_worker, args=(job,), nprocs=store.world, join=True)
+            _spawn(_store_worker, job, store.world)
             log(f"stored: {store.world} ranks of {_shown(store.config)} into {layers} x {store.blocks} canonical "
                 f"pages of {a.canonical_page_size_bytes} bytes (shared memory)")
             if small is not None:  # (a direct reshard needs no conversion: its plans compose it)
@@ -451,7 +452,7 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
                 log(f"converted: {layers} x {store.blocks} pages of {a.canonical_page_size_bytes} bytes into "
                     f"{layers} x {load.blocks} of {b.canonical_page_size_bytes} (another cp: {conversion.k} "
                     f"small pages a big one, along '{conversion.token}')")
-            mp.spawn(_load_worker, args=(job,), nprocs=load.world, join=True)
+            _spawn(_load_worker, job, load.world)
         seconds = time.perf_counter() - t0
         results = [json.load(open(os.path.join(folder, f"result.{r}.json"))) for r in range(load.world)]
     ok = [x for r in results for x in r["ok"]]
@@ -462,6 +463,18 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     else:
         log(f"loaded: {load.world} ranks of {_shown(load.config)} ({seconds:.2f} s in all)")
     return sum(ok), len(ok) - sum(ok)
+
+
+def _spawn(worker, job: dict, ranks: int) -> None:
+    """One process a rank; a rank that fails is a `ConfigError` saying which and why (its last line)."""
+    import torch.multiprocessing as mp
+    try:
+        mp.spawn(worker, args=(job,), nprocs=ranks, join=True)
+    except mp.ProcessRaisedException as e:
+        why = [line for line in str(e).strip().splitlines() if line.strip()]
+        raise ConfigError(f"reshard: a rank's process failed: {why[-1] if why else e}") from None
+    except mp.ProcessExitedException as e:
+        raise ConfigError(f"reshard: a rank's process exited: {e}") from None
 
 
 def _formats(store: Group, load: Group, conversion, direct: bool):

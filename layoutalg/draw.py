@@ -29,6 +29,13 @@ from .mapping import CanonicalPageMapping
 
 MAX_CELLS = 4096
 MAX_READING_BYTES = 1 << 18  # pages drawn from the spec's reading are enumerated element by element
+MAX_DRAWN_BYTES = 1 << 24  # pages drawn from runs are followed byte by byte (a list entry each)
+
+
+def _drawable(total: int, what: str) -> None:
+    if total > MAX_DRAWN_BYTES:
+        raise LayoutalgError(f"draw: {what} hold {total} bytes; a picture follows each byte, up to {MAX_DRAWN_BYTES} "
+                             f"in all: try smaller sizes (the picture is the same at any model size)")
 
 
 class Owners(NamedTuple):
@@ -72,6 +79,7 @@ def cell_bytes(maps: Sequence[CanonicalPageMapping]) -> tuple[int, bool]:
 def owners(maps: Sequence[CanonicalPageMapping], block: int = 0) -> Owners:
     """Who writes which bytes of block `block`, by the mappings' runs."""
     size = maps[0].canonical_page_size_bytes
+    _drawable(size + sum(m.local_page_size_bytes for m in maps), "the canonical page and the ranks' pages")
     writers, holders, local = [[] for _ in range(size)], [0] * size, []
     for rank, m in enumerate(maps):
         written = set(id(r) for r in m.written_runs(block))
@@ -183,6 +191,7 @@ def draw_reshard(plans, producers: int, path: str, title: str = "", labels=None,
     if not plans:
         raise LayoutalgError("draw: no consumer plan to draw")
     _check_path(path)
+    _drawable(sum(p.local_page_size_bytes for p in plans), "the consumers' pages")
     g = 0
     for p in plans:
         for r in p.runs:

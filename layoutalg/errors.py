@@ -47,9 +47,16 @@ class SpecError(LayoutalgError):
             return self.message
         out = f"{self.span}: {self.message}"
         if self.span.text:
-            out += "\n" + self.span.text.rstrip("\n")
+            out += "\n" + _shown(self.span.text.rstrip("\r\n"))
             out += "\n" + " " * (self.span.column - 1) + "^"
         return out
+
+
+def _shown(line: str) -> str:
+    """The source line as a terminal may show it: one character for one, a tab as a space (the
+    caret counts characters) and any other character that does not print as U+FFFD (a terminal's
+    escape sequences, a bidi override: never passed through)."""
+    return "".join(c if c.isprintable() else " " if c == "\t" else "\ufffd" for c in line)
 
 
 class LayoutMismatch(LayoutalgError):

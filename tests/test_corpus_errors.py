@@ -52,6 +52,12 @@ BAD_LINES = [
     (drop("parallel", "tp"), "'parallel' has no 'tp'"),
     (put(5, "tensor", "shape"), "'tensor.shape' must be a list, got int"),
     (drop("tensor", "dtype_bytes"), "'tensor' has no 'dtype_bytes'"),
+    # fifteenth review: an integer of more digits than Python converts raised ValueError, and
+    # "false" as a flag read as true (a non-empty string)
+    ('{"id": ' + "9" * 5000 + "}", "not a JSON line: Exceeds the limit (4300 digits) for integer string conversion: "
+                                   "value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit"),
+    (put("false", "spec", "per_token_head_quant"), "'spec.per_token_head_quant' must be true or false, got 'false'"),
+    (put(2, "spec", "per_token_head_quant"), "'spec.per_token_head_quant' must be true or false, got 2"),
 ]
 
 
@@ -103,17 +109,24 @@ def unreadable(tmp_path, kind: str):
         (tmp_path / "c.jsonl.gz").write_text('{"id": 0}\n')
         return tmp_path / "c.jsonl.gz", "{p}: not a gzip file, though its name ends in .gz"
     data = gzip.compress(b'{"id": 0}\n' * 1000)
+    if kind == "gzip of a wrong checksum":  # a gzip file, corrupt: not "not a gzip file"
+        (tmp_path / "crc.jsonl.gz").write_bytes(data[:-8] + bytes([data[-8] ^ 1]) + data[-7:])
+        return tmp_path / "crc.jsonl.gz", "{p}: the gzip data is corrupt (CRC check failed 0x"
+    if kind == "device":
+        return "/dev/zero", "cannot read corpus {p}: not a file (a device such as /dev/zero has no end to read to)"
     (tmp_path / "t.jsonl.gz").write_bytes(data[:len(data) // 2])
     return tmp_path / "t.jsonl.gz", ("{p}: the gzip data is truncated or corrupt (Compressed file ended before "
                                      "the end-of-stream marker was reached)")
 
 
-@pytest.mark.parametrize("kind", ["missing", "folder", "not gzip", "truncated gzip"])
+@pytest.mark.parametrize("kind", ["missing", "folder", "not gzip", "truncated gzip", "gzip of a wrong checksum",
+                                  "device"])
 def test_unreadable_corpus(tmp_path, kind):
     path, message = unreadable(tmp_path, kind)
     with pytest.raises(CorpusError) as info:
         derive_corpus(str(path), io.StringIO())
-    assert str(info.value) == message.format(p=path)
+    assert str(info.value).startswith(message.format(p=path))
+    assert kind == "gzip of a wrong checksum" or str(info.value) == message.format(p=path)
 
 
 @pytest.mark.parametrize("kind", ["missing", "not gzip"])

@@ -550,3 +550,14 @@ def test_an_unknown_or_absent_device_is_a_clear_error():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="--device cuda, but torch sees no CUDA device here"):
             reshard(x, y, 1, device="cuda", log=lambda *_: None)
+
+
+def _failing_worker(rank, job):
+    raise ValueError(f"rank {rank} cannot go on")
+
+
+def test_a_rank_whose_process_fails_is_a_clear_error():
+    """Not a traceback from torch.multiprocessing: which rank's failure, in one line."""
+    from layoutalg.distributed import _spawn
+    with pytest.raises(ConfigError, match=r"reshard: a rank's process failed: ValueError: rank \d cannot go on"):
+        _spawn(_failing_worker, {}, 2)

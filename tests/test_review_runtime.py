@@ -228,3 +228,29 @@ def test_a_tensor_no_family_reads_says_so_when_planned(caplog):
     with pytest.raises(LayoutMismatch, match="or from a tensor no family could read as this layer's: derivation "
                                              "logs why"):
         plan(m, kv)
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd", "mla"])
+def test_the_device_path_keeps_every_index_on_the_tensors_device(layout):
+    """Fifteenth review: on a GPU, the copy of whole-row runs added a CPU tensor of fragment
+    numbers to the block ids moved to the device: every `--device cuda` store and load raised.
+    Here the device is `meta` (no CPU tensor may meet it); the numpy path never runs there."""
+    import layoutalg.copy as copy
+    if layout == "mla":
+        kv = torch.zeros(4, 4, 24, dtype=torch.bfloat16)
+        spec, cfg = mla(block_size=4, head_size=24), config(tp=2, rank=1)
+    else:
+        kv = torch.zeros(4, 2, 4, 2, 16, dtype=torch.bfloat16)
+        kv = kv if layout == "nhd" else torch.zeros(4, 2, 2, 4, 16, dtype=torch.bfloat16).transpose(2, 3)
+        spec, cfg = attention(block_size=4, heads=2, head_size=16, dtype=torch.bfloat16), config(tp=2, rank=1, total=4)
+    m = derive_canonical_mappings(cfg, cache_config([(spec, ["l"])], num_blocks=4), {"l": kv})["l"]
+    w = plan(m, kv).word
+    kind = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[w]
+    words = {n: torch.empty((4, size // w), dtype=kind, device="meta") for n, size in (("local", m.local_page_size_bytes),
+                                                            ("canonical", m.canonical_page_size_bytes))}
+    ids = torch.tensor([2, 0, 3], device="meta")
+    for r in m.runs:
+        local = (words["local"], r.local_offset, r.local_stride, ids)
+        canon = (words["canonical"], r.canonical_offset, r.canonical_stride, ids)
+        copy._copy_run(local, canon, r)   # a store
+        copy._copy_run(canon, local, r)   # a load

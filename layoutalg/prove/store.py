@@ -133,10 +133,11 @@ def read(key: str):
     this very key, and only rows of the right shape (a forged "proved" is not believed)."""
     p = _cache_file(key)
     try:
-        if not (p and p.is_file() and cache.private(p.parent) and cache.private(p)):
+        if not (p and p.is_file() and cache.private(p.parent) and cache.private(p)) or \
+                p.stat().st_size > cache.MAX_ENTRY_BYTES:
             return None
         entry = json.loads(p.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # a damaged entry is a miss, never an error of the spec's
         return None
     rows = entry.get("rows") if isinstance(entry, dict) and entry.get("key") == key else None
     return rows if isinstance(rows, list) and rows and all(_valid_row(r) for r in rows) else None

@@ -1,0 +1,64 @@
+"""Fifteenth review (hostile inputs and outputs), fixed: an output that cannot be written
+ended in a traceback (a full disk, a file over its size limit, a closed stdout); a spec line
+quoted in an error passed a terminal's escape sequences through; a damaged proof-cache entry
+nested deep broke `prove` with an error blamed on the spec; a pipe named like a spec file in
+a spec folder hung every derivation; `draw` of a page of a gibibyte ran out of memory. Each
+test fails on the code before the fix."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from layoutalg import cache, draw
+from layoutalg.errors import LayoutalgError, Span, SpecError
+from layoutalg.mapping import CanonicalPageMapping, CopyRun
+
+from conftest import ROOT
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_an_output_that_cannot_be_written_is_one_line_and_exit_2():
+    proc = subprocess.run(f"{sys.executable} -m layoutalg id specs > /dev/full", shell=True, cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: cannot write the output: No space left on device; what was written of it is " \
+                          "incomplete\n"
+    closed = subprocess.run(f"{sys.executable} -m layoutalg id specs >&-", shell=True, cwd=ROOT,
+                            capture_output=False, stderr=subprocess.PIPE, text=True)
+    assert closed.returncode == 2 and closed.stderr == "error: there is no standard output to write to\n"
+
+
+def test_a_quoted_spec_line_never_passes_control_characters():
+    e = SpecError("unexpected character '\\x1b'", Span("a.lal", 2, 17, "\tindex h < H \x1b]0;PWNED\x07\x1b[2J\u202e oops\n"))
+    text = str(e)
+    assert not any(c in text for c in "\x1b\x07\u202e\t")
+    line, caret = text.splitlines()[1:]
+    assert line == " index h < H \ufffd]0;PWNED\ufffd\ufffd[2J\ufffd oops" and caret == " " * 16 + "^"
+
+
+def test_a_damaged_proof_cache_entry_is_a_miss(tmp_path, monkeypatch):
+    from layoutalg.prove import store
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "c"))
+    key = "0" * 64
+    store.write(key, [])  # (the folder, private)
+    p = store._cache_file(key)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, b"[" * 100000 + b"]" * 100000)
+    os.close(fd)
+    assert store.read(key) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_pipe_named_like_a_spec_file_is_refused_not_read(tmp_path):
+    (tmp_path / "a.lal").write_text((ROOT / "specs/opaque.lal").read_text())
+    os.mkfifo(tmp_path / "b.lal")
+    with pytest.raises(SpecError, match="cannot read spec file .*b.lal: it is not a regular file"):
+        cache.key_of(tmp_path)
+
+
+def test_draw_refuses_pages_too_large_to_follow_byte_by_byte(tmp_path):
+    big = 1 << 30
+    m = CanonicalPageMapping(big, big, (CopyRun(0, 0, big, 1, big, big),), 1, 0, True)
+    with pytest.raises(LayoutalgError, match="draw: the canonical page and the ranks' pages hold 2147483648 bytes"):
+        draw.owners([m])
