@@ -76,6 +76,8 @@ def test_a_plan_whose_bytes_are_not_what_it_says_is_never_proved(lib):
 @pytest.mark.parametrize("family, store, load, why", [
     ("opaque", "tp=1", "tp=2", "format id"),
     ("split_nhd", "tp=2,dcp=2", "tp=3,dcp=3", "no case of the family applies at both"),  # 2 pages are no 3
+    ("split_nhd", "tp=2", "tp=2,dcp=4", "the load configuration (tp=2,pcp=1,dcp=4,interleave=1,pcp_replicas=0) "
+                                        "is served by no case of the family at any size"),  # dcp beyond tp: no grid
 ])
 def test_pairs_with_no_plan_for_all_sizes_are_unknown(lib, family, store, load, why):
     rows = _rows(lib, family, store, load)

@@ -105,9 +105,15 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         crossing = crossing or crossed
         checked += n
         if not c:
+            alone = _served_nowhere(lib, part, sx, sy, bounds, budget, tags)
+            if alone:
+                return rows("unknown", f"{where if k else ''}the {alone} configuration "
+                                       f"({_shown_config(store if alone == 'store' else load)}) is served by no case "
+                                       f"of the family at any size: its cases, guards and page do not hold there")
             return rows("unknown", f"{where if k else ''}no case of the family applies at both configurations, with "
-                                   f"canonical pages of one shape, at any size (the runtime plans only between pages "
-                                   f"of one format)")
+                                   f"canonical pages of one shape (or k of one along the sequence index, across "
+                                   f"another cp), at any size: the runtime plans only between pages of one format "
+                                   f"or parts of one another")
         if k == 0:  # every region is read under the same cases and grid
             cases, seen = c, s
         elif c != cases:  # a case pair some region was not checked at: its bytes there are not shown
@@ -121,7 +127,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
             if why:
                 for row in RESHARD:
                     note(row, "unknown", why)
-    taken = f"; rank grids at {'; '.join(s for s in seen if s)}" if any(seen) else ""
+    taken = f"; rank grids at {'; '.join(sorted(s for s in seen if s))}" if any(seen) else ""
     what = f"{len(cases)} case pair(s), {checked} consumer plans" if one else \
         f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
     shape = "where the canonical pages have one shape" if not crossing else \
@@ -203,6 +209,27 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
             for row in RESHARD:
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
     return found_all, cases, checked, seen, outside, any(c is not None for c in crossed)
+
+
+def _served_nowhere(lib, family: str, sx: dict, sy: dict, bounds: list, budget: Budget, tags) -> str:
+    """"store" or "load" where no case of the family applies to that configuration at any size
+    (Z3 shows each case unsatisfiable there), else ''."""
+    for side, sizes, tag in (("store", sx, tags[0]), ("load", sy, tags[1])):
+        for path in paths(lib, family):
+            try:
+                m = Model(lib, family, path, sizes=sizes, tag=tag)
+                m.touch()
+            except (ArithmeticError, LookupError, TypeError):
+                break  # not shown to apply nowhere
+            if _solve(m, None, z3.And(*bounds), budget)[0] != "unsat":
+                break
+        else:
+            return side
+    return ""
+
+
+def _shown_config(config: dict) -> str:
+    return ",".join(f"{n}={v}" for n, v in config.items() if n in CONFIGURATION)
 
 
 def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, budget: Budget) -> dict:
