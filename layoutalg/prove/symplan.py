@@ -209,9 +209,9 @@ def plans(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> t
         cut = direct.pieces(ox, oy, quotient)
     except NotCompact as e:
         raise NotEstablished(f"the two configurations cut the canonical page into pieces that do not nest (one "
-                             f"side's pieces straddle the other's, as tokens dealt out in chunks of 1 over 6 ranks "
-                             f"and of 2 over 2 do), so the plan is no set of strided pieces for all sizes; the per-"
-                             f"pair proof at concrete sizes still applies (the digits that do not nest: {e})") from None
+                             f"side's pieces straddle the other's), so the plan is no set of strided pieces for all "
+                             f"sizes; the per-pair proof at concrete sizes still applies (the digits that do not "
+                             f"nest: {e})") from None
     world = prod(num(d.extent, f"consumer rank digit {d.name}'s extent") for d in dy if d.is_rank)
     replicas = [(num(d.extent, "a replica digit's extent"), num(d.rank, "a replica digit's rank stride"))
                 for d in dx if d.replica]
