@@ -298,7 +298,10 @@ def lib_family(lib, family):
 def test_cli_proves_a_pair_and_fails_on_an_unknown_one():
     proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tp=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 proved for all sizes" in proc.stdout and "direct plans from tp=1 to tp=2" in proc.stdout
+    assert "2 proved for all sizes," in proc.stdout and "direct plans from tp=1 to tp=2" in proc.stdout
+    proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2", "tp=2,dcp=2")  # across a cp: on a domain
+    assert proc.returncode == 1 and "2 proved for all sizes (2 of them only at the sizes where the plan's pieces " \
+        "divide: see reshard-domain)" in proc.stdout and "1 unknown" in proc.stdout
     proc = run("prove", "specs/opaque.lal", "--reshard", "tp=1", "tp=2")
     assert proc.returncode == 1 and "0 refuted, 2 unknown" in proc.stdout
     proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tq=2")

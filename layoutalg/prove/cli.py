@@ -104,7 +104,10 @@ def _table(rows: list, cached: set, out) -> None:
     conf = sum(1 for r in rows if r.status == "proved" and "configurations" in r.method)
     other = sum(1 for r in rows if r.status == "proved") - sym - conf
     bad = {s: sum(1 for r in rows if r.status == s) for s in ("refuted", "unknown")}
-    print(f"\n{n} obligations: {sym} proved for all sizes, {conf} proved on stated configurations, "
+    part = sum(1 for r in rows if r.status == "proved" and "see reshard-domain" in r.method)
+    sym_text = f"{sym} proved for all sizes" + (f" ({part} of them only at the sizes where the plan's pieces "
+                                                f"divide: see reshard-domain)" if part else "")
+    print(f"\n{n} obligations: {sym_text}, {conf} proved on stated configurations, "
           f"{other} proved by the runtime's check with a witness, {bad['refuted']} refuted, "
           f"{bad['unknown']} unknown", file=out)
 
