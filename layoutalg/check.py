@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from . import params
 from .compiled import CompiledFamily, GuardFailed, misfit
+from .errors import printable
 from .interpret import Reading, byte_map, misplaced_token
 from .library import Library
 from .lower import TilingError, lower
@@ -122,6 +123,7 @@ class FamilyReport:
     errors: list = field(default_factory=list)
     example: tuple | None = None  # (sizes, mappings): the configuration whose ranks differ most
     witnesses: int = 0  # configurations found by Z3 from the family's guards (none of the samples applied)
+    notes: list = field(default_factory=list)  # what was left unchecked, and why (not errors)
 
     @property
     def ok(self) -> bool:
@@ -141,7 +143,7 @@ def spec_line(lib: Library, family: str, what: str) -> str:
         span = lib.grids[f.grid.id].span
     elif ("canonical" in what or "shard" in what) and f.shard is not None:
         span = f.shard.span
-    return f"{os.path.relpath(span.file)}:{span.line}"
+    return f"{printable(os.path.relpath(span.file))}:{span.line}"
 
 
 def _single_rank_moves(maps) -> str:
@@ -176,19 +178,45 @@ def _agnostic_differs(seen: dict, sizes: dict, readings, where: str) -> str:
             f"stored under one is not the page the other reads")
 
 
-def _sequence_checked(lib: Library, family: str, sizes: dict, world: int, seen: dict) -> str:
-    """Why the `sequence` claim fails at `sizes` (enumerated where its case path under this
-    parallel configuration has been enumerated at fewer than `SEQUENCE_PER_PATH` model sizes
-    yet: a token's place is the rank's, so every configuration is read), or ''."""
-    try:
-        readings = [Reading(lib, part, sizes) for part in lib.parts_of(family)]
-    except (ArithmeticError, LookupError):
-        return ""  # the direct reading fails: the oracle's comparison says so where it reads it
-    path = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES))
-    if seen.get(path, 0) >= SEQUENCE_PER_PATH:
-        return ""
-    seen[path] = seen.get(path, 0) + 1
-    return _sequence_misplaced(readings, world)
+class _Sequence:
+    """Where `check` enumerates a family's `sequence` claim: under every (case path, parallel
+    configuration) it certifies, at up to `SEQUENCE_PER_PATH` block sizes each, within
+    `SEQUENCE_ELEMENTS` elements (a token's place is the rank's: the oracle's first
+    configurations, all cp=1, would not show a claim false under cp > 1)."""
+
+    def __init__(self):
+        self.read: dict = {}     # (path, configuration) -> block sizes enumerated
+        self.unread: set = set()  # (path, configuration) the budget left unread
+        self.spent, self.failed = 0, False
+
+    def visit(self, lib: Library, family: str, sizes: dict, world: int, cost: int) -> str:
+        """Why the claim fails at `sizes` (enumerated there if due), or ''."""
+        if self.failed:
+            return ""
+        try:
+            readings = [Reading(lib, part, sizes) for part in lib.parts_of(family)]
+        except (ArithmeticError, LookupError):
+            return ""  # the direct reading fails: the oracle's comparison says so where it reads it
+        key = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES))
+        done = self.read.get(key, set())
+        if sizes.get("block_size") in done or len(done) >= SEQUENCE_PER_PATH:
+            return ""
+        if self.spent + cost > SEQUENCE_ELEMENTS:
+            self.unread.add(key)
+            return ""
+        self.spent += cost
+        self.read.setdefault(key, set()).add(sizes.get("block_size"))
+        why = _sequence_misplaced(readings, world)
+        self.failed = bool(why)  # (one finding says it)
+        return why
+
+    def note(self) -> str:
+        left = self.unread - set(self.read)
+        if not left or self.failed:
+            return ""
+        return (f"the `sequence` claim was enumerated under {len(self.read)} of {len(self.read) + len(left)} "
+                f"(case path, parallel configuration) pairs, the rest past check's budget of {SEQUENCE_ELEMENTS} "
+                f"elements: `layoutalg prove` shows it for all")
 
 
 def _sequence_misplaced(readings, world: int) -> str:
@@ -229,13 +257,13 @@ def _configs(lib: Library, cf: CompiledFamily, domain: dict, rep: FamilyReport):
 
 
 ORACLE_ELEMENTS = 1 << 17
-SEQUENCE_PER_PATH = 2  # model sizes a (case path, parallel configuration)'s `sequence` claim is enumerated at
-SEQUENCE_ELEMENTS = 4 * ORACLE_ELEMENTS
 """Most elements (over all ranks and configurations) one family's direct reading enumerates,
 an interpreter of the spec text that reads each element: past it the oracle stops (its
 column says how many configurations it read), and a family whose first configuration alone
 is past it is an error, so `check` answers in seconds (the shipped families read at most
 a few thousand elements a configuration)."""
+SEQUENCE_PER_PATH = 3  # block sizes a (case path, parallel configuration)'s `sequence` claim is enumerated at
+SEQUENCE_ELEMENTS = 4 * ORACLE_ELEMENTS
 
 
 def _unplaced(lib: Library, cf) -> list[str]:
@@ -316,11 +344,8 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     rep = FamilyReport(cf.name)
     read = {b.name for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
-    refusal, spent, compared, seq_spent = "", 0, 0, 0
-    # (case path, parallel configuration) -> sizes its `sequence` claim was enumerated at (the
-    # oracle's first configurations are all cp=1, where a token is most often its own place)
-    sequenced: dict | None = {} if any(lib.family_def(p).sequence is not None for p in lib.parts_of(cf.name)) \
-        else None
+    refusal, spent, compared = "", 0, 0
+    sequenced = _Sequence() if any(lib.family_def(p).sequence is not None for p in lib.parts_of(cf.name)) else None
     refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
@@ -362,12 +387,9 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                               f"elements at the sample sizes, more than check reads ({ORACLE_ELEMENTS}): an index "
                               f"extent is out of proportion (use `layoutalg prove`), with {where}")
             break
-        if sequenced is not None and seq_spent + cost <= SEQUENCE_ELEMENTS:
-            seq_spent += cost
-            why = _sequence_checked(lib, cf.name, sizes, len(maps), sequenced)
-            if why:  # pages of another cp are joined by this index: a false claim reorders the sequence
-                rep.errors.append(f"{spec_line(lib, cf.name, 'sequence')}: {why}, with {where}")
-                sequenced = None  # (one finding says it)
+        why = sequenced.visit(lib, cf.name, sizes, len(maps), cost) if sequenced is not None else ""
+        if why:  # pages of another cp are joined by this index: a false claim reorders the sequence
+            rep.errors.append(f"{spec_line(lib, cf.name, 'sequence')}: {why}, with {where}")
         oracle = rep.oracle_checked < oracle_limit and spent + cost <= ORACLE_ELEMENTS
         canon = inst.canonical_page // element
         same = maps[0].parallelism_agnostic and compared + canon <= 8 * ORACLE_ELEMENTS  # its reading is lighter
@@ -395,6 +417,8 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             why = _agnostic_differs(agnostic, sizes, readings, where)
             if why:
                 rep.errors.append(f"{spec_line(lib, cf.name, 'canonical')}: {why}")
+    if sequenced is not None and sequenced.note():
+        rep.notes.append(sequenced.note())
     rep.errors += _unplaced(lib, cf)
     if not rep.certified and not rep.errors and rep.witnesses:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: Z3 found "

@@ -205,8 +205,11 @@ class _QuietWhenClosed:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if sys.stdout is None:  # (started with its standard output closed)
-        print("error: there is no standard output to write to", file=sys.stderr)
+        if sys.stderr is not None:
+            print("error: there is no standard output to write to", file=sys.stderr)
         return 2
+    # progress and errors go to stderr: one that cannot be written loses them, never the verdict
+    real_err, sys.stderr = sys.stderr, _QuietWhenClosed(sys.stderr if sys.stderr is not None else open(os.devnull, "w"))
     real, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
     rc = 2
     try:
@@ -225,6 +228,13 @@ def main(argv=None) -> int:
             print(f"error: cannot write the output: {failed.strerror or failed}; what was written of it is "
                   f"incomplete", file=sys.stderr)
             rc = 2
+        sys.stderr.flush()
+        err_closed, sys.stderr = sys.stderr.closed_by_reader, real_err
+        if err_closed:  # (nor at exit)
+            try:
+                sys.stderr = open(os.devnull, "w")
+            except OSError:
+                pass
         if closed:  # keep Python from reporting the broken pipe (or the full disk) again at exit
             try:
                 sys.stdout = open(os.devnull, "w")
@@ -335,7 +345,7 @@ def _check(args) -> int:
         print(f"[{n}/{len(compiled)}] {name}: {status}", file=sys.stderr, flush=True)
         for err in rep.errors[:5]:
             print(f"    {err}")
-        for line in sized_cases(lib, name):
+        for line in sized_cases(lib, name) + rep.notes:
             print(f"    note: {line}")
         bad += not rep.ok
         examples[name] = rep.example

@@ -9,6 +9,7 @@ naming the file and the line.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import multiprocessing
 import os
@@ -33,26 +34,28 @@ _LINE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, ArithmeticError
 
 
 def _raw_lines(path: str) -> list[bytes]:
-    """Every line of the file (blank ones too, so an index is a line number), undecoded."""
-    opener = gzip.open if path.endswith(".gz") else open
+    """Every line of the file (blank ones too, so an index is a line number), undecoded. The
+    file is read once (a pipe, `<(zcat ...)`, cannot be read twice)."""
     try:
         mode = os.stat(path).st_mode if os.path.exists(path) else 0
-        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISFIFO(mode)):  # (a pipe: `<(zcat ...)`)
+        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISFIFO(mode)):
             raise CorpusError(f"cannot read corpus {path}: not a file (a device such as /dev/zero has no end to "
                               f"read to)")
-        with opener(path, "rb") as f:
-            return f.readlines()
-    except gzip.BadGzipFile as e:
         with open(path, "rb") as f:
-            magic = f.read(2)
-        if magic != b"\x1f\x8b":
-            raise CorpusError(f"{path}: not a gzip file, though its name ends in .gz") from None
-        raise CorpusError(f"{path}: the gzip data is corrupt ({e})") from None
-    except (EOFError, zlib.error) as e:
-        raise CorpusError(f"{path}: the gzip data is truncated or corrupt ({e})") from None
+            data = f.read()
     except OSError as e:
         why = "it is a folder" if os.path.isdir(path) else (e.strerror or str(e)).lower()
         raise CorpusError(f"cannot read corpus {path}: {why}") from None
+    if path.endswith(".gz"):
+        if data[:2] != b"\x1f\x8b":
+            raise CorpusError(f"{path}: not a gzip file, though its name ends in .gz")
+        try:
+            data = gzip.decompress(data)
+        except gzip.BadGzipFile as e:
+            raise CorpusError(f"{path}: the gzip data is corrupt ({e})") from None
+        except (EOFError, zlib.error) as e:
+            raise CorpusError(f"{path}: the gzip data is truncated or corrupt ({e})") from None
+    return io.BytesIO(data).readlines()  # (lines end at b"\n" alone, as a file's do)
 
 
 def read_lines(path: str) -> Iterator[dict]:

@@ -247,8 +247,7 @@ def backend_for(device: str, world: int, gpus: int) -> str:
 
 
 def _usable(device: str) -> None:
-    if device not in DEVICES:
-        raise ConfigError(f"reshard: device {device!r} is not one of {', '.join(DEVICES)}")
+    backend_for(device, 1, 0)  # (a device it knows)
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("reshard: --device cuda, but torch sees no CUDA device here "
                           f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu")

@@ -19,7 +19,7 @@ class Span:
     text: str = ""  # the whole source line, for the caret
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
+        return f"{printable(str(self.file))}:{self.line}:{self.column}"  # (a file's name may hold escapes too)
 
 
 class LayoutalgError(Exception):
@@ -47,12 +47,12 @@ class SpecError(LayoutalgError):
             return self.message
         out = f"{self.span}: {self.message}"
         if self.span.text:
-            out += "\n" + _shown(self.span.text.rstrip("\r\n"))
+            out += "\n" + printable(self.span.text.rstrip("\r\n"))
             out += "\n" + " " * (self.span.column - 1) + "^"
         return out
 
 
-def _shown(line: str) -> str:
+def printable(line: str) -> str:
     """The source line as a terminal may show it: one character for one, a tab as a space (the
     caret counts characters) and any other character that does not print as U+FFFD (a terminal's
     escape sequences, a bidi override: never passed through)."""

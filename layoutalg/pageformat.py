@@ -132,7 +132,7 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     from .prove.runner import Budgets
     why = sequence_unshown(lib, family, big, small, Budgets.of().config, ("big page's", "small page's"))
     if why:  # the conversion joins pages by the canonical token index: the sequence's order only where this holds
-        raise LayoutalgError(f"{family}: pages of another cp are not converted: {why}")
+        raise LayoutalgError(f"{family}: not converted: {why}")
     page_b, page_s = boxes_b[0].page, boxes_s[0].page
     if parts == [family]:
         runs = _compact_runs(family, _modes(boxes_b[0], boxes_s[0], tok, k))

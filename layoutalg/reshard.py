@@ -42,6 +42,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from .algebra import NotCompact
+from .copy import _ids as read_ids
 from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
@@ -547,8 +548,7 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
                           f"{type(producer_kvs).__name__}")
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
     into = _layer(plan, kv, False, "execute")
-    from .copy import _ids as as_ids
-    src_blocks = as_ids(src_blocks, "producer block ids", "execute")  # read once (a generator is read
+    src_blocks = read_ids(src_blocks, "producer block ids", "execute")  # read once (a generator is read
     dst = dst_blocks = _ids(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
     several = len(plan.producers()) > 1
     for p in plan.producers():  # everything checked before the first byte moves
@@ -583,8 +583,7 @@ def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
 
 
 def _ids(ids, n: int, op: str):
-    from .copy import _ids as as_ids
-    t = as_ids(ids, "block ids", op)
+    t = read_ids(ids, "block ids", op)
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
         raise ConfigError(f"{op}: block ids must lie in [0, {n}), got {t.min().item()}..{t.max().item()}")
     if t.unique().numel() != t.numel():

@@ -111,7 +111,7 @@ def unreadable(tmp_path, kind: str):
     data = gzip.compress(b'{"id": 0}\n' * 1000)
     if kind == "gzip of a wrong checksum":  # a gzip file, corrupt: not "not a gzip file"
         (tmp_path / "crc.jsonl.gz").write_bytes(data[:-8] + bytes([data[-8] ^ 1]) + data[-7:])
-        return tmp_path / "crc.jsonl.gz", "{p}: the gzip data is corrupt (CRC check failed 0x"
+        return tmp_path / "crc.jsonl.gz", "{p}: the gzip data is corrupt (CRC check failed"
     if kind == "device":
         return "/dev/zero", "cannot read corpus {p}: not a file (a device such as /dev/zero has no end to read to)"
     (tmp_path / "t.jsonl.gz").write_bytes(data[:len(data) // 2])

@@ -339,12 +339,33 @@ def test_a_false_sequence_claim_fails_check_and_no_conversion_joins_pages_by_it(
         "(kv=0, t=1, h=0, d=0) at canonical t=1, but its place in the sequence is token(1) = 2" in rep.errors[0]
     assert "dcp=2" in rep.errors[0]
     big, small = _rank_major_sizes(2), _rank_major_sizes(1)
-    with pytest.raises(LayoutalgError, match="pages of another cp are not converted: .* at the big page's "
-                                             "configuration it is refuted"):
-        conversion(lib, "rank_major", big, small)
+    for wrong_page in (None, 999):  # (a page size that contradicts the layout assumed no claim shown by it)
+        with pytest.raises(LayoutalgError, match="rank_major: not converted: .* at the big page's configuration it "
+                                                 "is refuted"):
+            conversion(lib, "rank_major", {**big, "page_size": wrong_page or big["page_size"]}, small)
     rows = _rows("rank_major_tokens", "rank_major")
     assert rows["sequence-order"].status == "refuted"
     fixed = load([_edited(tmp_path, "rank_major_tokens", "(kv, stretch(t), head(h), d)", "(kv, token(t), head(h), d)")])
     assert check_family(fixed, compile_named(fixed, "rank_major")).errors == []
     assert conversion(fixed, "rank_major", big, small).k == 2
 
+
+
+def test_check_enumerates_the_sequence_claim_at_several_block_sizes_of_a_configuration():
+    """Sixteenth review: the claim holds at block_size 4 and not at 6; check read each parallel
+    configuration at its first two model sizes only (they differ in dtype alone)."""
+    from layoutalg.check import check_family
+    lib = load([REVIEW / "sequence_chunked.lal"])
+    rep = check_family(lib, compile_named(lib, "chunked"))
+    assert len(rep.errors) == 1 and "sequence_chunked.lal:47: `sequence t` does not hold" in rep.errors[0]
+    assert rep.notes == []
+
+
+def test_check_says_where_its_budget_left_the_sequence_claim_unread(monkeypatch):
+    import layoutalg.check as check
+    monkeypatch.setattr(check, "SEQUENCE_ELEMENTS", 2000)
+    lib = load_default()
+    rep = check.check_family(lib, compile_named(lib, "split_nhd"))
+    assert rep.ok and len(rep.notes) == 1
+    assert "the `sequence` claim was enumerated under " in rep.notes[0] and "past check's budget of 2000 elements: " \
+        "`layoutalg prove` shows it for all" in rep.notes[0]

@@ -62,3 +62,29 @@ def test_draw_refuses_pages_too_large_to_follow_byte_by_byte(tmp_path):
     m = CanonicalPageMapping(big, big, (CopyRun(0, 0, big, 1, big, big),), 1, 0, True)
     with pytest.raises(LayoutalgError, match="draw: the canonical page and the ranks' pages hold 2147483648 bytes"):
         draw.owners([m])
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_stderr_that_cannot_be_written_loses_progress_lines_never_the_verdict():
+    """Sixteenth review: check's progress line to a full stderr raised OSError, and exit 1 said
+    the spec had errors. Its verdict (exit 0, and the table on stdout) stands."""
+    proc = subprocess.run(f"{sys.executable} -m layoutalg check specs/opaque.lal 2>/dev/full", shell=True, cwd=ROOT,
+                          capture_output=False, stdout=subprocess.PIPE, text=True)
+    assert proc.returncode == 0 and "opaque" in proc.stdout and " ok (" in proc.stdout
+
+
+def test_prove_writes_to_the_stdout_of_each_call(tmp_path, monkeypatch):
+    """Sixteenth review: prove's output went to the stdout of the first import of its module."""
+    import io
+    from layoutalg.cli import main
+    for _ in range(2):
+        out = io.StringIO()
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "c"))
+        assert main(["prove", str(ROOT / "specs/opaque.lal")]) == 0
+        assert "opaque" in out.getvalue() and "obligations:" in out.getvalue()
+
+
+def test_a_spec_file_name_never_passes_control_characters():
+    e = SpecError("unexpected character", Span("s8/evil\x1b[7mX.lal", 3, 1, "x"))
+    assert str(e).splitlines()[0] == "s8/evil\ufffd[7mX.lal:3:1: unexpected character"

@@ -47,9 +47,10 @@ def _progress(family: str, data: list[dict], seconds: float, k: int, n: int) -> 
     print(f"[{k}/{n}] {family}: {verdict} ({len(data)} rows, {seconds:.1f} s)", file=sys.stderr, flush=True)
 
 
-def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool = True, out=sys.stdout,
+def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool = True, out=None,
                 guard_s: float | None = None) -> list:
     from . import GUARD_S, RLIMIT
+    out = sys.stdout if out is None else out
     rlimit, guard_s = rlimit or RLIMIT, guard_s or GUARD_S
     lib = load(paths)
     if not lib.families:
@@ -132,7 +133,8 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
     return [r for n in names for r in prove_all_sizes(lib, n, x, y, budget)]
 
 
-def prove_command(args, out=sys.stdout) -> int:
+def prove_command(args, out=None) -> int:
+    out = sys.stdout if out is None else out  # (the stdout of this call, not of the first import)
     from .._resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()

@@ -57,12 +57,17 @@ def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, 
     from .obligations import query
     for side, sizes in zip(sides, (store, load)):
         for part in lib.parts_of(family):
-            try:
-                m = Model(lib, part, tuple(Reading(lib, part, sizes).taken), sizes=sizes)
+            try:  # (a token's place is no matter of the page's size: the page is not assumed)
+                m = Model(lib, part, tuple(Reading(lib, part, sizes).taken), sizes=sizes, page_guard=False)
                 violation, _ = query(m, "sequence-order")
+                applies, _ = _solve(m, None, z3.BoolVal(True), budget)
+                status = _solve(m, None, violation, budget)[0] if applies == "sat" else None
             except (ArithmeticError, LookupError, TypeError) as e:
                 return f"the {side} configuration's `sequence` claim cannot be read ({e})"
-            status, _ = _solve(m, None, violation, budget)
+            if applies != "sat":  # assumptions that contradict each other would show any claim
+                return (f"the family is not shown to apply at the {side} configuration (its cases and guards "
+                        f"{'do not hold' if applies == 'unsat' else 'are undecided'} there): its `sequence` claim "
+                        f"shows nothing")
             if status != "unsat":
                 return (f"pages of another cp are joined by the canonical `sequence` index, the token's place only "
                         f"where the claim holds (every local token t at canonical t = token(t)); at the {side} "
