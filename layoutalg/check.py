@@ -208,7 +208,7 @@ class _Sequence:
         self.read.setdefault(key, set()).add(sizes.get("block_size"))
         why = _sequence_misplaced(readings, world)
         self.failed = bool(why)  # (one finding says it)
-        return why
+        return f"{why} (block_size={sizes['block_size']})" if why and "block_size" in sizes else why
 
     def note(self) -> str:
         left = self.unread - set(self.read)
@@ -412,7 +412,6 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                     rep.errors.append(f"{spec_line(lib, cf.name, 'shard')}: rank {rank}: runs differ from the "
                                       f"spec's direct reading, with {where}")
                     break
-
         if same:  # on every configuration (within the budget), not only the oracle's first (all tp=1)
             why = _agnostic_differs(agnostic, sizes, readings, where)
             if why:
