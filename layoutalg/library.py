@@ -333,6 +333,8 @@ def spec_files(paths) -> list[Path]:
             out.extend(sorted(p.glob("*.lal")))
         elif p.is_file():
             out.append(p)
+        elif p.exists():  # a pipe or a device: its read may never end
+            raise SpecError(f"cannot read spec file {p}: it is not a regular file")
         else:
             raise SpecError(f"no such spec file or folder: {p}")
     return out

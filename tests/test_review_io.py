@@ -88,3 +88,9 @@ def test_prove_writes_to_the_stdout_of_each_call(tmp_path, monkeypatch):
 def test_a_spec_file_name_never_passes_control_characters():
     e = SpecError("unexpected character", Span("s8/evil\x1b[7mX.lal", 3, 1, "x"))
     assert str(e).splitlines()[0] == "s8/evil\ufffd[7mX.lal:3:1: unexpected character"
+
+
+def test_a_spec_path_that_is_a_device_is_named_so():
+    from layoutalg.library import load
+    with pytest.raises(SpecError, match="cannot read spec file /dev/null: it is not a regular file"):
+        load(["/dev/null"])
