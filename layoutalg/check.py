@@ -416,8 +416,9 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             why = _agnostic_differs(agnostic, sizes, readings, where)
             if why:
                 rep.errors.append(f"{spec_line(lib, cf.name, 'canonical')}: {why}")
-    if sequenced is not None and sequenced.note():
-        rep.notes.append(sequenced.note())
+    note = sequenced.note() if sequenced is not None else ""
+    if note:
+        rep.notes.append(note)
     rep.errors += _unplaced(lib, cf)
     if not rep.certified and not rep.errors and rep.witnesses:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: Z3 found "

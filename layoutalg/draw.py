@@ -35,7 +35,7 @@ MAX_DRAWN_BYTES = 1 << 24  # pages drawn from runs are followed byte by byte (a 
 def _drawable(total: int, what: str) -> None:
     if total > MAX_DRAWN_BYTES:
         raise LayoutalgError(f"draw: {what} hold {total} bytes; a picture follows each byte, up to {MAX_DRAWN_BYTES} "
-                             f"in all: try smaller sizes (the picture is the same at any model size)")
+                             f"in all: try smaller sizes")
 
 
 class Owners(NamedTuple):
