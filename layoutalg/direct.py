@@ -40,6 +40,26 @@ class Owner(NamedTuple):
     is_rank: bool
 
 
+class Transpose(NamedTuple):
+    """Three consecutive pieces `(k, n / k, k)` of a refinement where `k` divides `n` only at
+    some sizes: over the block's offsets `z` in `[0, k * n)` one side reads the digits
+    `(z mod n, z // n)` (its N side), the other `(z mod k, z // k)` (its K side), a k-by-n
+    grid and its transpose. With `n = k * q + rho` (one case per residue `rho`, `q` a size)
+    every pair of values of the two short digits `(z mod k, z // n)` is one strided piece
+    of `q` or `q + 1` steps (`transposed`): what dealing tokens to `cp` ranks in chunks makes
+    of pages of another cp where the chunks do not divide evenly among them.
+
+    `n_side_is_a`: side A (the producers) is the N side; `low`, `mid`, `high` the refined
+    pieces as the divisible case cuts them (`mid.extent == n / k`)."""
+
+    low: Piece
+    mid: Piece
+    high: Piece
+    n_side_is_a: bool
+    rho: int
+    q: object
+
+
 class PieceRun(NamedTuple):
     """A run of consumer rank `s`'s plan as pieces: its producer; the source and destination
     offsets as `(coefficient, digit)` terms (offset = sum coefficient * digit.local, digits of
@@ -166,6 +186,30 @@ def _above(owners: list, left: list, k: int, quotient) -> set:
     return out
 
 
+def transposed(k: int, rho: int, q) -> list[tuple]:
+    """A `Transpose` block of `n = k * q + rho` as `k * k` strided pieces, one for each value
+    `kl` of the K side's low digit (`z mod k`) and `nh` of the N side's high digit
+    (`z // n`): `(kl, nh, steps, n_low, k_high)`, the piece's offsets being
+    `z = kl + k * (k_high + j)` for `0 <= j < steps`, which the N side reads as low digit
+    `n_low + k * j` and the K side as high digit `k_high + j`. `q` may be a size (sympy).
+
+    Pre-conditions: `0 <= rho < k`, `q >= 0`.
+    Post-conditions: the pieces' offsets are `[0, k * n)`, each once, and offset `z` of piece
+    `(kl, nh)` has `z mod k == kl`, `z // n == nh`, `z mod n == n_low + k * j` and
+    `z // k == k_high + j` (`tests/test_transpose.py` enumerates it).
+
+    Examples:
+        >>> transposed(2, 1, 1)     # n = 3 chunks a rank, dealt to 2
+        [(0, 0, 2, 0, 0), (0, 1, 1, 1, 2), (1, 0, 1, 1, 0), (1, 1, 2, 0, 1)]
+        >>> transposed(2, 0, 2) == [(0, 0, 2, 0, 0), (0, 1, 2, 0, 2), (1, 0, 2, 1, 0), (1, 1, 2, 1, 2)]
+        True
+    """
+    def up(x):  # ceil(x / k) of an int
+        return -(-x // k)
+    return [(kl, nh, q + up((nh + 1) * rho - kl) - up(nh * rho - kl), kl + k * up(nh * rho - kl) - nh * rho,
+             nh * q + up(nh * rho - kl)) for kl in range(k) for nh in range(k)]
+
+
 def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, num=int,
                   spread: int | None = None) -> list[PieceRun]:
     """Consumer rank `s`'s runs. `replicas`: the producers' replica digits as (extent, rank
@@ -179,8 +223,11 @@ def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, 
         >>> [r.producer for r in consumer_runs(pieces(halves, whole), halves, whole, [], 0)]
         [0, 1]
     """
-    producer, src, picks, modes = 0, [], [], []
+    producer, src, picks, modes, blocks = 0, [], [], [], []
     for p in cut:
+        if isinstance(p, Transpose):  # k * k pieces, those of this consumer's rank digits kept
+            blocks.append(_block_runs(p, ox, oy, s, num))
+            continue
         x, y = ox[p.a[0]], oy[p.b[0]]
         if y.is_rank:  # this consumer's digit: a number
             c = ((s // num(y.rank)) % num(y.extent)) // num(p.b[1]) % num(p.extent)
@@ -199,5 +246,35 @@ def consumer_runs(cut: list[Piece], ox: list, oy: list, replicas: list, s: int, 
     out = []
     for cs in product(*(range(num(p.extent)) for p in picks)):
         rank = producer + sum(c * num(p.a[1] * ox[p.a[0]].rank) for c, p in zip(cs, picks))
-        out.append(PieceRun(rank, tuple(src), tuple((c * p.b[1], p.b[0]) for c, p in zip(cs, picks)), tuple(modes)))
+        dst = tuple((c * p.b[1], p.b[0]) for c, p in zip(cs, picks))
+        for bs in product(*blocks):
+            out.append(PieceRun(rank + sum(b[0] for b in bs), tuple(src) + sum((b[1] for b in bs), ()),
+                                dst + sum((b[2] for b in bs), ()), tuple(modes) + tuple(b[3] for b in bs)))
+    return out
+
+
+def _block_runs(t: Transpose, ox: list, oy: list, s: int, num) -> list[tuple]:
+    """Consumer `s`'s share of a `Transpose` block: for each of its pieces whose consumer
+    rank digits hold `s`'s values, (producer rank added, src terms, dst terms, its mode). The
+    N side's low digit and the K side's high digit step with the mode, so they are local
+    digits (`prove.symplan` builds no block otherwise)."""
+    k = num(t.low.extent)
+    out = []
+    for kl, nh, steps, n_low, k_high in transposed(k, t.rho, t.q):
+        n_side, k_side = ("a", "b") if t.n_side_is_a else ("b", "a")
+        said = ((n_side, getattr(t.low, n_side), n_low), (n_side, getattr(t.high, n_side), nh),
+                (k_side, getattr(t.low, k_side), kl), (k_side, getattr(t.mid, k_side), k_high))
+        producer, src, dst, mine = 0, [], [], True
+        for side, (idx, unit), value in said:
+            d = ox[idx] if side == "a" else oy[idx]
+            if side == "a" and d.is_rank:
+                producer += num(value * unit * d.rank)
+            elif side == "a":
+                src.append((value * unit, idx))
+            elif d.is_rank:  # this consumer's digit: a number, which this piece must have
+                mine = mine and ((s // num(d.rank)) % num(d.extent)) // num(unit) % k == value
+            else:
+                dst.append((value * unit, idx))
+        if mine:
+            out.append((producer, tuple(src), tuple(dst), Piece(steps, t.mid.a, t.mid.b)))
     return out

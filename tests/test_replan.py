@@ -85,21 +85,78 @@ def test_pairs_with_no_plan_for_all_sizes_are_unknown(lib, family, store, load, 
     assert why in rows["reshard-cover"].method + rows["reshard-cover"].detail
 
 
-@pytest.mark.parametrize("family, store, load, condition", [
-    ("split_nhd", "tp=2", "tp=2,dcp=2", "block_size % 2 == 0"),               # small producers: two parts a page
-    ("mla", "tp=4,dcp=2,interleave=2", "tp=2", "block_size % 4 == 0"),      # small consumers, tokens dealt in pairs
-    ("split_nhd", "tp=2,pcp=2", "tp=2,pcp=2,pcp_replicas=1", "block_size % 2 == 0"),  # PCP shards -> replicas
+@pytest.mark.parametrize("family, store, load, cases", [
+    ("split_nhd", "tp=2", "tp=2,dcp=2", "block_size % 2 == 0; (block_size - 1) % 2 == 0"),  # small producers
+    ("mla", "tp=4,dcp=2,interleave=2", "tp=2", "block_size % 4 == 0; (block_size - 2) % 4 == 0"),  # small consumers
+    ("split_nhd", "tp=2,pcp=2", "tp=2,pcp=2,pcp_replicas=1", "(block_size - 1) % 2 == 0"),  # PCP shards -> replicas
+    ("split_hnd", "tp=2", "tp=2,dcp=2,interleave=16", "(block_size - 16) % 32 == 0"),  # interleave = block_size
 ])
-def test_direct_plans_across_another_cp_are_proved_where_their_pieces_divide(lib, family, store, load, condition):
+def test_direct_plans_across_another_cp_are_proved_for_every_size(lib, family, store, load, cases):
     """Pages of another cp: the small side's ranks are k virtual ranks each, its digits moved
-    onto the big page; proved for every size where the plan's pieces divide, and the sizes
-    where they do not are said (unknown), never folded into the proof."""
+    onto the big page. Where a rank's chunks of tokens need not divide evenly among the k
+    small pages, the plan is built once per residue (a `Transpose` block), each on its
+    domain, and together they cover every size: no `reshard-domain` row is left."""
     rows = _rows(lib, family, store, load)
+    assert replan.DOMAIN not in rows
     for n in replan.RESHARD:
         assert rows[n].status == "proved", (n, rows[n].detail)
-        assert "across another cp" in rows[n].method
+        assert "across another cp" in rows[n].method and "see reshard-domain" not in rows[n].method
+        assert "by cases of how a rank's chunks of tokens fall into the small pages" in rows[n].method
+        for case in cases.split("; "):
+            assert case in rows[n].method
+
+
+def test_sizes_no_case_covers_are_said_never_proved(lib):
+    """A plan whose every case holds only where 3 divides block_size too: the rest of the
+    sizes are the `reshard-domain` row, unknown, with an example outside."""
+    import sympy
+
+    def thirds(plans):
+        return tuple(p._replace(domain=p.domain + ((sympy.Symbol("block_size", integer=True, positive=True), 3),))
+                     for p in plans)
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2", thirds)
+    for n in replan.RESHARD:
+        assert rows[n].status == "proved", (n, rows[n].detail)
+        assert "see reshard-domain" in rows[n].method
     domain = rows[replan.DOMAIN]
-    assert domain.status == "unknown" and f"the plan holds only where {condition}" in domain.detail
+    assert domain.status == "unknown" and "block_size % 3 == 0" in domain.detail and "not at block_size=" in domain.detail
+
+
+def _odd_case(edit_run):
+    """A mutant of the plans of the residue case where a rank's chunks do not divide evenly
+    (its domain reads `block_size - r`), the other case left whole."""
+    def edit(plans):
+        if not any(a.is_Add for p in plans for a, _ in p.domain):
+            return plans
+        return (plans[0]._replace(runs=edit_run(plans[0].runs)),) + plans[1:]
+    return edit
+
+
+@pytest.mark.parametrize("store, load", [("tp=2", "tp=2,dcp=2,interleave=4"), ("tp=2,dcp=2,interleave=4", "tp=2")])
+def test_a_residue_case_with_a_piece_one_step_short_is_refuted(lib, store, load):
+    """The case n = 2q + 1 (block_size 4, 12, 20, ... at interleave 4): a piece of q + 1
+    steps cut to q leaves a consumer byte unwritten."""
+    def short(runs):
+        r = next(r for r in runs if any(str(e).endswith("+ 1") for e, _, _ in r.modes))
+        k = runs.index(r)
+        return runs[:k] + (r._replace(modes=tuple((e - 1 if str(e).endswith("+ 1") else e, a, b)
+                                                   for e, a, b in r.modes)),) + runs[k + 1:]
+    rows = _rows(lib, "split_nhd", store, load, _odd_case(short))
+    assert rows["reshard-cover"].status == "refuted", rows["reshard-cover"].detail
+    assert "fewer or more bytes" in rows["reshard-cover"].detail
+
+
+def test_a_residue_case_reading_the_next_chunk_is_refuted(lib):
+    """The case n = 2q + 1: a piece reading its producer one chunk of tokens later copies
+    tokens of another place (the offsets of the odd case are its own, not the even case's)."""
+    def later(runs):
+        r = runs[-1]
+        token = r.modes[-1][1] / 8  # the piece steps two chunks of 4 of the producer's tokens at a time
+        at = tuple((i, b + 4 if i == "t" else b, w) for i, b, w in r.src_at)  # its reading moved along
+        return runs[:-1] + (r._replace(src=r.src + 4 * token, src_at=at),)
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2,interleave=4", _odd_case(later))
+    assert rows["reshard-match"].status == "refuted", rows["reshard-match"].detail
+    assert rows["reshard-cover"].status == "proved"
 
 
 def test_a_plan_across_another_cp_reading_the_wrong_part_is_refuted(lib):
@@ -299,13 +356,33 @@ def test_cli_proves_a_pair_and_fails_on_an_unknown_one():
     proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tp=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 proved for all sizes," in proc.stdout and "direct plans from tp=1 to tp=2" in proc.stdout
-    proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2", "tp=2,dcp=2")  # across a cp: on a domain
-    assert proc.returncode == 1 and "2 proved for all sizes (2 of them only at the sizes where the plan's pieces " \
-        "divide: see reshard-domain)" in proc.stdout and "1 unknown" in proc.stdout
+    proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2", "tp=2,dcp=2")  # across a cp: by residue cases
+    assert proc.returncode == 0 and "2 proved for all sizes, 0 proved" in proc.stdout and "0 unknown" in proc.stdout
+    assert "reshard-domain" not in proc.stdout
     proc = run("prove", "specs/opaque.lal", "--reshard", "tp=1", "tp=2")
     assert proc.returncode == 1 and "0 refuted, 2 unknown" in proc.stdout
     proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tq=2")
     assert proc.returncode == 2 and "tq=2" in proc.stderr
+
+
+def test_the_summary_counts_rows_proved_only_on_a_domain(lib):
+    """Rows proved where no case covers every size say so in the last line (the mutant whose
+    cases all need 3 to divide block_size)."""
+    import io
+
+    import sympy
+
+    from layoutalg.prove.cli import _table
+
+    def thirds(plans):
+        return tuple(p._replace(domain=p.domain + ((sympy.Symbol("block_size", integer=True, positive=True), 3),))
+                     for p in plans)
+    rows = replan.prove_all_sizes(lib, "split_nhd", parse_config("tp=2"), parse_config("tp=2,dcp=2"),
+                                  Budgets.of().full, thirds)
+    out = io.StringIO()
+    _table(rows, set(), out)
+    assert "3 obligations: 2 proved for all sizes (2 of them only at the sizes where the plan's pieces divide: " \
+        "see reshard-domain)" in out.getvalue() and "1 unknown" in out.getvalue()
 
 
 # ---- review findings: each a plan or spec that must never be proved ----------------------------
@@ -470,19 +547,27 @@ def test_a_cross_cp_plan_of_one_pair_rests_on_the_sequence_claim_there(lib, tmp_
     assert "at the load configuration it is refuted" in why
 
 
-@pytest.mark.parametrize("family, store, load, heads", [
-    ("split_nhd", "tp=2", "tp=2,dcp=2", 1),                        # small producers: two parts a page
-    ("mla", "tp=4,dcp=2", "tp=2", 1),                              # small consumers, producers replicated
-    ("split_hnd", "tp=8", "tp=4,dcp=2,interleave=2", 2),          # GQA replicas, tokens dealt in pairs
+@pytest.mark.parametrize("family, store, load, heads, block_size", [
+    ("split_nhd", "tp=2", "tp=2,dcp=2", 1, 16),                        # small producers: two parts a page
+    ("split_nhd", "tp=2", "tp=2,dcp=2", 1, 7),                         # ... a rank's 7 tokens: 4 and 3
+    ("mla", "tp=4,dcp=2", "tp=2", 1, 16),                              # small consumers, producers replicated
+    ("mla", "tp=4,dcp=2,interleave=4", "tp=2", 1, 12),                 # ... 3 chunks a rank: 2 and 1
+    ("split_hnd", "tp=8", "tp=4,dcp=2,interleave=2", 2, 16),          # GQA replicas, tokens dealt in pairs
+    ("split_hnd", "tp=8", "tp=4,dcp=2,interleave=2", 2, 6),
+    ("split_nhd", "tp=2", "tp=2,dcp=2,interleave=8", 1, 8),           # interleave = block_size: one chunk
+    ("split_nhd", "tp=4", "tp=4,dcp=4,interleave=2", 1, 10),          # 5 chunks into 4 small pages
+    ("split_nhd", "tp=2,dcp=2,interleave=4", "tp=4,dcp=4,interleave=4", 1, 12),  # cp 2 to 4
 ])
-def test_the_runtime_plan_across_another_cp_is_the_proved_plan_at_its_sizes(lib, family, store, load, heads):
+def test_the_runtime_plan_across_another_cp_is_the_proved_plan_at_its_sizes(lib, family, store, load, heads,
+                                                                              block_size):
     """`reshard.cross_plans` composes the small group's mappings onto the big pages from their
-    fragments; at sizes in the plan's domain its bytes are those of the plan proved for all
-    sizes (virtual consumer `part * world + s` is consumer s's plan for that part)."""
+    fragments; at every size its bytes are those of the plan proved for all sizes, of the
+    residue case the sizes lie in (virtual consumer `part * world + s` is consumer s's plan
+    for that part)."""
     from layoutalg.pageformat import conversion
     from layoutalg.reshard import cross_plans
-    x = group_of(family, parse_config(store), heads, 16, 8, "bf16", 2)
-    y = group_of(family, parse_config(load), heads, 16, 8, "bf16", 2)
+    x = group_of(family, parse_config(store), heads, block_size, 8, "bf16", 2)
+    y = group_of(family, parse_config(load), heads, block_size, 8, "bf16", 2)
     big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
     cross = cross_plans(x.mappings, y.mappings, conversion(lib, family, big.sizes, small.sizes))
     runtime = [_runtime_triples(p) for part in cross.parts for p in part]

@@ -21,9 +21,12 @@ Z3 under both configurations' guards; every other size stays symbolic.
 Across another cp the small side's ranks are `k` virtual ranks each (`symplan.Cross`), and
 the match asks that the two bytes name one canonical index, the small page's token shifted
 by its part: the token's own place only where the family's `sequence` claim holds, which is
-proved first. The plan's domain (where its pieces divide, `block_size % 2 == 0`) is assumed
-by every query, shown to hold at some size first, and the sizes outside it are a row of
-their own (`reshard-domain`), never proved.
+proved first. Where a rank's chunks of tokens need not divide evenly among the small pages
+the plan comes in cases, one per residue (`symplan.cases`), each checked on its domain
+(`block_size % 2 == 0`, `(block_size - 1) % 2 == 0`): that domain is assumed by every query
+of the case, a case whose domain Z3 shows empty checks nothing and covers nothing, and the
+sizes no case covers (none, where the cases are every residue) are a row of their own
+(`reshard-domain`), never proved.
 
 A page of regions (Mamba2 and GDN state, quantised KV with its scales) is proved region by
 region: each region's plan is built as above from its own digit tables, its sources and
@@ -52,7 +55,7 @@ from .obligations import Budget, Model, family_names, query, value
 from .reshard import _solve
 from .store import Row
 from .structural import page_tiles
-from .symplan import (CONFIGURATION, DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun, cross_of, plans,
+from .symplan import (CONFIGURATION, DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun, cases, cross_of,
                       rank_names)
 
 RESHARD = ("reshard-cover", "reshard-match")
@@ -83,7 +86,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
                                "backed by the grid): no direct plan between two configurations")
     sx, sy, bounds, store, load = _sizes(lib, family, store, load)
-    checked, cases, seen, outside, crossing = 0, 0, [], [], False
+    checked, cases, seen, outside, crossing, splits = 0, 0, [], [], False, set()
     verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
 
     def note(row, status, why):
@@ -102,7 +105,8 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         for row, (st, why) in found.items():
             note(row, st, where + why)
         outside += [(where + said, at, pair) for said, at, pair in out]
-        crossing = crossing or crossed
+        crossing = crossing or crossed[0]
+        splits |= crossed[1]
         checked += n
         if not c:
             alone = _served_nowhere(lib, part, sx, sy, bounds, budget, tags)
@@ -132,7 +136,9 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
     shape = "where the canonical pages have one shape" if not crossing else \
         "across another cp, where a big canonical page is k small ones along the sequence index" + \
-        ("" if not outside else ", at the sizes where the plan's divisions are whole (see reshard-domain)")
+        ("" if not outside else ", at the sizes where the plan's divisions are whole (see reshard-domain)") + \
+        ("" if not splits else f", by cases of how a rank's chunks of tokens fall into the small pages "
+                               f"({'; '.join(sorted(splits))})")
     out = [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
                time.perf_counter() - t0, verdict[n][1]) if n in verdict else
            Row(spec, family, n, "proved", f"all sizes at this configuration pair {shape}: {what}, symbolic fragment "
@@ -169,7 +175,7 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
     checked, rank grid values taken) for every case pair of one layout (a family, or a region
     of a page: `family` a part, its models tagged apart from the other regions')."""
     found_all: dict = {}
-    checked, cases, seen, outside, crossed = 0, [], [], [], []
+    checked, cases, seen, outside, crossed, splits = 0, [], [], [], [], set()
     seq = lib.family_def(family).sequence
 
     def note(row, status, why):
@@ -197,8 +203,10 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
             if status != "sat":
                 raise NotEstablished("undecided whether the two cases apply together")
             for extra, vx, vy in _values(fam, mx, my, kx, ky, store, load, bounds, budget):
-                found, n, out = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
-                                       {**load, **vy}, bounds + extra + [shape], budget, edit, cross)
+                found, n, out, split = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
+                                              {**load, **vy}, bounds + extra + [shape], budget, edit, cross)
+                if split:
+                    splits.add(split)
                 for row, (st, why) in found.items():
                     note(row, st, f"cases {kx} (store) and {ky} (load): {why}")
                 if out:
@@ -208,7 +216,7 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
         except NotEstablished as e:
             for row in RESHARD:
                 note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
-    return found_all, cases, checked, seen, outside, any(c is not None for c in crossed)
+    return found_all, cases, checked, seen, outside, (any(c is not None for c in crossed), splits)
 
 
 def _served_nowhere(lib, family: str, sx: dict, sy: dict, bounds: list, budget: Budget, tags) -> str:
@@ -361,7 +369,7 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
         return _solve(mx, my, z3.And(where, violation), budget)
 
     def both(status, why):
-        return {row: (status, why) for row in RESHARD}, 0, None
+        return {row: (status, why) for row in RESHARD}, 0, None, ""
     status, model = solve(_grid_short(mx, my))
     if status != "unsat":  # then some rank has no digits: a plan for it, or read from it, is vacuous
         return both("unknown", "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
@@ -371,8 +379,57 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     if status != "unsat":  # (across a cp the match compares canonical indices, each page's own layout)
         return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
                     (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
-    built = plans(fam, vx, vy, store, load, cross)
-    built = edit(built) if edit is not None else built
+    found, checked, held = {}, 0, []
+    for built in cases(fam, vx, vy, store, load, cross):  # across a cp: one case per residue, each on its domain
+        built = edit(built) if edit is not None else built
+        out = _check_case(fam, mx, my, built, where, budget, cross)
+        if out is None:  # no size lies in this case's domain: it checks nothing, and covers nothing
+            continue
+        case, n, domain = out
+        for row, v in case.items():
+            if row not in found or v[0] == "refuted" != found[row][0]:
+                found[row] = v
+        checked += n
+        held.append(domain)
+    if not held:
+        return both("unknown", "no size is shown where the plan's pieces divide")
+    outside = None
+    said = " or ".join(" and ".join(f"{f'({a})' if a.is_Add else a} % {b} == 0" for a, b, _ in d) or "always"
+                       for d in held)
+    if any(held):  # the sizes no case's domain holds: nothing is proved there, and the row says so
+        status, model = solve(z3.Not(z3.Or(*[z3.And(*[c for _, _, c in d], z3.BoolVal(True)) for d in held])))
+        if status != "unsat":
+            outside = (said, f"not at {_sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
+    return found, checked, outside, said if len(held) > 1 else ""
+
+
+def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross):
+    """({row: (status, what)} of the failures, consumer plans checked, the case's domain as
+    (dividend, divisor, Z3 condition)) for the plans of one case, or None where Z3 shows no
+    size in its domain (a refuted shape or an unknown division: the pair's verdict)."""
+    def solve(violation):
+        return _solve(mx, my, z3.And(where, violation), budget)
+    spec_where = where
+
+    z = _Terms(fam, mx, my, {})
+    for plan in built:
+        z.atoms.update(plan.atoms)
+    domain = tuple((a, b, z(a) % int(b) == 0) for a, b in dict.fromkeys(d for p in built for d in p.domain))
+
+    def both(status, why):
+        return {row: (status, why) for row in RESHARD}, 0, domain
+    if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
+        status, _ = solve(z3.And(*[c for _, _, c in domain]))
+        if status == "unsat":
+            return None
+        if status != "sat":
+            return both("unknown", f"undecided whether any size lies where the plan's pieces divide "
+                                   f"({' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)})")
+        # a residue case's q = (n - rho) / k is an atom of the plan: that it is exact here is a
+        # consequence of the domain, stated linearly (Z3 rarely finds it through the division)
+        exact = [z(s) * int(a.den) == z(a.num) for p in built[:1] for s, a in p.atoms.items()
+                 if a.op == "/" and (a.num, a.den) in {(n, d) for n, d, _ in domain}]
+        where = z3.And(where, *[c for _, _, c in domain], *exact)
     shape = _malformed(built)
     if shape:
         return both("refuted", f"not a plan: {shape}")
@@ -385,25 +442,17 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
         return {"reshard-cover": ("refuted", f"plans for consumer ranks {consumers}; the load group has "
                                              f"{sides.consumers} {'virtual ' if sides.consumers != sides.world_y else ''}"
                                              f"ranks, each written once"),
-                "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0, None
+                "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0, domain
     queries, readings = [], []
-    z = _Terms(fam, mx, my, {})
-    for plan in built:
-        z.atoms.update(plan.atoms)
-    domain = [(a, b, z(a) % int(b) == 0) for a, b in dict.fromkeys(d for p in built for d in p.domain)]
-    outside = None
-    if domain:  # the plan is the pair's plan where its pieces divide: proved there, and the rest said
-        said = " and ".join(f"{a} % {b} == 0" for a, b, _ in domain)
-        status, model = solve(z3.And(*[c for _, _, c in domain]))
-        if status != "sat":
-            return both("unknown", f"no size is shown where the plan's pieces divide ({said})")
-        status, model = solve(z3.Not(z3.And(*[c for _, _, c in domain])))
-        if status != "unsat":
-            outside = (said, f"not at {_sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
-        where = z3.And(where, *[c for _, _, c in domain])
+    # every byte the plan copies is checked to be the spec's byte of an index in its box (the
+    # readings, first), so where the spec keeps such bytes inside its page, so does the plan:
+    # a query on the spec alone, which spares Z3 the plan's products of sizes
+    # (the spec's own properties hold at every size where they hold at all: asked without the case's domain)
+    in_page = all(_solve(mx, my, z3.And(spec_where, _outside_page(m)), budget)[0] == "unsat" for m in (my, mx))
+    one_to_one = _solve(mx, my, z3.And(spec_where, query(my, "local-bijective")[0]), budget)[0] == "unsat"
     for plan in built:
         runs = [_z3_run(z, r) for r in plan.runs]
-        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides)]
+        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides, in_page, one_to_one)]
         for run in runs:
             reading, match = _match(mx, my, plan.consumer, run, sides)
             readings.append((plan, reading))
@@ -437,7 +486,7 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
             found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {_sizes_at(mx, my, model)}")
         elif status != "unsat":
             found[row] = ("unknown", f"undecided for consumer rank {plan.consumer} ({what})")
-    return found, len(built), outside
+    return found, len(built), domain
 
 
 class _Sides(NamedTuple):
@@ -551,11 +600,23 @@ def _pick(m: Model, run):
         dst + sum(c * b for c, (_, _, b) in zip(cs, modes))
 
 
-def _cover(mx: Model, my: Model, runs, sides: _Sides):
-    """(meaning, violation) of each way the plan can fail to write every consumer byte once."""
-    yield "the plan writes a byte of more than a consumer page", z3.Or(*[z3.And(*inside, z3.Or(
-        dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local")))
-        for inside, _, src, dst in (_pick(my, r) for r in runs)], z3.BoolVal(False))
+def _outside_page(m: Model):
+    """A byte of an element the spec's local layout puts outside the local page."""
+    i, ci = m.index("local", "")
+    b = m.fresh("b")
+    byte = m.r.offset("local", i) + b
+    return z3.And(*ci, b >= 0, b < m.element(), z3.Or(byte < 0, byte >= m.r.page("local")))
+
+
+def _cover(mx: Model, my: Model, runs, sides: _Sides, in_page: bool = False, one_to_one: bool = False):
+    """(meaning, violation) of each way the plan can fail to write every consumer byte once.
+    `in_page`: both local layouts are shown to keep their bytes inside their pages, so the
+    plan's bytes (the spec's, by its readings) are inside too, and that query is not asked;
+    `one_to_one`: the consumer's local layout is shown one-to-one (else it is asked here)."""
+    if not in_page:
+        yield "the plan writes a byte of more than a consumer page", z3.Or(*[z3.And(*inside, z3.Or(
+            dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local")))
+            for inside, _, src, dst in (_pick(my, r) for r in runs)], z3.BoolVal(False))
     yield "a mode of the plan has a negative extent", \
         z3.Or(*[e < 0 for r in runs for e, _, _ in r[3]], z3.BoolVal(False))
     yield "the plan reads a producer rank outside the group", \
@@ -568,7 +629,8 @@ def _cover(mx: Model, my: Model, runs, sides: _Sides):
         yield "the plan writes fewer or more bytes than the consumer page holds", total != my.r.page("local")
     # no byte twice: the plan's readings of its bytes are the spec's (checked first, `_match`)
     # and the local layout is one-to-one, so two writes of one byte are writes of one element
-    yield "the consumer's local layout is not one-to-one", query(my, "local-bijective")[0]
+    if not one_to_one:
+        yield "the consumer's local layout is not one-to-one", query(my, "local-bijective")[0]
     for j, a in enumerate(runs):
         for k, b in enumerate(runs[j:], start=j):
             ia, ca, _, da = _pick(my, a)

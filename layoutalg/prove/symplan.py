@@ -13,8 +13,12 @@ plan, its extent and strides formulas in the sizes. Where replicas hold a byte, 
 Across another cp (dcp=1 to dcp=2: one big canonical page is `k` small ones along the
 family's `sequence` index) each small rank is `k` virtual ranks, `part * world + rank`: its
 digits are moved onto the big page (`_in_big`) and refined as above. A piece whose extent
-is a size over a number (`block_size / 2`) holds only where the number divides it: the
-plan's `domain`, which the checker assumes and reports.
+is a size over a number (`block_size / 2`: a rank's `n` chunks of tokens dealt among `k`
+small pages) is the middle of a `direct.Transpose` block where `k` need not divide `n`:
+the plan is then built once per residue of `n` mod `k`, each case on its domain (where
+`(n - rho) / k` is whole), and the cases together cover every size. A piece of no such
+block holds only where the number divides it: the plan's `domain`, which the checker
+assumes and reports.
 
 Nothing here trusts itself: the plans are a construction, and `prove.replan` checks them
 against the spec's reading of both configurations. At one pair's sizes (`plans_at`,
@@ -37,7 +41,7 @@ from ..guards import guarded_equality
 from ..interpret import Reading, paths
 from ..library import Library
 from ..params import CONFIG_NAMES
-from ..sizes import divided
+from ..sizes import Atom, divided
 
 CONFIGURATION = CONFIG_NAMES
 """The names that make a configuration: numbers on each side of the pair."""
@@ -160,11 +164,14 @@ def _deep(fam, x) -> set[str]:
     return names
 
 
-def plans(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> tuple[SymbolicPlan, ...]:
+def cases(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> tuple[tuple[SymbolicPlan, ...], ...]:
     """Every consumer rank's plan, reading producers of `vx` at `store` into `vy` at `load`
-    (both dicts give every name of the rank grids a number). Across another cp (`cross`),
-    the small side's digits tile the big canonical page as its `k` virtual ranks do
-    (`_in_big`), and with small consumers there is a plan for each virtual consumer."""
+    (both dicts give every name of the rank grids a number): one tuple of plans, or across
+    another cp one for each residue a `Transpose` block is cut by (each plan's `domain` says
+    where it is the pair's plan: together the cases cover every size where the digits are
+    whole). Across another cp (`cross`), the small side's digits tile the big canonical page
+    as its `k` virtual ranks do (`_in_big`), and with small consumers there is a plan for
+    each virtual consumer."""
     own: dict = {}
     dx, rx, nx = _instantiate(fam, vx, store, "x.", own)
     dy, ry, ny = _instantiate(fam, vy, load, "y.", own)
@@ -212,6 +219,13 @@ def plans(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> t
                              f"side's pieces straddle the other's), so the plan is no set of strided pieces for all "
                              f"sizes; the per-pair proof at concrete sizes still applies (the digits that do not "
                              f"nest: {e})") from None
+    return tuple(_plans(cut, where, ox, oy, dx, dy, rx, ry, num, src_base, dst_base, {**own, **atoms}, cross)
+                 for cut, where, atoms in _residues(cut, domain, ox, oy))
+
+
+def _plans(cut, domain, ox, oy, dx, dy, rx, ry, num, src_base, dst_base, own, cross) -> tuple[SymbolicPlan, ...]:
+    """The plans of every consumer rank from one refinement (`cut`, of `Piece`s and `Transpose`
+    blocks) of the producers' owners `ox` and the consumers' `oy`."""
     world = prod(num(d.extent, f"consumer rank digit {d.name}'s extent") for d in dy if d.is_rank)
     replicas = [(num(d.extent, "a replica digit's extent"), num(d.rank, "a replica digit's rank stride"))
                 for d in dx if d.replica]
@@ -235,6 +249,53 @@ def plans(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> t
                 _table(fixed, [(_index(ox[p.a[0]]), p.a[1] * rx(_weight(ox[p.a[0]]))) for p in r.modes])))
         out.append(SymbolicPlan(s, tuple(runs), own, tuple(domain)))
     return tuple(out)
+
+
+def _residues(cut: list, domain: list, ox: list, oy: list) -> list[tuple[list, tuple, dict]]:
+    """(refinement, domain, atoms) of each case: across another cp a piece `n / k` (where `k`
+    need not divide `n`) between two pieces `k` that make a `direct.Transpose` block is cut
+    into `k * k` pieces per residue of `n` mod `k`, on the domain where `q = (n - rho) / k`
+    is whole (`q` an atom of the plan: one term for Z3, never a fraction spread over a sum);
+    every other such piece stays, on the domain where `k` divides `n`."""
+    fractions = {sympy.cancel(a / b): (a, b) for a, b in domain}
+    blocks, kept = [], dict(fractions)
+    for i in range(1, len(cut) - 1):
+        t = _block(cut[i - 1], cut[i], cut[i + 1], fractions, ox, oy)
+        if t is not None and (not blocks or blocks[-1][0] < i - 2):
+            blocks.append((i - 1, t))
+            kept.pop(cut[i].extent, None)
+    out = []
+    for rhos in itertools.product(*(range(int(t.low.extent)) for _, t in blocks)):
+        new, where, atoms = list(cut), list(kept.values()), {}
+        for j, ((i, t), rho) in sorted(enumerate(zip(blocks, rhos)), key=lambda x: -x[1][0][0]):
+            n, d = sympy.fraction(sympy.together(t.mid.extent - sympy.Rational(rho, int(t.low.extent))))
+            q = sympy.Symbol(f"block{j}.q", integer=True, nonnegative=True)  # (a dot: no name of a spec)
+            atoms[q] = Atom(q, "/", sympy.expand(n), d)
+            new[i:i + 3] = [t._replace(rho=rho, q=q)]
+            where.append((sympy.expand(n), d))
+        out.append((new, tuple(where), atoms))
+    return out
+
+
+def _block(low, mid, high, fractions: dict, ox: list, oy: list):
+    """The `direct.Transpose` block of pieces `low, mid, high` (`k`, `n / k`, `k`: `mid`'s
+    extent a fraction the refinement took to be whole), or None: one side's digit runs on
+    from `low` into `mid` (its N side, reading `z mod n`), the other's from `mid` into `high`
+    (its K side, reading `z // k`), and those two digits are local ones (they step with the
+    piece that replaces `mid`; a rank digit cannot)."""
+    k = low.extent
+    if mid.extent not in fractions or not (sympy.sympify(k).is_Integer and k > 1 and high.extent == k):
+        return None
+
+    def same(u, v):
+        return sympy.expand(u - v) == 0
+    for n_side, k_side, sides in (("a", "b", (ox, oy)), ("b", "a", (oy, ox))):
+        (nl, ml), (nm, mm), (kl, km), (kh, mh) = getattr(low, n_side), getattr(mid, n_side), \
+            getattr(mid, k_side), getattr(high, k_side)
+        if nl == nm and same(mm, k * ml) and kl == kh and same(mh, mid.extent * km) and \
+                not sides[0][nl].is_rank and not sides[1][kl].is_rank:
+            return direct.Transpose(low, mid, high, n_side == "a", 0, mid.extent)
+    return None
 
 
 def cross_of(fam, vx, vy, store: dict, load: dict, token: str | None) -> Cross | None:
@@ -325,8 +386,9 @@ def triples(fam, plan: SymbolicPlan, store: dict, load: dict) -> set[tuple[int, 
 
 def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[SymbolicPlan, ...]:
     """The plans for the case each side takes at these sizes (full dicts of runtime names),
-    built with only the configuration and the rank grids' names as numbers: `triples` of them
-    at these sizes are what the proof covers there."""
+    built with only the configuration and the rank grids' names as numbers, of the residue
+    case (`cases`) these sizes lie in: `triples` of them at these sizes are what the proof
+    covers there."""
     fam = resolve(lib, family)
     order = paths(lib, family)
     kx, ky = (order.index(tuple(Reading(lib, family, s).taken)) for s in (store, load))
@@ -336,7 +398,12 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     shared = {n for n in nx | ny if n not in PER_SIDE}  # as the proof takes them: one value on both sides
     seq = lib.family_def(family).sequence
     cross = cross_of(fam, vx, vy, cx, cy, seq.id if seq is not None else None)
-    return plans(fam, vx, vy, cx | {n: store[n] for n in nx | shared}, cy | {n: load[n] for n in ny | shared}, cross)
+    for plans in cases(fam, vx, vy, cx | {n: store[n] for n in nx | shared}, cy | {n: load[n] for n in ny | shared},
+                       cross):
+        if all(evaluate(fam, plans[0], a, store, load) % int(b) == 0 for a, b in plans[0].domain):
+            return plans
+    raise NotEstablished("these sizes lie outside the domain of every plan built for all sizes (where its pieces "
+                         "divide): the runtime's plan is proved per pair there")
 
 
 def triples_at(lib: Library, family: str, store: dict, load: dict) -> list[set[tuple[int, int, int]]]:
