@@ -159,6 +159,43 @@ def test_a_residue_case_reading_the_next_chunk_is_refuted(lib):
     assert rows["reshard-cover"].status == "proved"
 
 
+def _odd_plans(edit_plans):
+    """A mutant of the whole residue case where a rank's chunks do not divide evenly."""
+    return lambda plans: edit_plans(plans) if any(a.is_Add for p in plans for a, _ in p.domain) else plans
+
+
+def _shifted_q(plan):
+    """`plan` with its residue quotient q = (n - rho) / k read one larger, (n - rho + k) / k."""
+    from layoutalg.sizes import Atom
+    q = next(s for s in plan.atoms if s.name.startswith("block"))
+    a = plan.atoms[q]
+    return plan._replace(atoms={**plan.atoms, q: Atom(q, a.op, a.num + a.den, a.den)})
+
+
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_plans_of_one_case_reading_q_differently_are_never_proved(lib, which):
+    """Z3 reads one table of derived sizes for a whole case. Plans that define q differently,
+    and copy nothing at all, once came back proved: the last plan's q made the case's
+    exactness fact contradict its domain, and every query was vacuously unsat. Now the
+    case is not checked, and says why."""
+    def edit(plans):
+        plans = tuple(p._replace(runs=()) for p in plans)
+        i = 0 if which == "first" else len(plans) - 1
+        return plans[:i] + (_shifted_q(plans[i]),) + plans[i + 1:]
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2,interleave=4", _odd_plans(edit))
+    for n in replan.RESHARD:
+        assert rows[n].status == "unknown", (n, rows[n].status, rows[n].detail)
+        assert "defines block0.q as" in rows[n].detail
+
+
+def test_a_case_whose_every_plan_reads_q_one_larger_is_not_proved(lib):
+    """The same shifted q in every plan (one consistent reading, a wrong one) is checked, and fails."""
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2,interleave=4",
+                 _odd_plans(lambda plans: tuple(_shifted_q(p) for p in plans)))
+    for n in replan.RESHARD:
+        assert rows[n].status != "proved", (n, rows[n].detail)
+
+
 def test_a_plan_across_another_cp_reading_the_wrong_part_is_refuted(lib):
     """Small producers (tp=2 under tp=2, dcp=2): producer v is rank v % 2's part v // 2 of the big
     page; reading the other part's rank is the right rank at the wrong tokens."""

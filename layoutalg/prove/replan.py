@@ -411,13 +411,14 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross):
         return _solve(mx, my, z3.And(where, violation), budget)
     spec_where = where
 
-    z = _Terms(fam, mx, my, {})
-    for plan in built:
-        z.atoms.update(plan.atoms)
+    own, clash = _case_atoms(fam, built)
+    z = _Terms(fam, mx, my, own)
     domain = tuple((a, b, z(a) % int(b) == 0) for a, b in dict.fromkeys(d for p in built for d in p.domain))
 
     def both(status, why):
         return {row: (status, why) for row in RESHARD}, 0, domain
+    if clash:  # Z3 reads one table of sizes for the whole case: a plan reading another would go unchecked
+        return both("unknown", f"not checked: {clash}")
     if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
         status, _ = solve(z3.And(*[c for _, _, c in domain]))
         if status == "unsat":
@@ -427,9 +428,14 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross):
                                    f"({' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)})")
         # a residue case's q = (n - rho) / k is an atom of the plan: that it is exact here is a
         # consequence of the domain, stated linearly (Z3 rarely finds it through the division)
-        exact = [z(s) * int(a.den) == z(a.num) for p in built[:1] for s, a in p.atoms.items()
+        exact = [z(s) * int(a.den) == z(a.num) for s, a in z.atoms.items()
                  if a.op == "/" and (a.num, a.den) in {(n, d) for n, d, _ in domain}]
         where = z3.And(where, *[c for _, _, c in domain], *exact)
+        if exact:  # a fact that held nowhere would make every query below vacuously unsat
+            status, _ = _solve(mx, my, where, budget)
+            if status != "sat":
+                return both("unknown", "the case's quotients are not shown exact at any size of its domain "
+                                       f"({' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)}; {status})")
     shape = _malformed(built)
     if shape:
         return both("refuted", f"not a plan: {shape}")
@@ -700,6 +706,22 @@ def _same_shape(mx: Model, my: Model, cross: Cross | None = None):
                       mx.element("canonical") == my.element("canonical"))
     page = [mx.r.page("canonical") == my.r.page("canonical")] if mx.part else []  # its regions and pads together
     return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"), *page)
+
+
+def _case_atoms(fam, built) -> tuple[dict, str]:
+    """The one table of derived sizes (atoms) Z3 reads for every plan of a case, and what keeps
+    it from being theirs ('' when nothing): a plan defining an atom otherwise than another plan
+    or the family does would be checked with a reading it does not have."""
+    seen = dict(fam.atoms.by_symbol)
+    owner = {s: "the family" for s in seen}
+    for p in built:
+        for s, a in p.atoms.items():
+            if seen.get(s, a) != a:
+                return seen, (f"consumer rank {p.consumer}'s plan defines {s} as {a.text}, "
+                              f"{owner[s]} as {seen[s].text}")
+            seen.setdefault(s, a)
+            owner.setdefault(s, f"consumer rank {p.consumer}'s plan")
+    return seen, ""
 
 
 def _malformed(built) -> str:

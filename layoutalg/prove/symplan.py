@@ -400,7 +400,8 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     cross = cross_of(fam, vx, vy, cx, cy, seq.id if seq is not None else None)
     for plans in cases(fam, vx, vy, cx | {n: store[n] for n in nx | shared}, cy | {n: load[n] for n in ny | shared},
                        cross):
-        if all(evaluate(fam, plans[0], a, store, load) % int(b) == 0 for a, b in plans[0].domain):
+        # the case's domain is every plan's (as the proof takes it)
+        if all(evaluate(fam, p, a, store, load) % int(b) == 0 for p in plans for a, b in p.domain):
             return plans
     raise NotEstablished("these sizes lie outside the domain of every plan built for all sizes (where its pieces "
                          "divide): the runtime's plan is proved per pair there")
