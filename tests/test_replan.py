@@ -90,6 +90,8 @@ def test_pairs_with_no_plan_for_all_sizes_are_unknown(lib, family, store, load, 
     ("mla", "tp=4,dcp=2,interleave=2", "tp=2", "block_size % 4 == 0; (block_size - 2) % 4 == 0"),  # small consumers
     ("split_nhd", "tp=2,pcp=2", "tp=2,pcp=2,pcp_replicas=1", "(block_size - 1) % 2 == 0"),  # PCP shards -> replicas
     ("split_hnd", "tp=2", "tp=2,dcp=2,interleave=16", "(block_size - 16) % 32 == 0"),  # interleave = block_size
+    ("split_nhd", "tp=4", "tp=4,dcp=4,interleave=2", "block_size % 8 == 0; (block_size - 2) % 8 == 0; "
+                                                     "(block_size - 4) % 8 == 0; (block_size - 6) % 8 == 0"),  # k = 4
 ])
 def test_direct_plans_across_another_cp_are_proved_for_every_size(lib, family, store, load, cases):
     """Pages of another cp: the small side's ranks are k virtual ranks each, its digits moved

@@ -380,9 +380,13 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
         return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
                     (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
     found, checked, held = {}, 0, []
+    # the spec's own properties the plan's checks lean on: they hold at every size where they hold
+    # at all, so they are asked once, without any case's domain (`_cover` says what each spares)
+    in_page = all(solve(_outside_page(m))[0] == "unsat" for m in (my, mx))
+    one_to_one = solve(query(my, "local-bijective")[0])[0] == "unsat"
     for built in cases(fam, vx, vy, store, load, cross):  # across a cp: one case per residue, each on its domain
         built = edit(built) if edit is not None else built
-        out = _check_case(fam, mx, my, built, where, budget, cross)
+        out = _check_case(fam, mx, my, built, where, budget, cross, (in_page, one_to_one))
         if out is None:  # no size lies in this case's domain: it checks nothing, and covers nothing
             continue
         case, n, domain = out
@@ -403,13 +407,13 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     return found, checked, outside, said if len(held) > 1 else ""
 
 
-def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross):
+def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, spec_facts):
     """({row: (status, what)} of the failures, consumer plans checked, the case's domain as
     (dividend, divisor, Z3 condition)) for the plans of one case, or None where Z3 shows no
-    size in its domain (a refuted shape or an unknown division: the pair's verdict)."""
+    size in its domain (a refuted shape or an unknown division: the pair's verdict).
+    `spec_facts`: (in_page, one_to_one) as `_cover` takes them, shown for the pair."""
     def solve(violation):
         return _solve(mx, my, z3.And(where, violation), budget)
-    spec_where = where
 
     own, clash = _case_atoms(fam, built)
     z = _Terms(fam, mx, my, own)
@@ -453,12 +457,9 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross):
     # every byte the plan copies is checked to be the spec's byte of an index in its box (the
     # readings, first), so where the spec keeps such bytes inside its page, so does the plan:
     # a query on the spec alone, which spares Z3 the plan's products of sizes
-    # (the spec's own properties hold at every size where they hold at all: asked without the case's domain)
-    in_page = all(_solve(mx, my, z3.And(spec_where, _outside_page(m)), budget)[0] == "unsat" for m in (my, mx))
-    one_to_one = _solve(mx, my, z3.And(spec_where, query(my, "local-bijective")[0]), budget)[0] == "unsat"
     for plan in built:
         runs = [_z3_run(z, r) for r in plan.runs]
-        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides, in_page, one_to_one)]
+        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides, *spec_facts)]
         for run in runs:
             reading, match = _match(mx, my, plan.consumer, run, sides)
             readings.append((plan, reading))

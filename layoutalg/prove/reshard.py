@@ -217,15 +217,25 @@ def _match(mx: Model, my: Model, plan, cross=None):
 
 
 def _solve(mx: Model, my: Model | None, violation, budget: Budget):
+    models = [m for m in (mx, my) if m is not None]
+    given = [a for m in models for a in m.assumptions()] + [violation]
+    # the definitions of the quotients these terms read, not those every earlier query made,
+    # with the two readings' divisions of one shared size equal (one quotient): fewer
+    # constraints, so unsat here is unsat with all of them; a model is looked for again with
+    # all of them, so that a counterexample meets every condition the query ever had
+    res, s = _check_z3(budget, given + models[0].ops.side_for(given, *[m.ops for m in models[1:]]))
+    if res == z3.sat:
+        res, s = _check_z3(budget, given + [c for m in models for c in m.ops.side] +
+                           (mx.ops.shared_equal(my.ops) if my is not None else []))
+    return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
+
+
+def _check_z3(budget: Budget, constraints: list):
     s = z3.Solver()
     s.set("rlimit", max(1, budget.rlimit))
     s.set("timeout", max(1, int(budget.guard_s * 1000)))
-    models = [m for m in (mx, my) if m is not None]
-    s.add(*[a for m in models for a in m.assumptions()], violation, *[c for m in models for c in m.ops.side])
-    if my is not None:  # the two readings' divisions of one shared size: one quotient
-        s.add(*mx.ops.shared(my.ops))
-    res = s.check()
-    return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
+    s.add(*constraints)
+    return s.check(), s
 
 
 def _explain(name, mx, my, plan, model, w) -> str:

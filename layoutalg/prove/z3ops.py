@@ -30,6 +30,11 @@ class Z3Ops(Ops):
         self._by_divisor: dict = {}
         self._alive: list = []
         self._n = 0
+        # the same side conditions by what they define: a quotient's name -> its definition
+        # (constraints, dividend and divisor), and the theorems relating two quotients
+        self._defines: dict = {}
+        self._lemmas: list = []   # (names both quotients, constraints)
+        self._always: list = []   # conditions of no quotient (a division by a non-positive int)
         self.cmp = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
                     ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
 
@@ -41,15 +46,19 @@ class Z3Ops(Ops):
         key = (_key(a), _key(b))
         if key not in self._memo:
             q, r = self._fresh("q"), self._fresh("r")
-            self.side += [b > 0, a == q * b + r, r >= 0, r < b]
+            definition = [b > 0, a == q * b + r, r >= 0, r < b]
+            self.side += definition
+            self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b)
             # Floor division is monotone in the dividend. Z3's nonlinear arithmetic rarely
             # finds this itself (it needs dividing an inequality by b), so state it for every
             # pair of divisions by the same divisor: theorems, hence sound to add.
             for (ka, kb), (a2, q2, r2) in self._by_divisor.items():
                 if kb == key[1]:
-                    self.side += [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
-                                  z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
-                                  z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+                    lemma = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
+                             z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
+                             z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+                    self.side += lemma
+                    self._lemmas.append(({q.get_id(), q2.get_id()}, lemma))
             self._by_divisor[key] = (a, q, r)
             self._memo[key] = (q, r)
             self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
@@ -61,13 +70,15 @@ class Z3Ops(Ops):
         share, each with a quotient of its own). Both define `a = q*b + r, 0 <= r < b, b > 0`,
         so the two quotients and remainders are equal: a theorem, stated because Z3's
         nonlinear arithmetic rarely derives it. Only these: monotonicity between every pair of
-        one divisor would cost other queries their budget."""
-        out = []
-        for key, (q, r) in self._memo.items():
-            if key in other._memo:
-                q2, r2 = other._memo[key]
-                out += [q == q2, r == r2]
-        return out
+        one divisor would cost other queries their budget. Each pair of equalities comes with
+        the ids of the two quotients it names (`side_for` takes those its terms read)."""
+        return [({q.get_id(), q2.get_id()}, [q == q2, r == r2])
+                for key, (q, r) in self._memo.items() if key in other._memo
+                for q2, r2 in [other._memo[key]]]
+
+    def shared_equal(self, other: "Z3Ops") -> list:
+        """Every equality of `shared`."""
+        return [c for _, equal in self.shared(other) for c in equal]
 
     def quotient(self, a, b):
         """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
@@ -84,20 +95,61 @@ class Z3Ops(Ops):
             return a % b if self._positive(b) else 0
         return self._divmod(a, b)[1]
 
+    def side_for(self, terms, *others: "Z3Ops") -> list:
+        """The side conditions of this arithmetic and `others` that the quotients `terms` read
+        need: each one's definition, those its dividend and divisor read in turn, and the
+        theorems between two of them (of one arithmetic, and `shared` between two). A
+        definition of a quotient the terms never read is left out: its constraints only add
+        conditions, so a query unsat without them is unsat with them, and Z3 is spared the
+        definitions every earlier query made. `side` (and `shared`) are all of them.
+
+        Post-conditions: every returned constraint is in some `side` or `shared`; a quotient
+        read by `terms` has its definition returned."""
+        arith = (self, *others)
+        defines = {n: d for o in arith for n, d in o._defines.items()}
+        out = [c for o in arith for c in o._always]
+        seen_ast: set = set()
+        reached: set = set()
+        taken: set = set()
+        todo = list(terms)
+        while todo:
+            e = todo.pop()
+            if not z3.is_expr(e) or e.get_id() in seen_ast:
+                continue
+            seen_ast.add(e.get_id())
+            if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+                name = e.get_id()
+                if name in defines and name not in reached:
+                    definition, a, b = defines[name]
+                    reached.add(name)
+                    if id(definition) not in taken:  # (a quotient and its remainder share one)
+                        taken.add(id(definition))
+                        out += definition
+                        todo += [a, b]
+                continue
+            todo += e.children()
+        out += [c for o in arith for names, lemma in o._lemmas if names <= reached for c in lemma]
+        for i, o in enumerate(arith):
+            out += [c for o2 in arith[i + 1:] for names, lemma in o.shared(o2) if names <= reached for c in lemma]
+        return out
+
     def _positive(self, b: int) -> bool:
         """A divisor must be positive (the runtime fails closed otherwise): else nothing holds."""
         if b <= 0:
             self.side.append(z3.BoolVal(False))
+            self._always.append(z3.BoolVal(False))
         return b > 0
 
     def exact(self, a, b):
         if _is_int(a) and _is_int(b):
             if b <= 0 or a % b:
                 self.side.append(z3.BoolVal(False))
+                self._always.append(z3.BoolVal(False))
                 return 0
             return a // b
         q, r = self._divmod(a, b)
         self.side.append(r == 0)
+        self._defines[q.get_id()][0].append(r == 0)  # (the list `side` took: exactness joins the definition)
         return q
 
     def and_(self, xs):

@@ -1,0 +1,93 @@
+"""`Z3Ops.side_for`: the side conditions a query's terms need, and only those.
+
+A reshard proof asks hundreds of queries of two models whose arithmetic keeps every
+quotient any earlier query defined. `side_for` gives a query the definitions its own terms
+read (transitively: a quotient of a quotient), the theorems between two of them, and
+nothing else. Checked here on random towers of divisions, by enumerating what each term
+reads."""
+import random
+
+import z3
+
+from layoutalg.prove.z3ops import Z3Ops
+
+
+def _consts(e, out=None):
+    out = set() if out is None else out
+    if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+        out.add(str(e))
+    for c in e.children():
+        _consts(c, out)
+    return out
+
+
+def _random_tower(rng, ops, sizes):
+    """Terms built from `sizes` by random floor divisions, remainders and exact divisions,
+    some of earlier quotients: each with the names of the quotients it reads (transitively)."""
+    terms = [(s, set()) for s in sizes]
+    for _ in range(rng.randint(3, 9)):
+        (a, ra), (b, rb) = rng.choice(terms), rng.choice(terms[:len(sizes)])
+        op = rng.choice(["floordiv", "mod", "exact"])
+        t = getattr(ops, op)(a + rng.randint(0, 3), b)
+        terms.append((t, ra | rb | _pair(ops, t)))
+    return terms
+
+
+def _pair(ops, t):
+    """The names of the quotient and remainder one definition of `ops` gives `t`."""
+    return next({str(q), str(r)} for q, r in ops._memo.values() if z3.eq(t, q) or z3.eq(t, r))
+
+
+def _check_side_for(ops, other, term, reads):
+    side = ops.side_for([term], other)
+    everything = {c.get_id() for c in ops.side + other.side + other.shared_equal(ops)}
+    assert all(c.get_id() in everything for c in side), "side_for gave a condition no arithmetic has"
+    named = set().union(*[_consts(c) for c in side]) if side else set()
+    assert reads <= named, f"{term}: the definitions of {reads - named} are missing"
+    defined = {str(q) for o in (ops, other) for pair in o._memo.values() for q in pair}
+    stray = (named & defined) - reads
+    assert not stray, f"{term}: side_for defines {stray}, which it does not read"
+
+
+def test_side_for_takes_each_terms_definitions_and_no_others():
+    rng = random.Random(20261204)
+    for trial in range(60):
+        x, y = Z3Ops("x."), Z3Ops("y.")
+        sizes = [z3.Int(f"s{i}") for i in range(3)]
+        towers = _random_tower(rng, x, sizes) + _random_tower(rng, y, sizes)
+        for term, reads in towers:
+            _check_side_for(x, y, term, reads)
+
+
+def test_side_for_keeps_a_shared_quotient_equal_only_where_both_are_read():
+    """Two arithmetics dividing one size by another: their quotients are one (a theorem
+    `shared` states); a query reading both gets the equality, one reading only one does not."""
+    x, y = Z3Ops("x."), Z3Ops("y.")
+    a, b = z3.Int("a"), z3.Int("b")
+    qx, qy = x.floordiv(a, b), y.floordiv(a, b)
+    both = z3.Solver()
+    both.add(qx != qy, *x.side_for([qx != qy], y))
+    assert both.check() == z3.unsat
+    assert len(x.side_for([qx], y)) < len(x.side_for([qx + qy], y))
+    assert not any(z3.eq(c, qx == qy) for c in x.side_for([qx], y))
+
+
+def test_the_check_fails_a_side_for_that_stops_at_the_outer_quotient():
+    """The check above is not vacuous: a side_for that gives a term's own quotient's
+    definition but not those of the quotients inside it fails; so does one giving all."""
+    import pytest
+    x, y = Z3Ops("x."), Z3Ops("y.")
+    s = [z3.Int("s0"), z3.Int("s1")]
+    inner = x.floordiv(s[0], s[1])
+    outer = x.floordiv(inner + 1, s[1])
+    x.floordiv(s[1], s[0])  # a quotient no term below reads
+    reads = _pair(x, inner) | _pair(x, outer)
+    _check_side_for(x, y, outer, reads)
+    whole = Z3Ops.side_for
+    for broken in (lambda self, terms, *o: whole(self, terms, *o)[:4], lambda self, terms, *o: list(self.side)):
+        Z3Ops.side_for = broken
+        try:
+            with pytest.raises(AssertionError):
+                _check_side_for(x, y, outer, reads)
+        finally:
+            Z3Ops.side_for = whole
