@@ -190,6 +190,50 @@ def test_plans_of_one_case_reading_q_differently_are_never_proved(lib, which):
         assert "defines block0.q as" in rows[n].detail
 
 
+def test_an_atom_one_plan_defines_and_another_reads_as_a_size_is_never_proved(lib):
+    """Consumer 0's plan defines a derived size named `block_size` (a symbol of its own,
+    `block_size + 1`); consumer 1's plan reads it in one extent, where the runtime, finding
+    no definition in that plan, reads the size: Z3 and the runtime would read two plans."""
+    import sympy
+
+    from layoutalg.sizes import Atom
+
+    def edit(plans):
+        q = next(s for s in plans[0].atoms if s.name == "block0.q")
+        size = next(s for s in plans[0].atoms[q].num.free_symbols if s.name == "block_size")
+        plain = sympy.Symbol("block_size")
+        p0 = plans[0]._replace(atoms={**plans[0].atoms, plain: Atom(plain, "/", size + 1, sympy.Integer(1))})
+        r = plans[1].runs[0]
+        r = r._replace(modes=tuple(tuple(sympy.sympify(x).xreplace({q: q + plain - size - 1}) for x in m)
+                                   for m in r.modes))
+        return (p0, plans[1]._replace(runs=(r,) + plans[1].runs[1:])) + plans[2:]
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2,interleave=4", _odd_plans(edit))
+    for n in replan.RESHARD:
+        assert rows[n].status == "unknown" and "defines block_size as nothing" in rows[n].detail, rows[n].detail
+
+
+def test_a_domain_reading_a_derived_size_is_never_proved(lib):
+    """A case domain written with an exact quotient, `(8 * (block_size / 8) - block_size) % 8`:
+    Z3 would read the quotient floored outside the domain it decides, the runtime exactly
+    (always 0: every size), so the two would take the case at different sizes."""
+    import sympy
+
+    from layoutalg.sizes import Atom
+
+    def edit(plans):
+        if any(a.is_Add for p in plans for a, _ in p.domain):
+            return plans
+        q = next(s for s in plans[0].atoms if s.name == "block0.q")
+        a = plans[0].atoms[q]
+        size = next(s for s in a.num.free_symbols if s.name == "block_size")
+        r = sympy.Symbol("mutant.r", integer=True)
+        atoms = {**plans[0].atoms, q: Atom(q, "//", a.num, a.den), r: Atom(r, "/", size, a.den)}
+        return tuple(p._replace(atoms=atoms, domain=((a.den * r - size, a.den),)) for p in plans)
+    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2,interleave=4", edit)
+    for n in replan.RESHARD:
+        assert rows[n].status == "unknown" and "whose mutant.r is no size" in rows[n].detail, rows[n].detail
+
+
 def test_a_case_whose_every_plan_reads_q_one_larger_is_not_proved(lib):
     """The same shifted q in every plan (one consistent reading, a wrong one) is checked, and fails."""
     rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2,interleave=4",

@@ -417,11 +417,13 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
 
     own, clash = _case_atoms(fam, built)
     z = _Terms(fam, mx, my, own)
-    domain = tuple((a, b, z(a) % int(b) == 0) for a, b in dict.fromkeys(d for p in built for d in p.domain))
+    pairs = tuple(dict.fromkeys(d for p in built for d in p.domain))
+    clash = clash or _unread(pairs, z)
+    domain = () if clash else tuple((a, b, z(a) % int(b) == 0) for a, b in pairs)
 
     def both(status, why):
         return {row: (status, why) for row in RESHARD}, 0, domain
-    if clash:  # Z3 reads one table of sizes for the whole case: a plan reading another would go unchecked
+    if clash:  # Z3 and the runtime would read the case otherwise: what Z3 checked would not be the plan
         return both("unknown", f"not checked: {clash}")
     if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
         status, _ = solve(z3.And(*[c for _, _, c in domain]))
@@ -711,18 +713,39 @@ def _same_shape(mx: Model, my: Model, cross: Cross | None = None):
 
 def _case_atoms(fam, built) -> tuple[dict, str]:
     """The one table of derived sizes (atoms) Z3 reads for every plan of a case, and what keeps
-    it from being theirs ('' when nothing): a plan defining an atom otherwise than another plan
-    or the family does would be checked with a reading it does not have."""
-    seen = dict(fam.atoms.by_symbol)
-    owner = {s: "the family" for s in seen}
+    it from being each plan's own as the runtime reads it (`symplan.evaluate`: the family's
+    atoms, then the plan's) ('' when nothing): every plan of the case defines the same atoms,
+    and none otherwise than the family does."""
+    table = dict(built[0].atoms) if built else {}
     for p in built:
-        for s, a in p.atoms.items():
-            if seen.get(s, a) != a:
-                return seen, (f"consumer rank {p.consumer}'s plan defines {s} as {a.text}, "
-                              f"{owner[s]} as {seen[s].text}")
-            seen.setdefault(s, a)
-            owner.setdefault(s, f"consumer rank {p.consumer}'s plan")
-    return seen, ""
+        for s in {*p.atoms, *table}:
+            if p.atoms.get(s) != table.get(s):
+                said = lambda a: a.text if a is not None else "nothing"  # noqa: E731
+                return table, (f"consumer rank {p.consumer}'s plan defines {s} as {said(p.atoms.get(s))}, "
+                               f"consumer rank {built[0].consumer}'s as {said(table.get(s))}")
+    for s, a in table.items():
+        if fam.atoms.by_symbol.get(s, a) != a:
+            return table, f"the plans define {s} as {a.text}, the family as {fam.atoms.by_symbol[s].text}"
+    return {**fam.atoms.by_symbol, **table}, ""
+
+
+def _unread(pairs, z: "_Terms") -> str:
+    """What keeps a case from meaning one thing to Z3 and to the runtime ('' when nothing):
+    no derived size (atom) under the name of a size, which the runtime would take for the
+    size where a plan does not define it; the domain, pairs (dividend, divisor), each divisor
+    a positive whole number and each dividend a polynomial in sizes alone (a derived size
+    there is read with Z3's division, shown exact only inside the domain it would decide)."""
+    for s, a in z.atoms.items():
+        if s.name in z.sizes:
+            return f"the plans define {s.name} as {a.text}, the name of a size"
+    for a, b in pairs:
+        if not (isinstance(b, int) or getattr(b, "is_Integer", False)) or int(b) <= 0:
+            return f"the case's domain divides {a} by {b}, not by a positive whole number"
+        e = sympy.sympify(a)
+        odd = [s for s in e.free_symbols if s in z.atoms or s.name not in z.sizes]
+        if odd or not e.is_polynomial():
+            return f"the case's domain reads {a}, whose {odd[0] if odd else 'form'} is no size"
+    return ""
 
 
 def _malformed(built) -> str:
