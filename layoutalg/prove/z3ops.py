@@ -35,6 +35,9 @@ class Z3Ops(Ops):
         self._defines: dict = {}
         self._lemmas: list = []   # (names both quotients, constraints)
         self._always: list = []   # conditions of no quotient (a division by a non-positive int)
+        self._const_memo: dict = {}
+        self._held: list = []
+        self._shared_memo: tuple = (None, [])
         self.cmp = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
                     ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
 
@@ -108,30 +111,50 @@ class Z3Ops(Ops):
         arith = (self, *others)
         defines = {n: d for o in arith for n, d in o._defines.items()}
         out = [c for o in arith for c in o._always]
-        seen_ast: set = set()
         reached: set = set()
         taken: set = set()
-        todo = list(terms)
+        todo = set().union(*[self._consts(e) for e in terms]) & defines.keys()
         while todo:
-            e = todo.pop()
-            if not z3.is_expr(e) or e.get_id() in seen_ast:
-                continue
-            seen_ast.add(e.get_id())
-            if z3.is_const(e) and e.decl().kind() == z3.Z3_OP_UNINTERPRETED:
-                name = e.get_id()
-                if name in defines and name not in reached:
-                    definition, a, b = defines[name]
-                    reached.add(name)
-                    if id(definition) not in taken:  # (a quotient and its remainder share one)
-                        taken.add(id(definition))
-                        out += definition
-                        todo += [a, b]
-                continue
-            todo += e.children()
+            name = todo.pop()
+            reached.add(name)
+            definition, a, b = defines[name]
+            if id(definition) not in taken:  # (a quotient and its remainder share one)
+                taken.add(id(definition))
+                out += definition
+                todo |= (self._consts(a) | self._consts(b)) & defines.keys() - reached
         out += [c for o in arith for names, lemma in o._lemmas if names <= reached for c in lemma]
         for i, o in enumerate(arith):
-            out += [c for o2 in arith[i + 1:] for names, lemma in o.shared(o2) if names <= reached for c in lemma]
+            out += [c for o2 in arith[i + 1:] for names, lemma in o._shared_of(o2) if names <= reached for c in lemma]
         return out
+
+    def _consts(self, e) -> frozenset:
+        """The ids of the constants in `e`, remembered for every subterm (a proof's queries
+        share their terms: each is walked once). The terms are held, so no id is reused."""
+        if not z3.is_expr(e):
+            return frozenset()
+        memo = self._const_memo
+        stack = [(e, None)]
+        while stack:
+            x, kids = stack.pop()
+            i = x.get_id()
+            if i in memo:
+                continue
+            if kids is None:
+                kids = x.children()
+                stack.append((x, kids))
+                stack += [(c, None) for c in kids if c.get_id() not in memo]
+                continue
+            leaf = z3.is_const(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED
+            memo[i] = frozenset((i,)) if leaf else frozenset().union(*[memo[c.get_id()] for c in kids])
+            self._held.append(x)
+        return memo[e.get_id()]
+
+    def _shared_of(self, other: "Z3Ops") -> list:
+        """`shared(other)`, made again only when either arithmetic has divided since."""
+        key = (id(other), len(self._memo), len(other._memo))
+        if self._shared_memo[0] != key:
+            self._shared_memo = (key, self.shared(other))
+        return self._shared_memo[1]
 
     def _positive(self, b: int) -> bool:
         """A divisor must be positive (the runtime fails closed otherwise): else nothing holds."""
