@@ -91,3 +91,16 @@ def test_the_check_fails_a_side_for_that_stops_at_the_outer_quotient():
                 _check_side_for(x, y, outer, reads)
         finally:
             Z3Ops.side_for = whole
+
+
+def test_side_for_reading_only_remainders_keeps_their_theorems():
+    """Two arithmetics' remainders of one division are one: a query reading only the
+    remainders gets the equality too (it names the quotients, which the remainders define)."""
+    x, y = Z3Ops("x."), Z3Ops("y.")
+    a, b = z3.Int("a"), z3.Int("b")
+    rx, ry = x.mod(a, b), y.mod(a, b)
+    side = x.side_for([rx != ry], y)
+    assert any(z3.eq(c, rx == ry) for c in side)
+    s = z3.Solver()
+    s.add(rx != ry, *side)
+    assert s.check() == z3.unsat

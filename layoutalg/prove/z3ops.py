@@ -37,7 +37,7 @@ class Z3Ops(Ops):
         self._always: list = []   # conditions of no quotient (a division by a non-positive int)
         self._const_memo: dict = {}
         self._held: list = []
-        self._shared_memo: tuple = (None, [])
+        self._shared_memo: tuple = (None, None, [])
         self.cmp = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
                     ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
 
@@ -51,7 +51,7 @@ class Z3Ops(Ops):
             q, r = self._fresh("q"), self._fresh("r")
             definition = [b > 0, a == q * b + r, r >= 0, r < b]
             self.side += definition
-            self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b)
+            self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b, (q.get_id(), r.get_id()))
             # Floor division is monotone in the dividend. Z3's nonlinear arithmetic rarely
             # finds this itself (it needs dividing an inequality by b), so state it for every
             # pair of divisions by the same divisor: theorems, hence sound to add.
@@ -115,10 +115,9 @@ class Z3Ops(Ops):
         taken: set = set()
         todo = set().union(*[self._consts(e) for e in terms]) & defines.keys()
         while todo:
-            name = todo.pop()
-            reached.add(name)
-            definition, a, b = defines[name]
-            if id(definition) not in taken:  # (a quotient and its remainder share one)
+            definition, a, b, pair = defines[todo.pop()]
+            reached |= set(pair)  # a remainder read is its quotient defined: the theorems on either hold
+            if id(definition) not in taken:
                 taken.add(id(definition))
                 out += definition
                 todo |= (self._consts(a) | self._consts(b)) & defines.keys() - reached
@@ -150,11 +149,13 @@ class Z3Ops(Ops):
         return memo[e.get_id()]
 
     def _shared_of(self, other: "Z3Ops") -> list:
-        """`shared(other)`, made again only when either arithmetic has divided since."""
-        key = (id(other), len(self._memo), len(other._memo))
-        if self._shared_memo[0] != key:
-            self._shared_memo = (key, self.shared(other))
-        return self._shared_memo[1]
+        """`shared(other)`, made again only when either arithmetic has divided since (the
+        cache holds `other` itself: an id alone could be a new arithmetic's at a reused address)."""
+        held, sizes, pairs = self._shared_memo
+        if held is not other or sizes != (len(self._memo), len(other._memo)):
+            pairs = self.shared(other)
+            self._shared_memo = (other, (len(self._memo), len(other._memo)), pairs)
+        return pairs
 
     def _positive(self, b: int) -> bool:
         """A divisor must be positive (the runtime fails closed otherwise): else nothing holds."""
