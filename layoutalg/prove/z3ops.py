@@ -30,14 +30,15 @@ class Z3Ops(Ops):
         self._by_divisor: dict = {}
         self._alive: list = []
         self._n = 0
-        # the same side conditions by what they define: a quotient's name -> its definition
-        # (constraints, dividend and divisor), and the theorems relating two quotients
+        # the same side conditions by what they define (`side_for`): a quotient's or remainder's
+        # Z3 id -> (its definition, dividend, divisor, the ids of both), and the theorems
+        # relating two quotients
         self._defines: dict = {}
-        self._lemmas: list = []   # (names both quotients, constraints)
+        self._lemmas: list = []   # (the ids of both quotients, constraints)
         self._always: list = []   # conditions of no quotient (a division by a non-positive int)
-        self._const_memo: dict = {}
-        self._held: list = []
-        self._shared_memo: tuple = (None, None, [])
+        self._const_memo: dict = {}  # a term's id -> the ids of its constants (`_consts`)
+        self._held: list = []        # the terms of those ids, held so that no id is reused
+        self._shared_memo: tuple = (None, None, [])  # (other, both memo sizes, `shared(other)`)
         self.cmp = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
                     ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
 
