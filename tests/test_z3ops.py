@@ -7,6 +7,7 @@ nothing else. Checked here on random towers of divisions, by enumerating what ea
 reads."""
 import random
 
+import pytest
 import z3
 
 from layoutalg.prove.z3ops import Z3Ops
@@ -51,7 +52,7 @@ def _check_side_for(ops, other, term, reads):
 
 def test_side_for_takes_each_terms_definitions_and_no_others():
     rng = random.Random(20261204)
-    for trial in range(60):
+    for _ in range(60):
         x, y = Z3Ops("x."), Z3Ops("y.")
         sizes = [z3.Int(f"s{i}") for i in range(3)]
         towers = _random_tower(rng, x, sizes) + _random_tower(rng, y, sizes)
@@ -72,10 +73,9 @@ def test_side_for_keeps_a_shared_quotient_equal_only_where_both_are_read():
     assert not any(z3.eq(c, qx == qy) for c in x.side_for([qx], y))
 
 
-def test_the_check_fails_a_side_for_that_stops_at_the_outer_quotient():
+def test_the_check_fails_a_side_for_that_stops_at_the_outer_quotient(monkeypatch):
     """The check above is not vacuous: a side_for that gives a term's own quotient's
     definition but not those of the quotients inside it fails; so does one giving all."""
-    import pytest
     x, y = Z3Ops("x."), Z3Ops("y.")
     s = [z3.Int("s0"), z3.Int("s1")]
     inner = x.floordiv(s[0], s[1])
@@ -85,12 +85,9 @@ def test_the_check_fails_a_side_for_that_stops_at_the_outer_quotient():
     _check_side_for(x, y, outer, reads)
     whole = Z3Ops.side_for
     for broken in (lambda self, terms, *o: whole(self, terms, *o)[:4], lambda self, terms, *o: list(self.side)):
-        Z3Ops.side_for = broken
-        try:
-            with pytest.raises(AssertionError):
-                _check_side_for(x, y, outer, reads)
-        finally:
-            Z3Ops.side_for = whole
+        monkeypatch.setattr(Z3Ops, "side_for", broken)
+        with pytest.raises(AssertionError):
+            _check_side_for(x, y, outer, reads)
 
 
 def test_side_for_reading_only_remainders_keeps_their_theorems():
