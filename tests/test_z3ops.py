@@ -5,6 +5,7 @@ quotient any earlier query defined. `side_for` gives a query the definitions its
 read (transitively: a quotient of a quotient), the theorems between two of them, and
 nothing else. Checked here on random towers of divisions, by enumerating what each term
 reads."""
+import itertools
 import random
 
 import pytest
@@ -101,3 +102,57 @@ def test_side_for_reading_only_remainders_keeps_their_theorems():
     s = z3.Solver()
     s.add(rx != ry, *side)
     assert s.check() == z3.unsat
+
+
+def _theorems_hold(definitions, theorems, sizes, values) -> bool:
+    """Every model of `definitions` with `sizes` at `values` satisfies `theorems` (with the
+    sizes fixed each quotient and remainder is one number: the model found is the only one)."""
+    s = z3.Solver()
+    s.add(*definitions, *[v == n for v, n in zip(sizes, values)])
+    if s.check() != z3.sat:
+        return True  # no model there
+    m = s.model()
+    return all(z3.is_true(m.eval(t, model_completion=True)) for t in theorems)
+
+
+def test_every_side_condition_beyond_the_definitions_is_a_theorem_of_them():
+    """A model is looked for again with `definitions` alone (`reshard._solve`): sound only
+    where the rest of `side` (monotonicity) and the shared equalities hold in every model of
+    the definitions. Checked on random towers of divisions of two arithmetics, at every size
+    in a small box."""
+    rng = random.Random(4122026)
+    for _ in range(8):
+        x, y = Z3Ops("x."), Z3Ops("y.")
+        sizes = [z3.Int(f"s{i}") for i in range(3)]
+        _random_tower(rng, x, sizes), _random_tower(rng, y, sizes)
+        definitions = x.definitions + y.definitions
+        known = {c.get_id() for c in definitions}
+        theorems = [c for c in x.side + y.side if c.get_id() not in known] + x.shared_equal(y)
+        assert theorems and {c.get_id() for c in definitions} <= {d.get_id() for d in x.side + y.side}
+        for values in itertools.product(range(-1, 5), repeat=3):
+            assert _theorems_hold(definitions, theorems, sizes, values), f"a theorem fails at {values}"
+
+
+def test_the_theorem_check_fails_a_condition_that_is_no_theorem():
+    x = Z3Ops("x.")
+    a, b = z3.Int("a"), z3.Int("b")
+    q = x.floordiv(a, b)
+    assert _theorems_hold(x.definitions, [q * b <= a], [a, b], (7, 2))
+    assert not _theorems_hold(x.definitions, [q * b == a], [a, b], (7, 2))  # true only where b divides a
+
+
+def test_side_lists_each_condition_once_and_the_theorems_in_the_order_made():
+    """An exact division read again adds nothing; the monotonicity theorems of divisions by one
+    divisor follow the newer one's definition, as many as the earlier divisions by it."""
+    x = Z3Ops("x.")
+    a, b, c = z3.Int("a"), z3.Int("b"), z3.Int("c")
+    for _ in range(3):
+        x.exact(a, b)
+    assert len(x.side) == 5  # b > 0, a == q*b + r, r >= 0, r < b, r == 0
+    x.floordiv(a + 1, b)
+    x.floordiv(c, b)
+    x.floordiv(a, c)  # another divisor: no theorem with the others
+    assert len(x.definitions) == 5 + 4 * 3
+    kinds = ["theorem" if z3.is_implies(e) else "definition" for e in x.side]
+    assert kinds == ["definition"] * 9 + ["theorem"] * 4 + ["definition"] * 4 + ["theorem"] * 8 + \
+        ["definition"] * 4

@@ -8,6 +8,7 @@ are combined in Python, so configurations with concrete sizes stay linear.
 from __future__ import annotations
 
 import z3
+from z3 import z3core as C
 
 from ..interpret import Ops
 
@@ -21,21 +22,28 @@ def _key(x):
 
 
 class Z3Ops(Ops):
-    """Z3 arithmetic; `side` collects the definitions of quotients and remainders."""
+    """Z3 arithmetic; `side` is the definitions of its quotients and remainders and the
+    theorems between them, `definitions` the first alone."""
 
     def __init__(self, tag: str = ""):
         self.tag = tag  # names this arithmetic's quotients apart from another's in one query
-        self.side: list = []
+        # the side conditions in the order made: a constraint, or (as a pair of quotient ids)
+        # the monotonicity theorems of two divisions by one divisor, built only when a query
+        # reads both (`_lemma`): a proof that reads many divisions by one divisor would
+        # otherwise build theorems for every pair of them, its time and memory quadratic
+        self._events: list = []
         self._memo: dict = {}
         self._by_divisor: dict = {}
+        self._divisions: dict = {}  # a quotient's id -> (its divisor's key, its place in order made, a, q, r)
+        self._lemma_memo: dict = {}
         self._alive: list = []
         self._n = 0
         # the same side conditions by what they define (`side_for`): a quotient's or remainder's
         # Z3 id -> (its definition, dividend, divisor, the ids of both), and the theorems
         # relating two quotients
         self._defines: dict = {}
-        self._lemmas: list = []   # (the ids of both quotients, constraints)
         self._always: list = []   # conditions of no quotient (a division by a non-positive int)
+        self._exact: set = set()  # the remainders stated zero (`exact`): each once
         self._const_memo: dict = {}  # a term's id -> the ids of its constants (`_consts`)
         self._held: list = []        # the terms of those ids, held so that no id is reused
         self._shared_memo: tuple = (None, None, [])  # (other, both memo sizes, `shared(other)`)
@@ -51,22 +59,57 @@ class Z3Ops(Ops):
         if key not in self._memo:
             q, r = self._fresh("q"), self._fresh("r")
             definition = [b > 0, a == q * b + r, r >= 0, r < b]
-            self.side += definition
+            self._events += definition
             self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b, (q.get_id(), r.get_id()))
-            # Floor division is monotone in the dividend. Z3's nonlinear arithmetic rarely
-            # finds this itself (it needs dividing an inequality by b), so state it for every
-            # pair of divisions by the same divisor: theorems, hence sound to add.
-            for (ka, kb), (a2, q2, r2) in self._by_divisor.items():
-                if kb == key[1]:
-                    lemma = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
-                             z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
-                             z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
-                    self.side += lemma
-                    self._lemmas.append(({q.get_id(), q2.get_id()}, lemma))
-            self._by_divisor[key] = (a, q, r)
+            # Floor division is monotone in the dividend: theorems for every pair of divisions
+            # by the same divisor (`_lemma`), listed here, built when asked
+            same = self._by_divisor.setdefault(key[1], [])
+            self._events += [(q.get_id(), q2) for q2 in same]
+            same.append(q.get_id())
+            self._divisions[q.get_id()] = (key[1], len(self._divisions), a, q, r)
             self._memo[key] = (q, r)
             self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
         return self._memo[key]
+
+    @property
+    def side(self) -> list:
+        """Every side condition made so far: definitions and theorems, in the order made."""
+        out: list = []
+        for e in self._events:
+            if type(e) is tuple:
+                out += self._lemma(e)
+            else:
+                out.append(e)
+        return out
+
+    @property
+    def definitions(self) -> list:
+        """The side conditions that are not theorems: every model of them satisfies `side`."""
+        return [e for e in self._events if type(e) is not tuple]
+
+    def _lemma(self, pair: tuple) -> list:
+        """The monotonicity theorems of the divisions whose quotients' ids are `pair` (the
+        newer first), made once. Floor division is monotone in the dividend; Z3's nonlinear
+        arithmetic rarely finds this itself (it needs dividing an inequality by b), so it is
+        stated: theorems, hence sound to add."""
+        if pair not in self._lemma_memo:
+            (_, _, a, q, r), (_, _, a2, q2, r2) = self._divisions[pair[0]], self._divisions[pair[1]]
+            self._lemma_memo[pair] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
+                                      z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
+                                      z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+        return self._lemma_memo[pair]
+
+    def _lemmas_among(self, reached: set) -> list:
+        """The theorems between two of this arithmetic's divisions whose quotients are both in
+        `reached` (ids)."""
+        out, by = [], {}
+        for i in sorted((i for i in reached if i in self._divisions), key=lambda i: self._divisions[i][1]):
+            by.setdefault(self._divisions[i][0], []).append(i)
+        for same in by.values():  # each in the order made, as `side` lists them
+            for j, newer in enumerate(same):
+                for older in same[:j]:
+                    out += self._lemma((newer, older))
+        return out
 
     def shared(self, other: "Z3Ops") -> list:
         """Equalities between this arithmetic's divisions and `other`'s of one dividend by one
@@ -122,32 +165,38 @@ class Z3Ops(Ops):
                 taken.add(id(definition))
                 out += definition
                 todo |= (self._consts(a) | self._consts(b)) & defines.keys() - reached
-        out += [c for o in arith for names, lemma in o._lemmas if names <= reached for c in lemma]
+        out += [c for o in arith for c in o._lemmas_among(reached)]
         for i, o in enumerate(arith):
             out += [c for o2 in arith[i + 1:] for names, lemma in o._shared_of(o2) if names <= reached for c in lemma]
         return out
 
     def _consts(self, e) -> frozenset:
         """The ids of the constants in `e`, remembered for every subterm (a proof's queries
-        share their terms: each is walked once). The terms are held, so no id is reused."""
+        share their terms: each is walked once). The walk reads Z3's terms through its C API,
+        without a Python object per subterm (a proof walks hundreds of thousands); `e` is held,
+        and with it every subterm, so no id is reused."""
         if not z3.is_expr(e):
             return frozenset()
-        memo = self._const_memo
-        stack = [(e, None)]
+        memo, ctx = self._const_memo, e.ctx.ref()
+        top = e.as_ast()
+        if C.Z3_get_ast_id(ctx, top) in memo:
+            return memo[C.Z3_get_ast_id(ctx, top)]
+        self._held.append(e)
+        stack = [(top, None)]
         while stack:
-            x, kids = stack.pop()
-            i = x.get_id()
+            a, kids = stack.pop()
+            i = C.Z3_get_ast_id(ctx, a)
             if i in memo:
                 continue
             if kids is None:
-                kids = x.children()
-                stack.append((x, kids))
-                stack += [(c, None) for c in kids if c.get_id() not in memo]
+                kids = _kids(ctx, a)
+                stack.append((a, kids))
+                stack += [(k, None) for k in kids]
                 continue
-            leaf = z3.is_const(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED
-            memo[i] = frozenset((i,)) if leaf else frozenset().union(*[memo[c.get_id()] for c in kids])
-            self._held.append(x)
-        return memo[e.get_id()]
+            leaf = not kids and C.Z3_get_ast_kind(ctx, a) == z3.Z3_APP_AST and C.Z3_get_decl_kind(
+                ctx, C.Z3_get_app_decl(ctx, C.Z3_to_app(ctx, a))) == z3.Z3_OP_UNINTERPRETED
+            memo[i] = frozenset((i,)) if leaf else frozenset().union(*[memo[C.Z3_get_ast_id(ctx, k)] for k in kids])
+        return memo[C.Z3_get_ast_id(ctx, top)]
 
     def _shared_of(self, other: "Z3Ops") -> list:
         """`shared(other)`, made again only when either arithmetic has divided since (the
@@ -161,20 +210,22 @@ class Z3Ops(Ops):
     def _positive(self, b: int) -> bool:
         """A divisor must be positive (the runtime fails closed otherwise): else nothing holds."""
         if b <= 0:
-            self.side.append(z3.BoolVal(False))
+            self._events.append(z3.BoolVal(False))
             self._always.append(z3.BoolVal(False))
         return b > 0
 
     def exact(self, a, b):
         if _is_int(a) and _is_int(b):
             if b <= 0 or a % b:
-                self.side.append(z3.BoolVal(False))
+                self._events.append(z3.BoolVal(False))
                 self._always.append(z3.BoolVal(False))
                 return 0
             return a // b
         q, r = self._divmod(a, b)
-        self.side.append(r == 0)
-        self._defines[q.get_id()][0].append(r == 0)  # (the list `side` took: exactness joins the definition)
+        if r.get_id() not in self._exact:  # once: a reading that divides again adds nothing to either list
+            self._exact.add(r.get_id())
+            self._events.append(r == 0)
+            self._defines[q.get_id()][0].append(r == 0)  # (the list `side` took: exactness joins the definition)
         return q
 
     def and_(self, xs):
@@ -185,3 +236,13 @@ class Z3Ops(Ops):
 
     def not_(self, x):
         return z3.Not(x) if not isinstance(x, bool) else not x
+
+
+def _kids(ctx, a) -> list:
+    """The direct subterms of the Z3 term `a` (a pointer): an application's arguments, a
+    quantifier's body."""
+    kind = C.Z3_get_ast_kind(ctx, a)
+    if kind == z3.Z3_APP_AST:
+        app = C.Z3_to_app(ctx, a)
+        return [C.Z3_get_app_arg(ctx, app, j) for j in range(C.Z3_get_app_num_args(ctx, app))]
+    return [C.Z3_get_quantifier_body(ctx, a)] if kind == z3.Z3_QUANTIFIER_AST else []
