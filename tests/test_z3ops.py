@@ -42,7 +42,7 @@ def _pair(ops, t):
 
 def _check_side_for(ops, other, term, reads):
     side = ops.side_for([term], other)
-    everything = {c.get_id() for c in ops.side + other.side + other.shared_equal(ops)}
+    everything = {c.get_id() for c in ops.side + other.side + ops.shared_equal(other)}
     assert all(c.get_id() in everything for c in side), "side_for gave a condition no arithmetic has"
     named = set().union(*[_consts(c) for c in side]) if side else set()
     assert reads <= named, f"{term}: the definitions of {reads - named} are missing"
@@ -156,3 +156,24 @@ def test_side_lists_each_condition_once_and_the_theorems_in_the_order_made():
     kinds = ["theorem" if z3.is_implies(e) else "definition" for e in x.side]
     assert kinds == ["definition"] * 9 + ["theorem"] * 4 + ["definition"] * 4 + ["theorem"] * 8 + \
         ["definition"] * 4
+
+
+def test_side_for_gives_the_shared_equalities_of_exactly_the_pairs_read():
+    """Two arithmetics reading the same tower (two configurations' readings of one size): a
+    term reading a quotient of each gets their equalities where they divide the same terms,
+    and no equality of a pair it does not read."""
+    for seed in range(20):
+        x, y = Z3Ops("x."), Z3Ops("y.")
+        sizes = [z3.Int(f"s{i}") for i in range(3)]
+        tx = _random_tower(random.Random(seed), x, sizes)
+        ty = _random_tower(random.Random(seed), y, sizes)
+        pick = random.Random(-seed)
+        for _ in range(5):
+            (a, ra), (b, rb) = pick.choice(tx), pick.choice(ty)
+            side = x.side_for([a + b], y)
+            pairs = [(({str(q), str(r)}, {str(q2), str(r2)}), [q == q2, r == r2])
+                     for key, (q, r) in x._memo.items() if key in y._memo for q2, r2 in [y._memo[key]]]
+            assert pairs  # the towers' first divisions read sizes alone: those two are one
+            for (nx, ny), equal in pairs:
+                read = nx <= ra and ny <= rb
+                assert all(any(z3.eq(c, d) for d in side) == read for c in equal), f"seed {seed}: {equal}, read {read}"

@@ -27,14 +27,14 @@ class Z3Ops(Ops):
 
     def __init__(self, tag: str = ""):
         self.tag = tag  # names this arithmetic's quotients apart from another's in one query
-        # the side conditions in the order made: a constraint, or (as a pair of quotient ids)
-        # the monotonicity theorems of two divisions by one divisor, built only when a query
-        # reads both (`_lemma`): a proof that reads many divisions by one divisor would
-        # otherwise build theorems for every pair of them, its time and memory quadratic
+        # the side conditions in the order made: a constraint, or (a quotient's id, how many
+        # divisions by its divisor came before) for the monotonicity theorems between it and
+        # each of those, built only when asked (`_lemma`): a proof that reads many divisions by
+        # one divisor would otherwise build theorems for every pair, its time and memory quadratic
         self._events: list = []
         self._memo: dict = {}
-        self._by_divisor: dict = {}
-        self._divisions: dict = {}  # a quotient's id -> (its divisor's key, its place in order made, a, q, r)
+        self._by_divisor: dict = {}  # a divisor's key -> the ids of the quotients by it, in the order made
+        self._divisions: dict = {}  # a quotient's id -> (its divisor's key, its place in order made, a, q, r, key)
         self._lemma_memo: dict = {}
         self._alive: list = []
         self._n = 0
@@ -46,7 +46,6 @@ class Z3Ops(Ops):
         self._exact: set = set()  # the remainders stated zero (`exact`): each once
         self._const_memo: dict = {}  # a term's id -> the ids of its constants (`_consts`)
         self._held: list = []        # the terms of those ids, held so that no id is reused
-        self._shared_memo: tuple = (None, None, [])  # (other, both memo sizes, `shared(other)`)
         self.cmp = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
                     ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
 
@@ -64,9 +63,9 @@ class Z3Ops(Ops):
             # Floor division is monotone in the dividend: theorems for every pair of divisions
             # by the same divisor (`_lemma`), listed here, built when asked
             same = self._by_divisor.setdefault(key[1], [])
-            self._events += [(q.get_id(), q2) for q2 in same]
+            self._events.append((q.get_id(), len(same)))
             same.append(q.get_id())
-            self._divisions[q.get_id()] = (key[1], len(self._divisions), a, q, r)
+            self._divisions[q.get_id()] = (key[1], len(self._divisions), a, q, r, key)
             self._memo[key] = (q, r)
             self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
         return self._memo[key]
@@ -76,8 +75,10 @@ class Z3Ops(Ops):
         """Every side condition made so far: definitions and theorems, in the order made."""
         out: list = []
         for e in self._events:
-            if type(e) is tuple:
-                out += self._lemma(e)
+            if type(e) is tuple:  # a division: its theorems with each earlier one by its divisor
+                q, n = e
+                for older in self._by_divisor[self._divisions[q][0]][:n]:
+                    out += self._lemma((q, older))
             else:
                 out.append(e)
         return out
@@ -93,7 +94,7 @@ class Z3Ops(Ops):
         arithmetic rarely finds this itself (it needs dividing an inequality by b), so it is
         stated: theorems, hence sound to add."""
         if pair not in self._lemma_memo:
-            (_, _, a, q, r), (_, _, a2, q2, r2) = self._divisions[pair[0]], self._divisions[pair[1]]
+            (_, _, a, q, r, _), (_, _, a2, q2, r2, _) = self._divisions[pair[0]], self._divisions[pair[1]]
             self._lemma_memo[pair] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
                                       z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
                                       z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
@@ -153,21 +154,34 @@ class Z3Ops(Ops):
         Post-conditions: every returned constraint is in some `side` or `shared`; a quotient
         read by `terms` has its definition returned."""
         arith = (self, *others)
-        defines = {n: d for o in arith for n, d in o._defines.items()}
         out = [c for o in arith for c in o._always]
         reached: set = set()
         taken: set = set()
-        todo = set().union(*[self._consts(e) for e in terms]) & defines.keys()
-        while todo:
-            definition, a, b, pair = defines[todo.pop()]
+        todo = set().union(*[self._consts(e) for e in terms])
+        while todo:  # (each arithmetic's table looked up in turn: merged, it would cost every query
+            i = todo.pop()  # time in all the divisions made so far)
+            found = next((o._defines[i] for o in arith if i in o._defines), None)
+            if found is None:
+                continue
+            definition, a, b, pair = found
             reached |= set(pair)  # a remainder read is its quotient defined: the theorems on either hold
             if id(definition) not in taken:
                 taken.add(id(definition))
                 out += definition
-                todo |= (self._consts(a) | self._consts(b)) & defines.keys() - reached
+                todo |= (self._consts(a) | self._consts(b)) - reached
         out += [c for o in arith for c in o._lemmas_among(reached)]
         for i, o in enumerate(arith):
-            out += [c for o2 in arith[i + 1:] for names, lemma in o._shared_of(o2) if names <= reached for c in lemma]
+            out += [c for o2 in arith[i + 1:] for c in o._shared_among(o2, reached)]
+        return out
+
+    def _shared_among(self, other: "Z3Ops", reached: set) -> list:
+        """The equalities of `shared(other)` whose two quotients are both in `reached` (ids)."""
+        out = []
+        for i in sorted(i for i in reached if i in self._divisions):
+            key, q, r = self._divisions[i][5], self._divisions[i][3], self._divisions[i][4]
+            if key in other._memo and other._memo[key][0].get_id() in reached:
+                q2, r2 = other._memo[key]
+                out += [q == q2, r == r2]
         return out
 
     def _consts(self, e) -> frozenset:
@@ -197,15 +211,6 @@ class Z3Ops(Ops):
                 ctx, C.Z3_get_app_decl(ctx, C.Z3_to_app(ctx, a))) == z3.Z3_OP_UNINTERPRETED
             memo[i] = frozenset((i,)) if leaf else frozenset().union(*[memo[C.Z3_get_ast_id(ctx, k)] for k in kids])
         return memo[C.Z3_get_ast_id(ctx, top)]
-
-    def _shared_of(self, other: "Z3Ops") -> list:
-        """`shared(other)`, made again only when either arithmetic has divided since (the
-        cache holds `other` itself: an id alone could be a new arithmetic's at a reused address)."""
-        held, sizes, pairs = self._shared_memo
-        if held is not other or sizes != (len(self._memo), len(other._memo)):
-            pairs = self.shared(other)
-            self._shared_memo = (other, (len(self._memo), len(other._memo)), pairs)
-        return pairs
 
     def _positive(self, b: int) -> bool:
         """A divisor must be positive (the runtime fails closed otherwise): else nothing holds."""
