@@ -546,11 +546,15 @@ class _Terms:
         self.atoms = {**fam.atoms.by_symbol, **own}
         self.divisions: list = []
         self.models = (my, mx)
+        self._memo: dict = {}  # the plans of a case repeat their sizes: each is read once
 
     def __call__(self, e):
-        n, d = sympy.fraction(sympy.together(sympy.cancel(sympy.sympify(e))))  # (1/2 as a coefficient too)
-        return self._div("/", self._term(sympy.expand(n)), self._term(sympy.expand(d))) if d != 1 else \
-            self._term(sympy.expand(n))
+        e = sympy.sympify(e)
+        if e not in self._memo:
+            n, d = sympy.fraction(sympy.together(sympy.cancel(e)))  # (1/2 as a coefficient too)
+            self._memo[e] = self._div("/", self._term(sympy.expand(n)), self._term(sympy.expand(d))) if d != 1 \
+                else self._term(sympy.expand(n))
+        return self._memo[e]
 
     def _div(self, op, a, b):
         if op not in DIVISIONS:
@@ -640,12 +644,14 @@ def _cover(mx: Model, my: Model, runs, sides: _Sides, in_page: bool = False, one
     # and the local layout is one-to-one, so two writes of one byte are writes of one element
     if not one_to_one:
         yield "the consumer's local layout is not one-to-one", query(my, "local-bijective")[0]
-    for j, a in enumerate(runs):
-        for k, b in enumerate(runs[j:], start=j):
-            ia, ca, _, da = _pick(my, a)
-            ib, cb, _, db = _pick(my, b)
-            iy, by, _ = _reading(my, ca, a[4], da, "")
-            iy2, by2, _ = _reading(my, cb, b[4], db, "")
+    # two bytes of each run, each with its reading: a pair of runs takes one of each (a byte of
+    # each copy, apart even for one run); the queries are solved apart, so they may share names
+    picks = [[_pick(my, r) for r in runs] for _ in range(2)]
+    reads = [[_reading(my, cs, r[4], dst, "") for (_, cs, _, dst), r in zip(copy, runs)] for copy in picks]
+    for j in range(len(runs)):
+        for k in range(j, len(runs)):
+            (ia, ca, _, _), (ib, cb, _, _) = picks[0][j], picks[1][k]
+            (iy, by, _), (iy2, by2, _) = reads[0][j], reads[1][k]
             apart = z3.BoolVal(True) if j != k else z3.Or(*[x != y for x, y in zip(ca, cb)], z3.BoolVal(False))
             yield f"runs {j} and {k} write one consumer byte twice", \
                 z3.And(*ia, *ib, apart, by == by2, *[iy[n] == iy2[n] for n in iy])

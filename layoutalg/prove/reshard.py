@@ -18,6 +18,7 @@ canonical page exactly: `layoutalg prove`).
 from __future__ import annotations
 
 import time
+import weakref
 from typing import NamedTuple, Sequence
 
 import z3
@@ -218,7 +219,7 @@ def _match(mx: Model, my: Model, plan, cross=None):
 
 def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     models = [m for m in (mx, my) if m is not None]
-    given = [a for m in models for a in m.assumptions()] + [violation]
+    given = [a for m in models for a in _assumed(m)] + [violation]
     # the definitions of the quotients these terms read, not those every earlier query made,
     # with the two readings' divisions of one shared size equal (one quotient): fewer
     # constraints, so unsat here is unsat with all of them; a model is looked for again with
@@ -229,6 +230,19 @@ def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     if res == z3.sat:
         res, s = _check_z3(budget, given + [c for m in models for c in m.ops.definitions])
     return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
+
+
+_ASSUMED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _assumed(m: Model) -> list:
+    """`m.assumptions()`, made once per model and page guard (a proof asks thousands of queries
+    of one model: the same terms each time, built again at a cost in Python)."""
+    key = (m.page_guard, m.symbolic)
+    held = _ASSUMED.get(m)
+    if held is None or held[0] != key:
+        held = _ASSUMED[m] = (key, m.assumptions())
+    return held[1]
 
 
 def _check_z3(budget: Budget, constraints: list):
