@@ -6,7 +6,7 @@ Each pair is proved in a fresh process (`prove.replan.prove_all_sizes`, the ship
 library, default budgets), so no pair inherits another's Z3 terms. Pairs across another
 cp with k = 2, 4 and 8 small pages a big one (k * k strided pieces a residue case, one case
 per residue); --slow adds split HND tp=8,dcp=8,interleave=4 -> tp=8 (64 virtual producers
-in 8 cases: about 25 minutes on 2 cores). A pair whose rows are not all proved is printed
+in 8 cases: about 17 minutes on 2 cores). A pair whose rows are not all proved is printed
 as such: a time of a proof that failed is no benchmark.
 """
 from __future__ import annotations
