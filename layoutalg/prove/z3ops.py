@@ -38,9 +38,8 @@ class Z3Ops(Ops):
         self._lemma_memo: dict = {}
         self._alive: list = []
         self._n = 0
-        # the same side conditions by what they define (`side_for`): a quotient's or remainder's
-        # Z3 id -> (its definition, dividend, divisor, the ids of both), and the theorems
-        # relating two quotients
+        # the definitions by what they define (`side_for`): a quotient's or remainder's Z3 id ->
+        # (its definition, dividend, divisor, the ids of both)
         self._defines: dict = {}
         self._always: list = []   # conditions of no quotient (a division by a non-positive int)
         self._exact: set = set()  # the remainders stated zero (`exact`): each once
