@@ -7,6 +7,8 @@ are combined in Python, so configurations with concrete sizes stay linear.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import z3
 from z3 import z3core as C
 
@@ -19,6 +21,17 @@ def _is_int(x) -> bool:
 
 def _key(x):
     return ("i", x) if _is_int(x) else ("z", x.get_id())
+
+
+class _Division(NamedTuple):
+    """One division `a = q * b + r` of an arithmetic: its memo key (the ids of a and b), and its
+    place in the order the divisions were made."""
+
+    key: tuple
+    order: int
+    a: object
+    q: object
+    r: object
 
 
 class Z3Ops(Ops):
@@ -34,7 +47,7 @@ class Z3Ops(Ops):
         self._events: list = []
         self._memo: dict = {}
         self._by_divisor: dict = {}  # a divisor's key -> the ids of the quotients by it, in the order made
-        self._divisions: dict = {}  # a quotient's id -> (its divisor's key, its place in order made, a, q, r, key)
+        self._divisions: dict = {}  # a quotient's id -> its `_Division`
         self._lemma_memo: dict = {}
         self._alive: list = []
         self._n = 0
@@ -64,7 +77,7 @@ class Z3Ops(Ops):
             same = self._by_divisor.setdefault(key[1], [])
             self._events.append((q.get_id(), len(same)))
             same.append(q.get_id())
-            self._divisions[q.get_id()] = (key[1], len(self._divisions), a, q, r, key)
+            self._divisions[q.get_id()] = _Division(key, len(self._divisions), a, q, r)
             self._memo[key] = (q, r)
             self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
         return self._memo[key]
@@ -76,7 +89,7 @@ class Z3Ops(Ops):
         for e in self._events:
             if type(e) is tuple:  # a division: its theorems with each earlier one by its divisor
                 q, n = e
-                for older in self._by_divisor[self._divisions[q][0]][:n]:
+                for older in self._by_divisor[self._divisions[q].key[1]][:n]:
                     out += self._lemma((q, older))
             else:
                 out.append(e)
@@ -93,7 +106,7 @@ class Z3Ops(Ops):
         arithmetic rarely finds this itself (it needs dividing an inequality by b), so it is
         stated: theorems, hence sound to add."""
         if pair not in self._lemma_memo:
-            (_, _, a, q, r, _), (_, _, a2, q2, r2, _) = self._divisions[pair[0]], self._divisions[pair[1]]
+            (_, _, a, q, r), (_, _, a2, q2, r2) = self._divisions[pair[0]], self._divisions[pair[1]]
             self._lemma_memo[pair] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
                                       z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
                                       z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
@@ -103,8 +116,8 @@ class Z3Ops(Ops):
         """The theorems between two of this arithmetic's divisions whose quotients are both in
         `reached` (ids)."""
         out, by = [], {}
-        for i in sorted((i for i in reached if i in self._divisions), key=lambda i: self._divisions[i][1]):
-            by.setdefault(self._divisions[i][0], []).append(i)
+        for i in sorted((i for i in reached if i in self._divisions), key=lambda i: self._divisions[i].order):
+            by.setdefault(self._divisions[i].key[1], []).append(i)
         for same in by.values():  # each in the order made, as `side` lists them
             for j, newer in enumerate(same):
                 for older in same[:j]:
@@ -177,7 +190,7 @@ class Z3Ops(Ops):
         """The equalities of `shared(other)` whose two quotients are both in `reached` (ids)."""
         out = []
         for i in sorted(i for i in reached if i in self._divisions):
-            key, q, r = self._divisions[i][5], self._divisions[i][3], self._divisions[i][4]
+            key, _, _, q, r = self._divisions[i]
             if key in other._memo and other._memo[key][0].get_id() in reached:
                 q2, r2 = other._memo[key]
                 out += [q == q2, r == r2]
