@@ -7,8 +7,9 @@
     m.store(kv_caches, block_ids, pages, page_ids) # model pages: each layer's page at m.offsets[name]
 
 `pages` is a `(num_pages, canonical_page_size_bytes)` uint8 tensor (pinned or shared host
-memory, a file mapped into memory, a device buffer); block `block_ids[i]` of `kv` goes
-to or comes from page `page_ids[i]`. Writers take turns by canonical page id
+memory, a file mapped into memory, a device buffer), on `kv`'s device or another (a GPU's
+KV cache offloaded to host pages: each chunk is gathered on one device, carried, and
+scattered on the other); block `block_ids[i]` of `kv` goes to or comes from page `page_ids[i]`. Writers take turns by canonical page id
 (`page_id % num_writers == writer_index`), as engines key them by the offload page.
 
 Each run is a progression of equal fragments on each side. Where a side's fragments start
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -227,8 +229,6 @@ class CopyPlan:
             got = (tuple(pages.shape), pages.dtype) if isinstance(pages, torch.Tensor) else type(pages)
             raise LayoutMismatch(f"{op}: pages must be a (num_pages, {self.mapping.canonical_page_size_bytes}) "
                                  f"uint8 tensor, got {got}")
-        if pages.device != first.device:
-            raise LayoutMismatch(f"{op}: pages are on {pages.device} but kv is on {first.device}")
         segs = layer_segments(kv, self.mapping, "kv", op)
         cb = page_bytes(pages, self.mapping.canonical_page_size_bytes, "pages", op)
         for seg in segs:
@@ -373,6 +373,8 @@ def _words(raw: torch.Tensor, w: int) -> torch.Tensor:
 
 _CHUNK = 1 << 21
 """Bytes of fragments gathered at a time: the gathered chunk is still in cache when it is scattered."""
+_ACROSS = 1 << 25
+"""Bytes of fragments a chunk carries between devices: each carry waits for the copy, so fewer, larger."""
 
 
 def _rows(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor):
@@ -395,36 +397,64 @@ def _rows(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor)
     return rows, which[:, None] * (step // n) + frag[None, :]  # (blocks, rows a block)
 
 
+class _Frags(NamedTuple):
+    """A side on the CPU through numpy: `frags` the run's fragments of every block (`_np_view`),
+    `ids` the blocks asked for, `dtype` the words."""
+    frags: object
+    ids: object
+    dtype: torch.dtype
+
+    def take(self, lo: int, hi: int) -> torch.Tensor:
+        return torch.from_numpy(self.frags[self.ids[lo:hi]].view(_np.uint8)).view(self.dtype)
+
+    def put(self, lo: int, hi: int, data: torch.Tensor) -> None:
+        bytes_ = data.contiguous().view(torch.uint8).numpy()
+        self.frags[self.ids[lo:hi]] = bytes_.view(self.frags.dtype).reshape(-1, self.frags.shape[1])
+
+
+class _Indexed(NamedTuple):
+    """A side through torch's index ops: `take(lo, hi)` and `put(lo, hi, data)` (`_side`)."""
+    take: Callable
+    put: Callable
+
+
+def _side(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor):
+    """One side of run `r` for blocks `which`, whose `take(lo, hi)` gives the fragments of
+    blocks `which[lo:hi]` as words on this side's device, one block a row in fragment order,
+    and `put(lo, hi, data)` writes such rows there. On the CPU (with numpy) an array of
+    whole fragments (`_Frags`) indexed a block at a time; elsewhere whole rows of a dense
+    2-D view (`_rows`) by torch's index ops, else a 3-D strided view of the run."""
+    if _np is not None and words.device.type == "cpu":
+        return _Frags(_np_view(words, offset, stride, r), which.cpu().numpy(), words.dtype)
+    width = r.num_fragments * r.fragment_size // words.element_size()  # words of the run a block
+    rows = _rows(words, offset, stride, r, which.to(words.device))
+    if rows:
+        buf, nums = rows
+        return _Indexed(lambda lo, hi: buf.index_select(0, nums[lo:hi].reshape(-1)).reshape(-1, width),
+                        lambda lo, hi, data: buf.index_copy_(0, nums[lo:hi].reshape(-1),
+                                                             data.reshape(-1, buf.shape[1])))
+    view, ids = _view(words, offset, stride, r), which.to(words.device)
+    return _Indexed(lambda lo, hi: view.index_select(0, ids[lo:hi]).reshape(-1, width),
+                    lambda lo, hi, data: view.index_copy_(0, ids[lo:hi], data.reshape(-1, *view.shape[1:])))
+
+
 def _copy_run(src: tuple, dst: tuple, r) -> None:
     """Copy run `r` of blocks `src[3]` into blocks `dst[3]` (each side `(words, offset, stride,
-    which)`), a chunk of blocks at a time: gathered, then scattered while still in cache.
-    On the CPU (with numpy) each side is an array of whole fragments (`_np_view`), indexed a
-    block at a time; elsewhere a side whose fragments start on rows of a dense 2-D view
-    (`_rows`) moves whole rows by torch's index ops, else a 3-D strided view of the run."""
+    which)`), a chunk of blocks at a time: gathered on the source's device (`_side`), carried
+    to the destination's where the two differ (a GPU's KV cache and pages in host memory),
+    and scattered there, while still in cache where both are one. Numpy to numpy, each
+    fragment is one memcpy (an element of both sides' arrays)."""
     (sw, so, ss, sb), (dw, do, ds, db) = src, dst
-    fw = r.fragment_size // sw.element_size()
-    per = max(1, _CHUNK // max(1, r.fragment_size * r.num_fragments))  # blocks a chunk
-    if _np is not None and sw.device.type == dw.device.type == "cpu":
-        if r.num_fragments > 1 and ss == ds == r.fragment_size:  # dense on both sides: one stretch a block
-            r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
-        s_np, d_np = _np_view(sw, so, ss, r), _np_view(dw, do, ds, r)
-        s_ids, d_ids = sb.numpy(), db.numpy()
-        for at in range(0, s_ids.size, per):  # numpy indexes the block axis of strided views: one index a block
-            d_np[d_ids[at:at + per]] = s_np[s_ids[at:at + per]]
+    if r.num_fragments > 1 and ss == ds == r.fragment_size:  # dense on both sides: one stretch a block
+        r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
+    per = max(1, (_CHUNK if sw.device == dw.device else _ACROSS) // max(1, r.fragment_size * r.num_fragments))
+    a, b = _side(sw, so, ss, r, sb), _side(dw, do, ds, r, db)
+    if isinstance(a, _Frags) and isinstance(b, _Frags):
+        for at in range(0, sb.numel(), per):  # numpy indexes the block axis of strided views: one index a block
+            b.frags[b.ids[at:at + per]] = a.frags[a.ids[at:at + per]]
         return
-    s_rows, d_rows = _rows(sw, so, ss, r, sb), _rows(dw, do, ds, r, db)
     for at in range(0, sb.numel(), per):
-        if s_rows:
-            data = s_rows[0].index_select(0, s_rows[1][at:at + per].reshape(-1).to(sw.device))
-        else:
-            data = _view(sw, so, ss, r).index_select(0, sb[at:at + per].to(sw.device))
-        data = data.reshape(-1, r.num_fragments * fw)  # one block a row, in fragment order
-        if d_rows:
-            d_rows[0].index_copy_(0, d_rows[1][at:at + per].reshape(-1).to(dw.device),
-                                  data.reshape(-1, d_rows[0].shape[1]))
-        else:
-            _view(dw, do, ds, r).index_copy_(0, db[at:at + per].to(dw.device),
-                                             data.view(-1, r.num_fragments, fw))
+        b.put(at, at + per, a.take(at, at + per).to(dw.device))
 
 
 def _np_view(words: torch.Tensor, offset: int, stride: int, r):

@@ -320,29 +320,10 @@ def _store_worker(rank: int, job: dict):
     buf = _pages(job, "pages", group, layers)
     small = job["coordinates"] if job.get("small") == "store" else None
     kvs = _fill(group, rank, layers, pages, blocks, small, dev)
-    if dev.type == "cpu":
-        for layer, kv in enumerate(kvs):
-            plan(m, kv).store(kv, blocks, buf[layer], pages)
-    else:
-        staged_store(m, kvs, blocks, buf, pages)
+    for layer, kv in enumerate(kvs):  # from the device's KV cache straight into shared host pages
+        plan(m, kv).store(kv, blocks, buf[layer], pages)
     dist.barrier()
     dist.destroy_process_group()
-
-
-def staged_store(m, kvs: list, blocks: torch.Tensor, buf: torch.Tensor, pages: torch.Tensor) -> None:
-    """Store each layer's `kvs[layer]` (on a device) into host pages `buf[layer]` as an offload
-    worker would: through pages on the device, of which only the bytes this rank's runs write
-    (its writer election's) go to the host, the others being other ranks' to write."""
-    from .copy import plan
-    dev = kvs[0].device
-    staged = torch.zeros(buf.shape[1:], dtype=torch.uint8, device=dev)
-    ones = torch.empty_like(kvs[0])  # (its shape and strides)
-    torch.empty(0, dtype=torch.uint8, device=dev).set_(ones.untyped_storage()).fill_(255)
-    plan(m, ones).store(ones, blocks, staged, pages)
-    mine = (staged == 255).cpu()  # every byte a run of this rank's election writes, and none other
-    for layer, kv in enumerate(kvs):
-        plan(m, kv).store(kv, blocks, staged, pages)
-        buf[layer][mine] = staged.cpu()[mine]
 
 
 def _load_worker(rank: int, job: dict):
@@ -355,7 +336,7 @@ def _load_worker(rank: int, job: dict):
     kvs = []
     for layer in range(layers):
         kv = group.empty(dev).zero_()
-        plan(m, kv).load(buf[layer].to(dev), pages, kv, blocks)
+        plan(m, kv).load(buf[layer], pages, kv, blocks)  # host pages into the device's KV cache
         kvs.append(kv)
     small = job["coordinates"] if job.get("small") == "load" else None
     _report(folder, rank, _verify(group, rank, kvs, pages, blocks, small), 0)

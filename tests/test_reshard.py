@@ -506,34 +506,6 @@ def test_gather_and_scatter_check_the_tensors_the_mappings_were_derived_for():
     scatter(p, src, data, ykv, [0, 1])
 
 
-@pytest.mark.parametrize("family, heads, config", [
-    ("split_nhd", 2, "tp=8"),                      # GQA: four ranks hold each head, one writes each page
-    ("split_hnd", 2, "tp=4,dcp=2,interleave=2"),  # replicated heads across dcp
-    ("flash_nhd", 4, "tp=4"), ("quant_packed", 4, "tp=4"), ("mla", 1, "tp=4")])
-def test_a_store_staged_on_the_device_writes_the_bytes_a_direct_store_writes(family, heads, config):
-    """`--device cuda` stores through pages on the device and moves to the host only the bytes
-    each rank's election writes (run here with host tensors for the device): the shared pages
-    hold what every rank storing straight into them gives, byte for byte. Whole staged pages
-    would clobber other ranks' bytes: several ranks write parts of one page."""
-    from layoutalg.distributed import staged_store
-    group = _group(family, heads, config)
-    kvs, pages, blocks = _filled(group)
-    gen = torch.Generator().manual_seed(5)
-    n = group.mappings[0].canonical_page_size_bytes
-    start = torch.randint(0, 256, (1, BLOCKS, n), generator=gen, dtype=torch.uint8)  # (what was there before)
-    direct, staged = start.clone(), start.clone()
-    writers = torch.zeros(BLOCKS, n, dtype=torch.int64)
-    for m, kv in zip(group.mappings, kvs):
-        plan(m, kv).store(kv, blocks, direct[0], pages)
-        before = staged.clone()
-        staged_store(m, [kv], blocks, staged, pages)
-        writers += (staged[0] != before[0]).long()
-    assert torch.equal(staged, direct)
-    assert not torch.equal(direct, start)
-    shared = (writers > 0).sum(1)
-    assert int(shared.min()) < n or len(group.mappings) == 1  # ranks write parts of pages, not whole ones
-
-
 @pytest.mark.parametrize("device, world, gpus, backend", [
     ("cpu", 4, 0, "gloo"), ("cpu", 4, 8, "gloo"), ("cuda", 4, 4, "nccl"), ("cuda", 6, 8, "nccl"),
     ("cuda", 4, 1, "gloo")])  # NCCL refuses two ranks on one GPU: gloo, through host memory
