@@ -1,6 +1,6 @@
 """Copy plans against a plain copy of the same bytes, on the CPU (one thread) or a GPU.
 
-    python benchmarks/copy_bench.py [--device cuda]
+    python benchmarks/copy_bench.py [--device cuda] [--blocks N]
 
 For each layout (rank 1 of its group): store (this rank's runs into canonical pages at
 scattered page ids, where it is the writer) and load (those blocks back), in GB/s of
@@ -81,9 +81,12 @@ def row(name: str, layer: LayerSpec, par: ParallelConfig, kv: torch.Tensor, seed
 
 
 def main() -> None:
+    global BLOCKS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    device = ap.parse_args().device
+    ap.add_argument("--blocks", type=int, default=BLOCKS, help=f"blocks a batch (default {BLOCKS})")
+    args = ap.parse_args()
+    device, BLOCKS = args.device, args.blocks
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("copy_bench: --device cuda, but torch sees no CUDA device here")
     torch.set_num_threads(1)

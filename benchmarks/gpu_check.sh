@@ -18,6 +18,7 @@ python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; pr
 check tests python3 -m pytest -q -p no:cacheprovider tests/test_copy_devices.py tests/test_copy_plan.py \
     tests/test_layer_tensors.py tests/test_torch_copy_validation.py
 check copy_bench python3 benchmarks/copy_bench.py --device cuda
+check copy_bench_big python3 benchmarks/copy_bench.py --device cuda --blocks 8192  # a call's fixed cost spread
 R="python3 -m layoutalg reshard --blocks 64 --layers 2 --device cuda"
 check hnd_4_2 $R --family split_hnd --store tp=4 --load tp=2 --heads 8
 check hnd_4_2_direct $R --family split_hnd --store tp=4 --load tp=2 --heads 8 --direct

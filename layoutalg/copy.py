@@ -241,7 +241,7 @@ class CopyPlan:
         for name, t, must in (("page_ids", ids, unique_pages), ("block_ids", blocks, unique_blocks)):
             if must and torch.unique(t).numel() != t.numel():
                 raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
-        return blocks.to(first.device), ids.to(first.device), self._words_of(segs, cb)
+        return blocks, ids, self._words_of(segs, cb)  # (on the CPU: elections and row numbers are made there)
 
     def _words_of(self, segs: tuple, cb: torch.Tensor) -> tuple[tuple, torch.Tensor]:
         """Both sides (`(blocks, bytes)` views: the local page's stretches, the pages) as words
@@ -372,9 +372,11 @@ def _words(raw: torch.Tensor, w: int) -> torch.Tensor:
 
 
 _CHUNK = 1 << 21
-"""Bytes of fragments gathered at a time: the gathered chunk is still in cache when it is scattered."""
+"""Bytes of fragments gathered at a time on the CPU: the chunk is still in cache when it is scattered."""
 _ACROSS = 1 << 25
 """Bytes of fragments a chunk carries between devices: each carry waits for the copy, so fewer, larger."""
+_DEVICE = 1 << 28
+"""Bytes of fragments gathered at a time on a GPU: each chunk costs kernel launches, not cache."""
 
 
 def _rows(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor):
@@ -427,9 +429,9 @@ def _side(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor)
     if _np is not None and words.device.type == "cpu":
         return _Frags(_np_view(words, offset, stride, r), which.cpu().numpy(), words.dtype)
     width = r.num_fragments * r.fragment_size // words.element_size()  # words of the run a block
-    rows = _rows(words, offset, stride, r, which.to(words.device))
+    rows = _rows(words, offset, stride, r, which.cpu())
     if rows:
-        buf, nums = rows
+        buf, nums = rows[0], rows[1].to(words.device)  # row numbers made on the CPU, moved in one copy
         return _Indexed(lambda lo, hi: buf.index_select(0, nums[lo:hi].reshape(-1)).reshape(-1, width),
                         lambda lo, hi, data: buf.index_copy_(0, nums[lo:hi].reshape(-1),
                                                              data.reshape(-1, buf.shape[1])))
@@ -447,7 +449,8 @@ def _copy_run(src: tuple, dst: tuple, r) -> None:
     (sw, so, ss, sb), (dw, do, ds, db) = src, dst
     if r.num_fragments > 1 and ss == ds == r.fragment_size:  # dense on both sides: one stretch a block
         r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
-    per = max(1, (_CHUNK if sw.device == dw.device else _ACROSS) // max(1, r.fragment_size * r.num_fragments))
+    chunk = _ACROSS if sw.device != dw.device else _CHUNK if sw.device.type == "cpu" else _DEVICE
+    per = max(1, chunk // max(1, r.fragment_size * r.num_fragments))
     a, b = _side(sw, so, ss, r, sb), _side(dw, do, ds, r, db)
     if isinstance(a, _Frags) and isinstance(b, _Frags):
         for at in range(0, sb.numel(), per):  # numpy indexes the block axis of strided views: one index a block

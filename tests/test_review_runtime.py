@@ -234,7 +234,9 @@ def test_a_tensor_no_family_reads_says_so_when_planned(caplog):
 def test_the_device_path_keeps_every_index_on_the_tensors_device(layout):
     """Fifteenth review: on a GPU, the copy of whole-row runs added a CPU tensor of fragment
     numbers to the block ids moved to the device: every `--device cuda` store and load raised.
-    Here the device is `meta` (no CPU tensor may meet it); the numpy path never runs there."""
+    Here the device is `meta` (no CPU tensor may meet it); the numpy path never runs there.
+    Block ids come on the CPU, as `CopyPlan._batch` gives them: every index made from them
+    must be moved to the words' device before it meets them."""
     import layoutalg.copy as copy
     if layout == "mla":
         kv = torch.zeros(4, 4, 24, dtype=torch.bfloat16)
@@ -248,7 +250,7 @@ def test_the_device_path_keeps_every_index_on_the_tensors_device(layout):
     kind = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[w]
     words = {n: torch.empty((4, size // w), dtype=kind, device="meta") for n, size in (("local", m.local_page_size_bytes),
                                                             ("canonical", m.canonical_page_size_bytes))}
-    ids = torch.tensor([2, 0, 3], device="meta")
+    ids = torch.tensor([2, 0, 3])
     for r in m.runs:
         local = (words["local"], r.local_offset, r.local_stride, ids)
         canon = (words["canonical"], r.canonical_offset, r.canonical_stride, ids)
