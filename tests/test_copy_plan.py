@@ -329,3 +329,21 @@ def test_layers_that_would_fill_the_same_memory_are_refused(deriver):
         p.load(pages, torch.arange(3), {"a": shared, "b": shared}, {**half, "c": torch.arange(3)})
     with pytest.raises(LayoutMismatch, match=r"page_ids by layer must name exactly the planned layers; \['b'\]"):
         p.store({"a": shared, "b": shared}, torch.arange(3), pages, {"a": torch.arange(3)})
+
+
+@pytest.mark.parametrize("numpy", [True, False], ids=["numpy", "torch"])
+def test_a_repeated_id_is_found_by_the_table_and_by_the_sort(numpy, monkeypatch):
+    """`_repeats` (a table of flags where ids span a range not many times their count, else
+    a sort) says what a set says, on ids of both kinds of range."""
+    import random
+
+    import layoutalg.copy as copy_mod
+    if not numpy:
+        monkeypatch.setattr(copy_mod, "_np", None)
+    rng = random.Random(17)
+    for n in (1, 5, 300, 5000, 100000):  # 5000 and 100000 past the table's reach for 300 ids
+        for _ in range(60):
+            k = rng.randint(0, min(n, 300))
+            t = torch.tensor([rng.randrange(n) for _ in range(k)], dtype=torch.int64)
+            assert copy_mod._repeats(t, n) == (len(set(t.tolist())) != k), (n, t)
+    assert not copy_mod._repeats(torch.empty(0, dtype=torch.int64), 0)
