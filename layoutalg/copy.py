@@ -18,14 +18,18 @@ stride multiples of the fragment; fragments that continue each other make one ro
 block), the run moves whole rows by row number: on the CPU through numpy's row indexing
 of the same memory (several times faster than torch's index ops on small rows), else
 `index_select` / `index_copy_`. Elsewhere it is a 3-D strided view `(blocks, fragments,
-fragment words)` on that side. A batch goes a chunk of blocks at a time (2 MiB of
-fragments), so what is gathered is still in cache when it is scattered. A store writes
+fragment words)` on that side. A batch goes a chunk of blocks at a time: on the CPU 2 MiB of
+fragments, so what is gathered is still in cache when it is scattered; on a GPU up to 256
+MiB (each chunk costs launches, not cache); between devices 32 MiB, a temporary of that
+size on each side. A store writes
 exactly this rank's bytes of each page and nothing else: ranks storing into one shared
 page never race. The words are the widest (8, 4, 2 or 1 bytes) that divide every offset,
 size and stride, so a fragment of 256 bytes moves as 32 words. `descriptors` lists the
 same plan as flat `(src, dst, size)` byte triples for a batched-memcpy engine, merged
 where contiguous across fragments.
 Every argument is checked before the first byte moves; a rejected call changes nothing.
+An error in the copy itself (a GPU out of memory for a chunk's temporary) raises with the
+batch partly moved: the caller retries the batch, as after any failed transfer.
 """
 from __future__ import annotations
 

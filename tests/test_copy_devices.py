@@ -10,6 +10,7 @@ import layoutalg.copy as copy_mod
 from layoutalg.copy import plan, plan_model
 from layoutalg.distributed import group_of, parse_config
 from layoutalg.errors import LayoutMismatch
+from layoutalg.mapping import CopyRun
 from layoutalg.runtime import Deriver, ParallelConfig, TensorLayout
 
 from test_layer_tensors import layer as mamba_layer
@@ -171,3 +172,27 @@ def test_a_bad_call_across_devices_changes_nothing():
     with pytest.raises(LayoutMismatch, match="meta device"):
         p.store(kv, [0], torch.empty(4, m.canonical_page_size_bytes, dtype=torch.uint8, device="meta"), [0])
     assert torch.equal(pages, before_pages) and torch.equal(_bytes(kv), before_kv)
+
+
+@pytest.mark.parametrize("run", [CopyRun(0, 16, 16, 2, 32, 48), CopyRun(0, 8, 16, 2, 32, 24)],
+                         ids=["fragments on rows", "fragments off rows (a strided view)"])
+@pytest.mark.parametrize("numpy", [True, False], ids=["numpy host side", "torch host side"])
+def test_a_copy_to_another_device_moves_every_chunk_and_index_there(run, numpy, monkeypatch):
+    """Without a GPU, `meta` stands for the other device: one side on the CPU, the other on
+    meta, store and load a few blocks at a time (`_ACROSS` small). Meta holds no values, but
+    a chunk or an index left on the CPU where it meets the meta side raises: the carry
+    between devices (`_carried`) and each side's move of its ids are exercised here. A load
+    gathers on meta and then cannot carry (meta has no bytes): it gets that far."""
+    if not numpy:
+        monkeypatch.setattr(copy_mod, "_np", None)
+    monkeypatch.setattr(copy_mod, "_ACROSS", 40)  # two blocks of 32 bytes a chunk: two chunks
+    host = torch.zeros((4, 8), dtype=torch.int64)                  # 64-byte local pages
+    other = torch.empty((4, 12), dtype=torch.int64, device="meta")  # 96-byte canonical pages
+    ids = torch.tensor([2, 0, 3])
+    local = (host, run.local_offset, run.local_stride, ids)
+    canon = (other, run.canonical_offset, run.canonical_stride, ids)
+    assert (copy_mod._rows(other, run.canonical_offset, run.canonical_stride, run, ids) is None) == \
+        (run.canonical_offset == 8)
+    copy_mod._copy_run(local, canon, run)  # a store onto the other device
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor"):
+        copy_mod._copy_run(canon, local, run)  # a load from it: gathered there, then no bytes to carry
