@@ -452,8 +452,8 @@ def _copy_run(src: tuple, dst: tuple, r) -> None:
     which)`), a chunk of blocks at a time: gathered on the source's device (`_side`), carried
     to the destination's where the two differ (a GPU's KV cache and pages in host memory),
     and scattered there, while still in cache where both are one. Numpy to numpy, each
-    fragment is one memcpy each way (an element of both sides' arrays), fragments of 2 KiB
-    and more through a staging array placed apart from both sides (`_copy_staged`)."""
+    fragment is one memcpy each way (an element of both sides' arrays), fragments of whole
+    4 KiB multiples through a staging array placed apart from both sides (`_copy_staged`)."""
     (sw, so, ss, sb), (dw, do, ds, db) = src, dst
     if r.num_fragments > 1 and ss == ds == r.fragment_size:  # dense on both sides: one stretch a block
         r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
@@ -461,7 +461,7 @@ def _copy_run(src: tuple, dst: tuple, r) -> None:
     per = max(1, chunk // max(1, r.fragment_size * r.num_fragments))
     a, b = _side(sw, so, ss, r, sb), _side(dw, do, ds, r, db)
     if isinstance(a, _Frags) and isinstance(b, _Frags):
-        elems = _np_elements(sw, so, ss, r) if r.fragment_size >= _STAGED else None
+        elems = _np_elements(sw, so, ss, r) if r.fragment_size % _STAGED == 0 else None
         if elems is not None and (not a.ids.size or int(a.ids.max()) * elems[1] + (r.num_fragments - 1) * elems[2]
                                   < elems[0].size):
             _copy_staged(a, b, elems, r, per)
@@ -500,6 +500,8 @@ def _copy_staged(a: _Frags, b: _Frags, elems: tuple, r, per: int) -> None:
     hence the contiguous elements); `mode="clip"` needs no buffer, the caller has checked
     every index against the elements."""
     elements, per_block, between = elems
+    if not a.ids.size:
+        return
     frag = _np.arange(r.num_fragments, dtype=_np.int64) * between
     stage = _apart(per * r.num_fragments, r.fragment_size, elements.ctypes.data, b.frags.ctypes.data)
     for at in range(0, a.ids.size, per):
@@ -509,21 +511,27 @@ def _copy_staged(a: _Frags, b: _Frags, elems: tuple, r, per: int) -> None:
         b.frags[b.ids[at:at + per]] = out.reshape(ids.size, r.num_fragments)
 
 
-_STAGED = 2048
-"""Fragments of this many bytes or more are staged (`_copy_staged`): glibc copies shorter ones
-without `rep movsb` (its threshold is 2 KiB or more), where staging would only add its cost."""
+_STAGED = 4096
+"""Fragments of a whole multiple of this many bytes are staged (`_copy_staged`): glibc copies
+shorter ones without `rep movsb`, where staging would only add its cost, and a staging array
+lies apart from every fragment only where each is a whole 4 KiB apart from the next."""
 _STAGE = threading.local()
 """Each thread's staging bytes for `_apart`, kept: fresh ones would be mapped and faulted in each call."""
 
 
 def _apart(n: int, f: int, src: int, dst: int):
     """An array of `n` fragments of `f` bytes at an address halfway between source address
-    `src` and destination address `dst` modulo 4 KiB (at least 64 bytes from either)."""
+    `src` and destination address `dst` modulo 4 KiB (at least 64 bytes from either): for
+    every fragment where fragments, and each side's strides, are whole multiples of 4 KiB.
+    A thread keeps one of up to twice a chunk's bytes; a larger one is made for the call."""
     g = (dst - src) % 4096
     at = (src + (g // 2 if g >= 128 else (g + 4096) // 2)) % 4096
+    need = n * f + 4096
     raw = getattr(_STAGE, "raw", None)
-    if raw is None or raw.size < n * f + 4096:
-        raw = _STAGE.raw = _np.empty(n * f + 4096, dtype=_np.uint8)
+    if raw is None or raw.size < need:
+        raw = _np.empty(need, dtype=_np.uint8)
+        if need <= 2 * _CHUNK + 4096:
+            _STAGE.raw = raw
     return _np.ndarray((n,), dtype=_np.dtype((_np.void, f)), buffer=raw, offset=(at - raw.ctypes.data) % 4096)
 
 

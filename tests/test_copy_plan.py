@@ -351,16 +351,16 @@ def test_a_repeated_id_is_found_by_the_table_and_by_the_sort(numpy, monkeypatch)
 
 @pytest.mark.parametrize("chunk", [1 << 21, 40 * 1024], ids=["one chunk", "several chunks"])
 def test_big_fragments_go_through_the_staging_array_and_land_exactly(deriver, chunk, monkeypatch):
-    """Fragments of 2 KiB and more go numpy to numpy through a staging array placed apart
-    from both sides modulo 4 KiB (`_copy_staged`): every rank's store and load gives the
-    bytes the plain gather of numpy gives (the staging turned off)."""
+    """Fragments of whole 4 KiB multiples go numpy to numpy through a staging array placed
+    apart from both sides modulo 4 KiB (`_copy_staged`): every rank's store and load gives
+    the bytes the plain gather of numpy gives (the staging turned off)."""
     import layoutalg.copy as copy_mod
     monkeypatch.setattr(copy_mod, "_CHUNK", chunk)
     bs, d, n = 16, 128, 6                                  # split HND tp=4: 8 KiB fragments
     kv = torch.randn(n, 2, 2, bs, d, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).transpose(2, 3)
     maps = deriver.derive(LayerSpec("attention", 2 * bs * 2 * d * 2, bs, 2, d, 2),
                           TensorLayout(kv.shape, kv.stride(), 2), ParallelConfig(4, 8), n).mappings
-    assert min(r.fragment_size for r in maps[1].runs) >= copy_mod._STAGED
+    assert all(r.fragment_size % copy_mod._STAGED == 0 for m in maps for r in m.runs)
     staged, calls = copy_mod._copy_staged, []
     monkeypatch.setattr(copy_mod, "_copy_staged", lambda *a: (calls.append(1), staged(*a)))
     page_ids, block_ids = [7, 2, 8, 0, 4, 5], [3, 1, 0, 5, 4, 2]
@@ -375,7 +375,7 @@ def test_big_fragments_go_through_the_staging_array_and_land_exactly(deriver, ch
         got = round_trip(m)
         monkeypatch.setattr(copy_mod, "_STAGED", 1 << 40)
         want = round_trip(m)
-        monkeypatch.setattr(copy_mod, "_STAGED", 2048)
+        monkeypatch.setattr(copy_mod, "_STAGED", 4096)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and want[0].any()
     assert calls
 
@@ -383,14 +383,15 @@ def test_big_fragments_go_through_the_staging_array_and_land_exactly(deriver, ch
 def test_the_staging_array_lies_apart_from_both_sides():
     """`_apart`: at least 64 bytes past the source and 64 before the destination, modulo 4 KiB
     (a copy 1 to 31 bytes ahead of its source modulo 4 KiB runs at a tenth of the speed on AMD
-    EPYC), of the size and fragment asked for."""
+    EPYC), for its every fragment of whole 4 KiB multiples, of the size asked for."""
     import random
 
     from layoutalg.copy import _apart
     rng = random.Random(23)
     for _ in range(500):
-        src, dst, n, f = rng.randrange(1 << 40), rng.randrange(1 << 40), rng.randint(1, 64), rng.choice([2048, 4096, 8192])
+        src, dst, n, f = rng.randrange(1 << 40), rng.randrange(1 << 40), rng.randint(1, 64), rng.choice([4096, 8192])
         a = _apart(n, f, src, dst)
-        at = a.ctypes.data
-        assert 64 <= (at - src) % 4096 <= 4032 and 64 <= (dst - at) % 4096 <= 4032, (src % 4096, dst % 4096, at % 4096)
+        for k in (0, n - 1):                               # (each a whole 4 KiB multiple on)
+            at = a.ctypes.data + k * f
+            assert 64 <= (at - src) % 4096 <= 4032 and 64 <= (dst - at) % 4096 <= 4032, (src % 4096, dst % 4096)
         assert a.shape == (n,) and a.dtype.itemsize == f
