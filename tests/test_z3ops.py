@@ -63,7 +63,7 @@ def test_side_for_takes_each_terms_definitions_and_no_others():
 
 def test_side_for_keeps_a_shared_quotient_equal_only_where_both_are_read():
     """Two arithmetics dividing one size by another: their quotients are one (a theorem
-    `shared` states); a query reading both gets the equality, one reading only one does not."""
+    `shared_equal` states); a query reading both gets the equality, one reading only one does not."""
     x, y = Z3Ops("x."), Z3Ops("y.")
     a, b = z3.Int("a"), z3.Int("b")
     qx, qy = x.floordiv(a, b), y.floordiv(a, b)

@@ -124,21 +124,15 @@ class Z3Ops(Ops):
                     out += self._lemma((newer, older))
         return out
 
-    def shared(self, other: "Z3Ops") -> list:
+    def shared_equal(self, other: "Z3Ops") -> list:
         """Equalities between this arithmetic's divisions and `other`'s of one dividend by one
         divisor (the same terms: two configurations' readings of a size over the sizes they
         share, each with a quotient of its own). Both define `a = q*b + r, 0 <= r < b, b > 0`,
         so the two quotients and remainders are equal: a theorem, stated because Z3's
         nonlinear arithmetic rarely derives it. Only these: monotonicity between every pair of
-        one divisor would cost other queries their budget. Each pair of equalities comes with
-        the ids of the two quotients it names (`side_for` takes those its terms read)."""
-        return [({q.get_id(), q2.get_id()}, [q == q2, r == r2])
-                for key, (q, r) in self._memo.items() if key in other._memo
-                for q2, r2 in [other._memo[key]]]
-
-    def shared_equal(self, other: "Z3Ops") -> list:
-        """Every equality of `shared`."""
-        return [c for _, equal in self.shared(other) for c in equal]
+        one divisor would cost other queries their budget. `side_for` states those of the
+        quotients its terms read (`_shared_among`); here, every one."""
+        return self._shared_among(other, set(self._divisions) | {q.get_id() for q, _ in other._memo.values()})
 
     def quotient(self, a, b):
         """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
@@ -158,12 +152,12 @@ class Z3Ops(Ops):
     def side_for(self, terms, *others: "Z3Ops") -> list:
         """The side conditions of this arithmetic and `others` that the quotients `terms` read
         need: each one's definition, those its dividend and divisor read in turn, and the
-        theorems between two of them (of one arithmetic, and `shared` between two). A
+        theorems between two of them (of one arithmetic, and `shared_equal` between two). A
         definition of a quotient the terms never read is left out: its constraints only add
         conditions, so a query unsat without them is unsat with them, and Z3 is spared the
-        definitions every earlier query made. `side` (and `shared`) are all of them.
+        definitions every earlier query made. `side` (and `shared_equal`) are all of them.
 
-        Post-conditions: every returned constraint is in some `side` or `shared`; a quotient
+        Post-conditions: every returned constraint is in some `side` or `shared_equal`; a quotient
         read by `terms` has its definition returned."""
         arith = (self, *others)
         out = [c for o in arith for c in o._always]
@@ -187,7 +181,7 @@ class Z3Ops(Ops):
         return out
 
     def _shared_among(self, other: "Z3Ops", reached: set) -> list:
-        """The equalities of `shared(other)` whose two quotients are both in `reached` (ids)."""
+        """The equalities of `shared_equal(other)` whose two quotients are both in `reached` (ids)."""
         out = []
         for i in sorted(i for i in reached if i in self._divisions):
             key, _, _, q, r = self._divisions[i]
