@@ -184,7 +184,7 @@ class CopyPlan:
             if t.numel() and int(t.min()) < 0:
                 raise LayoutMismatch(f"descriptors: {name} holds {int(t.min())}; ids are not negative")
         dst_name, dst = ("page_ids", ids) if store else ("block_ids", blocks)
-        if torch.unique(dst).numel() != dst.numel():
+        if dst.numel() and _repeats(dst, int(dst.max()) + 1):
             raise LayoutMismatch(f"descriptors: {dst_name} repeats an id: two sources would write one destination")
         for name, v in (("kv_base", kv_base), ("pages_base", pages_base), ("block_bytes", block_bytes)):
             if not (type(v) is int and v >= 0 or name == "block_bytes" and v is None):
@@ -461,13 +461,9 @@ def _copy_run(src: tuple, dst: tuple, r) -> None:
     per = max(1, chunk // max(1, r.fragment_size * r.num_fragments))
     a, b = _side(sw, so, ss, r, sb), _side(dw, do, ds, r, db)
     if isinstance(a, _Frags) and isinstance(b, _Frags):
-        elems = _np_elements(sw, so, ss, r) if r.fragment_size % _STAGED == 0 else None
-        if elems is not None and (not a.ids.size or int(a.ids.max()) * elems[1] + (r.num_fragments - 1) * elems[2]
-                                  < elems[0].size):
-            _copy_staged(a, b, elems, r, per)
-            return
-        for at in range(0, sb.numel(), per):  # numpy indexes the block axis of strided views: one index a block
-            b.frags[b.ids[at:at + per]] = a.frags[a.ids[at:at + per]]
+        if not _copy_staged(src, a, b, r, per):
+            for at in range(0, sb.numel(), per):  # numpy indexes the block axis of strided views: one index a block
+                b.frags[b.ids[at:at + per]] = a.frags[a.ids[at:at + per]]
         return
     for at in range(0, sb.numel(), per):
         if sw.device == dw.device:
@@ -484,24 +480,32 @@ def _np_elements(words: torch.Tensor, offset: int, stride: int, r):
     step = words.stride(0) * w
     if step % f or (r.num_fragments > 1 and stride % f):
         return None
-    raw = torch.empty(0, dtype=torch.uint8).set_(words.untyped_storage()).numpy()
-    base = words.storage_offset() * w + offset
+    raw, base = _np_bytes(words, offset)
     elements = _np.ndarray(((raw.size - base) // f,), dtype=_np.dtype((_np.void, f)), buffer=raw, offset=base)
     return elements, step // f, (stride // f if r.num_fragments > 1 else 0)
 
 
-def _copy_staged(a: _Frags, b: _Frags, elems: tuple, r, per: int) -> None:
-    """Numpy to numpy through a staging array placed apart from both sides modulo 4 KiB.
+def _copy_staged(src: tuple, a: _Frags, b: _Frags, r, per: int) -> bool:
+    """Side `a`'s fragments (of `src`, `_copy_run`'s source) into side `b`'s, numpy to numpy
+    through a staging array placed apart from both sides modulo 4 KiB, where fragments are
+    whole 4 KiB multiples and each starts on an element of the source (`_np_elements`);
+    False, having copied nothing, elsewhere.
     On AMD EPYC (glibc 2.36's `rep movsb`) a copy of 4 KiB or more whose destination lies 1
     to 31 bytes past its source modulo 4 KiB runs at a tenth of the speed, and the temporary
     numpy makes for a gather lands 16 bytes past a page where it is mapped afresh: a store of
     8 KiB fragments of page-aligned KV ran at 1.5-1.8 GB/s in one process of two, 7 here.
     `np.take` gathers into the array given (a strided source it would first copy whole:
-    hence the contiguous elements); `mode="clip"` needs no buffer, the caller has checked
-    every index against the elements."""
+    hence the contiguous elements); `mode="clip"` needs no buffer, every index is checked
+    against the elements first."""
+    words, offset, stride, _ = src
+    elems = _np_elements(words, offset, stride, r) if r.fragment_size % _STAGED == 0 else None
+    if elems is None:
+        return False
     elements, per_block, between = elems
     if not a.ids.size:
-        return
+        return True
+    if int(a.ids.max()) * per_block + (r.num_fragments - 1) * between >= elements.size:
+        return False  # (never, for checked ids: `mode="clip"` would clamp such an index)
     frag = _np.arange(r.num_fragments, dtype=_np.int64) * between
     stage = _apart(per * r.num_fragments, r.fragment_size, elements.ctypes.data, b.frags.ctypes.data)
     for at in range(0, a.ids.size, per):
@@ -509,6 +513,7 @@ def _copy_staged(a: _Frags, b: _Frags, elems: tuple, r, per: int) -> None:
         out = stage[:ids.size * r.num_fragments]
         _np.take(elements, (ids[:, None] * per_block + frag[None, :]).reshape(-1), axis=0, out=out, mode="clip")
         b.frags[b.ids[at:at + per]] = out.reshape(ids.size, r.num_fragments)
+    return True
 
 
 _STAGED = 4096
@@ -556,10 +561,15 @@ def _np_view(words: torch.Tensor, offset: int, stride: int, r):
     memory whose elements are whole fragments (a void type of `fragment_size` bytes): numpy
     copies each with one memcpy, where a `(blocks, fragments, words)` view goes word by word."""
     w = words.element_size()
-    raw = torch.empty(0, dtype=torch.uint8).set_(words.untyped_storage()).numpy()
+    raw, base = _np_bytes(words, offset)
     return _np.ndarray((words.shape[0], r.num_fragments), dtype=_np.dtype((_np.void, r.fragment_size)), buffer=raw,
-                       offset=words.storage_offset() * w + offset,
-                       strides=(words.stride(0) * w, stride if r.num_fragments > 1 else r.fragment_size))
+                       offset=base, strides=(words.stride(0) * w, stride if r.num_fragments > 1 else r.fragment_size))
+
+
+def _np_bytes(words: torch.Tensor, offset: int) -> tuple:
+    """The whole storage of `words` as a numpy byte array, and where byte `offset` of its first row is."""
+    raw = torch.empty(0, dtype=torch.uint8).set_(words.untyped_storage()).numpy()
+    return raw, words.storage_offset() * words.element_size() + offset
 
 
 def _view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:
