@@ -6,10 +6,23 @@ The pipeline, one module a room:
     -> direct, reshard -> cli
     verification: check (enumeration), interpret (direct reading), prove (Z3)
 """
-from .mapping import CanonicalPageMapping, CopyRun
-from .runtime import Deriver, LayerResult, LayerSpec, ParallelConfig, TensorLayout
-from .vllm import derive_canonical_mappings
-
-__all__ = ["CanonicalPageMapping", "CopyRun", "Deriver", "LayerResult", "LayerSpec", "ParallelConfig",
-           "TensorLayout", "derive_canonical_mappings"]
+_PUBLIC = {"CanonicalPageMapping": "mapping", "CopyRun": "mapping", "Deriver": "runtime",
+           "LayerResult": "runtime", "LayerSpec": "runtime", "ParallelConfig": "runtime",
+           "TensorLayout": "runtime", "derive_canonical_mappings": "vllm"}
+__all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """The public names, each imported where it is first read: an engine that derives from its
+    own objects never pays for the vLLM adapter, a CLI command never for the runtime."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'layoutalg' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -1,21 +1,37 @@
 """Where the shipped grammar and spec library are.
 
 In a source checkout they are the top-level `grammar/` and `specs/` folders; in an
-installed wheel they are packaged as `layoutalg._grammar` and `layoutalg._specs`.
+installed wheel they are the data packages `layoutalg._grammar` and `layoutalg._specs`,
+folders beside this module (setuptools installs package data as plain files).
 """
 from __future__ import annotations
 
-from importlib import resources
+import importlib.util
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parent.parent
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parent
 
 
 def _folder(package: str, checkout_name: str) -> Path:
+    """The real folder of a shipped data package (a checkout's own folder first).
+
+    `importlib.resources.files` answers a `MultiplexedPath` for a package without
+    `__init__.py`, whose `str()` is no path: the search locations of the package's spec
+    name the folders themselves.
+    """
     local = _REPO / checkout_name
-    if local.is_dir():
+    if local.is_dir() and (_REPO / "pyproject.toml").is_file():
         return local
-    return Path(str(resources.files(package)))
+    installed = _HERE / package.rpartition(".")[2]
+    if installed.is_dir():
+        return installed
+    spec = importlib.util.find_spec(package)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if Path(location).is_dir():
+            return Path(location)
+    raise FileNotFoundError(f"layoutalg: the shipped data package {package} is not installed "
+                            f"(looked in {local} and {installed})")
 
 
 def grammar_path() -> Path:

@@ -6,16 +6,20 @@ hash of every spec file and of layoutalg's own compiler sources, so an edit to
 either recompiles, and a fresh process can derive mappings without importing lark
 or sympy. Set LAYOUTALG_CACHE to choose the folder, or to "off" to disable it.
 
-The entry holds Python source the runtime executes, so it is trusted no further than
-it is checked: the folder and file must be this user's and writable by no one else, a
-digest must match the entry's content, and `compiled.check_source` admits the source.
+The entry holds bytecode the runtime executes. The trust boundary is the folder: it and
+the entry must be this user's and writable by no one else, and a digest must match the
+entry's content (a truncated, damaged or half-written entry is ignored, never half used).
+What enters it is checked there: `store` writes a library only when every family's source
+passes `compiled.check_source`, the whitelist of what the compiler prints. An entry read
+back is then run as Python runs its own `__pycache__`, without parsing its source again
+(the key holds the interpreter's bytecode version, so another Python recompiles).
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from .errors import LayoutalgError, SpecError
@@ -50,7 +54,8 @@ def compiler_fingerprint() -> str:
     """
     from ._resources import grammar_path
     here = Path(__file__).parent
-    return _digest(*(p.read_bytes() for p in sorted(here.glob("*.py"))), grammar_path().read_bytes())
+    return _digest(*(p.read_bytes() for p in sorted(here.glob("*.py"))), grammar_path().read_bytes(),
+                   importlib.util.MAGIC_NUMBER)
 
 
 def _files_digest(files) -> str:
@@ -112,13 +117,22 @@ def private(path: Path) -> bool:
     return False
 
 
-def _valid_library(data) -> bool:
+def _library_shape(data) -> bool:
+    """The outline only: the digest says the entry is what `store` admitted in full, and a
+    reader that finds a field missing all the same recompiles (`runtime.compiled_library`)."""
+    return isinstance(data, list) and all(isinstance(d, dict) and isinstance(d.get("name"), str) for d in data)
+
+
+def _safe_library(data) -> bool:
     from .compiled import valid_entry
-    return isinstance(data, list) and all(valid_entry(d) for d in data)
+    return isinstance(data, list) and all(valid_entry(d, check=True) for d in data)
 
 
-_VALID = {"library": _valid_library}
+_VALID = {"library": _library_shape}
 """What each kind of entry must look like to be returned at all."""
+
+_ADMIT = {"library": _safe_library}
+"""What each kind of entry must pass to be written: the check at the boundary."""
 
 
 def unchanged(sources: tuple, folder: Path, listing: tuple) -> bool:
@@ -195,13 +209,17 @@ def store(kind: str, key: str, files, data, made_from: tuple | None = None, spec
     fdigest, read = snapshot(names)  # one read: the digest recorded is of the bytes compared
     if fdigest is None or made_from is not None and (read != tuple(sorted(made_from)) or key_of(spec_dir) != key):
         return
+    text = json.dumps(data, separators=(",", ":"))
+    admit = _ADMIT.get(kind)
+    if admit is not None and not admit(json.loads(text)):  # as it will be read back
+        return
     try:
         p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not private(p.parent):
             return
-        text = json.dumps(data, separators=(",", ":"))
         entry = {"key": key, "files": names, "files_digest": fdigest, "data": text,
                  "digest": _entry_digest(key, names, fdigest, text)}
+        import tempfile  # only here: a read never needs it
         fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:

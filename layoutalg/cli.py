@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="parse specs, derive runs and verify tiling by enumeration; "
                                      "print each family's runs for an example configuration")
-    c.add_argument("specs", nargs="+", help="spec files or folders")
+    c.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
 
     r = sub.add_parser("runs", help="print every rank's copy runs for one configuration")
     r.add_argument("spec", help="spec file (or folder) holding the family")
@@ -314,10 +314,12 @@ def _families_in(spec: str, wanted: str | None):
 
 
 def _check(args) -> int:
+    from ._resources import specs_dir
     from .check import check_family, sized_cases
     from .compile import compile_named
     from .family import check_layouts
     from .library import load
+    args.specs = args.specs or [str(specs_dir())]
     lib = load(args.specs)
     check_layouts(lib)  # a broken layout is the finding, even in a file with no family
     if not lib.families:
@@ -452,6 +454,8 @@ def _draw_reshard(args) -> int:
 
 
 def _draw(args) -> int:
+    from .draw import need_matplotlib
+    need_matplotlib()
     folder = Path(args.output).parent
     if not folder.is_dir():  # before any work: the picture could not be written
         raise LayoutalgError(f"draw: the folder {folder} of the picture {args.output} does not exist"

@@ -4,13 +4,18 @@ A `CompiledFamily` is the printed Python source of a family's grid cases plus th
 texts and spec positions its failure messages need. It can be rebuilt from that data
 alone, which is how the precompiled cache (`cache.py`) skips parsing and compiling.
 
-That source comes back from a file, so it is never executed on trust: `check_source`
-admits exactly the shapes `compile.py` prints (see its docstring) and nothing else.
+Source handed in as data is never executed on trust: `check_source` admits exactly the
+shapes `compile.py` prints (see its docstring) and nothing else. The one exception is the
+precompiled cache, a private folder whose entries carry a digest: the whitelist is checked
+where source enters it (`cache.store`), and an entry read back runs the bytecode it holds
+(`code`), as Python runs its own `__pycache__`.
 """
 from __future__ import annotations
 
 import ast
+import base64
 import functools
+import marshal
 from dataclasses import dataclass
 from math import prod
 from typing import NamedTuple
@@ -291,8 +296,9 @@ class _Checker:
                 and not any(isinstance(a, ast.Starred) for a in e.args))
 
 
-def valid_json(d) -> bool:
-    """True when `d` has the shape of `CompiledFamily.to_json` and its source passes `check_source`."""
+def valid_json(d, check: bool = True) -> bool:
+    """True when `d` has the shape of `CompiledFamily.to_json` and its source passes `check_source`
+    (without `check`: the shape alone, with the bytecode the private cache holds)."""
     def strings(x, n):
         return isinstance(x, list) and len(x) == n and all(isinstance(s, str) for s in x)
 
@@ -310,6 +316,8 @@ def valid_json(d) -> bool:
             and items(d.get("bounds"), lambda b: isinstance(b, list) and len(b) == 3 and isinstance(b[0], str)
                       and all(type(x) is int for x in b[1:]))):
         return False
+    if not check:
+        return isinstance(d.get("code"), str)
     try:
         check_source(d["source"], tuple(len(v) for v in d["guards"]), len(d["atoms"]))
     except UnsafeSource:
@@ -341,28 +349,41 @@ class CompiledFamily:
     claims_agnostic: bool = True
     tensor_outer: int = 0  # dims of `tensor` before the block dim (FlashAttention's (2, blocks, ...))
 
+    code: bytes | None = None  # marshalled bytecode of `source`, from the trusted cache only
+
     def __post_init__(self):
-        tree = check_source(self.source, tuple(len(g) for g in self.guards), len(self.atoms))
         env = {"__builtins__": {}, "bool": bool, "_exact": _exact, "_floor": _floor, "_mod": _mod,
                "_Guard": _Guard, "_Instance": Instance}
-        try:
-            code = compile(tree, f"<layoutalg family {self.name}>", "exec")
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-            raise UnsafeSource(f"family '{self.name}' does not compile: {type(e).__name__}: {e}") from None
+        if self.code is not None:
+            code = marshal.loads(self.code)
+        else:
+            tree = check_source(self.source, tuple(len(g) for g in self.guards), len(self.atoms))
+            try:
+                code = compile(tree, f"<layoutalg family {self.name}>", "exec")
+            except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+                raise UnsafeSource(f"family '{self.name}' does not compile: {type(e).__name__}: {e}") from None
+            self.code = marshal.dumps(code)
         exec(code, env)
         self._variants = tuple(env[f"_variant_{k}"] for k in range(len(self.guards)))
 
-    def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                           "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer")}
+    def to_json(self, code: bool = False) -> dict:
+        """The family as plain data; with `code`, its bytecode too (for the private cache only)."""
+        d = {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
+                                        "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer")}
+        if code:
+            d["code"] = base64.b64encode(self.code).decode()
+        return d
 
     @staticmethod
-    def from_json(d: dict) -> "CompiledFamily":
+    def from_json(d: dict, trusted: bool = False) -> "CompiledFamily":
+        """The family of `to_json`'s data. Its source passes `check_source` first, unless the data
+        is `trusted` (read back from the private cache) and carries its bytecode."""
+        code = base64.b64decode(d["code"]) if trusted and isinstance(d.get("code"), str) else None
         return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
                               tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"],
                               tuple(Bound(*b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"],
-                              tensor_outer=d["tensor_outer"])
+                              tensor_outer=d["tensor_outer"], code=code)
 
     @property
     def tensor_dims(self) -> int:
@@ -515,19 +536,19 @@ class CompiledPage:
         named = all(i.names_data for _, i in regions) and all(p.names_data for p in cpads)
         return Page(self.name, regions, lpads, cpads, local, canonical, first.world, first.agnostic, (), named)
 
-    def to_json(self) -> dict:
+    def to_json(self, code: bool = False) -> dict:
         return {"page": True, "name": self.name, "serves": self.serves, "order": self.order, "where": self.where,
-                "layout_id": self.layout_id, "parts": [[r, cf.to_json()] for r, cf in self.parts],
-                "local_pads": [cf.to_json() for cf in self.local_pads],
-                "canonical_pads": [cf.to_json() for cf in self.canonical_pads],
+                "layout_id": self.layout_id, "parts": [[r, cf.to_json(code)] for r, cf in self.parts],
+                "local_pads": [cf.to_json(code) for cf in self.local_pads],
+                "canonical_pads": [cf.to_json(code) for cf in self.canonical_pads],
                 "views": [[t, list(regions), list(groups)] for t, regions, groups in self.views]}
 
     @staticmethod
-    def from_json(d: dict) -> "CompiledPage":
+    def from_json(d: dict, trusted: bool = False) -> "CompiledPage":
         return CompiledPage(d["name"], d["serves"], d["order"], d["where"],
-                            tuple((r, CompiledFamily.from_json(p)) for r, p in d["parts"]),
-                            tuple(CompiledFamily.from_json(p) for p in d["local_pads"]),
-                            tuple(CompiledFamily.from_json(p) for p in d["canonical_pads"]), d["layout_id"],
+                            tuple((r, CompiledFamily.from_json(p, trusted)) for r, p in d["parts"]),
+                            tuple(CompiledFamily.from_json(p, trusted) for p in d["local_pads"]),
+                            tuple(CompiledFamily.from_json(p, trusted) for p in d["canonical_pads"]), d["layout_id"],
                             views=tuple((t, tuple(regions), tuple(groups)) for t, regions, groups in d["views"]))
 
 
@@ -572,21 +593,21 @@ def _joined(shape: list, base: int, first: Instance, inst: Instance) -> int | No
     return None
 
 
-def valid_entry(d) -> bool:
+def valid_entry(d, check: bool = True) -> bool:
     """`valid_json` for a compiled family or a compiled family of pages (every part checked)."""
     if isinstance(d, dict) and d.get("page") is True:
         return (all(isinstance(d.get(k), str) for k in ("name", "serves", "where", "layout_id"))
                 and type(d.get("order")) is int and isinstance(d.get("parts"), list) and d["parts"]
-                and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and valid_json(p[1])
+                and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and valid_json(p[1], check)
                         for p in d["parts"])
-                and all(isinstance(d.get(k), list) and all(valid_json(p) for p in d[k])
+                and all(isinstance(d.get(k), list) and all(valid_json(p, check) for p in d[k])
                         for k in ("local_pads", "canonical_pads"))
                 and isinstance(d.get("views"), list)
                 and all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], list)
                         and v[1] and all(isinstance(r, str) and r in _part_names(d) for r in v[1])
                         and isinstance(v[2], list)
                         and all(type(g) is int and g >= 1 for g in v[2]) for v in d["views"]))
-    return valid_json(d)
+    return valid_json(d, check)
 
 
 def _part_names(d: dict) -> set:
@@ -600,5 +621,6 @@ def _region(part: str) -> str:
     return part.rsplit(".", 1)[-1]
 
 
-def from_entry(d: dict):
-    return CompiledPage.from_json(d) if d.get("page") is True else CompiledFamily.from_json(d)
+def from_entry(d: dict, trusted: bool = False):
+    cls = CompiledPage if d.get("page") is True else CompiledFamily
+    return cls.from_json(d, trusted)

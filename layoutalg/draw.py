@@ -213,6 +213,12 @@ def draw_reshard(plans, producers: int, path: str, title: str = "", labels=None,
     return f"wrote {path}: {len(plans)} consumer pages, each cell coloured by its producer, one cell = {unit} bytes"
 
 
+def need_matplotlib():
+    """matplotlib, or a `MissingExtra` naming the `draw` extra (asked before any work is done)."""
+    from .errors import optional
+    return optional("matplotlib", "draw", "drawing a picture")
+
+
 def _check_path(path) -> None:
     if not str(path).endswith((".svg", ".png")):
         raise LayoutalgError(f"draw: {path}: the picture must be .svg or .png")
@@ -221,7 +227,7 @@ def _check_path(path) -> None:
 def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, clashes: int, gaps: int,
             what: str) -> None:
     """Rows of cells, `pages` as (name, [(rank or -1, hatched, None | "clash" | "gap"), ...])."""
-    import matplotlib
+    matplotlib = need_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle

@@ -68,3 +68,27 @@ class ConfigError(LayoutalgError):
 
     The message names the field, the value received and what would be valid.
     """
+
+
+class MissingExtra(LayoutalgError):
+    """An optional dependency a command needs is not installed; says which extra brings it."""
+
+
+def optional(module: str, extra: str, what: str):
+    """`module`, imported; raises `MissingExtra` naming the extra that installs it.
+
+    Examples:
+        >>> optional("json", "none", "reading").__name__ == "json"
+        True
+        >>> optional("no_such_module_xyz", "draw", "layoutalg draw")
+        Traceback (most recent call last):
+        ...
+        layoutalg.errors.MissingExtra: layoutalg draw needs no_such_module_xyz, which is not installed: pip install "layoutalg[draw]"
+    """
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module.split(".")[0] and e.name != module:
+            raise  # the module is there and something it imports is broken: that is not this
+        raise MissingExtra(f'{what} needs {module}, which is not installed: pip install "layoutalg[{extra}]"') from None

@@ -1,12 +1,13 @@
 """Execute notebooks on a real Jupyter kernel (nbclient), storing their outputs.
 
-    python -m layoutalg.notebook notebooks/*.ipynb
+    python -m layoutalg.notebook notebooks/*.ipynb            # run each, write nothing
+    python -m layoutalg.notebook --inplace notebooks/*.ipynb  # and store the outputs in it
 
 Every cell runs in order on an IPython kernel started in the repository root, so rich
 outputs (pictures, tables) are real cell outputs; a cell that raises stops the run with
 the cell and its traceback. The test suite executes every notebook this way, without
-writing, so a notebook that no longer runs fails CI. Needs the `test` extra (nbclient,
-ipykernel); the runtime never imports this module.
+writing, so a notebook that no longer runs fails CI. Needs the `notebook` extra (nbclient,
+nbformat, ipykernel); the runtime never imports this module.
 """
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(path: str | Path, write: bool = True, timeout: int = 600) -> list[str]:
+def run(path: str | Path, write: bool = False, timeout: int = 600) -> list[str]:
     """Execute every code cell in order; returns each code cell's text output (streams and
     plain-text results), and with `write` stores the executed notebook in place."""
-    import nbformat
-    from nbclient import NotebookClient
+    from .errors import optional
+    nbformat = optional("nbformat", "notebook", "running a notebook")
+    NotebookClient = optional("nbclient", "notebook", "running a notebook").NotebookClient
+    optional("ipykernel", "notebook", "running a notebook")
     nb = nbformat.read(str(path), as_version=4)
     NotebookClient(nb, timeout=timeout, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT)}}).execute()
@@ -49,7 +52,22 @@ def kinds(path: str | Path) -> set[str]:
     return {k for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) for k in o.get("data", {})}
 
 
+def main(argv: list[str]) -> int:
+    from .errors import LayoutalgError
+    inplace = "--inplace" in argv
+    paths = [a for a in argv if a != "--inplace"]
+    if not paths or any(a.startswith("-") for a in paths):
+        print("usage: python -m layoutalg.notebook [--inplace] NOTEBOOK.ipynb ...", file=sys.stderr)
+        return 2
+    try:
+        for p in paths:
+            run(p, write=inplace)
+            print(f"executed {p}" + (" (outputs stored in it)" if inplace else ""))
+    except LayoutalgError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
-        run(p)
-        print(f"executed {p}")
+    sys.exit(main(sys.argv[1:]))

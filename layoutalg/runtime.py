@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import params
-from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, from_entry, misfit
+from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, UnsafeSource, from_entry, misfit
 from .errors import ConfigError
 from .lower import TilingError, lower
 from .mapping import MAX_STRETCHES, CanonicalPageMapping, TensorView
@@ -602,20 +602,30 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     # has none, and would be served any empty folder's entry; it is read (or refused) as given
     key, data, entry = cache.load("library", folder, with_files=True) if folder.is_dir() else (None, None, None)
     read = cache.snapshot(entry[0]) if data is not None else (None, ())
+    out = None
     if data is not None and read[0] == entry[1]:  # the files as read now are those the entry was made from
-        out, made_from = {d["name"]: from_entry(d) for d in data}, read[1]
-    else:
+        out, made_from = _from_entries(data), read[1]
+    if out is None:
         from .compile import compile_named
         from .library import load_default, sources
         lib = load_default(folder)
         out, made_from = {name: compile_named(lib, name) for name in lib.families}, sources(lib)
         if key is not None:
-            cache.store("library", key, [p for p, _ in made_from], [cf.to_json() for cf in out.values()], made_from,
-                        folder)
+            cache.store("library", key, [p for p, _ in made_from], [cf.to_json(code=True) for cf in out.values()],
+                        made_from, folder)
     if len(_COMPILED) >= 8:
         _COMPILED.pop(next(iter(_COMPILED)))
     _COMPILED[str(folder)] = (made_from, listing, out)
     return out
+
+
+def _from_entries(data: list) -> dict | None:
+    """The families of a cache entry, or None where one is not of the form `store` admitted
+    (an entry of another layoutalg that the key did not tell apart): the library is compiled."""
+    try:
+        return {d["name"]: from_entry(d, trusted=True) for d in data}
+    except (KeyError, TypeError, ValueError, IndexError, EOFError, UnsafeSource):
+        return None
 
 
 def forget_compiled() -> None:

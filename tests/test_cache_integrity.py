@@ -4,8 +4,10 @@ The compiled source is executed only if it has exactly the shape compile.py prin
 entry whose digest does not match its content is ignored; a cache folder or file that
 another user can write is neither read nor written.
 """
+import base64
 import json
 import logging
+import marshal
 import os
 from pathlib import Path
 
@@ -121,18 +123,26 @@ PAYLOADS = {
 }
 
 
+def with_source(family: dict, source: str) -> None:
+    """Give a family entry another source and the bytecode of that source, as a writer would."""
+    family["source"] = source
+    family["code"] = base64.b64encode(marshal.dumps(compile(source, "<edited>", "exec"))).decode()
+
+
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
-def test_tampered_cache_entry_is_never_executed(cache_folder, tmp_path, payload, lib):
+def test_an_entry_the_whitelist_refuses_is_never_stored(empty_cache_folder, tmp_path, payload, lib):
     marker = tmp_path / "pwned"
-    compiled_library(lib)  # compiles and stores the entry
-    p = entry_path(cache_folder)
-    rewrite(p, lambda data: family_of(data, "split_nhd").update(
-        source=PAYLOADS[payload](family_of(data, "split_nhd")["source"], marker)))
-    result = derive_fresh(lib)
+    compiled_library(lib)  # compiles and stores the clean entry
+    p = entry_path(empty_cache_folder)
+    entry = json.loads(p.read_text())
+    data = json.loads(entry["data"])
+    with_source(family_of(data, "split_nhd"), PAYLOADS[payload](family_of(data, "split_nhd")["source"], marker))
+    p.unlink()
+    cache.store("library", entry["key"], entry["files"], data)
+    assert list(empty_cache_folder.glob("library-*.json")) == []  # refused at the boundary
     assert not marker.exists()
-    assert (result.result, result.family, len(result.mappings)) == ("certified", "split_nhd", 2)
-    stored = json.loads(json.loads(p.read_text())["data"])  # recompiled and written back clean
-    assert family_of(stored, "split_nhd")["source"] == SPLIT_NHD.source
+    cache.store("library", entry["key"], entry["files"], json.loads(entry["data"]))
+    assert entry_path(empty_cache_folder).exists()  # the control: the clean data is stored
 
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
@@ -226,7 +236,38 @@ def change_a_stride(data):
     family = family_of(data, "split_nhd")
     old, new = "(head_size, dtype_bytes, dtype_bytes, )", "(head_size, dtype_bytes, 3, )"
     assert old in family["source"]
-    family["source"] = family["source"].replace(old, new)
+    with_source(family, family["source"].replace(old, new))
+
+
+def test_an_entry_runs_its_bytecode_without_parsing_its_source_again(cache_folder, lib, monkeypatch):
+    from layoutalg import compiled
+    compiled_library(lib)
+    monkeypatch.setattr(compiled, "check_source", lambda *a: pytest.fail("the source was parsed again"))
+    assert derive_fresh(lib).result == "certified"
+
+
+def test_an_entry_of_another_form_is_compiled_again(cache_folder, lib):
+    """A digest-valid entry whose families lack a field (written by another layoutalg the key did
+    not tell apart) is not half used: the library is compiled and stored again."""
+    compiled_library(lib)
+    rewrite(entry_path(cache_folder), lambda data: family_of(data, "split_nhd").pop("atoms"))
+    assert cache.load("library", Path(lib))[1] is not None
+    assert derive_fresh(lib).result == "certified"
+    stored = json.loads(json.loads(entry_path(cache_folder).read_text())["data"])
+    assert "atoms" in family_of(stored, "split_nhd")
+
+
+def test_an_entry_without_bytecode_runs_its_source_only_through_the_whitelist(cache_folder, lib, tmp_path):
+    compiled_library(lib)
+    marker = tmp_path / "pwned"
+
+    def unsafe(data):
+        family = family_of(data, "split_nhd")
+        family.pop("code")
+        family["source"] = PAYLOADS["module-level import"](family["source"], marker)
+    rewrite(entry_path(cache_folder), unsafe)
+    assert derive_fresh(lib).result == "certified"
+    assert not marker.exists()
 
 
 def test_edit_without_matching_digest_is_ignored(cache_folder, lib):

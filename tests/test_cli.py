@@ -118,3 +118,33 @@ def test_a_picture_that_cannot_be_written_whole_leaves_the_old_one(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "layoutalg", "draw", "specs/split_nhd.lal", "-o", str(old),
                            "--store", "tp=2", "--load", "tp=4"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and old.read_text().lstrip().startswith("<?xml") and sorted(tmp_path.iterdir()) == [old]
+
+
+BLOCK_MATPLOTLIB = "import sys; sys.modules['matplotlib'] = None; from layoutalg.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_draw_without_its_extra_names_the_extra_in_one_line(tmp_path):
+    for args in (["draw", "specs/split_nhd.lal", "--tp", "2", "-o", str(tmp_path / "x.png")],
+                 ["prove", "specs/split_nhd.lal", "--draw", str(tmp_path)]):
+        proc = subprocess.run([sys.executable, "-c", BLOCK_MATPLOTLIB, *args], capture_output=True, text=True,
+                              cwd=ROOT)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == ('error: drawing a picture needs matplotlib, which is not installed: '
+                               'pip install "layoutalg[draw]"\n'), args
+        assert list(tmp_path.iterdir()) == []  # nothing drawn, nothing proved first
+
+
+def test_the_notebook_runner_writes_nothing_unless_asked(tmp_path):
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")],
+                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, str(path))
+    before = path.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and path.read_bytes() == before, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", "--inplace", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "42" in "".join(o.get("text", "") for o in nbformat.read(str(path), as_version=4).cells[0].outputs)

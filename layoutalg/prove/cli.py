@@ -148,6 +148,9 @@ def prove_command(args, out=None) -> int:
         raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
                              "give its spec file")
     folder = getattr(args, "draw", None)
+    if folder:
+        from ..draw import need_matplotlib
+        need_matplotlib()  # before any proof: the pictures could not be drawn
     if folder and os.path.exists(folder) and not os.path.isdir(folder):  # say it before the proof, not after
         raise LayoutalgError(f"prove: --draw {folder}: not a folder (the pictures are files in it)")
     rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout)
