@@ -93,13 +93,12 @@ def _shown(sizes: dict) -> str:
 def _prove_affine(lib, family, sizes, names, ext, strides, base) -> None:
     import z3
     from .interpret import Reading
-    from .prove.z3ops import Z3Ops
+    from .prove.z3ops import Z3Ops, solver
     ops = Z3Ops("conv.")
     r = Reading(lib, family, dict(sizes), ops)
     idx = {n: z3.Int(f"conv.{n}") for n in names}
     off = r.offset("canonical", idx)
-    s = z3.Solver()
-    s.set("rlimit", 20_000_000)
+    s = solver(20_000_000)
     s.add(*[z3.And(v >= 0, v < ext[n]) for n, v in idx.items()], *ops.side)
     s.add(off != base + sum(strides[n] * v for n, v in idx.items()))
     if s.check() != z3.unsat:

@@ -342,6 +342,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     named = names_data(inst)
     fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors),
                     () if named else (layer.kind,) + _physical(tensors))
+    if not named and not tensors:  # where a rank's bytes lie is its tensor's word, and none was given
+        fmt = _unread(fmt)
     reads = (box,) if tensor is None and not views and not fallback else ()  # what a plan's tensor must be
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt, reads=reads) for m in runs)
 
@@ -443,6 +445,30 @@ def _physical(tensors: tuple) -> tuple:
     canonical page is the rank's bytes as they lie (the opaque fallback), an NHD and an HND
     tensor of one size are two formats."""
     return tuple((t.shape[1:], t.stride[1:], t.element_size) for t in tensors)
+
+
+_UNREAD = "unread-"
+
+
+def _unread(fmt: str) -> str:
+    """A format id for a page whose bytes lie as the layer's tensors say, derived without them
+    (the opaque fallback from sizes alone): nothing tells two engines' placements apart (an NHD
+    and an HND engine of one configuration), so the id is this derivation's own. Pages stored
+    under it are read back by the mappings of this derivation only; derived with the tensors,
+    a page has a format that follows its bytes (`_physical`) and is found again by any process."""
+    import secrets
+    return f"{fmt.split('.')[0]}.{_UNREAD}{secrets.token_hex(6)}"
+
+
+def unread(fmt: str) -> bool:
+    """Whether a format id is of a page derived without the tensors that say where its bytes lie.
+
+    Examples:
+        >>> unread("lal3-0.unread-abc"), unread("lal3-0.abc.def"), unread("")
+        (True, False, False)
+    """
+    parts = fmt.split(".")
+    return len(parts) > 1 and parts[1].startswith(_UNREAD)
 
 
 def _dtypes(tensors: tuple) -> tuple:

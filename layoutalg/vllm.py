@@ -51,6 +51,18 @@ SPEC_KINDS = {"MLAAttentionSpec": "mla", "AttentionSpec": "attention", "MambaSpe
 (attention and mla: block size, heads, head size, dtype, quantisation; mamba: the state's
 shapes and dtypes) and which families may serve them. Any other class is left out."""
 
+ENGINE_LAYERS = {"DeepseekV32IndexerCache": "dsa_indexer"}
+"""vLLM layer class -> the layer kind it is where its spec class says otherwise, read from the
+layer's entry in `compilation_config.static_forward_context` along its class hierarchy
+(GLM-5's indexer cache subclasses DeepSeek's). The sparse-attention indexer's key cache is an
+`MLAAttentionSpec` of uint8 rows, but a block holds every token's fp8 values and then every
+token's fp32 scales, not MLA's latent rows (`specs/dsa_indexer.lal`). Its fields are read as
+an MLA spec's."""
+
+LAYER_SUFFIXES = {".indexer.k_cache": "dsa_indexer"}
+"""Layer-name endings that say the same where the engine's layer objects are not at hand (vLLM
+names the indexer's cache `<attention prefix>.indexer.k_cache`)."""
+
 READERS = ("attention", "mla", "mamba")
 _EVERY_SPEC = ("object", "KVCacheSpec")  # classes every spec is: a kind for them is a kind for all
 
@@ -133,14 +145,28 @@ def _dtype_bytes(spec, path: str) -> int:
     return as_int(value, f"{path}.dtype")
 
 
-def layer_spec(spec, path: str = "kv_cache_spec", kinds: dict | None = None) -> LayerSpec:
+def engine_kind(vllm_config, name: str) -> str | None:
+    """The kind the engine says layer `name` is (`ENGINE_LAYERS`, `LAYER_SUFFIXES`), or None."""
+    context = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None)
+    layer = context.get(name) if hasattr(context, "get") else None
+    if layer is not None:
+        found = next((ENGINE_LAYERS[c.__name__] for c in type(layer).__mro__ if c.__name__ in ENGINE_LAYERS), None)
+        if found:
+            return found
+    return next((kind for end, kind in LAYER_SUFFIXES.items() if name.endswith(end)), None)
+
+
+def layer_spec(spec, path: str = "kv_cache_spec", kinds: dict | None = None, engine: str | None = None) -> LayerSpec:
     """A `LayerSpec` from a vLLM KV cache spec (AttentionSpec, MLAAttentionSpec, MambaSpec, ...),
-    its kind by `spec_kind`. A spec vLLM gives no mapping gets `page_size_bytes=None` (the
+    its kind by `spec_kind`, or `engine`'s where the engine names the layer's kind (its fields
+    read as an MLA spec's). A spec vLLM gives no mapping gets `page_size_bytes=None` (the
     layer is omitted).
     """
     kind = spec_kind(spec, kinds)
-    page = _page_size(spec, kind, path)
-    if kind not in ("mla", "attention"):
+    if engine is not None and kind in ("mla", "attention"):
+        kind = engine
+    page = _page_size(spec, "mla" if kind == engine else kind, path)
+    if kind not in ("mla", "attention") and kind != engine:
         return LayerSpec(kind, page)
     quant = _field(spec, path, "kv_quant_mode", None)
     return LayerSpec(kind, page,
@@ -323,13 +349,16 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     failed: dict[tuple, list[str]] = {}
     for name, spec in _layers(kv_cache_config):
         try:
-            layer, why = layer_spec(spec, kinds=kinds), ""
+            engine = engine_kind(vllm_config, name)
+            layer, why = layer_spec(spec, kinds=kinds, engine=engine), ""
             if state_layers and layer.kind == "mamba":
                 state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"))
                 layer = state or layer
             if sizes:
                 layer = _with_sizes(layer, sizes, deriver)
             tensor = TensorLayout.of(kv_caches.get(name))
+            if engine is not None and layer.kind == engine:
+                tensor = _as_bytes(tensor)
             layer = _kv_outside_blocks(layer, tensor, num_blocks, deriver)
         except ConfigError as e:
             raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None
@@ -346,6 +375,21 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
                                                                       vllm_config, kinds))
     _warn(failed)
     return out
+
+
+def _as_bytes(tensor):
+    """A dense block-first tensor as its flat (num_blocks, page) elements: a layer the engine names
+    (the indexer's `(num_blocks, block_size, 132)` uint8 rows) is its bytes as they lie, whatever
+    dims its backend views them by; any other tensor is left as it is, for the families to refuse."""
+    if not isinstance(tensor, TensorLayout) or len(tensor.shape) < 2:
+        return tensor
+    from .runtime import dense_gap
+    if dense_gap(tensor.shape, tensor.stride, row_major=True):
+        return tensor
+    page = 1
+    for n in tensor.shape[1:]:
+        page *= n
+    return TensorLayout((tensor.shape[0], page), (tensor.stride[0], 1), tensor.element_size, tensor.dtype)
 
 
 KV_OUTSIDE = "kv_blocks_second"

@@ -8,7 +8,7 @@ from layoutalg.prove.runner import prove_family
 
 from conftest import ROOT
 
-FAMILIES = ("aiter", "flash_hnd", "flash_nhd", "gdn", "gdn_ds", "mamba2", "mamba2_ds", "opaque")
+FAMILIES = ("aiter", "dsa_indexer", "flash_hnd", "flash_nhd", "gdn", "gdn_ds", "mamba2", "mamba2_ds", "opaque")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -18,6 +18,7 @@ from z3 import z3util
 from ..interpret import Reading, paths
 from ..library import Library
 from ..syntax import Name
+from .z3ops import solver
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .z3ops import Z3Ops
 
@@ -169,10 +170,7 @@ class Model:
         a last guard only: when it decides, `guard_hit` is set and the result is not final.
         """
         for seed in range(seeds):
-            s = z3.Solver()
-            s.set("rlimit", max(1, budget.rlimit // seeds))
-            s.set("timeout", max(1, int(budget.guard_s * 1000)))
-            s.set("random_seed", seed)
+            s = solver(budget.rlimit // seeds, budget.guard_s, seed)
             s.add(*self.assumptions())
             s.add(violation)
             s.add(*self.ops.side)  # after the violation: its terms may add definitions

@@ -27,6 +27,7 @@ from ..interpret import Reading
 from ..library import Library
 from .obligations import Budget, Model, value
 from .store import Row
+from .z3ops import solver
 
 RESHARD = ("reshard-cover", "reshard-match")
 
@@ -246,9 +247,7 @@ def _assumed(m: Model) -> list:
 
 
 def _check_z3(budget: Budget, constraints: list):
-    s = z3.Solver()
-    s.set("rlimit", max(1, budget.rlimit))
-    s.set("timeout", max(1, int(budget.guard_s * 1000)))
+    s = solver(budget.rlimit, budget.guard_s)
     s.add(*constraints)
     return s.check(), s
 

@@ -257,3 +257,22 @@ def _kids(ctx, a) -> list:
         app = C.Z3_to_app(ctx, a)
         return [C.Z3_get_app_arg(ctx, app, j) for j in range(C.Z3_get_app_num_args(ctx, app))]
     return [C.Z3_get_quantifier_body(ctx, a)] if kind == z3.Z3_QUANTIFIER_AST else []
+
+
+def solver(rlimit: int, guard_s: float | None = None, seed: int = 0) -> z3.Solver:
+    """The solver every proof query runs on: bounded by Z3's resource count (`rlimit`), with a
+    wall-clock `guard_s` as a last guard only (where it decides, the caller says the verdict
+    is not final).
+
+    Not yet a function of the query and `rlimit` alone: for nonlinear integer queries
+    `z3.Solver()` runs Z3's `qfnia` tactic, whose SMT and nlsat stages are given seconds of
+    wall clock (`try_for`), so a query near those bounds may be decided on an idle machine
+    and not under load. The SMT core alone (`SimpleSolver`) and the tactic's stages without
+    the clocks were tried: both left the shipped proofs many times slower.
+    """
+    s = z3.Solver()
+    s.set("rlimit", max(1, rlimit))
+    if guard_s is not None:
+        s.set("timeout", max(1, int(guard_s * 1000)))
+    s.set("random_seed", seed)
+    return s
