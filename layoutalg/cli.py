@@ -73,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("reshard", help="store KV under one configuration and reload it under another, "
                                          "one process per rank (torch.distributed), checking every byte")
     rs.add_argument("--family", required=True, help="the family of the layer (e.g. split_nhd, split_hnd, mla)")
+    rs.add_argument("--specs", metavar="DIR", help="the spec library folder holding the family (default: the shipped "
+                                                   "specs)")
     rs.add_argument("--store", required=True, metavar="CONFIG",
                     help="the producer configuration, e.g. tp=2,dcp=1,pcp=1 (also interleave, pcp_replicas)")
     rs.add_argument("--load", required=True, metavar="CONFIG", help="the consumer configuration, e.g. tp=4")
@@ -256,34 +258,35 @@ def _reshard(args) -> int:
     from .distributed import group_of, parse_config, reshard
     model = (args.heads, args.block_size, args.head_size, args.dtype, args.blocks)
     names = _sizes_once("reshard", args.size)
-    store = group_of(args.family, parse_config(args.store), *model, names=names)
-    load = group_of(args.family, parse_config(args.load), *model, names=names)
+    specs = args.specs
+    store = group_of(args.family, parse_config(args.store), *model, names=names, specs=specs)
+    load = group_of(args.family, parse_config(args.load), *model, names=names, specs=specs)
     conversion = None
     a, b = store.mappings[0].canonical_page_size_bytes, load.mappings[0].canonical_page_size_bytes
     if a != b and store.mappings[0].layout_id == load.mappings[0].layout_id:
-        from .library import load_default
+        from .distributed import library_of
         from .pageformat import conversion as converting
         big, small = (store, load) if a > b else (load, store)
-        conversion = converting(load_default(), args.family, big.sizes, small.sizes)
+        conversion = converting(library_of(specs), args.family, big.sizes, small.sizes)
         blocks = args.blocks * conversion.k if small is load else args.blocks // conversion.k
         if small is store and args.blocks % conversion.k:
             raise LayoutalgError(f"reshard: --blocks {args.blocks} stored pages of {a} bytes do not fill whole "
                                  f"loading pages of {b} bytes ({conversion.k} each)")
-        load = group_of(args.family, parse_config(args.load), *model[:4], blocks, names=names)
+        load = group_of(args.family, parse_config(args.load), *model[:4], blocks, names=names, specs=specs)
         print(f"another cp: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; "
               f"{'the plans compose' if args.direct else 'the stored pages are converted by'} a conversion of "
               f"{len(conversion.mapping.runs)} runs (by the algebra)")
     if args.direct:
-        from .library import load_default
+        from .distributed import library_of
         from .prove.reshard import prove_cross_plans, prove_plans
         from .prove.runner import Budgets
         from .reshard import cross_plans, direct_plans
         if conversion is None:
             plans = direct_plans(store.mappings, load.mappings)
-            rows = prove_plans(load_default(), args.family, store.sizes, load.sizes, plans, Budgets.of().config)
+            rows = prove_plans(library_of(specs), args.family, store.sizes, load.sizes, plans, Budgets.of().config)
         else:
             cross = cross_plans(store.mappings, load.mappings, conversion)
-            rows = prove_cross_plans(load_default(), args.family, store.sizes, load.sizes, cross, conversion.token,
+            rows = prove_cross_plans(library_of(specs), args.family, store.sizes, load.sizes, cross, conversion.token,
                                      Budgets.of().config)
             plans = [p for part in cross.parts for p in part]
         for r in rows:

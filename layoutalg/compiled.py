@@ -28,6 +28,14 @@ class GuardFailed(LayoutalgError):
     """The family does not apply to this configuration; the layer fails closed."""
 
 
+class MissingName(GuardFailed):
+    """The family reads a runtime name the layer does not give (`name`)."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
+
+
 class Bound(NamedTuple):
     """A runtime name a family reads, and the domain it is proved over (inclusive)."""
     name: str
@@ -411,8 +419,8 @@ class CompiledFamily:
             try:
                 out = fn(sizes)
             except KeyError as e:
-                raise GuardFailed(f"{self.where}: family '{self.name}' reads the runtime name {e.args[0]!r}, "
-                                  f"which this layer does not give") from None
+                raise MissingName(f"{self.where}: family '{self.name}' reads the runtime name {e.args[0]!r}, "
+                                  f"which this layer does not give", e.args[0]) from None
             except _Guard as g:
                 where, text = self.guards[g.variant][g.index]
                 raise GuardFailed(f"{where}: {text} does not hold") from None

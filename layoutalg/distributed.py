@@ -49,6 +49,7 @@ class Group:
     stride: tuple
     dtype: torch.dtype
     outer: int = 0       # dims before the block dim (FlashAttention's (2, blocks, ...): 1)
+    specs: str | None = None  # the spec library folder the family is from (None: the shipped one)
 
     @property
     def world(self) -> int:
@@ -63,9 +64,10 @@ class Group:
 
 
 def group_of(family: str, config: dict, heads: int, block_size: int, head_size: int, dtype: str,
-             blocks: int, names: dict | None = None) -> Group:
+             blocks: int, names: dict | None = None, specs: str | None = None) -> Group:
     """The layer under `config`, served by `family` or a `ConfigError` saying why not. `names`
-    gives the runtime names a spec declares (a Mamba state's heads, groups, ...)."""
+    gives the runtime names a spec declares (a Mamba state's heads, groups, ...); `specs` the
+    spec library folder (default: the shipped one)."""
     configured = sorted(n for n in (names or {}) if n in CONFIG_NAMES)
     if configured:
         raise ConfigError(f"reshard: --size {configured[0]}: '{configured[0]}' is part of the configuration; give it "
@@ -75,9 +77,10 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
         raise ConfigError(f"reshard: --size {builtin[0]}: '{builtin[0]}' is a built-in runtime name, set from the "
                           f"configuration and the model's options (--heads, --block-size, --head-size, --dtype); "
                           f"--size gives the names a family's spec declares")
-    families = compiled_library()
+    families = compiled_library(specs)
     if family not in families:
-        raise ConfigError(f"reshard: no family {family!r}; the shipped ones: {', '.join(sorted(families))}")
+        raise ConfigError(f"reshard: no family {family!r}; the {'shipped ones' if specs is None else 'ones in ' + specs}: "
+                          f"{', '.join(sorted(families))}")
     if dtype not in DTYPES:
         raise ConfigError(f"reshard: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     cf, torch_dtype = families[family], DTYPES[dtype]
@@ -86,13 +89,14 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
                           f"readable only under the same configuration, and has no layer of its own to fill; "
                           f"give a family that certifies a layer")
     if not isinstance(cf, CompiledFamily):
-        return _page_group(family, cf, config, (heads, block_size, head_size, torch_dtype), blocks, dict(names or {}))
+        return _page_group(family, cf, config, (heads, block_size, head_size, torch_dtype), blocks, dict(names or {}),
+                           specs)
     e = torch.empty(0, dtype=torch_dtype).element_size()
     tp = config["tp"]
     mla = cf.serves == "mla"
     total = 1 if mla else heads
     local = 1 if mla else max(1, total // tp)
-    declared = _declared(family, cf, dict(names or {}))
+    declared = _declared(family, cf, dict(names or {}), specs)
     sizes = {**declared, "tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
              "total_heads": total, "heads": local, "block_size": block_size, "head_size": head_size,
              "dtype_bytes": e, "per_token_head_quant": 0, "compress_ratio": 1, "page_size": 0,
@@ -115,18 +119,19 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     stride = tuple(st * blocks for st in strides[:k]) + (step,) + strides[k:]
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e,
                       sizes={**declared, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})})
-    res = Deriver().derive(layer, TensorLayout(shape, stride, e, str(torch_dtype)),
-                           ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"]), blocks)
+    res = Deriver(specs).derive(layer, TensorLayout(shape, stride, e, str(torch_dtype)),
+                                ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"]), blocks)
     _served(res, family, config)
-    return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype, k)
+    return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype, k, specs)
 
 
-def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names: dict) -> Group:
+def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names: dict,
+                specs: str | None = None) -> Group:
     """A family of pages (Mamba2 or GDN state, quantised KV with its scales) under `config`:
     the names it declares come from `names`; each rank's layer is one uint8 page a block,
     exactly its regions and pads."""
-    _declared(family, cf, names)  # every declared name it reads given or defaulted
-    vocabulary = _vocabulary()
+    _declared(family, cf, names, specs)  # every declared name it reads given or defaulted
+    vocabulary = _vocabulary(specs)
     heads, block_size, head_size, dtype = model
     e, tp = torch.empty(0, dtype=dtype).element_size(), config["tp"]
     local = max(1, heads // tp)
@@ -157,22 +162,27 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
     sizes.update(page_size=page, per_token_head_quant=quant)
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, per_token_head_quant=bool(quant),
                       sizes=given)
-    res = Deriver().derive(layer, None, ParallelConfig(tp, heads, config["pcp"], config["dcp"], config["interleave"]),
-                           blocks)
+    res = Deriver(specs).derive(layer, None, ParallelConfig(tp, heads, config["pcp"], config["dcp"],
+                                                            config["interleave"]), blocks)
     _served(res, family, config)
-    return Group(family, dict(config), sizes, res.mappings, (blocks, page), (page, 1), torch.uint8)
+    return Group(family, dict(config), sizes, res.mappings, (blocks, page), (page, 1), torch.uint8, 0, specs)
 
 
-def _vocabulary() -> dict:
+def library_of(specs: str | None):
+    """The spec library a group's family is from (`load_default`: parsed once per process)."""
     from ._resources import specs_dir
     from .library import load_default
-    return load_default(specs_dir()).vocabulary()
+    return load_default(specs or specs_dir())
 
 
-def _declared(family: str, cf, names: dict) -> dict:
+def _vocabulary(specs: str | None = None) -> dict:
+    return library_of(specs).vocabulary()
+
+
+def _declared(family: str, cf, names: dict, specs: str | None = None) -> dict:
     """The names a spec declares that `family` reads, as given (`names`) or at their defaults;
     a `ConfigError` naming those with no default that are not given."""
-    vocabulary = _vocabulary()
+    vocabulary = _vocabulary(specs)
     reads = [n for n, *_ in cf.bounds if n not in params.TABLE]
     unread = sorted(n for n in names if n not in reads)
     if unread:  # it would change nothing: most likely meant for another family
@@ -199,9 +209,7 @@ def _shown(config: dict) -> str:
 def coordinates(group: Group, rank: int) -> torch.Tensor:
     """Each local byte's canonical byte on `rank`, by the spec's own reading."""
     from .interpret import Reading, byte_map
-    from ._resources import specs_dir
-    from .library import load_default
-    lib = load_default(specs_dir())
+    lib = library_of(group.specs)
     out = torch.full((group.mappings[rank].local_page_size_bytes,), -1, dtype=torch.int64)
     for part in lib.parts_of(group.family):  # every data region of a page (a layout of one box: itself)
         m = byte_map(Reading(lib, part, dict(group.sizes)), rank)
@@ -482,11 +490,9 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
             small_group.blocks != conversion.k * big_group.blocks):
         raise ConfigError(f"reshard: the conversion is for {conversion.big_page}- and {conversion.small_page}-"
                           f"byte pages, {conversion.k} small a big one: it does not fit these groups")
-    from ._resources import specs_dir
-    from .library import load_default
     from .pageformat import spec_coordinates
     from .reshard import cross_plans
-    coords = (conversion.k, spec_coordinates(load_default(specs_dir()), store.family, big_group.sizes,
+    coords = (conversion.k, spec_coordinates(library_of(store.specs), store.family, big_group.sizes,
                                              small_group.sizes, conversion.k, conversion.token))
     cross = cross_plans(store.mappings, load.mappings, conversion) if direct else None
     return small, coords, cross

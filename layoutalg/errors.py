@@ -70,6 +70,10 @@ class ConfigError(LayoutalgError):
     """
 
 
+class MissingNames(ConfigError):
+    """A layer names its kind but not a runtime name every family serving that kind reads."""
+
+
 class MissingExtra(LayoutalgError):
     """An optional dependency a command needs is not installed; says which extra brings it."""
 

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from . import params
 from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, UnsafeSource, from_entry, misfit
-from .errors import ConfigError
+from .errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from .mapping import MAX_STRETCHES, CanonicalPageMapping, TensorView
 
@@ -241,10 +241,14 @@ class Deriver:
         self._memo = functools.lru_cache(maxsize=4096)(self._derive)
 
     def derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
-               num_blocks: int | None = None) -> LayerResult:
-        """Every rank's mapping of `layer` (memoised: the arguments are hashable records)."""
+               num_blocks: int | None = None, strict: bool = True) -> LayerResult:
+        """Every rank's mapping of `layer` (memoised: the arguments are hashable records).
+
+        Raises `MissingNames` where every family serving the layer's kind reads a runtime name
+        the layer does not give; with `strict` False such a layer goes to the fallback (the vLLM
+        adapter's choice: a model's layer it cannot read is stored opaque, with a warning)."""
         try:
-            return self._memo(layer, tensor, parallel, num_blocks)
+            return self._memo(layer, tensor, parallel, num_blocks, strict)
         except TypeError:  # an argument that is no hashable record: say which, as on a cache miss
             _check_arguments(layer, tensor, parallel, num_blocks)
             raise
@@ -258,7 +262,7 @@ class Deriver:
         return self._memo.cache_info()
 
     def _derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
-                num_blocks: int | None = None) -> LayerResult:
+                num_blocks: int | None = None, strict: bool = True) -> LayerResult:
         num_blocks = _check_arguments(layer, tensor, parallel, num_blocks)  # on cache misses only
         unread = sorted(n for n, _ in layer.sizes if n not in self.names)
         if unread:  # a misspelt name would otherwise silently select another grid's semantics
@@ -278,12 +282,19 @@ class Deriver:
                    if n in self.domains and not self.domains[n][0] <= v <= self.domains[n][1]]
         # a name given out of its domain is a misdeclared deployment (`aiter_kv = 2`): a family
         # that does not read it must not take the layer in its place
+        missing = {}
         for cf in self._by_kind.get(layer.kind, []) if not reasons else []:
             runs = _apply(cf, sizes, layer, tensor, num_blocks)
             if isinstance(runs, str):
                 reasons.append(f"{cf.name}: {runs}")
+                missing[cf.name] = getattr(runs, "missing", None)
                 continue
             return LayerResult(CERTIFIED, cf.name, runs, tuple(reasons))
+        if strict and missing and all(missing.values()):  # the layer is of this kind, but says too little
+            names = sorted(set(missing.values()))
+            raise MissingNames(f"LayerSpec.sizes: a '{layer.kind}' layer must give {', '.join(map(repr, names))}: "
+                               f"{'; '.join(f'family {f} reads {n!r}' for f, n in missing.items())}, and the layer "
+                               f"gives {', '.join(sorted(n for n, _ in layer.sizes)) or 'no runtime name'}")
         if self.fallback is None:
             reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
                            if not reasons else "the library declares no fallback")
@@ -293,6 +304,15 @@ class Deriver:
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         return LayerResult(OPAQUE, self.fallback.name, runs, tuple(reasons))
+
+
+class _Why(str):
+    """Why a family does not hold a layer; `missing`: the runtime name it read and the layer lacks."""
+
+    def __new__(cls, text: str, missing: str | None = None):
+        out = super().__new__(cls, text)
+        out.missing = missing
+        return out
 
 
 def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
@@ -320,7 +340,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
             (TensorView("kv", 0, inst.tensor_shape, inst.tensor_strides, inst.element, outer=cf.tensor_outer),) \
             if inst.tensor_shape else ()
     except GuardFailed as e:
-        return str(e)
+        return _Why(str(e), getattr(e, "name", None))
     if views and views[0].segments > MAX_STRETCHES:
         return (f"its tensor holds the page in {views[0].segments} stretches apart (dims before the block), more "
                 f"than the {MAX_STRETCHES} a copy takes")

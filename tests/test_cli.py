@@ -148,3 +148,18 @@ def test_the_notebook_runner_writes_nothing_unless_asked(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "42" in "".join(o.get("text", "") for o in nbformat.read(str(path), as_version=4).cells[0].outputs)
+
+
+def test_reshard_takes_a_users_spec_folder(tmp_path):
+    """A family the user wrote, in a folder of their own, goes through `reshard` as a shipped one."""
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    text = (ROOT / "specs" / "split_nhd.lal").read_text()
+    mine = text.replace("family split_nhd serves attention, before split_hnd:", "family my_nhd serves attention:")
+    assert mine != text
+    (tmp_path / "my_nhd.lal").write_text(mine)
+    args = ["reshard", "--family", "my_nhd", "--store", "tp=2", "--load", "tp=4", "--heads", "4", "--block-size", "4",
+            "--head-size", "8", "--blocks", "4", "--layers", "1"]
+    proc = run(*args, "--specs", str(tmp_path))
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "4 passed, 0 failed", proc.stdout + proc.stderr
+    proc = run(*args)  # the control: the shipped library has no such family
+    assert proc.returncode == 2 and "no family 'my_nhd'; the shipped ones" in proc.stderr

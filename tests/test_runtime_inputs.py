@@ -400,3 +400,21 @@ def test_unhashable_arguments_are_named_not_a_traceback(args, message):
     from layoutalg.errors import ConfigError
     with pytest.raises(ConfigError, match=message):
         Deriver().derive(*args)
+
+
+def test_a_layer_missing_a_name_every_family_of_its_kind_reads_is_a_config_error():
+    import pytest
+    from layoutalg.errors import ConfigError, MissingNames
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    sizes = {"ssm_heads": 8, "ssm_head_dim": 4, "state_size": 16, "conv_kernel": 4, "conv_bytes": 2, "ssm_bytes": 4}
+    par = ParallelConfig(tp=2, total_kv_heads=1)
+    with pytest.raises(MissingNames, match="a 'mamba2' layer must give 'n_groups'") as e:
+        Deriver().derive(LayerSpec("mamba2", 4096, sizes=sizes), None, par, 4)
+    assert isinstance(e.value, ConfigError)
+    # the engine's adapter asks for the fallback instead: stored opaque, the reason kept
+    res = Deriver().derive(LayerSpec("mamba2", 4096, sizes=sizes), None, par, 4, strict=False)
+    assert res.result == "opaque" and any("'n_groups'" in r for r in res.reasons)
+    # the control: given the name, the family holds the layer (no error for a layer it can read)
+    page = 3 * (4 * 4 + 2 * 16) * 2 + 4 * 4 * 16 * 4  # a rank: 4 heads of 4, one group of 16 copied
+    ok = Deriver().derive(LayerSpec("mamba2", page, sizes={**sizes, "n_groups": 1}), None, par, 4)
+    assert ok.result == "certified", ok.reasons
