@@ -195,9 +195,23 @@ def _mamba2_sizes(shapes, tp: int, model) -> dict:
             "n_groups": groups}
 
 
-def _gdn_sizes(shapes, tp: int, model) -> dict:
-    """Gated delta net: ((K - 1, 2 Hk dk + Hv dv), (Hv, dv, dk)) on this rank."""
+GDN_ORDERS = ("vk", "kv")
+"""How a gated delta net's recurrent state orders its dims after the value heads: `vk`, (value
+dim, key dim), as vLLM 0.32 and the `gdn` family read it; `kv`, the order of vLLM versions
+before it (no shipped family reads it)."""
+
+
+def _gdn_sizes(shapes, tp: int, model, order: str | None = None) -> dict:
+    """Gated delta net: ((K - 1, 2 Hk dk + Hv dv), (Hv, dv, dk)) on this rank. Where the key
+    and value dims are one size the shapes cannot say which is which: `order` must."""
     (k1, width), (v_heads, v_dim, k_dim) = shapes
+    if order == "kv":
+        raise ValueError("the recurrent state is (value heads, key dim, value dim) (gdn_recurrent='kv'), an order "
+                         "no shipped family reads")
+    if order is None and v_dim == k_dim:
+        raise ValueError(f"the recurrent state {shapes[1]} has key and value dims of one size, so its shape does "
+                         f"not say which is which (vLLM swapped them between versions): pass "
+                         f"gdn_recurrent='vk' (value dim, then key dim: vLLM 0.32) or 'kv'")
     hf = getattr(model, "hf_config", None)
     for attr, have in (("linear_value_head_dim", v_dim), ("linear_key_head_dim", k_dim)):
         want = getattr(hf, attr, None)  # (heads, value dim, key dim) as vLLM's newer shapes; older ones swap them
@@ -221,7 +235,8 @@ read kernel-first ("SD", vLLM's default) or dim-first ("DS") as VLLM_SSM_CONV_ST
 says, and `conv_dim_first` selects the family of that page format."""
 
 
-def state_layer(spec, tp: int, model, path: str = "kv_cache_spec") -> tuple[LayerSpec | None, str]:
+def state_layer(spec, tp: int, model, path: str = "kv_cache_spec",
+                gdn_recurrent: str | None = None) -> tuple[LayerSpec | None, str]:
     """The state family's `LayerSpec` of a `MambaSpec`, or (None, why it stays opaque)."""
     mamba_type = _field(spec, path, "mamba_type", None)
     read = STATE_KINDS.get(mamba_type) if isinstance(mamba_type, str) else None
@@ -237,7 +252,7 @@ def state_layer(spec, tp: int, model, path: str = "kv_cache_spec") -> tuple[Laye
             raise ValueError(f"shapes {shapes} are not a (conv, state) pair of 2 and 3 dimensions")
         if layout == "DS":  # (channels, K - 1): read as (K - 1, channels), laid out dim-first
             shapes = (shapes[0][::-1], shapes[1])
-        sizes = read(shapes, tp, model)
+        sizes = read(shapes, tp, model, gdn_recurrent) if read is _gdn_sizes else read(shapes, tp, model)
         sizes["conv_dim_first"] = int(layout == "DS")
         sizes.update(conv_bytes=as_int(dtypes[0].itemsize, f"{path}.dtypes[0]"),
                      ssm_bytes=as_int(dtypes[1].itemsize, f"{path}.dtypes[1]"))
@@ -315,7 +330,8 @@ def _layers(kv_cache_config):
 
 def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
                               specs=None, sizes=None, state_layers: bool = False,
-                              kinds: dict | None = None) -> dict[str, CanonicalPageMapping]:
+                              kinds: dict | None = None,
+                              gdn_recurrent: str | None = None) -> dict[str, CanonicalPageMapping]:
     """This worker's canonical page mapping of every layer.
 
     Empty when the worker group is not exactly the tp x pcp grid. A layer no family
@@ -330,8 +346,12 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     every `MambaSpec` is opaque, as vLLM's reference maps it. `hf_config.n_groups` is trusted
     where the shapes cannot tell (groups sharded one a rank, or one group copied on two).
     `kinds` adds spec classes to `SPEC_KINDS` (`{"MyAttentionSpec": "attention"}`): a
-    deployment's own spec classes, read as the kind they name.
+    deployment's own spec classes, read as the kind they name. `gdn_recurrent` says how a gated
+    delta net's recurrent state orders its dims (`GDN_ORDERS`); where the key and value dims are
+    one size (Qwen3-Next: 128 and 128) the shapes cannot tell, and without it the layer is opaque.
     """
+    if gdn_recurrent not in (None,) + GDN_ORDERS:
+        raise ConfigError(f"gdn_recurrent must be one of {', '.join(GDN_ORDERS)} or None, got {gdn_recurrent!r}")
     kinds = _kinds(kinds)
     deriver = _deriver(specs)
     parallel = parallel_config(vllm_config)
@@ -352,7 +372,8 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             engine = engine_kind(vllm_config, name)
             layer, why = layer_spec(spec, kinds=kinds, engine=engine), ""
             if state_layers and layer.kind == "mamba":
-                state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"))
+                state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"),
+                                         gdn_recurrent=gdn_recurrent)
                 layer = state or layer
             if sizes:
                 layer = _with_sizes(layer, sizes, deriver)

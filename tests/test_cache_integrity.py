@@ -1,8 +1,9 @@
-"""The precompiled cache is data another process wrote: it is checked before anything in it runs.
+"""The precompiled cache is a trust boundary: what enters it is checked, and only what is inside it runs.
 
-The compiled source is executed only if it has exactly the shape compile.py prints; an
-entry whose digest does not match its content is ignored; a cache folder or file that
-another user can write is neither read nor written.
+A library is written to it only if every family's source has exactly the shape compile.py
+prints; an entry whose digest does not match its content is ignored; a cache folder or file
+that another user can write is neither read nor written. Source handed in as data anywhere
+else (`CompiledFamily.from_json`) is checked before it runs.
 """
 import base64
 import json

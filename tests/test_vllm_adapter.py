@@ -588,3 +588,27 @@ def test_flash_attention_order_is_read_from_the_tensor_where_its_shape_tells():
     flash_two = derive_canonical_mappings(config(tp=2, rank=0), two, square, sizes={"kv_blocks_second": 1})["l0"]
     assert seen(blocks_first) == seen(split) and [t.outer for t in blocks_first.tensors] == [0]
     assert [t.outer for t in flash_two.tensors] == [1]
+
+
+@pytest.mark.parametrize("word,family", [(None, None), ("vk", "gdn"), ("kv", None)])
+def test_a_gdn_state_whose_key_and_value_dims_are_one_size_needs_the_word_that_orders_them(word, family):
+    """(heads, 128, 128) does not say which dim is the value dim (vLLM swapped them between
+    versions): without the deployment's word, or with an order no family reads, the layer is
+    opaque and says why; with it, the gdn family holds it. Dims of two sizes need no word."""
+    from layoutalg.runtime import Deriver
+    from layoutalg.vllm import state_layer
+    spec = gdn_spec(2, k_dim=3, v_dim=3)
+    layer, why = state_layer(spec, 2, state_config(2, 0).model_config, gdn_recurrent=word)
+    if family is None:
+        assert layer is None and ("one size" in why if word is None else "no shipped family" in why), why
+    else:
+        assert Deriver().derive(layer, None, ParallelConfig_(2), 2).family == family
+    distinct, why = state_layer(gdn_spec(2), 2, state_config(2, 0).model_config)
+    assert distinct is not None, why
+    with pytest.raises(layoutalg.errors.ConfigError, match="gdn_recurrent must be one of"):
+        derive_canonical_mappings(state_config(2, 0), cache_config([(spec, ["g"])]), {}, gdn_recurrent="v,k")
+
+
+def ParallelConfig_(tp):
+    from layoutalg.runtime import ParallelConfig as RuntimeParallel
+    return RuntimeParallel(tp=tp, total_kv_heads=1)
