@@ -71,8 +71,8 @@ print(json.dumps({"import": t_import - t0, "load": t_load - t_import, "derive": 
 
 def _timed(args: list) -> tuple[float, str]:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True,
-                         cwd=tempfile.gettempdir()).stdout  # the installed layoutalg, not the checkout by cwd
+    with tempfile.TemporaryDirectory() as here:  # a folder of its own: the installed layoutalg, not one by cwd
+        out = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True, cwd=here).stdout
     return time.perf_counter() - t0, out
 
 

@@ -118,21 +118,28 @@ def private(path: Path) -> bool:
 
 
 def _library_shape(data) -> bool:
-    """The outline only: the digest says the entry is what `store` admitted in full, and a
-    reader that finds a field missing all the same recompiles (`runtime.compiled_library`)."""
-    return isinstance(data, list) and all(isinstance(d, dict) and isinstance(d.get("name"), str) for d in data)
-
-
-def _safe_library(data) -> bool:
+    """The outline of an entry read back (no source parsed): the digest says the entry is what
+    `store` admitted, and a reader that finds it otherwise all the same recompiles."""
     from .compiled import valid_entry
-    return isinstance(data, list) and all(valid_entry(d, check=True) for d in data)
+    return isinstance(data, list) and all(valid_entry(d, check=False) for d in data)
+
+
+def _admit_library(data):
+    """The library as the cache may hold it (`compiled.admitted`: each family's source checked and
+    its bytecode compiled from that source), or None."""
+    from .compiled import admitted
+    if not isinstance(data, list):
+        return None
+    out = [admitted(d) for d in data]
+    return None if any(d is None for d in out) else out
 
 
 _VALID = {"library": _library_shape}
 """What each kind of entry must look like to be returned at all."""
 
-_ADMIT = {"library": _safe_library}
-"""What each kind of entry must pass to be written: the check at the boundary."""
+_ADMIT = {"library": _admit_library}
+"""What each kind of entry is made into to be written, or None where it is refused: the check
+at the boundary."""
 
 
 def unchanged(sources: tuple, folder: Path, listing: tuple) -> bool:
@@ -211,8 +218,11 @@ def store(kind: str, key: str, files, data, made_from: tuple | None = None, spec
         return
     text = json.dumps(data, separators=(",", ":"))
     admit = _ADMIT.get(kind)
-    if admit is not None and not admit(json.loads(text)):  # as it will be read back
-        return
+    if admit is not None:
+        data = admit(json.loads(text))  # as it will be read back
+        if data is None:
+            return
+        text = json.dumps(data, separators=(",", ":"))
     try:
         p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not private(p.parent):

@@ -298,6 +298,11 @@ def _reshard(args) -> int:
         print(f"direct plan: consumer<-producers {reads}; {sum(len(p.runs) for p in plans)} runs"
               + ("" if conversion is None else f" (producers numbered part * {store.world} + rank where the "
                                                f"producers read the small pages; one plan per part otherwise)"))
+    from .distributed import trusted
+    taken = sorted(set(trusted(store)) | set(trusted(load)))
+    print("byte check: each byte is named by the engine element it holds (the local layout's indices, each a "
+          "global index by the grid's placements: the engine's word), never by the spec's canonical layout"
+          + ("; taken from the spec: " + "; ".join(taken) if taken else ""))
     passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion, device=args.device)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0

@@ -370,17 +370,13 @@ class CompiledFamily:
                 code = compile(tree, f"<layoutalg family {self.name}>", "exec")
             except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
                 raise UnsafeSource(f"family '{self.name}' does not compile: {type(e).__name__}: {e}") from None
-            self.code = marshal.dumps(code)
         exec(code, env)
         self._variants = tuple(env[f"_variant_{k}"] for k in range(len(self.guards)))
 
-    def to_json(self, code: bool = False) -> dict:
-        """The family as plain data; with `code`, its bytecode too (for the private cache only)."""
-        d = {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                        "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer")}
-        if code:
-            d["code"] = base64.b64encode(self.code).decode()
-        return d
+    def to_json(self) -> dict:
+        """The family as plain data (the private cache adds the bytecode: `admitted`)."""
+        return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
+                                           "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer")}
 
     @staticmethod
     def from_json(d: dict, trusted: bool = False) -> "CompiledFamily":
@@ -544,11 +540,11 @@ class CompiledPage:
         named = all(i.names_data for _, i in regions) and all(p.names_data for p in cpads)
         return Page(self.name, regions, lpads, cpads, local, canonical, first.world, first.agnostic, (), named)
 
-    def to_json(self, code: bool = False) -> dict:
+    def to_json(self) -> dict:
         return {"page": True, "name": self.name, "serves": self.serves, "order": self.order, "where": self.where,
-                "layout_id": self.layout_id, "parts": [[r, cf.to_json(code)] for r, cf in self.parts],
-                "local_pads": [cf.to_json(code) for cf in self.local_pads],
-                "canonical_pads": [cf.to_json(code) for cf in self.canonical_pads],
+                "layout_id": self.layout_id, "parts": [[r, cf.to_json()] for r, cf in self.parts],
+                "local_pads": [cf.to_json() for cf in self.local_pads],
+                "canonical_pads": [cf.to_json() for cf in self.canonical_pads],
                 "views": [[t, list(regions), list(groups)] for t, regions, groups in self.views]}
 
     @staticmethod
@@ -616,6 +612,24 @@ def valid_entry(d, check: bool = True) -> bool:
                         and isinstance(v[2], list)
                         and all(type(g) is int and g >= 1 for g in v[2]) for v in d["views"]))
     return valid_json(d, check)
+
+
+def admitted(d) -> dict | None:
+    """An entry of `to_json()` as the private cache may hold it: its source checked
+    (`valid_entry`) and its bytecode compiled here from that source, never taken as given;
+    None where the source is not admitted."""
+    if not valid_entry(d, check=True):
+        return None
+
+    def coded(f: dict) -> dict:
+        tree = check_source(f["source"], tuple(len(v) for v in f["guards"]), len(f["atoms"]))
+        code = compile(tree, f"<layoutalg family {f['name']}>", "exec")
+        return {**f, "code": base64.b64encode(marshal.dumps(code)).decode()}
+    if d.get("page") is True:
+        return {**d, "parts": [[r, coded(f)] for r, f in d["parts"]],
+                "local_pads": [coded(f) for f in d["local_pads"]],
+                "canonical_pads": [coded(f) for f in d["canonical_pads"]]}
+    return coded(d)
 
 
 def _part_names(d: dict) -> set:

@@ -288,10 +288,32 @@ def global_coordinates(group: Group, rank: int, pages: torch.Tensor, small=None)
     return pages // k, big.masked_fill(canon < 0, -1)  # a pad byte stays a pad byte (-1), never a data byte
 
 
+def element_coordinates(group: Group, rank: int, pages: torch.Tensor):
+    """(page ids, coordinates (pages, bytes), data (bytes,)): each local byte of each page named by
+    the engine element it holds (`oracle.naming`: the local index names, each a global index by
+    the grid's placements, the token counted from the first page), never by the spec's canonical
+    layout: a page stored under one configuration must give every element back under another.
+    `data` is False on pad bytes, which are never copied."""
+    from .oracle import naming
+    n = naming(library_of(group.specs), group.family, dict(group.sizes), rank,
+               group.mappings[rank].local_page_size_bytes)
+    element, token = torch.tensor(n.element, dtype=torch.int64), torch.tensor(n.token, dtype=torch.int64)
+    pages = pages.view(-1, 1)
+    absolute = torch.where(token >= 0, pages * max(1, n.tokens) + token, pages)  # one token sequence, any page size
+    return torch.zeros_like(pages), element * 1_000_003 + absolute, element >= 0
+
+
+def trusted(group: Group) -> tuple:
+    """What the byte check takes from the spec (`oracle.Naming.trusted`), beside the grid's placements."""
+    from .oracle import naming
+    return naming(library_of(group.specs), group.family, dict(group.sizes), 0,
+                  group.mappings[0].local_page_size_bytes).trusted
+
+
 def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor,
-          small=None, device=torch.device("cpu")) -> list[torch.Tensor]:
+          device=torch.device("cpu")) -> list[torch.Tensor]:
     from .torch_copy import layer_segments
-    where, canon = global_coordinates(group, rank, pages, small)
+    where, canon, _ = element_coordinates(group, rank, pages)
     out, at = [], blocks.to(device)
     for layer in range(layers):
         kv, h = group.empty(device), hashed(layer, where, canon).to(device)
@@ -301,10 +323,9 @@ def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: tor
     return out
 
 
-def _verify(group: Group, rank: int, kvs, pages, blocks, small=None) -> list[bool]:
+def _verify(group: Group, rank: int, kvs, pages, blocks) -> list[bool]:
     from .torch_copy import layer_segments
-    where, canon = global_coordinates(group, rank, pages, small)
-    data = canon >= 0  # a page's padding is never copied, so it holds nothing to check
+    where, canon, data = element_coordinates(group, rank, pages)
     m = group.mappings[rank]
     return [torch.equal(torch.cat([seg.bytes.index_select(0, blocks.to(kv.device))
                                    for seg in layer_segments(kv, m, "kv", "check")], 1).cpu()[..., data],
@@ -326,8 +347,7 @@ def _store_worker(rank: int, job: dict):
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     buf = _pages(job, "pages", group, layers)
-    small = job["coordinates"] if job.get("small") == "store" else None
-    kvs = _fill(group, rank, layers, pages, blocks, small, dev)
+    kvs = _fill(group, rank, layers, pages, blocks, dev)
     for layer, kv in enumerate(kvs):  # from the device's KV cache straight into shared host pages
         plan(m, kv).store(kv, blocks, buf[layer], pages)
     dist.barrier()
@@ -346,8 +366,7 @@ def _load_worker(rank: int, job: dict):
         kv = group.empty(dev).zero_()
         plan(m, kv).load(buf[layer], pages, kv, blocks)  # host pages into the device's KV cache
         kvs.append(kv)
-    small = job["coordinates"] if job.get("small") == "load" else None
-    _report(folder, rank, _verify(group, rank, kvs, pages, blocks, small), 0)
+    _report(folder, rank, _verify(group, rank, kvs, pages, blocks), 0)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -373,8 +392,7 @@ def _direct_worker(rank: int, job: dict):
     ops, got = [], {}
     if rank < store.world:  # a producer: send each consumer what its plan reads from here
         pages, blocks = layout_of_pages(store, store.blocks)
-        kvs = _fill(store, rank, layers, pages, blocks, job["coordinates"] if job.get("small") == "store" else None,
-                    dev)
+        kvs = _fill(store, rank, layers, pages, blocks, dev)
         ops = [dist.P2POp(dist.isend, gather(plan, v, kv, blocks[src]).to(wire), store.world + plan.consumer,
                           tag=layer * tag + t)
                for t, (plan, v, p, src, dst) in enumerate(transfers) if p == rank
@@ -395,8 +413,7 @@ def _direct_worker(rank: int, job: dict):
             plan, v, _, _, dst = transfers[t]
             scatter(plan, v, data, kvs[layer], blocks[dst])
             moved += data.numel()
-        small = job["coordinates"] if job.get("small") == "load" else None
-        _report(folder, me, _verify(load, me, kvs, pages, blocks, small), moved)
+        _report(folder, me, _verify(load, me, kvs, pages, blocks), moved)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -411,18 +428,19 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
     read pages of another cp, `conversion` (`pageformat.conversion`, big to small pages)
     converts the stored pages between the two formats in between, or with `direct` is
-    composed into the plans (`reshard.cross_plans`); the byte check then names each byte by
-    the spec's own reading of both layouts, not by the conversion under test. With `device`
+    composed into the plans (`reshard.cross_plans`). The byte check names each byte by the engine
+    element it holds (`element_coordinates`), never by the spec's canonical layout, the
+    conversion or the plans under test. With `device`
     "cuda" each rank's KV cache is on a GPU (rank `r` on GPU `r % count`) and the pages move
     between it and shared host memory; the group runs NCCL where every rank has a GPU of its own."""
     _usable(device)
     a, b = store.mappings[0], load.mappings[0]
-    small, coords, cross = _formats(store, load, conversion, direct)
+    small, cross = _formats(store, load, conversion, direct)
     with tempfile.TemporaryDirectory(prefix="layoutalg-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                      else None) as folder:
         job = {"store": store, "load": load, "layers": layers, "folder": folder, "conversion": conversion,
                "device": device,
-               "small": small, "coordinates": coords, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
+               "small": small, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
                "load_pages": os.path.join(folder, "pages.bin" if small is None else "converted.bin")}
         gpus = torch.cuda.device_count() if device == "cuda" else 0
         on = f"{device}, " + ("; ".join(f"{n} group: {backend_for(device, w, gpus)}" for n, w in (
@@ -466,8 +484,8 @@ def _spawn(worker, job: dict, ranks: int) -> None:
 
 
 def _formats(store: Group, load: Group, conversion, direct: bool):
-    """(which group reads the small pages, the spec's coordinates of those, the cross-cp plans):
-    all None where both read one page format; a `ConfigError` where they do not convert."""
+    """(which group reads the small pages, the cross-cp plans): both None where both read one
+    page format; a `ConfigError` where they do not convert."""
     a, b = store.mappings[0], load.mappings[0]
     if a.layout_id != b.layout_id or (a.canonical_page_size_bytes != b.canonical_page_size_bytes
                                       and conversion is None):
@@ -482,7 +500,7 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
                 f"stored under one is not a page of the other")
         if store.blocks != load.blocks:
             raise ConfigError("reshard: both groups must hold the same number of blocks")
-        return None, None, None
+        return None, None
     small = "store" if a.canonical_page_size_bytes < b.canonical_page_size_bytes else "load"
     big_group, small_group = (load, store) if small == "store" else (store, load)
     if (big_group.mappings[0].canonical_page_size_bytes != conversion.big_page or
@@ -490,12 +508,9 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
             small_group.blocks != conversion.k * big_group.blocks):
         raise ConfigError(f"reshard: the conversion is for {conversion.big_page}- and {conversion.small_page}-"
                           f"byte pages, {conversion.k} small a big one: it does not fit these groups")
-    from .pageformat import spec_coordinates
     from .reshard import cross_plans
-    coords = (conversion.k, spec_coordinates(library_of(store.specs), store.family, big_group.sizes,
-                                             small_group.sizes, conversion.k, conversion.token))
     cross = cross_plans(store.mappings, load.mappings, conversion) if direct else None
-    return small, coords, cross
+    return small, cross
 
 
 def _convert(job: dict) -> None:

@@ -66,6 +66,9 @@ def main(argv: list[str]) -> int:
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as e:  # a notebook that is not there, or not a notebook
+        print(f"error: {p}: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -47,7 +47,6 @@ from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
 from .mapping import CanonicalPageMapping, CopyRun, TensorView
-from .runtime import unread
 from .torch_copy import (_check_runs, check_blocks_apart, in_segments, layer_segments, overlap, shared_byte,
                          stretch_length)
 
@@ -252,10 +251,6 @@ def _compatible(producers, consumers) -> None:
             _check_runs(m, f"direct reshard ({role} rank {r})")
     first = producers[0]
     for role, group in (("producer", producers), ("consumer", consumers)):
-        if unread(group[0].format_id):
-            raise ReshardError(f"direct reshard: the {role}s' pages were derived without the layer's tensors "
-                               f"(the opaque fallback from sizes alone): where their bytes lie is the tensors' "
-                               f"word, so no other group can be said to read them; derive with the tensors")
         for r, m in enumerate(group):
             for what, a, b in (("canonical page size", m.canonical_page_size_bytes, first.canonical_page_size_bytes),
                                ("layout id", m.layout_id, first.layout_id),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import params
-from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, UnsafeSource, from_entry, misfit
+from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, from_entry, misfit
 from .errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from .mapping import MAX_STRETCHES, CanonicalPageMapping, TensorView
@@ -239,6 +239,8 @@ class Deriver:
         self.names = {b.name for cf in self.families.values() for b in cf.bounds}  # every name some family reads
         self.domains = {b.name: (b.lo, b.hi) for cf in self.families.values() for b in cf.bounds}
         self._memo = functools.lru_cache(maxsize=4096)(self._derive)
+        import secrets
+        self._salt = secrets.token_bytes(16)  # names pages derived without their tensors (`_unread`)
 
     def derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
                num_blocks: int | None = None, strict: bool = True) -> LayerResult:
@@ -284,7 +286,7 @@ class Deriver:
         # that does not read it must not take the layer in its place
         missing = {}
         for cf in self._by_kind.get(layer.kind, []) if not reasons else []:
-            runs = _apply(cf, sizes, layer, tensor, num_blocks)
+            runs = _apply(cf, sizes, layer, tensor, num_blocks, salt=self._salt)
             if isinstance(runs, str):
                 reasons.append(f"{cf.name}: {runs}")
                 missing[cf.name] = getattr(runs, "missing", None)
@@ -299,7 +301,7 @@ class Deriver:
             reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
                            if not reasons else "the library declares no fallback")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
-        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True)
+        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True, salt=self._salt)
         if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
@@ -329,7 +331,7 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
 
 
 def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks,
-           fallback: bool = False):
+           fallback: bool = False, salt: bytes = b""):
     """Every rank's mappings where `cf` describes the layer exactly, else why not (a string)."""
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
         return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
@@ -363,7 +365,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors),
                     () if named else (layer.kind,) + _physical(tensors))
     if not named and not tensors:  # where a rank's bytes lie is its tensor's word, and none was given
-        fmt = _unread(fmt)
+        fmt = _unread(fmt, salt, (cf.name, layer, num_blocks, sorted(sizes.items())))
     reads = (box,) if tensor is None and not views and not fallback else ()  # what a plan's tensor must be
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt, reads=reads) for m in runs)
 
@@ -470,14 +472,14 @@ def _physical(tensors: tuple) -> tuple:
 _UNREAD = "unread-"
 
 
-def _unread(fmt: str) -> str:
+def _unread(fmt: str, salt: bytes, derivation) -> str:
     """A format id for a page whose bytes lie as the layer's tensors say, derived without them
     (the opaque fallback from sizes alone): nothing tells two engines' placements apart (an NHD
-    and an HND engine of one configuration), so the id is this derivation's own. Pages stored
-    under it are read back by the mappings of this derivation only; derived with the tensors,
-    a page has a format that follows its bytes (`_physical`) and is found again by any process."""
-    import secrets
-    return f"{fmt.split('.')[0]}.{_UNREAD}{secrets.token_hex(6)}"
+    and an HND engine of one configuration), so the id is the deriving `Deriver`'s own (`salt`),
+    one for one `derivation` however often it is derived again. Derived with the tensors, a page
+    has a format that follows its bytes (`_physical`) and is found again by any process."""
+    import hmac
+    return f"{fmt.split('.')[0]}.{_UNREAD}{hmac.new(salt, repr(derivation).encode(), 'sha256').hexdigest()[:12]}"
 
 
 def unread(fmt: str) -> bool:
@@ -657,7 +659,7 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
         lib = load_default(folder)
         out, made_from = {name: compile_named(lib, name) for name in lib.families}, sources(lib)
         if key is not None:
-            cache.store("library", key, [p for p, _ in made_from], [cf.to_json(code=True) for cf in out.values()],
+            cache.store("library", key, [p for p, _ in made_from], [cf.to_json() for cf in out.values()],
                         made_from, folder)
     if len(_COMPILED) >= 8:
         _COMPILED.pop(next(iter(_COMPILED)))
@@ -670,7 +672,7 @@ def _from_entries(data: list) -> dict | None:
     (an entry of another layoutalg that the key did not tell apart): the library is compiled."""
     try:
         return {d["name"]: from_entry(d, trusted=True) for d in data}
-    except (KeyError, TypeError, ValueError, IndexError, EOFError, UnsafeSource):
+    except Exception:  # noqa: BLE001 - whatever a damaged entry raises, the library is compiled afresh
         return None
 
 

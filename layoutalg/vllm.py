@@ -146,13 +146,12 @@ def _dtype_bytes(spec, path: str) -> int:
 
 
 def engine_kind(vllm_config, name: str) -> str | None:
-    """The kind the engine says layer `name` is (`ENGINE_LAYERS`, `LAYER_SUFFIXES`), or None."""
+    """The kind the engine says layer `name` is, or None: by its layer object where the engine's
+    context holds one (`ENGINE_LAYERS`), else by its name (`LAYER_SUFFIXES`)."""
     context = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None)
-    layer = context.get(name) if hasattr(context, "get") else None
-    if layer is not None:
-        found = next((ENGINE_LAYERS[c.__name__] for c in type(layer).__mro__ if c.__name__ in ENGINE_LAYERS), None)
-        if found:
-            return found
+    layer = context.get(name) if isinstance(context, dict) else None
+    if layer is not None:  # the engine's own layer says, whatever its name
+        return next((ENGINE_LAYERS[c.__name__] for c in type(layer).__mro__ if c.__name__ in ENGINE_LAYERS), None)
     return next((kind for end, kind in LAYER_SUFFIXES.items() if name.endswith(end)), None)
 
 

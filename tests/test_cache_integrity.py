@@ -252,10 +252,37 @@ def test_an_entry_of_another_form_is_compiled_again(cache_folder, lib):
     not tell apart) is not half used: the library is compiled and stored again."""
     compiled_library(lib)
     rewrite(entry_path(cache_folder), lambda data: family_of(data, "split_nhd").pop("atoms"))
-    assert cache.load("library", Path(lib))[1] is not None
+    assert cache.load("library", Path(lib))[1] is None
     assert derive_fresh(lib).result == "certified"
     stored = json.loads(json.loads(entry_path(cache_folder).read_text())["data"])
     assert "atoms" in family_of(stored, "split_nhd")
+
+
+def test_the_bytecode_stored_is_compiled_from_the_admitted_source_never_taken_as_given(empty_cache_folder, tmp_path,
+                                                                                         lib):
+    """A writer that hands `store` a clean source with other bytecode beside it gets the bytecode
+    of the source: only what passed the whitelist is ever run."""
+    marker = tmp_path / "pwned"
+    compiled_library(lib)
+    p = entry_path(empty_cache_folder)
+    entry = json.loads(p.read_text())
+    data = json.loads(entry["data"])
+    family = family_of(data, "split_nhd")
+    clean = family["source"]
+    with_source(family, PAYLOADS["module-level import"](clean, marker))
+    family["source"] = clean  # the source checked, the payload's bytecode beside it
+    p.unlink()
+    cache.store("library", entry["key"], entry["files"], data)
+    assert derive_fresh(lib).result == "certified"
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("code", ["1 // 0", "undefined_name", "def _variant_0(P):\n    return None"])
+def test_an_entry_whose_bytecode_fails_is_compiled_again(cache_folder, lib, code):
+    compiled_library(lib)
+    rewrite(entry_path(cache_folder), lambda data: family_of(data, "split_nhd").update(
+        code=base64.b64encode(marshal.dumps(compile(code, "<bad>", "exec"))).decode()))
+    assert derive_fresh(lib).result == "certified"
 
 
 def test_an_entry_without_bytecode_runs_its_source_only_through_the_whitelist(cache_folder, lib, tmp_path):

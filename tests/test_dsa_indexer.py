@@ -85,5 +85,6 @@ def test_the_engine_names_the_kind_not_the_shape():
     cfg = config()
     assert engine_kind(cfg, NAME) == "dsa_indexer"
     assert engine_kind(cfg, "model.layers.3.self_attn.attn") is None
-    cfg.compilation_config = type("C", (), {"static_forward_context": {"x": Glm5IndexerCache()}})()
+    cfg.compilation_config = type("C", (), {"static_forward_context": {"x": Glm5IndexerCache(), NAME: object()}})()
     assert engine_kind(cfg, "x") == "dsa_indexer"
+    assert engine_kind(cfg, NAME) is None  # the engine's layer object outranks its name

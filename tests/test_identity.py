@@ -156,8 +156,12 @@ def test_a_page_derived_from_sizes_alone_shares_its_format_with_no_other_engine(
     assert nhd.result == hnd.result == "opaque" and all(unread(m.format_id) for m in nhd.mappings + hnd.mappings)
     assert nhd.mappings[0].format_id != hnd.mappings[0].format_id
     assert {m.format_id for m in nhd.mappings} == {nhd.mappings[0].format_id}  # one derivation: one format
-    with pytest.raises(ReshardError, match="without the layer's tensors"):
-        direct_plans(nhd.mappings, nhd.mappings)
+    with pytest.raises(ReshardError, match="page format"):  # two engines' pages, each its own format
+        direct_plans(nhd.mappings, hnd.mappings)
+    d = Deriver()
+    first = d.derive(layer, None, par, 3).mappings[0].format_id
+    d._memo.cache_clear()  # derived again (as after the memo's eviction): the same format
+    assert d.derive(layer, None, par, 3).mappings[0].format_id == first
     # the control: derived with the tensors, one engine's id is found again in another process,
     # and the other engine's differs
     tensors = {"nhd": "TensorLayout((3, 2, 4, 2, 8), (128, 64, 16, 8, 1), 2)",

@@ -533,3 +533,44 @@ def test_a_rank_whose_process_fails_is_a_clear_error():
     from layoutalg.distributed import _spawn
     with pytest.raises(ConfigError, match=r"reshard: a rank's process failed: ValueError: rank \d cannot go on"):
         _spawn(_failing_worker, {}, 2)
+
+
+# ---- the byte check trusts the engine's naming, not the spec under test -------------------
+
+def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(tmp_path):
+    """Each byte is named by the engine element it holds (`oracle.naming`): the local layout's
+    indices, each a global index by the grid's placements. A family whose shard map swaps two
+    channel digits under context parallelism tiles and proves at every configuration, and the
+    spec's own reading of both layouts (the check before) passes its reshard; this one fails it."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    text = (ROOT / "tests" / "data" / "across" / "swapped_channels.lal").read_text()
+    (tmp_path / "swapped.lal").write_text(text.replace("../../../specs/grids.lal", "grids.lal"))
+    args = [sys.executable, "-m", "layoutalg.cli", "reshard", "--specs", str(tmp_path), "--family",
+            "swapped_channels", "--heads", "2", "--block-size", "4", "--head-size", "4", "--blocks", "4",
+            "--layers", "1"]
+    broken = subprocess.run(args + ["--store", "tp=2", "--load", "tp=4,dcp=2"], capture_output=True, text=True)
+    assert broken.returncode == 1 and broken.stdout.splitlines()[-1] == "0 passed, 4 failed", broken.stdout
+    assert "named by the engine element it holds" in broken.stdout
+    same = subprocess.run(args + ["--store", "tp=2", "--load", "tp=4"], capture_output=True, text=True)
+    assert same.returncode == 0 and same.stdout.splitlines()[-1] == "4 passed, 0 failed", same.stdout + same.stderr
+
+
+def test_the_engine_naming_reads_placements_and_reports_what_it_takes_from_the_spec():
+    from layoutalg.library import load
+    from layoutalg.oracle import naming
+    from conftest import ROOT
+    lib = load([ROOT / "specs"])
+    sizes = dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=4, heads=2, block_size=2, head_size=2,
+                 dtype_bytes=1, per_token_head_quant=0, page_size=16, pcp_replicas=0)
+    ranks = [naming(lib, "split_nhd", sizes, r, 16) for r in range(2)]
+    assert all(not n.trusted and n.tokens == 2 for n in ranks)
+    # the two ranks hold other heads: no (element, token) is named twice, and every byte is named
+    named = [(e, t) for n in ranks for e, t in zip(n.element, n.token)]
+    assert all(e >= 0 and 0 <= t < 2 for e, t in named) and len(set(named)) == 32
+    inline = load([ROOT / "tests" / "data" / "specs" / "mamba_ssm.lal"])  # tp_rank * local_heads + h, inline
+    n = naming(inline, "mamba_ssm", dict(tp=2, pcp=1, dcp=1, ssm_heads=4, head_dim=1, state_size=1, dtype_bytes=1,
+                                         page_size=2), 1, 2)
+    assert n.trusted == ("mamba_ssm.h: the shard map places it by the rank's digits, not by a grid placement",)

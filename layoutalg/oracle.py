@@ -1,0 +1,122 @@
+"""The engine's name of every byte of a rank's page: an oracle that does not trust the spec under test.
+
+A byte is an element of the engine's KV (a head's channel of a token, a scale, a state
+entry). The engine names it by the local layout's index names, each a global index: a
+local head `h` is the engine's head `head(h)`, a local token `t` the token `token(t)` of
+the canonical page, as the grid's placements say (the engine's word, trusted). Nothing
+else of the spec is read: not the canonical layout, not the shard map's arithmetic. A
+page stored under one configuration and loaded under another is then checked element by
+element: a family whose canonical page means one thing under one configuration and
+another thing under the other fails, though each configuration tiles.
+
+A shard target that is neither an index, a grid placement of an index, nor arithmetic of
+the rank's digits names its indices as the local layout does (`d` is channel `d`, however
+the shard map moves it). Arithmetic of the rank's digits written in the shard map itself
+(`tp_rank * heads + h`, no placement) is where the engine's element cannot be told
+without the spec: it is taken from the spec and reported (`Naming.trusted`).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import NamedTuple
+
+from .interpret import _MEMO, Reading, _Lazy, rank_digits
+from .syntax import BinOp, Call, Name, Neg
+
+NO_TOKEN = -1
+
+
+class Naming(NamedTuple):
+    """Per local byte of one rank's page: `element`, an id of the engine element and byte within
+    it (-1: a pad byte, never copied); `token`, its token in the canonical page (-1: no
+    sequence index); `tokens`, the tokens of a canonical page; `trusted`, what was taken from
+    the spec (`region.index: why`)."""
+    element: list
+    token: list
+    tokens: int
+    trusted: tuple
+
+
+def _names(e) -> set:
+    if isinstance(e, Name):
+        return {e.id}
+    if isinstance(e, BinOp):
+        return _names(e.left) | _names(e.right)
+    if isinstance(e, Neg):
+        return _names(e.arg)
+    if isinstance(e, Call):
+        return set().union(*(_names(a) for a in e.args)) if e.args else set()
+    return set()
+
+
+def _reads_rank(r: Reading, e, digits: set, seen=None) -> bool:
+    """Whether `e` reads a rank digit (or `rank`), through the lets it reads."""
+    seen = set() if seen is None else seen
+    for n in _names(e):
+        if n in digits or n == "rank":
+            return True
+        v = r.env.get(n)
+        if isinstance(v, _Lazy) and n not in seen:
+            seen.add(n)
+            if _reads_rank(r, v.e, digits, seen):
+                return True
+    return False
+
+
+def _roles(r: Reading, local: list) -> tuple[dict, list]:
+    """How each local index is named: ("index",), ("placed", target) or ("spec", target, canonical
+    index name); and what is taken from the spec."""
+    canon, _ = r.layout("canonical")
+    digits = {n for n, _ in r.ranks}
+    renamed = {s.id: local[k] for k, s in enumerate(r.fdef.shard.sources)}
+    roles, trusted = {n: ("index",) for n in local}, []
+    for cname, t in zip((d.name for d in canon.indices), r.fdef.shard.targets):
+        uses = [renamed.get(n, n) for n in _names(t) if renamed.get(n, n) in local]
+        if isinstance(t, Name) or len(uses) != 1:
+            continue
+        (i,) = uses
+        if isinstance(t, Call) and t.fn in r.fns and len(_names(t) & set(renamed)) == 1:
+            roles[i] = ("placed", t)
+        elif _reads_rank(r, t, digits):
+            roles[i] = ("spec", t, cname)
+            trusted.append(f"{r.family}.{i}: the shard map places it by the rank's digits, not by a grid placement")
+    return roles, trusted
+
+
+def _key(*parts) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=6).digest(), "little")
+
+
+def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int) -> Naming:
+    """Each local byte's engine element on `rank` (ints only), every data region of a page."""
+    element, token = [-1] * page_bytes, [NO_TOKEN] * page_bytes
+    trusted, tokens = [], 0
+    for part in lib.parts_of(family):
+        r = Reading(lib, part, dict(sizes))
+        ldef, bound = r.layout("local")
+        ext = r.extents("local")
+        local = list(ext)
+        elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
+        roles, why = _roles(r, local)
+        trusted += why
+        seq = r.fdef.sequence.id if r.fdef.sequence is not None else None
+        if seq is not None:
+            tokens = r.extents("canonical")[seq]
+        digits = rank_digits(r.rank_extents(), rank)
+        for values in itertools.product(*(range(ext[n]) for n in local)):
+            index = dict(zip(local, values))
+            env = {**r.env, **digits, **index, _MEMO: {}, "rank": rank}
+            named, tok = [], NO_TOKEN
+            for n in local:
+                role = roles[n]
+                v = index[n] if role[0] == "index" else r.expr(role[1], env)
+                if n == seq:
+                    tok = v
+                else:
+                    named.append((n, v) if role[0] != "spec" else ("=" + role[2], v))
+            at = r.offset("local", index)
+            for b in range(elem):
+                element[at + b] = _key(part, tuple(named), b)
+                token[at + b] = tok
+    return Naming(element, token, tokens, tuple(dict.fromkeys(trusted)))
