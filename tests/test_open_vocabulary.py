@@ -65,9 +65,14 @@ def test_the_runtime_serves_the_new_kind_byte_for_byte(folder):
         assert got == want
 
 
-def test_a_layer_that_lacks_a_declared_name_fails_closed_naming_it(folder):
+def test_a_layer_that_lacks_a_declared_name_is_an_error_naming_it(folder):
+    """The layer says its kind, and every family of that kind reads the name: a `ConfigError`
+    naming it; asked not to be strict (the vLLM adapter), it fails closed with the reason."""
+    from layoutalg.errors import MissingNames
     layer, par = _ssm_layer(state_size=None)
-    res = Deriver(str(folder)).derive(layer, None, par)
+    with pytest.raises(MissingNames, match="a 'mamba_ssm' layer must give 'state_size'"):
+        Deriver(str(folder)).derive(layer, None, par)
+    res = Deriver(str(folder)).derive(layer, None, par, strict=False)
     assert res.result == "no_mappings" and any("'state_size'" in r for r in res.reasons), res.reasons
 
 
