@@ -85,7 +85,8 @@ def _roles(r: Reading, local: list) -> tuple[dict, list]:
 
 
 def _key(*parts) -> int:
-    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=6).digest(), "little")
+    """A 40-bit id of an element (its bytes are `_key(...) << 12 | byte`)."""
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=5).digest(), "little")
 
 
 def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int) -> Naming:
@@ -104,19 +105,77 @@ def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int) -> Naming:
         if seq is not None:
             tokens = r.extents("canonical")[seq]
         digits = rank_digits(r.rank_extents(), rank)
+        values_of = {}  # a placement reads one index: its value for each value of that index, once
+        for n in local:
+            role = roles[n]
+            if role[0] == "index":
+                values_of[n] = list(range(ext[n]))
+            else:
+                values_of[n] = [r.expr(role[1], {**r.env, **digits, n: v, _MEMO: {}, "rank": rank})
+                                for v in range(ext[n])]
+        names = [n if roles[n][0] != "spec" else "=" + roles[n][2] for n in local]
+        # the local layout is strided (`prove`'s digits-match-spec holds the runtime's digit table to
+        # its offsets for all sizes): each index's stride read once, not the offset at every element
+        zero = {n: 0 for n in local}
+        base = r.offset("local", zero)
+        strides = [r.offset("local", {**zero, n: 1}) - base if ext[n] > 1 else 0 for n in local]
         for values in itertools.product(*(range(ext[n]) for n in local)):
             index = dict(zip(local, values))
-            env = {**r.env, **digits, **index, _MEMO: {}, "rank": rank}
-            named, tok = [], NO_TOKEN
-            for n in local:
-                role = roles[n]
-                v = index[n] if role[0] == "index" else r.expr(role[1], env)
-                if n == seq:
-                    tok = v
-                else:
-                    named.append((n, v) if role[0] != "spec" else ("=" + role[2], v))
-            at = r.offset("local", index)
-            for b in range(elem):
-                element[at + b] = _key(part, tuple(named), b)
-                token[at + b] = tok
+            named = tuple((names[k], values_of[n][v]) for k, (n, v) in enumerate(index.items()) if n != seq)
+            tok = values_of[seq][index[seq]] if seq is not None else NO_TOKEN
+            at, key = base + sum(k * v for k, v in zip(strides, values)), _key(part, named) << 12
+            element[at:at + elem] = range(key, key + elem)
+            token[at:at + elem] = [tok] * elem
     return Naming(element, token, tokens, tuple(dict.fromkeys(trusted)))
+
+
+MAX_CHECKED = 1 << 20
+"""Canonical bytes a page may have for `meaning` to read it by enumeration."""
+
+
+def meaning(lib, family: str, sizes: dict) -> tuple[list, list]:
+    """What each byte of the canonical page holds at `sizes`: (the engine element, its token in the
+    page, -1 where none), from every rank's local bytes by the engine's naming (`naming`), placed
+    where the family's runs send them (-1, -1: a byte no rank writes, a pad). Raises `LookupError`
+    or `GuardFailed` where the family does not apply, `ValueError` where the page is too large."""
+    from .compile import compile_named
+    from .lower import lower
+    cf = compile_named(lib, family)
+    mappings = lower(cf.evaluate(dict(sizes), bounded=False), cf.layout_id)  # the runs `prove` holds to the spec
+    page = mappings[0].canonical_page_size_bytes
+    if page > MAX_CHECKED:
+        raise ValueError(f"the canonical page has {page} bytes, more than the {MAX_CHECKED} read byte by byte")
+    element, token = [-1] * page, [NO_TOKEN] * page
+    for rank, m in enumerate(mappings):
+        n = naming(lib, family, sizes, rank, m.local_page_size_bytes)
+        for run in m.runs:
+            for lo, co, size in run.triples():
+                element[co:co + size], token[co:co + size] = n.element[lo:lo + size], n.token[lo:lo + size]
+    return element, token
+
+
+def unkept(lib, family: str, big: dict, small: dict, conv) -> str:
+    """'' where the conversion `conv` (`pageformat.PageConversion`) gives every engine element of a
+    big page back in its small pages, at these sizes; else the first byte it does not, said."""
+    eb, tb = meaning(lib, family, big)
+    es, ts = meaning(lib, family, small)
+    tokens = None
+    for p in lib.parts_of(family):
+        r = Reading(lib, p, dict(small))
+        if r.fdef.sequence is not None:
+            tokens = r.extents("canonical")[r.fdef.sequence.id]
+    for r in conv.mapping.runs:  # the big page is the mapping's local page, the k small ones its canonical
+        for at_big, at_small, size in r.triples():
+            for b in range(size):
+                x = at_big + b
+                j, c = divmod(at_small + b, conv.small_page)  # part j of the big page, its byte c
+                small_tok = ts[c] + j * tokens if ts[c] >= 0 and tokens else ts[c]
+                if (es[c], small_tok) != (eb[x], tb[x]):
+                    return (f"byte {x} of the big page (token {tb[x]}) is byte {c} of small page {j}, which holds "
+                            f"another element of the engine's (token {small_tok}): the canonical index names one "
+                            f"element at {_shown(big)} and another at {_shown(small)}")
+    return ""
+
+
+def _shown(sizes: dict) -> str:
+    return ", ".join(f"{k}={sizes[k]}" for k in ("tp", "pcp", "dcp", "interleave") if k in sizes)

@@ -140,7 +140,27 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     m = CanonicalPageMapping(k * page_s, page_b, runs, 1, 0, False)
     from .compile import compile_named
     cf = compile_named(lib, family)  # once for both formats
-    return PageConversion(k, tok, m, page_b, page_s, _format(cf, family, big), _format(cf, family, small))
+    conv = PageConversion(k, tok, m, page_b, page_s, _format(cf, family, big), _format(cf, family, small))
+    _keeps_elements(lib, family, big, small, conv)
+    return conv
+
+
+def _keeps_elements(lib, family: str, big: dict, small: dict, conv: PageConversion) -> None:
+    """Refuses a conversion that does not give every engine element of a big page back in its small
+    pages, at these sizes (`oracle.unkept`: each byte named by the engine's element, read from the
+    grid's placements, never from the canonical layouts the conversion was made from). A family
+    whose shard map places an element one way under one cp and another way under the other tiles
+    at both, and its `sequence` claim holds: only this tells."""
+    from .compiled import GuardFailed
+    from .lower import TilingError
+    from .oracle import unkept
+    try:
+        why = unkept(lib, family, big, small, conv)
+    except (LookupError, ValueError, GuardFailed, TilingError) as e:
+        raise LayoutalgError(f"{family}: not converted: its pages' elements could not be read at these sizes: "
+                             f"{e}") from None
+    if why:
+        raise LayoutalgError(f"{family}: not converted: {why}")
 
 
 def _parts_in(what: str, b: Box, sm: Box, tok: str) -> int:

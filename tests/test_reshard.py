@@ -10,7 +10,7 @@ import torch
 
 from layoutalg.copy import plan
 from layoutalg.distributed import coordinates, group_of, hashed, layout_of_pages, parse_config, reshard
-from layoutalg.errors import ConfigError
+from layoutalg.errors import ConfigError, LayoutalgError
 from layoutalg.library import load_default
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
 from layoutalg.prove.reshard import prove_plans
@@ -537,25 +537,46 @@ def test_a_rank_whose_process_fails_is_a_clear_error():
 
 # ---- the byte check trusts the engine's naming, not the spec under test -------------------
 
-def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(tmp_path):
-    """Each byte is named by the engine element it holds (`oracle.naming`): the local layout's
-    indices, each a global index by the grid's placements. A family whose shard map swaps two
-    channel digits under context parallelism tiles and proves at every configuration, and the
-    spec's own reading of both layouts (the check before) passes its reshard; this one fails it."""
-    import subprocess
-    import sys
+def _swapped(tmp_path):
+    """tests/data/across/swapped_channels.lal in a folder of its own: channel digits swapped under cp > 1."""
     from conftest import ROOT
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
     text = (ROOT / "tests" / "data" / "across" / "swapped_channels.lal").read_text()
     (tmp_path / "swapped.lal").write_text(text.replace("../../../specs/grids.lal", "grids.lal"))
-    args = [sys.executable, "-m", "layoutalg.cli", "reshard", "--specs", str(tmp_path), "--family",
-            "swapped_channels", "--heads", "2", "--block-size", "4", "--head-size", "4", "--blocks", "4",
-            "--layers", "1"]
-    broken = subprocess.run(args + ["--store", "tp=2", "--load", "tp=4,dcp=2"], capture_output=True, text=True)
-    assert broken.returncode == 1 and broken.stdout.splitlines()[-1] == "0 passed, 4 failed", broken.stdout
-    assert "named by the engine element it holds" in broken.stdout
-    same = subprocess.run(args + ["--store", "tp=2", "--load", "tp=4"], capture_output=True, text=True)
-    assert same.returncode == 0 and same.stdout.splitlines()[-1] == "4 passed, 0 failed", same.stdout + same.stderr
+    return str(tmp_path)
+
+
+def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path):
+    """The family tiles and proves at every configuration; its pages of cp 1 and cp 2 are not one
+    another's parts element by element, and the conversion says which byte."""
+    from layoutalg.distributed import library_of
+    from layoutalg.pageformat import conversion
+    specs = _swapped(tmp_path)
+    big = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
+    small = group_of("swapped_channels", parse_config("tp=2"), 2, 4, 4, "bf16", 4, specs=specs)
+    with pytest.raises(LayoutalgError, match="not converted: byte .* which holds another element"):
+        conversion(library_of(specs), "swapped_channels", big.sizes, small.sizes)
+    # the control: split NHD, the same pair of configurations, converts
+    big = group_of("split_nhd", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2)
+    small = group_of("split_nhd", parse_config("tp=2"), 2, 4, 4, "bf16", 4)
+    assert conversion(library_of(None), "split_nhd", big.sizes, small.sizes).k == 2
+
+
+def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(tmp_path, monkeypatch):
+    """Each byte is named by the engine element it holds (`oracle.naming`): the local layout's
+    indices, each a global index by the grid's placements. With the conversion's own element
+    check taken away, the pages of the family above move, and the byte check fails every
+    loading rank, where the spec's own reading of both layouts (the check before) passed them."""
+    from layoutalg import pageformat
+    from layoutalg.distributed import library_of
+    specs = _swapped(tmp_path)
+    monkeypatch.setattr(pageformat, "_keeps_elements", lambda *a: None)
+    store = group_of("swapped_channels", parse_config("tp=2"), 2, 4, 4, "bf16", 4, specs=specs)
+    load = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
+    conv = pageformat.conversion(library_of(specs), "swapped_channels", load.sizes, store.sizes)
+    assert reshard(store, load, 1, conversion=conv, log=lambda *a: None) == (0, 4)
+    same = group_of("swapped_channels", parse_config("tp=4"), 2, 4, 4, "bf16", 4, specs=specs)
+    assert reshard(store, same, 1, log=lambda *a: None) == (4, 0)  # the control: one cp, one meaning
 
 
 def test_the_engine_naming_reads_placements_and_reports_what_it_takes_from_the_spec():
