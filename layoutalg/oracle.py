@@ -164,17 +164,18 @@ def unkept(lib, family: str, big: dict, small: dict, conv) -> str:
         r = Reading(lib, p, dict(small))
         if r.fdef.sequence is not None:
             tokens = r.extents("canonical")[r.fdef.sequence.id]
+    compared = 0
     for r in conv.mapping.runs:  # the big page is the mapping's local page, the k small ones its canonical
         for at_big, at_small, size in r.triples():
             for b in range(size):
-                x = at_big + b
+                x, compared = at_big + b, compared + (eb[at_big + b] >= 0)
                 j, c = divmod(at_small + b, conv.small_page)  # part j of the big page, its byte c
                 small_tok = ts[c] + j * tokens if ts[c] >= 0 and tokens else ts[c]
                 if (es[c], small_tok) != (eb[x], tb[x]):
                     return (f"byte {x} of the big page (token {tb[x]}) is byte {c} of small page {j}, which holds "
                             f"another element of the engine's (token {small_tok}): the canonical index names one "
                             f"element at {_shown(big)} and another at {_shown(small)}")
-    return ""
+    return "" if compared else "the conversion moves no byte an engine element is written to: nothing is shown kept"
 
 
 def _shown(sizes: dict) -> str:

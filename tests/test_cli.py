@@ -134,22 +134,6 @@ def test_draw_without_its_extra_names_the_extra_in_one_line(tmp_path):
         assert list(tmp_path.iterdir()) == []  # nothing drawn, nothing proved first
 
 
-def test_the_notebook_runner_writes_nothing_unless_asked(tmp_path):
-    import nbformat
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")],
-                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    path = tmp_path / "n.ipynb"
-    nbformat.write(nb, str(path))
-    before = path.read_bytes()
-    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", str(path)], capture_output=True, text=True)
-    assert proc.returncode == 0 and path.read_bytes() == before, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", "--inplace", str(path)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert "42" in "".join(o.get("text", "") for o in nbformat.read(str(path), as_version=4).cells[0].outputs)
-
-
 def test_reshard_takes_a_users_spec_folder(tmp_path):
     """A family the user wrote, in a folder of their own, goes through `reshard` as a shipped one."""
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())

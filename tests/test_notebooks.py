@@ -32,12 +32,34 @@ def test_every_notebook_is_named_here_and_the_pictures_are_stored():
         assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
-def test_a_cell_that_raises_fails_the_run(tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("assert 1 == 2, 'shown wrong'")],
+def notebook(folder, source: str):
+    """A notebook of one code cell, written to `folder`."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)],
                                   metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                            "language": "python"}})
-    path = tmp_path / "bad.ipynb"
+    path = folder / "n.ipynb"
     nbformat.write(nb, str(path))
+    return path
+
+
+def test_a_cell_that_raises_fails_the_run(tmp_path):
+    path = notebook(tmp_path, "assert 1 == 2, 'shown wrong'")
     with pytest.raises(Exception, match="shown wrong"):
         run(path, write=False)
     assert Path(path).exists()
+
+
+def test_the_runner_writes_nothing_unless_asked(tmp_path):
+    import subprocess
+    import sys
+    path = notebook(tmp_path, "print(6 * 7)")
+    before = path.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and path.read_bytes() == before, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", "--inplace", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "42" in "".join(o.get("text", "") for o in nbformat.read(str(path), as_version=4).cells[0].outputs)
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", str(tmp_path / "missing.ipynb")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1

@@ -559,7 +559,14 @@ def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path):
     # the control: split NHD, the same pair of configurations, converts
     big = group_of("split_nhd", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2)
     small = group_of("split_nhd", parse_config("tp=2"), 2, 4, 4, "bf16", 4)
-    assert conversion(library_of(None), "split_nhd", big.sizes, small.sizes).k == 2
+    conv = conversion(library_of(None), "split_nhd", big.sizes, small.sizes)
+    assert conv.k == 2
+    # a check that compares nothing passes nothing: a conversion moving no byte is not shown to keep any
+    from types import SimpleNamespace
+    from layoutalg.oracle import unkept
+    empty = SimpleNamespace(mapping=SimpleNamespace(runs=()), small_page=conv.small_page)
+    assert "moves no byte" in unkept(library_of(None), "split_nhd", big.sizes, small.sizes, empty)
+    assert unkept(library_of(None), "split_nhd", big.sizes, small.sizes, conv) == ""
 
 
 def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(tmp_path, monkeypatch):
