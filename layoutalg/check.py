@@ -219,6 +219,33 @@ class _Sequence:
                 f"elements: `layoutalg prove` shows it for all")
 
 
+FORMAT_BYTES = 4096
+"""Canonical pages check compares across cp (element by element, at up to `FORMAT_PAIRS` pairs)."""
+FORMAT_PAIRS = 3
+
+
+def _model(sizes: dict) -> tuple:
+    """A configuration's model: its sizes but the parallel ones and those they derive."""
+    skip = set(params.CONFIG_NAMES) | {"heads", "page_size"}
+    return tuple(sorted((k, v) for k, v in sizes.items() if k not in skip))
+
+
+def _formats_differ(lib: Library, family: str, formats: dict) -> str:
+    """Why pages of one model under another cp do not hold the same engine elements at the same
+    canonical index (`oracle.unkept_between`), at up to `FORMAT_PAIRS` pairs the samples give, or ''."""
+    from .oracle import unkept_between
+    pairs = [(by_cp[big], by_cp[small]) for by_cp in formats.values() for small in sorted(by_cp)
+             for big in sorted(by_cp) if big > small and big % small == 0][:FORMAT_PAIRS]
+    for big, small in pairs:
+        try:
+            why = unkept_between(lib, family, big, small)
+        except (ArithmeticError, LookupError, ValueError, GuardFailed, TilingError):
+            continue  # one of the two is not read so: the other findings say why
+        if why:
+            return f"pages of another cp: {why}"
+    return ""
+
+
 def _sequence_misplaced(readings, world: int) -> str:
     """Why a part's `sequence` claim fails at these sizes (the first token out of place), or ''."""
     for r in readings:
@@ -347,6 +374,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     refusal, spent, compared = "", 0, 0
     sequenced = _Sequence() if any(lib.family_def(p).sequence is not None for p in lib.parts_of(cf.name)) else None
     refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong
+    formats: dict = {}  # the model's sizes -> {cp: a configuration}: pages of another cp must mean the same
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
             inst, sizes = instantiate(cf, sizes)
@@ -374,6 +402,9 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             rep.errors.append(f"{e}, with {where}")
             continue
         rep.certified += 1
+        if sequenced is not None and inst.canonical_page <= FORMAT_BYTES:
+            cp = sizes.get("dcp", 1) * (1 if sizes.get("pcp_replicas") else sizes.get("pcp", 1))
+            formats.setdefault(_model(sizes), {}).setdefault(cp, sizes)
         if rep.example is None or _variety(maps) > _variety(rep.example[1]):
             rep.example = (sizes, maps)
         rep.errors += [f"{spec_line(lib, cf.name, e)}: {e}, with {where}" for e in tiling_errors(maps, *pads(inst))]
@@ -419,6 +450,10 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     note = sequenced.note() if sequenced is not None else ""
     if note:
         rep.notes.append(note)
+    if sequenced is not None and not sequenced.failed and formats:
+        why = _formats_differ(lib, cf.name, formats)
+        if why:
+            rep.errors.append(f"{spec_line(lib, cf.name, 'shard')}: {why}")
     rep.errors += _unplaced(lib, cf)
     if not rep.certified and not rep.errors and rep.witnesses:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: Z3 found "

@@ -180,3 +180,29 @@ def unkept(lib, family: str, big: dict, small: dict, conv) -> str:
 
 def _shown(sizes: dict) -> str:
     return ", ".join(f"{k}={sizes[k]}" for k in ("tp", "pcp", "dcp", "interleave") if k in sizes)
+
+
+def unkept_between(lib, family: str, big: dict, small: dict) -> str:
+    """'' where a big page at `big` sizes holds, at each canonical index, the engine element the
+    small pages at `small` sizes hold at that index (the sequence index split into a part and a
+    token of the part, as a conversion joins them), else the first that differs, said. No
+    conversion is made: the canonical layouts are read as the spec writes them."""
+    from .pageformat import spec_coordinates
+    seq = lib.family_def(family).sequence
+    eb, tb = meaning(lib, family, big)
+    es, ts = meaning(lib, family, small)
+    tokens = next(Reading(lib, p, dict(small)).extents("canonical")[seq.id] for p in lib.parts_of(family))
+    k = next(Reading(lib, p, dict(big)).extents("canonical")[seq.id] for p in lib.parts_of(family)) // tokens
+    table = spec_coordinates(lib, family, big, small, k, seq.id).tolist()
+    compared = 0
+    for j in range(k):
+        for c, x in enumerate(table[j]):
+            if x < 0 or eb[x] < 0:
+                continue
+            compared += 1
+            small_tok = ts[c] + j * tokens if ts[c] >= 0 else ts[c]
+            if (es[c], small_tok) != (eb[x], tb[x]):
+                return (f"canonical byte {x} of a page at {_shown(big)} (token {tb[x]}) holds another element of "
+                        f"the engine's than byte {c} of its part {j} at {_shown(small)} (token {small_tok}): "
+                        f"a canonical index names one element under one and another under the other")
+    return "" if compared else "no byte of the two pages holds an element to compare"

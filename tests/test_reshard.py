@@ -569,6 +569,19 @@ def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path):
     assert unkept(library_of(None), "split_nhd", big.sizes, small.sizes, conv) == ""
 
 
+def test_check_refutes_a_family_whose_pages_mean_other_things_under_another_cp():
+    """`check` compares pages of one model under two cp element by element (`oracle.unkept_between`)
+    and names the shard line; split NHD, read the same way, passes (`test_cli` checks every family)."""
+    from conftest import ROOT
+    from layoutalg.check import check_family
+    from layoutalg.compile import compile_named
+    lib = load_default(ROOT / "tests" / "data" / "across")
+    rep = check_family(lib, compile_named(lib, "swapped_channels"))
+    assert any("swapped_channels.lal:23: pages of another cp: canonical byte" in e for e in rep.errors), rep.errors
+    shipped = load_default(ROOT / "specs")
+    assert check_family(shipped, compile_named(shipped, "split_nhd")).errors == []
+
+
 def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(tmp_path, monkeypatch):
     """Each byte is named by the engine element it holds (`oracle.naming`): the local layout's
     indices, each a global index by the grid's placements. With the conversion's own element
