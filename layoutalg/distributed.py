@@ -348,8 +348,12 @@ def _store_worker(rank: int, job: dict):
     m = group.mappings[rank]
     buf = _pages(job, "pages", group, layers)
     kvs = _fill(group, rank, layers, pages, blocks, dev)
+    t0 = time.perf_counter()
     for layer, kv in enumerate(kvs):  # from the device's KV cache straight into shared host pages
         plan(m, kv).store(kv, blocks, buf[layer], pages)
+    _synchronize(dev)
+    with open(os.path.join(job["folder"], f"store.{rank}.json"), "w") as f:
+        json.dump({"copy_s": time.perf_counter() - t0}, f)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -361,12 +365,13 @@ def _load_worker(rank: int, job: dict):
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     buf = _pages(job, "load_pages", group, layers)
-    kvs = []
-    for layer in range(layers):
-        kv = group.empty(dev).zero_()
+    kvs = [group.empty(dev).zero_() for _ in range(layers)]
+    t0 = time.perf_counter()
+    for layer, kv in enumerate(kvs):
         plan(m, kv).load(buf[layer], pages, kv, blocks)  # host pages into the device's KV cache
-        kvs.append(kv)
-    _report(folder, rank, _verify(group, rank, kvs, pages, blocks), 0)
+    _synchronize(dev)
+    copy_s = time.perf_counter() - t0
+    _report(folder, rank, _verify(group, rank, kvs, pages, blocks), 0, copy_s)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -405,6 +410,7 @@ def _direct_worker(rank: int, job: dict):
                for t, x in enumerate(transfers) if x[0].consumer == me for layer in range(layers)}
         ops = [dist.P2POp(dist.irecv, got[(t, layer)], transfers[t][2], tag=layer * tag + t) for t, layer in got]
     dist.barrier()  # the group's first collective has every rank in it (NCCL's batched point-to-point asks it)
+    t0 = time.perf_counter()
     for w in dist.batch_isend_irecv(ops) if ops else ():
         w.wait()
     if rank >= store.world:
@@ -413,14 +419,21 @@ def _direct_worker(rank: int, job: dict):
             plan, v, _, _, dst = transfers[t]
             scatter(plan, v, data, kvs[layer], blocks[dst])
             moved += data.numel()
-        _report(folder, me, _verify(load, me, kvs, pages, blocks), moved)
+        _synchronize(dev)
+        _report(folder, me, _verify(load, me, kvs, pages, blocks), moved, time.perf_counter() - t0)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _report(folder: str, rank: int, ok: list[bool], moved: int) -> None:
+def _report(folder: str, rank: int, ok: list[bool], moved: int, copy_s: float) -> None:
     with open(os.path.join(folder, f"result.{rank}.json"), "w") as f:
-        json.dump({"ok": ok, "moved": moved}, f)
+        json.dump({"ok": ok, "moved": moved, "copy_s": copy_s}, f)
+
+
+def _synchronize(dev) -> None:
+    """Wait for the device's copies, so that a time read after it is theirs."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
 
 
 def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print,
@@ -461,13 +474,18 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             _spawn(_load_worker, job, load.world)
         seconds = time.perf_counter() - t0
         results = [json.load(open(os.path.join(folder, f"result.{r}.json"))) for r in range(load.world)]
+        stores = [] if direct else [json.load(open(os.path.join(folder, f"store.{r}.json")))
+                                    for r in range(store.world)]
     ok = [x for r in results for x in r["ok"]]
     moved = sum(r["moved"] for r in results)
+    copies = max(r["copy_s"] for r in results) + max((r["copy_s"] for r in stores), default=0.0)
     if direct:
         log(f"direct: {load.world} consumer ranks read {moved} bytes from {store.world} producer ranks over the "
-            f"process group in {seconds:.2f} s")
+            f"process group: the transfers and scatters {copies:.3f} s (the slowest consumer); processes, filling "
+            f"and checking the rest of {seconds:.2f} s")
     else:
-        log(f"loaded: {load.world} ranks of {_shown(load.config)} ({seconds:.2f} s in all)")
+        log(f"loaded: {load.world} ranks of {_shown(load.config)}: the copies {copies:.3f} s (the slowest rank's "
+            f"store and load); processes, filling, converting and checking the rest of {seconds:.2f} s")
     return sum(ok), len(ok) - sum(ok)
 
 

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -145,5 +146,8 @@ def test_reshard_takes_a_users_spec_folder(tmp_path):
             "--head-size", "8", "--blocks", "4", "--layers", "1"]
     proc = run(*args, "--specs", str(tmp_path))
     assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "4 passed, 0 failed", proc.stdout + proc.stderr
+    # the copies' time is said apart from the processes, the filling and the checking
+    assert re.search(r"the copies \d+\.\d{3} s \(the slowest rank's store and load\); processes, filling, "
+                     r"converting and checking the rest of \d+\.\d\d s", proc.stdout), proc.stdout
     proc = run(*args)  # the control: the shipped library has no such family
     assert proc.returncode == 2 and "no family 'my_nhd'; the shipped ones" in proc.stderr
