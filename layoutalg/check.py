@@ -231,19 +231,22 @@ def _model(sizes: dict) -> tuple:
 
 
 def _formats_differ(lib: Library, family: str, formats: dict) -> str:
-    """Why pages of one model under another cp do not hold the same engine elements at the same
-    canonical index (`oracle.unkept_between`), at up to `FORMAT_PAIRS` pairs the samples give, or ''."""
+    """(why pages of one model under another cp do not hold the same engine elements at the same
+    canonical index, or '', and how many pairs were compared) (`oracle.unkept_between`), at up to
+    `FORMAT_PAIRS` pairs the samples give."""
     from .oracle import unkept_between
     pairs = [(by_cp[big], by_cp[small]) for by_cp in formats.values() for small in sorted(by_cp)
              for big in sorted(by_cp) if big > small and big % small == 0][:FORMAT_PAIRS]
+    compared = 0
     for big, small in pairs:
         try:
             why = unkept_between(lib, family, big, small)
         except (ArithmeticError, LookupError, ValueError, GuardFailed, TilingError):
             continue  # one of the two is not read so: the other findings say why
         if why:
-            return f"pages of another cp: {why}"
-    return ""
+            return f"pages of another cp: {why}", compared
+        compared += 1
+    return "", compared
 
 
 def _sequence_misplaced(readings, world: int) -> str:
@@ -450,10 +453,14 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     note = sequenced.note() if sequenced is not None else ""
     if note:
         rep.notes.append(note)
-    if sequenced is not None and not sequenced.failed and formats:
-        why = _formats_differ(lib, cf.name, formats)
+    if sequenced is not None and not sequenced.failed and rep.certified:
+        why, compared = _formats_differ(lib, cf.name, formats)
         if why:
             rep.errors.append(f"{spec_line(lib, cf.name, 'shard')}: {why}")
+        elif not compared:  # a comparison that compared nothing is no pass: say so
+            rep.notes.append(f"pages of another cp were not compared: the samples give no two configurations of "
+                             f"one model under two cp with canonical pages of at most {FORMAT_BYTES} bytes that "
+                             f"both read (every conversion and `layoutalg reshard` compare them at their sizes)")
     rep.errors += _unplaced(lib, cf)
     if not rep.certified and not rep.errors and rep.witnesses:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: Z3 found "

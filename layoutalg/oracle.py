@@ -9,8 +9,11 @@ page stored under one configuration and loaded under another is then checked ele
 element: a family whose canonical page means one thing under one configuration and
 another thing under the other fails, though each configuration tiles.
 
-A shard target that is neither an index, a grid placement of an index, nor arithmetic of
-the rank's digits names its indices as the local layout does (`d` is channel `d`, however
+Where a placement reads an expression of the index (AITER's `head(c // head_size)`: a head's
+channels side by side in one index), the element is also the index's ordinal among the
+values that expression groups together (the channel within its head), never the shard
+map's own arithmetic for it. A shard target that is neither an index, a grid placement of
+an index, nor arithmetic of the rank's digits names its indices as the local layout does (`d` is channel `d`, however
 the shard map moves it). Arithmetic of the rank's digits written in the shard map itself
 (`tp_rank * heads + h`, no placement) is where the engine's element cannot be told
 without the spec: it is taken from the spec and reported (`Naming.trusted`).
@@ -110,9 +113,18 @@ def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int) -> Naming:
             role = roles[n]
             if role[0] == "index":
                 values_of[n] = list(range(ext[n]))
-            else:
-                values_of[n] = [r.expr(role[1], {**r.env, **digits, n: v, _MEMO: {}, "rank": rank})
-                                for v in range(ext[n])]
+                continue
+
+            def at(e, v):
+                return r.expr(e, {**r.env, **digits, n: v, _MEMO: {}, "rank": rank})
+            values_of[n] = [at(role[1], v) for v in range(ext[n])]
+            if role[0] == "placed" and n != seq:  # the element within what is placed: its ordinal among the
+                arg = next(a for a in role[1].args if n in _names(a))  # values the placement's argument
+                seen: dict = {}                                          # groups (aiter's c // head_size)
+                for v in range(ext[n]):
+                    group = at(arg, v)
+                    values_of[n][v] = (values_of[n][v], seen.setdefault(group, [0])[0])
+                    seen[group][0] += 1
         names = [n if roles[n][0] != "spec" else "=" + roles[n][2] for n in local]
         # the local layout is strided (`prove`'s digits-match-spec holds the runtime's digit table to
         # its offsets for all sizes): each index's stride read once, not the offset at every element
@@ -129,7 +141,7 @@ def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int) -> Naming:
     return Naming(element, token, tokens, tuple(dict.fromkeys(trusted)))
 
 
-MAX_CHECKED = 1 << 20
+MAX_CHECKED = 1 << 22
 """Canonical bytes a page may have for `meaning` to read it by enumeration."""
 
 

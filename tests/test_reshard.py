@@ -578,6 +578,9 @@ def test_check_refutes_a_family_whose_pages_mean_other_things_under_another_cp()
     lib = load_default(ROOT / "tests" / "data" / "across")
     rep = check_family(lib, compile_named(lib, "swapped_channels"))
     assert any("swapped_channels.lal:23: pages of another cp: canonical byte" in e for e in rep.errors), rep.errors
+    # the same swap inside one index whose placement reads an expression of it (AITER's c // head_size)
+    rep = check_family(lib, compile_named(lib, "swapped_aiter"))
+    assert any("swapped_aiter.lal:27: pages of another cp: canonical byte" in e for e in rep.errors), rep.errors
     shipped = load_default(ROOT / "specs")
     assert check_family(shipped, compile_named(shipped, "split_nhd")).errors == []
 
@@ -611,6 +614,10 @@ def test_the_engine_naming_reads_placements_and_reports_what_it_takes_from_the_s
     # the two ranks hold other heads: no (element, token) is named twice, and every byte is named
     named = [(e, t) for n in ranks for e, t in zip(n.element, n.token)]
     assert all(e >= 0 and 0 <= t < 2 for e, t in named) and len(set(named)) == 32
+    # AITER's c < H * D, placed by head(c // head_size): each channel of a head is an element of its own
+    aiter = dict(sizes, total_heads=2, heads=1, head_size=4, aiter_kv=1, page_size=16)
+    n = naming(lib, "aiter", aiter, 0, 16)
+    assert len({(e, t) for e, t in zip(n.element, n.token)}) == 16 and not n.trusted
     inline = load([ROOT / "tests" / "data" / "specs" / "mamba_ssm.lal"])  # tp_rank * local_heads + h, inline
     n = naming(inline, "mamba_ssm", dict(tp=2, pcp=1, dcp=1, ssm_heads=4, head_dim=1, state_size=1, dtype_bytes=1,
                                          page_size=2), 1, 2)
