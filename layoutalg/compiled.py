@@ -174,6 +174,15 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
         raise UnsafeSource(f"compiled source does not parse: {type(e).__name__}: {e}") from None
 
 
+def _checked_code(name: str, source: str, guards, atoms):
+    """The bytecode of a family's `source`, which `check_source` admits first (`UnsafeSource` else)."""
+    tree = check_source(source, tuple(len(g) for g in guards), len(atoms))
+    try:
+        return compile(tree, f"<layoutalg family {name}>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise UnsafeSource(f"family '{name}' does not compile: {type(e).__name__}: {e}") from None
+
+
 def _runtime_name(name: str) -> bool:
     """A name compiled code may bind from `P`: built in, or declared by a spec (`param`).
 
@@ -362,14 +371,8 @@ class CompiledFamily:
     def __post_init__(self):
         env = {"__builtins__": {}, "bool": bool, "_exact": _exact, "_floor": _floor, "_mod": _mod,
                "_Guard": _Guard, "_Instance": Instance}
-        if self.code is not None:
-            code = marshal.loads(self.code)
-        else:
-            tree = check_source(self.source, tuple(len(g) for g in self.guards), len(self.atoms))
-            try:
-                code = compile(tree, f"<layoutalg family {self.name}>", "exec")
-            except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-                raise UnsafeSource(f"family '{self.name}' does not compile: {type(e).__name__}: {e}") from None
+        code = marshal.loads(self.code) if self.code is not None else \
+            _checked_code(self.name, self.source, self.guards, self.atoms)
         exec(code, env)
         self._variants = tuple(env[f"_variant_{k}"] for k in range(len(self.guards)))
 
@@ -622,8 +625,7 @@ def admitted(d) -> dict | None:
         return None
 
     def coded(f: dict) -> dict:
-        tree = check_source(f["source"], tuple(len(v) for v in f["guards"]), len(f["atoms"]))
-        code = compile(tree, f"<layoutalg family {f['name']}>", "exec")
+        code = _checked_code(f["name"], f["source"], f["guards"], f["atoms"])
         return {**f, "code": base64.b64encode(marshal.dumps(code)).decode()}
     if d.get("page") is True:
         return {**d, "parts": [[r, coded(f)] for r, f in d["parts"]],

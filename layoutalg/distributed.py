@@ -304,10 +304,9 @@ def element_coordinates(group: Group, rank: int, pages: torch.Tensor):
 
 
 def trusted(group: Group) -> tuple:
-    """What the byte check takes from the spec (`oracle.Naming.trusted`), beside the grid's placements."""
-    from .oracle import naming
-    return naming(library_of(group.specs), group.family, dict(group.sizes), 0,
-                  group.mappings[0].local_page_size_bytes).trusted
+    """What the byte check takes from the spec (`oracle.trusted`), beside the grid's placements."""
+    from . import oracle
+    return oracle.trusted(library_of(group.specs), group.family, dict(group.sizes))
 
 
 def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor,

@@ -87,6 +87,16 @@ def _roles(r: Reading, local: list) -> tuple[dict, list]:
     return roles, trusted
 
 
+def trusted(lib, family: str, sizes: dict) -> tuple:
+    """What naming a byte of `family` takes from the spec at `sizes` (`Naming.trusted`), without
+    naming any byte."""
+    out = []
+    for part in lib.parts_of(family):
+        r = Reading(lib, part, dict(sizes))
+        out += _roles(r, list(r.extents("local")))[1]
+    return tuple(dict.fromkeys(out))
+
+
 def _key(*parts) -> int:
     """A 40-bit id of an element (its bytes are `_key(...) << 12 | byte`)."""
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=5).digest(), "little")

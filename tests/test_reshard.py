@@ -622,3 +622,6 @@ def test_the_engine_naming_reads_placements_and_reports_what_it_takes_from_the_s
     n = naming(inline, "mamba_ssm", dict(tp=2, pcp=1, dcp=1, ssm_heads=4, head_dim=1, state_size=1, dtype_bytes=1,
                                          page_size=2), 1, 2)
     assert n.trusted == ("mamba_ssm.h: the shard map places it by the rank's digits, not by a grid placement",)
+    from layoutalg.oracle import trusted
+    assert trusted(inline, "mamba_ssm", dict(tp=2, pcp=1, dcp=1, ssm_heads=4, head_dim=1, state_size=1,
+                                             dtype_bytes=1, page_size=2)) == n.trusted  # said without naming a byte
