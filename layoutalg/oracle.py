@@ -97,6 +97,46 @@ def trusted(lib, family: str, sizes: dict) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+def element_terms(r: Reading, index: dict, digits: dict) -> dict:
+    """The engine element local `index` holds on the rank with these digit values, in `r`'s own
+    arithmetic (ints or Z3 terms): each local index name -> its coordinates, as `naming` names
+    it (the index; a placement's value and the index's ordinal among the values the placement's
+    argument groups; a spec target's value under '=' and its canonical index). The ordinal has a
+    closed form where the argument is the index (0) or the index floor-divided by a size (the
+    remainder); elsewhere `LookupError` says so.
+    """
+    local = list(r.extents("local"))
+    roles, _ = _roles(r, local)
+    seq = r.fdef.sequence.id if r.fdef.sequence is not None else None
+    rank = 0
+    for n, ext in r.rank_extents():
+        rank = r.ops.add(r.ops.mul(rank, ext), digits[n])
+    env = {**r.env, **digits, **index, _MEMO: {}, "rank": rank}
+    out = {}
+    for n in local:
+        role = roles[n]
+        if role[0] == "index":
+            out[n] = (index[n],)
+        elif role[0] == "spec":
+            out["=" + role[2]] = (r.expr(role[1], env),)
+        elif n == seq:
+            out[n] = (r.expr(role[1], env),)
+        else:
+            out[n] = (r.expr(role[1], env), _ordinal(r, role[1], n, index, env))
+    return out
+
+
+def _ordinal(r: Reading, placed, n: str, index: dict, env: dict):
+    """Index `n`'s ordinal among the values the argument of `placed` (a placement call) groups."""
+    arg = next(a for a in placed.args if n in _names(a))
+    if isinstance(arg, Name):
+        return 0
+    if isinstance(arg, BinOp) and arg.op == "//" and arg.left == Name(n, arg.span) and n not in _names(arg.right):
+        return r.ops.mod(index[n], r.expr(arg.right, env))
+    raise LookupError(f"the placement {placed.fn}(...) reads index '{n}' through an expression other than "
+                      f"'{n}' or '{n} // size': its element within the placed value has no closed form")
+
+
 def _key(*parts) -> int:
     """A 40-bit id of an element (its bytes are `_key(...) << 12 | byte`)."""
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=5).digest(), "little")

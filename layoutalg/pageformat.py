@@ -132,6 +132,10 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     why = sequence_unshown(lib, family, big, small, Budgets.of().config, ("big page's", "small page's"))
     if why:  # the conversion joins pages by the canonical token index: the sequence's order only where this holds
         raise LayoutalgError(f"{family}: not converted: {why}")
+    from .prove.meaning import unshown
+    why = unshown(lib, family, (big, small), Budgets.of().config, ("big page's", "small page's"))
+    if why:  # each canonical index one engine element at both: what a page of one cp means at the other
+        raise LayoutalgError(f"{family}: not converted: {why}")
     page_b, page_s = boxes_b[0].page, boxes_s[0].page
     if parts == [family]:
         runs = _compact_runs(family, _modes(boxes_b[0], boxes_s[0], tok, k))
@@ -150,10 +154,14 @@ def _keeps_elements(lib, family: str, big: dict, small: dict, conv: PageConversi
     pages, at these sizes (`oracle.unkept`: each byte named by the engine's element, read from the
     grid's placements, never from the canonical layouts the conversion was made from). A family
     whose shard map places an element one way under one cp and another way under the other tiles
-    at both, and its `sequence` claim holds: only this tells."""
+    at both, and its `sequence` claim holds: `one-format` (Z3, at both sizes) tells, and this reads
+    it again through the runs the lowering emits, on pages of up to `oracle.MAX_CHECKED` bytes
+    (larger ones rest on the proof)."""
     from .compiled import GuardFailed
     from .lower import TilingError
-    from .oracle import unkept
+    from .oracle import MAX_CHECKED, unkept
+    if conv.big_page > MAX_CHECKED:
+        return
     try:
         why = unkept(lib, family, big, small, conv)
     except (LookupError, ValueError, GuardFailed, TilingError) as e:

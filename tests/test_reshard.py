@@ -546,14 +546,21 @@ def _swapped(tmp_path):
     return str(tmp_path)
 
 
-def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path):
-    """The family tiles and proves at every configuration; its pages of cp 1 and cp 2 are not one
-    another's parts element by element, and the conversion says which byte."""
+def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path, monkeypatch):
+    """The family tiles and proves every other row at every configuration; its pages of cp 1 and
+    cp 2 are not one another's parts element by element. The conversion refuses it twice over:
+    `one-format` at the two configurations (Z3, each canonical index one element), and, with that
+    taken away, the elements read through the runs, naming the byte."""
     from layoutalg.distributed import library_of
     from layoutalg.pageformat import conversion
+    import layoutalg.prove.meaning as meaning
     specs = _swapped(tmp_path)
     big = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
     small = group_of("swapped_channels", parse_config("tp=2"), 2, 4, 4, "bf16", 4, specs=specs)
+    with pytest.raises(LayoutalgError, match="not converted: at the big page's configuration the canonical page is "
+                                             "not one format with a single rank's: .* names two elements"):
+        conversion(library_of(specs), "swapped_channels", big.sizes, small.sizes)
+    monkeypatch.setattr(meaning, "unshown", lambda *a, **k: "")
     with pytest.raises(LayoutalgError, match="not converted: byte .* which holds another element"):
         conversion(library_of(specs), "swapped_channels", big.sizes, small.sizes)
     # the control: split NHD, the same pair of configurations, converts
@@ -592,8 +599,10 @@ def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(t
     loading rank, where the spec's own reading of both layouts (the check before) passed them."""
     from layoutalg import pageformat
     from layoutalg.distributed import library_of
+    import layoutalg.prove.meaning as meaning
     specs = _swapped(tmp_path)
     monkeypatch.setattr(pageformat, "_keeps_elements", lambda *a: None)
+    monkeypatch.setattr(meaning, "unshown", lambda *a, **k: "")
     store = group_of("swapped_channels", parse_config("tp=2"), 2, 4, 4, "bf16", 4, specs=specs)
     load = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
     conv = pageformat.conversion(library_of(specs), "swapped_channels", load.sizes, store.sizes)

@@ -125,6 +125,11 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     if not tiled:
         for row, (st, why) in _pages_tiled(lib, parts[0], cases, sx, sy, bounds, budget).items():
             note(row, st, why)
+    for part in parts:  # the match takes a canonical index for one element at both configurations
+        st, why = _one_format_unproved(lib, part, budget)
+        if why:
+            for row in RESHARD:
+                note(row, st, why)
     if crossing:  # the match takes the canonical `sequence` index for the token's place: the claim must hold
         for part in parts:
             why = _sequence_unproved(lib, part, budget)
@@ -168,6 +173,19 @@ def _sequence_unproved(lib, part: str, budget: Budget) -> str:
     return f"across another cp the plan matches tokens by the canonical index '{lib.family_def(part).sequence.id}'" \
            f", which is the token's place only where `sequence` holds; sequence-order is not proved for all sizes " \
            f"({row.status}: {row.detail or row.method})"
+
+
+def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:
+    """(status, why) where the part's pages are not shown one format for all sizes (a plan
+    matches canonical indices, which must name one element of the engine's at both
+    configurations: the `one-format` row), else ('proved', '')."""
+    from .runner import Budgets, one_format
+    row = one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s))
+    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
+        return "proved", ""
+    return ("refuted" if row.status == "refuted" else "unknown",
+            f"the plan matches canonical indices, each one element of the engine's at both configurations only "
+            f"where one-format holds; it is not proved for all sizes ({row.status}: {row.detail or row.method})")
 
 
 def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, tags):

@@ -109,6 +109,9 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
             why = "its guards, cases and page do not hold there" if status == "unsat" else "undecided"
             return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration ({why})",
                         0.0) for n in RESHARD]
+    rows = _not_one_format(lib, family, store, load, budget)
+    if rows:
+        return rows
     for plans, cross in groups:
         bad = _malformed(plans, mx, my, cross)
         if bad:
@@ -138,6 +141,18 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
                                f"symbolic fragment and byte, {count} consumer plans of {what}",
                                time.perf_counter() - t0))
     return rows
+
+
+def _not_one_format(lib, family: str, store: dict, load: dict, budget: Budget) -> list[Row]:
+    """The rows of a pair whose pages are not shown one format at both configurations (a plan
+    matches canonical indices, which must name one element of the engine's at both), else []."""
+    if dict(store) == dict(load):
+        return []
+    from .meaning import verdict
+    status, why = verdict(lib, family, (store, load), budget)
+    spec = lib.family_def(family).span.file
+    return [Row(spec, family, n, status, "one-format at both configurations, symbolic rank and index", 0.0, why)
+            for n in RESHARD] if why else []
 
 
 def _producers(mx: Model, cross) -> int:
@@ -320,6 +335,9 @@ def _prove_pages(lib, family, store, load, groups, budget) -> list[Row]:
                     for n in RESHARD]
     if not all(plans for plans, _ in groups):
         return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
+    rows = _not_one_format(lib, family, store, load, budget)
+    if rows:
+        return rows
     for plans, cross in groups:
         bad = _malformed(plans, xs[0][1], ys[0][1], cross)
         if bad:

@@ -217,6 +217,9 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
                 f"{value(model, w['want'])} is its place in the sequence, with {sizes}")
     if name in PAGE:
         return _tiling_text(m, model, w, where, sizes, idx, holds)
+    if name == "one-format":
+        from .meaning import explain as one_format
+        return one_format(m, model, w, where, sizes)
     if name == "digits-match-spec":
         vals = {k: value(model, w[k]) for k in ("local", "want_local", "canon", "want_canon")}
         return (f"{where}: on rank {rank(w['d'])}, local ({idx(w['i'])}) is at local byte {vals['local']} and "
@@ -676,6 +679,11 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
+    if _shared(lib, family, fam):  # pages read under another configuration than the writer's
+        rows.append(_safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
+                                                                           status, lemmas)))
+        if quick and rows[-1].status == "refuted":
+            return rows
     for name in PER_CONFIGURATION:
         if fam is None:
             rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))
@@ -688,6 +696,35 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if quick and row.status == "refuted":
             return rows
     return rows
+
+
+def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None = None, quick: bool = False,
+               fam=None, status: dict | None = None, proved: dict | None = None) -> Row:
+    """The `one-format` row: on every case path whose pages another configuration reads
+    (`_shared`), each canonical byte holds the element it holds on a single rank holding the
+    page (`prove.meaning`); unknown where no path's pages are read elsewhere (nothing shown)."""
+    fam = resolve(lib, family) if fam is None else fam
+    shared = _shared(lib, family, fam)
+    if not shared:
+        return Row(lib.family_def(family).span.file, family, "one-format", "unknown",
+                   "no case's pages are read under another configuration", 0.0)
+    dead = {**(status or {}), **{p: ("dead", []) for p in paths(lib, family) if p not in shared}}
+    return prove_obligation(lib, family, "one-format", by_path or {}, budgets, quick, fam, dead, proved)
+
+
+def _shared(lib: Library, family: str, fam) -> list:
+    """The case paths whose pages another configuration reads: every path of a family whose
+    pages of another cp are joined (`sequence`), else those whose canonical indices name the
+    engine's elements (`claims.names_data`: the runtime keys their format by the canonical
+    layout alone). A path keyed by its sizes (the opaque fallback) is read by its writer's
+    configuration only."""
+    every = paths(lib, family)
+    if lib.family_def(family).sequence is not None:
+        return every
+    if fam is None:
+        return []
+    from ..claims import names_data
+    return [p for p, named in zip(every, names_data(fam)) if named]
 
 
 def _nowhere(row: Row) -> Row:

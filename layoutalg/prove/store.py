@@ -30,6 +30,10 @@ OBLIGATIONS = {
     "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
     "sequence-order": "where a family says `sequence t`, every local token t lands at canonical t = token(t), "
                       "its place in the sequence by the grid (pages of another cp join along t)",
+    "one-format": "a page read under another configuration than its writer's (another tp, pcp, dcp or "
+                  "interleave; pages of another cp joined along `sequence`): each canonical byte holds, at every "
+                  "configuration, the engine element it holds on a single rank holding the whole page (elements "
+                  "named by the grid's placements, never by the shard map's arithmetic)",
     "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
     "runs-match-spec": "the emitted runs send each local byte where the spec says",
     "runs-cover-local": "each rank's runs cover its local page exactly once",

@@ -134,6 +134,24 @@ class Z3Ops(Ops):
         quotients its terms read (`_shared_among`); here, every one."""
         return self._shared_among(other, set(self._divisions) | {q.get_id() for q, _ in other._memo.values()})
 
+    def apart(self) -> tuple[list, list]:
+        """(definitions, conditions) of this arithmetic's divisions, apart: each definition holds
+        wherever its divisor is positive (so it is satisfiable in every model, and makes the
+        quotient and remainder functions of the dividend and divisor where they matter), and the
+        conditions are where every division is one the runtime makes (a positive divisor, an exact
+        `/` exact, no int divisor that fails). Together they are `definitions`. Apart, a query may
+        ask whether the conditions hold, or fail, of a reading it does not assume (a case of
+        another configuration), its quotients fixed by the definitions either way."""
+        defs, conds, seen = [], list(self._always), set()
+        for definition, _, _, _ in self._defines.values():
+            if id(definition) in seen:
+                continue
+            seen.add(id(definition))
+            positive, *rest = definition
+            defs.append(z3.Implies(positive, z3.And(*rest[:3])))
+            conds += [positive, *rest[3:]]  # the remainder zero, where a `/` made it
+        return defs, conds
+
     def quotient(self, a, b):
         """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
         (its side conditions say so), else None: defines nothing."""

@@ -1,0 +1,206 @@
+"""One page format across configurations, for all sizes: the `one-format` obligation.
+
+A canonical page is a format shared by every configuration that holds it: pages stored under
+tp=2 are read under tp=4, pages of another cp are joined along the tokens. That is sound only
+where each canonical byte holds one and the same engine element whatever the configuration
+that wrote it. The reference is a single rank holding the whole page: the configuration with
+tp = pcp = dcp = 1 and a block of as many tokens as the canonical page has (`block_size`
+scaled by the canonical page's tokens over the local page's), every other size kept. The
+obligation, for every configuration X where the family applies, every rank of X and every
+local index i of it:
+
+    the byte rank r writes for i at X holds, at the single rank S of the same page, the
+    element i holds at X
+
+where an element is the engine's name of what a byte holds (`oracle.element_terms`: a local
+index name made global by the grid's placements, `head(h)`, `token(t)`), never the shard map's
+arithmetic. So a family whose shard map puts a head's channels one way at cp = 1 and another
+way at cp > 1 (each configuration tiling exactly) is refuted with the byte, and a page stored
+under X and read under Y gives every element back: each means what S reads.
+
+The violation, quantifier-free: at X's byte some region of S's page writes, from an index j
+in its box on S's one rank, another element (or another region's); or no case of the family
+holds at S; or S's canonical page has another size. S's tiling (each byte of its page written
+once) is the family's other rows at S, which is a configuration the family applies at.
+"""
+from __future__ import annotations
+
+import z3
+
+from ..interpret import Reading, paths
+from ..oracle import element_terms
+from .z3ops import Z3Ops
+
+PARALLEL = {"tp": 1, "pcp": 1, "dcp": 1}
+"""The sizes a single rank holding the whole page sets (and `heads`, a rank's KV heads: all of
+them, `total_heads`); every other size is X's."""
+
+
+def single_sizes(m, page_size) -> dict:
+    """The sizes of S, the single rank holding the canonical page of `m` (model X): a block of
+    as many tokens as X's canonical page (`sequence`), all of the heads, one rank, whose page
+    (`page_size`) is the canonical page."""
+    sizes = {**m.sizes, **{n: v for n, v in PARALLEL.items() if n in m.sizes}, "page_size": page_size}
+    if "heads" in m.sizes:
+        sizes["heads"] = m.sizes["total_heads"] if "total_heads" in m.sizes else m.r.env.get("total_heads")
+    seq = m.r.fdef.sequence
+    if seq is not None and "block_size" in m.sizes:
+        sizes["block_size"] = m.r.extents("canonical")[seq.id]
+    return sizes
+
+
+def query(m):
+    """(violation, witness terms) of `one-format` for model X (`obligations.Model`).
+
+    S's canonical layout is X's with the same arguments (else the page differs: refuted), so a
+    canonical byte is one canonical index at both, and only the same region can write it at S
+    (S's regions tile its page, which is X's): the elements are compared index by index. Each
+    case path of S is read in an arithmetic of its own (`Z3Ops.apart`): its divisions are
+    conditions of that case applying, never constraints on X (a case S does not take must not
+    narrow the configurations X ranges over)."""
+    d, cd = m.digits("")
+    i, ci = m.index("local", "")
+    c = m.r.shard(i, d)
+    mine = element_terms(m.r, i, d)
+    page_size = m.r.page("canonical")  # a single rank's page is the canonical page: all of it
+    sizes = single_sizes(m, page_size)
+    _, bound = m.r.layout("canonical")
+    earlier, applies, defs, parts_out, meaning = [], [], [], [], []
+    for k, path in enumerate(paths(m.lib, m.family)):
+        ops = Z3Ops(f"{m.tag}S{k}.")
+        try:
+            rs = Reading(m.lib, m.family, sizes, ops, path)
+            cases = [x for x, _ in rs.cases]
+            guards = [g for g, _ in rs.guards]
+            fits = [*_nonnegative(rs), _eq(rs.page("local"), page_size)]
+            _, theirs_bound = rs.layout("canonical")
+            moved = [_ne(bound[p], theirs_bound[p]) for p in bound]
+            ext = rs.extents("local")
+            j = {n: m.fresh(f"{n}@single") for n in ext}
+            cj = [z3.And(v >= 0, v < ext[n]) for n, v in j.items()]
+            s_digits = {n: 0 for n, _ in rs.rank_extents()}
+            cs = rs.shard(j, s_digits)
+            theirs = element_terms(rs, j, s_digits)
+        except (ArithmeticError, LookupError):
+            continue  # a case S cannot read is one S never takes
+        held, conds = ops.apart()
+        defs += held
+        here = _all(cases)
+        taken = z3.And(here, *[z3.Not(x) for x in earlier])
+        earlier.append(here)
+        ok = z3.And(taken, _all(guards), _all(fits), _all(conds))
+        applies.append(ok)
+        parts_out.append(z3.And(ok, z3.Or(*moved, z3.BoolVal(False))))
+        meaning.append(("page", path, None))
+        parts_out.append(z3.And(ok, *cj, *[cs[n] == c[n] for n in c], _differ(mine, theirs)))
+        meaning.append(("element", path, (j, theirs)))
+    parts_out.insert(0, z3.Not(z3.Or(*applies, z3.BoolVal(False))))
+    meaning.insert(0, ("nowhere", None, None))
+    at = [*ci, *cd, *defs]
+    parts_out = [z3.And(*at, p) for p in parts_out]
+    w = {"i": i, "d": d, "c": c, "mine": mine, "sizes": sizes, "parts": tuple(parts_out), "meaning": tuple(meaning)}
+    return z3.Or(*parts_out), w
+
+
+def _all(xs):
+    """The conjunction of conditions, some of them Python bools."""
+    if any(x is False for x in xs):
+        return z3.BoolVal(False)
+    return z3.And(*[x for x in xs if x is not True])
+
+
+def _ne(a, b):
+    x = a != b
+    return z3.BoolVal(x) if isinstance(x, bool) else x
+
+
+def _eq(a, b):
+    x = a == b
+    return z3.BoolVal(x) if isinstance(x, bool) else x
+
+
+def _differ(mine: dict, theirs: dict):
+    """Whether two elements differ: other names, or another value of one."""
+    if set(mine) != set(theirs) or any(len(mine[k]) != len(theirs[k]) for k in mine):
+        return z3.BoolVal(True)
+    return z3.Or(*[z3.BoolVal(x != y) if isinstance(x != y, bool) else x != y
+                   for k in mine for x, y in zip(mine[k], theirs[k])], z3.BoolVal(False))
+
+
+def _nonnegative(rs) -> list:
+    out = []
+    for role in ("local", "canonical"):
+        ldef, bound = rs.layout(role)
+        out += [rs.expr(x.extent, bound) >= 0 for x in ldef.indices]
+    return [c for c in out if c is not True]
+
+
+def explain(m, model, w: dict, where: str, sizes: str) -> str:
+    """The counterexample in the spec's names: which byte, which element, which configuration."""
+    def val(x):
+        return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
+
+    def holds(x):
+        return z3.is_true(model.eval(x, model_completion=True))
+
+    def named(el):
+        return "; ".join(f"{k} " + "/".join(str(val(x)) for x in v) for k, v in el.items())
+
+    single = ", ".join(f"{n}={val(w['sizes'][n])}" for n in ("tp", "pcp", "dcp", "heads", "block_size")
+                       if n in w["sizes"])
+    for part, (kind, _, extra) in zip(w["parts"], w["meaning"]):
+        if not holds(part):
+            continue
+        if kind == "nowhere":
+            return (f"{where}: no case of the family holds on a single rank holding the whole canonical page "
+                    f"({single}), with {sizes}: the page has no reading to be one format with")
+        if kind == "page":
+            return (f"{where}: a single rank holding the canonical page ({single}) reads another canonical layout "
+                    f"(its arguments differ), with {sizes}")
+        j, theirs = extra
+        idx = ", ".join(f"{n}={val(v)}" for n, v in w["i"].items())
+        canon = ", ".join(f"{n}={val(v)}" for n, v in w["c"].items())
+        them = ", ".join(f"{n}={val(v)}" for n, v in j.items())
+        return (f"{where}: rank {val(m.rank_of(w['d']))} writes local ({idx}), the engine's element [{named(w['mine'])}], "
+                f"to canonical ({canon}); on a single rank holding the page ({single}) that canonical index holds "
+                f"local ({them}), the element [{named(theirs)}], with {sizes}: one page format names two elements "
+                f"of the engine's")
+    return f"{where}: the canonical page means another thing on a single rank holding it ({single}), with {sizes}"
+
+
+def unshown(lib, family: str, configurations, budget, sides=("store", "load")) -> str:
+    """Why the pages of `family` at these configurations (sizes dicts) are not shown to be one
+    format (`one-format` at each, symbolic rank and index, its sizes numbers), or ''."""
+    return verdict(lib, family, configurations, budget, sides)[1]
+
+
+def verdict(lib, family: str, configurations, budget, sides=("store", "load")) -> tuple[str, str]:
+    """('proved', ''), or ('refuted' | 'unknown', why) of `one-format` at each configuration. A case
+    whose pages no other configuration reads (keyed by its sizes, `runner._shared`) asks
+    nothing: its reader is its writer's configuration."""
+    from ..family import resolve
+    from .obligations import Model
+    from .runner import _shared
+    for side, sizes in zip(sides, configurations):
+        for part in lib.parts_of(family):
+            where = "" if part == family else f" in region {part.split('.')[-1]!r}"
+            try:
+                path = tuple(Reading(lib, part, dict(sizes)).taken)
+                if path not in _shared(lib, part, resolve(lib, part)):
+                    continue
+                m = Model(lib, part, path, sizes=dict(sizes))
+                violation, w = query(m)
+                status, model = m.solve(violation, budget)
+            except (ArithmeticError, LookupError, TypeError) as e:
+                return "unknown", f"the {side} configuration's page cannot be read as one format{where} ({e})"
+            if status == "sat":
+                return "refuted", (f"at the {side} configuration{where} the canonical page is not one format with a "
+                                   f"single rank's: " + explain(m, model, w, part, _shown(m, model)))
+            if status != "unsat":
+                return "unknown", (f"at the {side} configuration{where} it is undecided whether each canonical byte "
+                                   f"holds one element of the engine's at every configuration (`one-format`)")
+    return "proved", ""
+
+
+def _shown(m, model) -> str:
+    return ", ".join(f"{n}={v}" for n, v in m.sizes.items() if isinstance(v, int))
