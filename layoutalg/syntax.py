@@ -170,8 +170,8 @@ def grouped(stmts) -> list:
 
 
 def _check_views(page: str, regions) -> None:
-    """A page's tensors: every data region names the tensor that views it, or none does; a pad
-    may be part of a tensor a data region names (padding inside the tensor's rows)."""
+    """A page's tensors: every data region names the tensor that views it, or none does; no pad
+    is part of a tensor (`_box` refuses its tensor clause)."""
     data = [r for r in regions if not r.pad]
     named = [r for r in data if r.tensor is not None]
     if named and len(named) != len(data):
@@ -188,10 +188,6 @@ def _check_views(page: str, regions) -> None:
     for r in regions:
         if r.tensor is None:
             continue
-        if r.tensor_name not in first:
-            raise SpecError(f"pad '{r.name}' of layout '{page}' is part of tensor '{r.tensor_name}', which no data "
-                            f"region names" + (f" (they name {', '.join(sorted(first))})" if first else ""),
-                            r.tensor[0].span if r.tensor else r.span)
         f = first[r.tensor_name]
         differ = [k for k, (a, b) in enumerate(zip(r.tensor, f.tensor)) if a.id != b.id]
         if len(r.tensor) == len(f.tensor) and r.tensor_groups == f.tensor_groups and (
@@ -798,9 +794,10 @@ class _Build(Transformer_NonRecursive):
         if view is not None and not region:
             raise SpecError(f"{what} is one box, viewed by the layer's one tensor: only a region of a page "
                             f"names its tensor ('tensor (block, ...)' here)", view.span)
-        if pad and dims is not None and view is None:
-            raise SpecError(f"{what} is padding: a pad has a tensor view only as part of a named tensor "
-                            f"('tensor NAME (block, ...)', the tensor its neighbours name)", found["tensor"][1])
+        if pad and dims is not None:
+            raise SpecError(f"{what} is padding, never copied, but names a tensor view: every byte a layer's "
+                            f"tensor views may hold the engine's data, so a pad lies outside every tensor (padding "
+                            f"inside a tensor's rows is a region, copied with the data)", found["tensor"][1])
         return LayoutDef(name, params, found["index"][0], found["offset"][0], found.get("element", (None,))[0],
                          dims, where, (), pad, view.id if view is not None else None, groups, outer)
 

@@ -314,12 +314,14 @@ def test_sound_specs_are_proved_and_run(spec):
     ("    region a:\n        index t < T, u < 2\n        offset 2 * t + u\n        tensor s (block, (t, u))\n"
      "    region b:\n        index t < T, u < 2\n        offset 2 * T + 2 * t + u\n        tensor s (block, t, u)\n",
      "with 2 dimension\\(s\\) after the block \\(t, u\\), region 'a' with 1 \\(\\(t, u\\)\\)", "tensor s"),
+    # a pad is never copied: no tensor, named or not, may view it (issue: data declared a pad in a view)
     ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
      "    pad p:\n        index t < T\n        offset T + t\n        tensor q (block, t)\n",
-     "pad 'p' of layout 'pg' is part of tensor 'q', which no data region names \\(they name s\\)", "tensor q"),
+     "pad 'p' is padding, never copied, but names a tensor view: every byte a layer's tensor views may hold",
+     "tensor q"),
     ("    region a:\n        index t < T\n        offset t\n        tensor s (block, t)\n"
      "    pad p:\n        index t < T\n        offset T + t\n        tensor (block, t)\n",
-     "a pad has a tensor view only as part of a named tensor", "tensor (block"),
+     "pad 'p' is padding, never copied, but names a tensor view", "tensor (block"),
     ("    region a:\n        index t < T, u < 2\n        offset 2 * t + u\n        tensor s (block, t)\n",
      "the tensor clause of region 'a' names no dimension for index 'u'", "tensor s"),
     ("    region a:\n        index t < T\n        offset t\n        tensor block (block, t)\n",
@@ -380,3 +382,27 @@ def test_a_family_of_pages_with_a_sequence_naming_no_index_of_its_regions_is_ref
     (tmp_path / "mamba2.lal").write_text(text)
     with pytest.raises(SpecError, match="'sequence zz' names no index of every data region"):
         load([tmp_path / "mamba2.lal"])
+
+
+# ---- no data in a pad: a region of real state declared a pad inside a tensor view -------------
+
+@pytest.mark.parametrize("name", ["mamba2", "mamba2_ds", "gdn", "gdn_ds", "quant_packed"])
+def test_state_declared_a_pad_inside_a_tensor_is_a_spec_error(tmp_path, name):
+    """A fresh mutant of each shipped page with named tensors (seeded): one data region turned
+    into a pad, its shard line dropped. Its tensor would still match the engine's and the pad is
+    never copied (vLLM's B|x|C conv rows lost a third of a rank's bytes this way); the spec is
+    refused where the pad names its view, with the file, line and a caret."""
+    import random
+    import re
+    text = (ROOT / "specs" / f"{name}.lal").read_text()
+    viewed = re.findall(r"^    region (\w+):\n(?:        .*\n)*?        tensor ", text, re.M)
+    victim = random.Random(f"pad-{name}").choice(viewed)
+    text = text.replace(f"    region {victim}:\n", f"    pad {victim}:\n")
+    text = re.sub(rf"^    shard {victim} .*\n", "", text, flags=re.M)
+    for f in (ROOT / "specs").glob("*.lal"):
+        (tmp_path / f.name).write_text(f.read_text())
+    (tmp_path / f"{name}.lal").write_text(text)
+    with pytest.raises(SpecError, match=f"pad '{victim}' is padding, never copied, but names a tensor view") as e:
+        load([tmp_path / f"{name}.lal"])
+    assert e.value.span.file.endswith(f"{name}.lal") and e.value.span.text.strip().startswith("tensor ")
+    assert "^" in str(e.value)
