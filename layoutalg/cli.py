@@ -359,6 +359,7 @@ def _check(args) -> int:
             print(f"    note: {line}")
         bad += not rep.ok
         examples[name] = rep.example
+    bad += _recognition(lib, compiled)
     print("\ncertified: the family applies and its runs tile, on the sample configurations of the names it "
           "reads (params.TABLE and each `param`); fail-closed: its guards reject the configuration (the runtime "
           "would try the next family); oracle: also compared byte for byte with a direct reading of the spec")
@@ -376,6 +377,32 @@ def _check(args) -> int:
         if len(maps) > 8:
             print(f"  ... and {len(maps) - 8} more ranks (`layoutalg runs` prints them all)")
     return 1 if bad else 0
+
+
+def _recognition(lib, compiled: dict) -> int:
+    """Two families of one kind that take one tensor must read it alike (`recognition`): printed;
+    1 where some pair does not."""
+    from .check import sample_domain, spec_line
+    from .recognition import confusions
+    found, tally = confusions(lib, compiled, sample_domain(lib))
+    if not tally.pairs:
+        print("\nrecognition: no two families serve one kind here: no tensor to tell apart")
+        return 0
+    print(f"\nrecognition: {tally.pairs} pair(s) of families of one kind; {tally.offered} layer(s) of one offered "
+          f"to the other, {tally.taken} taken by both and read byte by byte"
+          + ("" if tally.offered else " (nothing compared: no sample layer of one family was offered to another)"))
+    for c in found:
+        shapes = ", ".join(str(t.shape) for t in c.tensors)
+        shown = ", ".join(f"{k}={v}" for k, v in c.sizes.items() if k in _read_by(compiled, c))
+        print(f"    {spec_line(lib, c.first, 'family')}: families {c.first} and {c.second} both take a layer of "
+              f"{c.blocks} block(s) with tensor {shapes}, at {shown}, and read it apart: {c.why}; a runtime name "
+              f"must tell them apart (a guard one requires and the other refuses), or the first the runtime "
+              f"tries reads the other's tensor in its own order")
+    return 1 if found else 0
+
+
+def _read_by(compiled: dict, c) -> set:
+    return {b.name for n in (c.first, c.second) for b in (compiled[n].bounds or ())} | {"tp", "pcp"}
 
 
 def _writer_text(m) -> str:

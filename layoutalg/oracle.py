@@ -25,7 +25,7 @@ import itertools
 from typing import NamedTuple
 
 from .interpret import _MEMO, Reading, _Lazy, rank_digits
-from .syntax import BinOp, Call, Name, Neg
+from .syntax import BinOp, Call, Name, Neg, Num
 
 NO_TOKEN = -1
 
@@ -53,9 +53,25 @@ def _names(e) -> set:
     return set()
 
 
+def _calls(e) -> set:
+    if isinstance(e, Call):
+        return {e.fn}.union(*(_calls(a) for a in e.args))
+    if isinstance(e, BinOp):
+        return _calls(e.left) | _calls(e.right)
+    if isinstance(e, Neg):
+        return _calls(e.arg)
+    return set()
+
+
 def _reads_rank(r: Reading, e, digits: set, seen=None) -> bool:
     """Whether `e` reads a rank digit (or `rank`), through the lets it reads."""
     seen = set() if seen is None else seen
+    for call in _calls(e):  # a fn's body reads what it reads (a placement's is the grid's word: not asked)
+        fn = r.fns.get(call)
+        if fn is not None and ("fn", call) not in seen and not _placement(r, call):
+            seen.add(("fn", call))
+            if _reads_rank(r, fn.body, digits - set(fn.params), seen):
+                return True
     for n in _names(e):
         if n in digits or n == "rank":
             return True
@@ -79,12 +95,28 @@ def _roles(r: Reading, local: list) -> tuple[dict, list]:
         if isinstance(t, Name) or len(uses) != 1:
             continue
         (i,) = uses
-        if isinstance(t, Call) and t.fn in r.fns and len(_names(t) & set(renamed)) == 1:
+        if isinstance(t, Call) and _placement(r, t.fn) and len(_names(t) & set(renamed)) == 1:
             roles[i] = ("placed", t)
         elif _reads_rank(r, t, digits):
             roles[i] = ("spec", t, cname)
             trusted.append(f"{r.family}.{i}: the shard map places it by the rank's digits, not by a grid placement")
     return roles, trusted
+
+
+def _placement(r: Reading, fn: str) -> bool:
+    """Whether `fn` is a placement of the grid (defined by it, or by rules it uses, and not
+    redefined by the family): the engine's word on where an element lives. A fn of the library
+    or the family is the spec's own arithmetic."""
+    return fn in r.placements and not any(s.name == fn for s in _fns_of(r.fdef.body))
+
+
+def _fns_of(stmts):
+    from .syntax import Case, Fn
+    for s in stmts:
+        if isinstance(s, Fn):
+            yield s
+        elif isinstance(s, Case):
+            yield from _fns_of(s.body)
 
 
 def trusted(lib, family: str, sizes: dict) -> tuple:
@@ -126,10 +158,23 @@ def element_terms(r: Reading, index: dict, digits: dict) -> dict:
     return out
 
 
+def _injective(e, n: str) -> bool:
+    """Whether `e` is `n`, or `n` plus, minus or times (by a positive size or number) an expression
+    that does not read `n`: one value of `e` for each value of `n`, so each is its own group."""
+    if isinstance(e, Name):
+        return e.id == n
+    if isinstance(e, BinOp) and e.op in ("+", "-", "*"):
+        for a, b in ((e.left, e.right), (e.right, e.left)):
+            positive = e.op != "*" or isinstance(b, Num) and int(b.value) > 0
+            if n not in _names(b) and positive and _injective(a, n):
+                return True
+    return False
+
+
 def _ordinal(r: Reading, placed, n: str, index: dict, env: dict):
     """Index `n`'s ordinal among the values the argument of `placed` (a placement call) groups."""
     arg = next(a for a in placed.args if n in _names(a))
-    if isinstance(arg, Name):
+    if _injective(arg, n):
         return 0
     if isinstance(arg, BinOp) and arg.op == "//" and arg.left == Name(n, arg.span) and n not in _names(arg.right):
         return r.ops.mod(index[n], r.expr(arg.right, env))
@@ -142,8 +187,10 @@ def _key(*parts) -> int:
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=5).digest(), "little")
 
 
-def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int) -> Naming:
-    """Each local byte's engine element on `rank` (ints only), every data region of a page."""
+def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int, raw: bool = False) -> Naming:
+    """Each local byte's engine element on `rank` (ints only), every data region of a page. With
+    `raw`, each element is (region, its named indices, byte) rather than an id: a name another
+    family's naming can be compared with (the region by its own name, not the family's)."""
     element, token = [-1] * page_bytes, [NO_TOKEN] * page_bytes
     trusted, tokens = [], 0
     for part in lib.parts_of(family):
@@ -185,8 +232,13 @@ def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int) -> Naming:
             index = dict(zip(local, values))
             named = tuple((names[k], values_of[n][v]) for k, (n, v) in enumerate(index.items()) if n != seq)
             tok = values_of[seq][index[seq]] if seq is not None else NO_TOKEN
-            at, key = base + sum(k * v for k, v in zip(strides, values)), _key(part, named) << 12
-            element[at:at + elem] = range(key, key + elem)
+            at = base + sum(k * v for k, v in zip(strides, values))
+            if raw:
+                region = part.rsplit(".", 1)[-1] if part != family else ""
+                element[at:at + elem] = [(region, named, b) for b in range(elem)]
+            else:
+                key = _key(part, named) << 12
+                element[at:at + elem] = range(key, key + elem)
             token[at:at + elem] = [tok] * elem
     return Naming(element, token, tokens, tuple(dict.fromkeys(trusted)))
 

@@ -285,13 +285,18 @@ class Deriver:
         # a name given out of its domain is a misdeclared deployment (`aiter_kv = 2`): a family
         # that does not read it must not take the layer in its place
         missing = {}
-        for cf in self._by_kind.get(layer.kind, []) if not reasons else []:
+        kind = self._by_kind.get(layer.kind, []) if not reasons else []
+        for k, cf in enumerate(kind):
             runs = _apply(cf, sizes, layer, tensor, num_blocks, salt=self._salt)
             if isinstance(runs, str):
                 reasons.append(f"{cf.name}: {runs}")
                 missing[cf.name] = getattr(runs, "missing", None)
                 continue
-            return LayerResult(CERTIFIED, cf.name, runs, tuple(reasons))
+            why = _taken_twice(cf, runs, kind[k + 1:], sizes, layer, tensor, num_blocks)
+            if not why:
+                return LayerResult(CERTIFIED, cf.name, runs, tuple(reasons))
+            reasons.append(why)  # two readings of one tensor: neither is the engine's for certain
+            break
         if strict and missing and all(missing.values()):  # the layer is of this kind, but says too little
             names = sorted(set(missing.values()))
             raise MissingNames(f"LayerSpec.sizes: a '{layer.kind}' layer must give {', '.join(map(repr, names))}: "
@@ -306,6 +311,21 @@ class Deriver:
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         return LayerResult(OPAQUE, self.fallback.name, runs, tuple(reasons))
+
+
+def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
+    """Why the layer `cf` takes is not certainly its (''): a family tried after it takes the same
+    tensor too and copies it otherwise, so the preference alone chose between two readings of
+    one tensor (`layoutalg check` looks for such pairs on the samples: `recognition`)."""
+    for other in later:
+        theirs = _apply(other, sizes, layer, tensor, num_blocks)
+        if isinstance(theirs, str):
+            continue
+        if [(m.runs, m.tensors) for m in theirs] != [(m.runs, m.tensors) for m in runs]:
+            return (f"{cf.name} and {other.name} both take this tensor and copy it differently: no runtime name the "
+                    f"layer gives tells them apart, so neither reading is certain (a guard one requires and the "
+                    f"other refuses would)")
+    return ""
 
 
 class _Why(str):

@@ -124,12 +124,15 @@ def test_direct_plans_between_flash_and_split_groups(deriver, x, y):
 
 def test_a_flash_tensor_is_read_only_where_the_layer_says_so(deriver):
     """Unsaid, a (2, N, ...) tensor fails closed, as the reference reads it; said, a tensor whose
-    shape shows the block first (N != 2) is still read block first."""
+    shape shows the block first (N != 2) contradicts the layer and fails closed too: split NHD
+    takes only a layer that keeps K and V inside its blocks (with two blocks the two tensors
+    look alike, and only the name tells them apart)."""
     full = _full(7)
     unsaid, _ = _group(deriver, full, 2, True, False, said=False)
     assert unsaid.result == "opaque" and any("kv_blocks_second == 1" in r for r in unsaid.reasons)
     block_first, _ = _group(deriver, full, 2, False, False, said=True)
-    assert (block_first.result, block_first.family) == ("certified", "split_nhd")
+    assert block_first.result == "no_mappings", block_first
+    assert any(r.startswith("split_nhd:") and "kv_blocks_second == 0" in r for r in block_first.reasons)
 
 
 def test_two_blocks_are_read_as_the_layer_says(deriver):

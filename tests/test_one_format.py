@@ -87,7 +87,7 @@ def test_a_fresh_mutant_is_refuted_refused_and_loses_elements(tmp_path, monkeypa
     assert others and all(r.status != "refuted" for r in others), [(r.obligation, r.status) for r in others]
     row = _row(specs, "mutant")
     assert row.status == "refuted", (row.status, row.detail)
-    assert "mutant.lal:18" in row.detail and "one page format names two elements" in row.detail
+    assert "mutant.lal:18" in row.detail and "one page format names two elements" in row.detail, row.detail
     # the page path: the conversion between cp 1 and cp 2 is refused, naming the row
     config = {"cp > 1": "tp=2,dcp=2", "dcp > 1": "tp=2,dcp=2", "pcp > 1": "tp=1,pcp=2"}[when[0]]
     x, y = _groups(specs, "mutant", "tp=2", config, 4)
@@ -143,3 +143,88 @@ def test_the_reshard_prover_refuses_a_pair_of_a_family_that_is_not_one_format(tm
     x, y = _groups(specs, "mutant", "tp=2", "tp=2,dcp=2", 4)
     rows = prove_plans(library_of(specs), "mutant", x.sizes, y.sizes, [object()], Budgets.of().config)
     assert [r.status for r in rows] == ["refuted", "refuted"] and "one format" in rows[0].detail
+
+
+SPLIT = '''import "grids.lal"
+
+layout split_nhd(H, T, D, e):
+    index kv < 2, t < T, h < H, d < D
+    element e bytes
+    tensor (block, ...)
+{extra}
+family f serves attention:
+    grid heads
+    require per_token_head_quant == 0{require}
+    local     split_nhd(heads, block_size, head_size, dtype_bytes)
+    canonical split_nhd(total_heads, block_size * cp, head_size, dtype_bytes)
+    sequence t
+    shard (kv, t, h, d) -> (kv, token(t), {head}, d)
+'''
+
+
+def _split(tmp_path, head="head(h)", require="", extra=""):
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    (tmp_path / "f.lal").write_text(SPLIT.format(head=head, require=require, extra=extra))
+    return one_format(load([tmp_path / "f.lal"]), "f", Budgets.of())
+
+
+def test_a_fn_of_the_library_or_rank_arithmetic_is_no_placement(tmp_path):
+    """Heads dealt round-robin, by a fn the spec file defines or written inline: the engine's name of
+    the head is not the grid's word, so nothing is proved (it was: the element was taken to be the
+    canonical index itself)."""
+    row = _split(tmp_path, "dealt(h)", extra="\nfn dealt(h) = h * shards + head_shard\n")
+    assert row.status == "unknown" and "by the rank's digits" in row.detail, (row.status, row.detail)
+    row = _split(tmp_path, "h * shards + head_shard")
+    assert row.status == "unknown" and "by the rank's digits" in row.detail, (row.status, row.detail)
+
+
+def test_a_family_no_single_rank_serves_is_unknown_not_refuted(tmp_path):
+    """The reference reading is this row's choice, not the engine's: where no case serves a single
+    rank holding the page, the row says so, unknown."""
+    row = _split(tmp_path, require=" and tp >= 2")
+    assert row.status == "unknown" and "no case of the family holds on a single rank" in row.detail, row
+
+
+def test_a_placement_of_an_index_shifted_is_proved(tmp_path):
+    assert _split(tmp_path, "head(h + 0)").status == "proved"
+
+
+TOKSWAP = '''import "grids.lal"
+
+layout kv_digits(H, T, e):
+    index kv < 2, t < T, h < H, c1 < 2, c0 < 2
+    element e bytes
+    tensor (block, ...)
+
+layout kv_sw(H, T, e, s):      # where s == 1 the index a is the fast channel digit
+    index kv < 2, t < T, h < H, a < 2, b < 2
+    offset (b + 2 * a) * (1 - s) + (a + 2 * b) * s + 4 * (h + H * (t + T * kv))
+    element e bytes
+
+family f serves attention:
+    grid heads
+    require per_token_head_quant == 0 and head_size == 4
+    case block_size * cp >= 8:
+        let s = 1
+    case block_size * cp < 8:
+        let s = 0
+    local     kv_digits(heads, block_size, dtype_bytes)
+    canonical kv_sw(total_heads, block_size * cp, dtype_bytes, s)
+    sequence t
+    shard (kv, t, h, c1, c0) -> (kv, token(t), head(h), c1 * (1 - s) + c0 * s, c0 * (1 - s) + c1 * s)
+'''
+
+
+def test_pages_of_two_block_sizes_are_compared_element_by_element(tmp_path):
+    """Each configuration means what a single rank holding its page reads (the row is proved), but
+    the single ranks of a big and a small page read channels apart (the canonical layout swaps them
+    from 8 tokens a page): no proof relates two block sizes yet, so the conversion reads the
+    elements of both and refuses, naming the byte."""
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    (tmp_path / "f.lal").write_text(TOKSWAP)
+    assert one_format(load([tmp_path / "f.lal"]), "f", Budgets.of()).status == "proved"
+    from layoutalg import pageformat
+    x = group_of("f", parse_config("tp=2"), 1, 4, 4, "fp32", 4, specs=str(tmp_path))
+    y = group_of("f", parse_config("tp=2,dcp=2"), 1, 4, 4, "fp32", 2, specs=str(tmp_path))
+    with pytest.raises(LayoutalgError, match="not converted: byte .* which holds another element"):
+        pageformat.conversion(library_of(str(tmp_path)), "f", y.sizes, x.sizes)

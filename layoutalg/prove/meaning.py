@@ -31,22 +31,89 @@ from ..interpret import Reading, paths
 from ..oracle import element_terms
 from .z3ops import Z3Ops
 
-PARALLEL = {"tp": 1, "pcp": 1, "dcp": 1}
-"""The sizes a single rank holding the whole page sets (and `heads`, a rank's KV heads: all of
-them, `total_heads`); every other size is X's."""
+SINGLE = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
+"""The worker group's names on a single rank holding the whole page (and `heads`, a rank's KV
+heads: all of them, `total_heads`); every other size is the model's, X's."""
+
+NO_REFERENCE = ("nowhere", "page")
+"""Parts of the violation that find no reference reading (no case serves the single rank, or it
+reads another canonical layout): unknown, never refuted (the reference is this obligation's
+choice, not the engine's)."""
+
+
+class Cancelling(Z3Ops):
+    """S's arithmetic: a division whose divisor is a product of some of the dividend's factors
+    (the canonical page by the tokens of one block of it) is those other factors, exactly, where
+    the divisor is positive: the identity (x * y) // x = y, stated rather than left for Z3's
+    nonlinear arithmetic to find."""
+
+    def _divmod(self, a, b):
+        rest = _cancel(a, b)
+        if rest is None:
+            return super()._divmod(a, b)
+        key = (("i", a) if isinstance(a, int) else ("z", a.get_id()), ("i", b) if isinstance(b, int) else ("z", b.get_id()))
+        if key not in self._memo:
+            q, r = self._fresh("q"), self._fresh("r")
+            definition = [b > 0, q == rest, r == 0, a == q * b + r]
+            self._events += definition
+            self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b, (q.get_id(), r.get_id()))
+            self._memo[key] = (q, r)
+            self._alive.append((a, b))
+        return self._memo[key]
+
+
+def _factors(x) -> list:
+    if isinstance(x, int) or not z3.is_mul(x):
+        return [x]
+    return [f for c in x.children() for f in _factors(c)]
+
+
+def _cancel(a, b):
+    """The product of `a`'s factors without `b`'s (each once), or None where `b`'s are not among them."""
+    if isinstance(a, int) or isinstance(b, int):
+        return None
+    rest = _factors(a)
+    for f in _factors(b):
+        k = next((k for k, g in enumerate(rest) if not isinstance(g, int) and not isinstance(f, int) and g.eq(f)
+                  or isinstance(g, int) and isinstance(f, int) and g == f), None)
+        if k is None:
+            return None
+        rest.pop(k)
+    out = 1
+    for f in rest:
+        out = out * f
+    return out
 
 
 def single_sizes(m, page_size) -> dict:
-    """The sizes of S, the single rank holding the canonical page of `m` (model X): a block of
-    as many tokens as X's canonical page (`sequence`), all of the heads, one rank, whose page
-    (`page_size`) is the canonical page."""
-    sizes = {**m.sizes, **{n: v for n, v in PARALLEL.items() if n in m.sizes}, "page_size": page_size}
+    """The sizes of S, the single rank holding the canonical page of `m` (model X): one rank, all
+    of the heads, a block of as many tokens as X's canonical page (`sequence`: block_size scaled
+    by the canonical page's tokens over the local page's), and `page_size` the canonical page."""
+    sizes = {**m.sizes, **{n: v for n, v in SINGLE.items() if n in m.sizes}, "page_size": page_size}
     if "heads" in m.sizes:
         sizes["heads"] = m.sizes["total_heads"] if "total_heads" in m.sizes else m.r.env.get("total_heads")
     seq = m.r.fdef.sequence
     if seq is not None and "block_size" in m.sizes:
-        sizes["block_size"] = m.r.extents("canonical")[seq.id]
+        tokens, local, block = m.r.extents("canonical")[seq.id], m.r.extents("local")[seq.id], m.sizes["block_size"]
+        if _same(local, block):  # the local page holds one block of tokens: S's block is the canonical page's
+            sizes["block_size"] = tokens
+        else:
+            sizes["block_size"] = m.ops.exact(m.ops.mul(block, tokens), local)
     return sizes
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return a.eq(b)
+
+
+def no_reference(model, w: dict) -> bool:
+    """Whether the violation `model` satisfies is one of `NO_REFERENCE`'s (unknown, not refuted)."""
+    for part, (kind, _, _) in zip(w["parts"], w["meaning"]):
+        if z3.is_true(model.eval(part, model_completion=True)):
+            return kind in NO_REFERENCE
+    return False
 
 
 def query(m):
@@ -62,17 +129,21 @@ def query(m):
     i, ci = m.index("local", "")
     c = m.r.shard(i, d)
     mine = element_terms(m.r, i, d)
+    spec = sorted(k[1:] for k in mine if k.startswith("="))
+    if spec:  # its element is the shard map's arithmetic: no engine name to compare
+        raise LookupError(f"the shard map places canonical index {spec[0]!r} by the rank's digits, not by a "
+                          f"placement of the grid: which engine element it holds is the spec's word")
     page_size = m.r.page("canonical")  # a single rank's page is the canonical page: all of it
     sizes = single_sizes(m, page_size)
     _, bound = m.r.layout("canonical")
     earlier, applies, defs, parts_out, meaning = [], [], [], [], []
     for k, path in enumerate(paths(m.lib, m.family)):
-        ops = Z3Ops(f"{m.tag}S{k}.")
+        ops = Cancelling(f"{m.tag}S{k}.")
         try:
             rs = Reading(m.lib, m.family, sizes, ops, path)
             cases = [x for x, _ in rs.cases]
             guards = [g for g, _ in rs.guards]
-            fits = [*_nonnegative(rs), _eq(rs.page("local"), page_size)]
+            fits = _nonnegative(rs)  # (its page need not be page_size: S is a reading, not a layer offered)
             _, theirs_bound = rs.layout("canonical")
             moved = [_ne(bound[p], theirs_bound[p]) for p in bound]
             ext = rs.extents("local")
@@ -90,10 +161,18 @@ def query(m):
         earlier.append(here)
         ok = z3.And(taken, _all(guards), _all(fits), _all(conds))
         applies.append(ok)
-        parts_out.append(z3.And(ok, z3.Or(*moved, z3.BoolVal(False))))
-        meaning.append(("page", path, None))
+        other = z3.Or(*moved, z3.BoolVal(False))
         parts_out.append(z3.And(ok, *cj, *[cs[n] == c[n] for n in c], _differ(mine, theirs)))
         meaning.append(("element", path, (j, theirs)))
+        # another canonical layout on S: one byte that holds two elements refutes it all the same
+        b, bj = m.fresh("b"), m.fresh("b@single")
+        e, ej = m.element(), _element(rs)
+        here, there = m.r.offset("canonical", c) + b, rs.offset("canonical", cs) + bj
+        parts_out.append(z3.And(ok, other, *cj, b >= 0, b < e, bj >= 0, bj < ej, here == there,
+                                z3.Or(b != bj, _differ(mine, theirs))))
+        meaning.append(("byte", path, (j, theirs)))
+        parts_out.append(z3.And(ok, other))
+        meaning.append(("page", path, None))
     parts_out.insert(0, z3.Not(z3.Or(*applies, z3.BoolVal(False))))
     meaning.insert(0, ("nowhere", None, None))
     at = [*ci, *cd, *defs]
@@ -114,9 +193,9 @@ def _ne(a, b):
     return z3.BoolVal(x) if isinstance(x, bool) else x
 
 
-def _eq(a, b):
-    x = a == b
-    return z3.BoolVal(x) if isinstance(x, bool) else x
+def _element(rs):
+    ldef, bound = rs.layout("local")
+    return rs.expr(ldef.element, bound) if ldef.element is not None else 1
 
 
 def _differ(mine: dict, theirs: dict):
@@ -158,11 +237,12 @@ def explain(m, model, w: dict, where: str, sizes: str) -> str:
             return (f"{where}: a single rank holding the canonical page ({single}) reads another canonical layout "
                     f"(its arguments differ), with {sizes}")
         j, theirs = extra
+        holds = "that canonical index" if kind == "element" else "whose own canonical layout puts another element at that byte:"
         idx = ", ".join(f"{n}={val(v)}" for n, v in w["i"].items())
         canon = ", ".join(f"{n}={val(v)}" for n, v in w["c"].items())
         them = ", ".join(f"{n}={val(v)}" for n, v in j.items())
         return (f"{where}: rank {val(m.rank_of(w['d']))} writes local ({idx}), the engine's element [{named(w['mine'])}], "
-                f"to canonical ({canon}); on a single rank holding the page ({single}) that canonical index holds "
+                f"to canonical ({canon}); on a single rank holding the page ({single}), {holds} "
                 f"local ({them}), the element [{named(theirs)}], with {sizes}: one page format names two elements "
                 f"of the engine's")
     return f"{where}: the canonical page means another thing on a single rank holding it ({single}), with {sizes}"
@@ -191,8 +271,11 @@ def verdict(lib, family: str, configurations, budget, sides=("store", "load")) -
                 m = Model(lib, part, path, sizes=dict(sizes))
                 violation, w = query(m)
                 status, model = m.solve(violation, budget)
-            except (ArithmeticError, LookupError, TypeError) as e:
+            except (ArithmeticError, LookupError, TypeError, z3.Z3Exception) as e:
                 return "unknown", f"the {side} configuration's page cannot be read as one format{where} ({e})"
+            if status == "sat" and no_reference(model, w):
+                return "unknown", (f"at the {side} configuration{where} there is no single-rank reading to compare "
+                                   f"with: " + explain(m, model, w, part, _shown(m, model)))
             if status == "sat":
                 return "refuted", (f"at the {side} configuration{where} the canonical page is not one format with a "
                                    f"single rank's: " + explain(m, model, w, part, _shown(m, model)))

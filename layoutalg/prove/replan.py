@@ -179,8 +179,9 @@ def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:
     """(status, why) where the part's pages are not shown one format for all sizes (a plan
     matches canonical indices, which must name one element of the engine's at both
     configurations: the `one-format` row), else ('proved', '')."""
-    from .runner import Budgets, one_format
-    row = one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s))
+    from .runner import Budgets, _safely, one_format
+    row = _safely(lib.family_def(part).span.file, part, "one-format",
+                  lambda: one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s)))
     if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
         return "proved", ""
     return ("refuted" if row.status == "refuted" else "unknown",
