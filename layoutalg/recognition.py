@@ -19,10 +19,11 @@ group is larger than `MAX_WORLD` ranks, are not compared (said in the report).
 from __future__ import annotations
 
 import itertools
+import random
 from math import prod
 from typing import NamedTuple
 
-from .check import configurations, instantiate
+from .check import instantiate
 from .compiled import CompiledPage, GuardFailed
 from .lower import TilingError
 
@@ -122,7 +123,7 @@ class Tally(NamedTuple):
     taken: int
 
 
-def confusions(lib, families: dict, domain: dict, limit: int = 400) -> tuple[list[Confusion], Tally]:
+def confusions(lib, families: dict, domain: dict, limit: int = 1000) -> tuple[list[Confusion], Tally]:
     """(the pairs of families of one kind that take one tensor and read it apart, what was looked
     at), on `domain`'s configurations (at most `limit` a pair) at each of `BLOCKS`. The fallback
     is no family of a kind."""
@@ -141,13 +142,28 @@ def confusions(lib, families: dict, domain: dict, limit: int = 400) -> tuple[lis
     return found, Tally(pairs // 2, offered, taken)
 
 
+def _sampled(domain: dict, limit: int):
+    """Every configuration of `domain`, or `limit` of them drawn evenly (seeded) where there are
+    more: the first `limit` in order would vary only the last names."""
+    keys = list(domain)
+    radix = [len(domain[k]) for k in keys]
+    total = prod(radix)
+    picks = range(total) if total <= limit else sorted(random.Random(total).sample(range(total), limit))
+    for n in picks:
+        sizes = {}
+        for k, r in zip(reversed(keys), reversed(radix)):
+            n, i = divmod(n, r)
+            sizes[k] = domain[k][i]
+        yield {k: sizes[k] for k in keys}
+
+
 def _pair(lib, a, b, domain: dict, limit: int):
     """The first layer `a`'s tensors describe that `b` takes too and reads apart, how many layers
     `a` took and offered to `b`, and how many `b` took too."""
     reads = {x.name for cf in (a, b) for x in (cf.bounds or ())}
     names = {n: v if n in reads else v[:1] for n, v in domain.items()}
     both = offered = 0
-    for sizes in itertools.islice(configurations(names), limit):
+    for sizes in _sampled(names, limit):
         try:
             inst, sizes = instantiate(a, sizes)
         except (GuardFailed, ArithmeticError):

@@ -1,0 +1,97 @@
+"""Tensor recognition: two families of one kind that take one tensor must read it alike.
+
+FlashAttention's `(2, blocks, ...)` and split NHD's `(blocks, 2, ...)` are one shape at two
+blocks, AITER's tensor is packed HND's at two heads: only a runtime name tells them apart. A
+family that loses that word reads the other engine's tensor in its own order. `layoutalg check`
+finds such a pair on the samples (`recognition.confusions`), and the runtime refuses a layer two
+families take and copy differently.
+"""
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+from layoutalg.check import sample_domain
+from layoutalg.compile import compile_named
+from layoutalg.library import load
+from layoutalg.recognition import confusions
+from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+
+WORDS = {"flash_nhd": "kv_blocks_second == 1", "flash_hnd": "kv_blocks_second == 1", "aiter": "aiter_kv == 1",
+         "split_nhd": "kv_blocks_second == 0", "packed_hnd": "aiter_kv == 0"}
+"""The word each family's guard says its engine with, and that tells it from a look-alike."""
+
+
+def _library(tmp_path, drop: str | None = None):
+    for f in (ROOT / "specs").glob("*.lal"):
+        text = f.read_text()
+        if drop is not None and f.stem == drop:
+            text, n = re.subn(rf" and {WORDS[drop]}\b|\b{WORDS[drop]} and ", "", text)
+            assert n == 1, (drop, n)
+        (tmp_path / f.name).write_text(text)
+    lib = load([tmp_path])
+    return lib, {n: compile_named(lib, n) for n in lib.families}
+
+
+def test_the_shipped_library_has_no_two_families_that_read_one_tensor_apart():
+    lib = load([ROOT / "specs"])
+    found, tally = confusions(lib, {n: compile_named(lib, n) for n in lib.families}, sample_domain(lib))
+    assert found == [] and tally.pairs >= 30 and tally.offered > 1000, (found, tally)
+
+
+@pytest.mark.parametrize("drop", random.Random(35).sample(sorted(WORDS), 3))
+def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, drop):
+    """A fresh mutant (seeded): one family's distinguishing guard dropped. `check` names the pair,
+    the tensor and the byte they read apart, and fails."""
+    lib, families = _library(tmp_path, drop)
+    found, _ = confusions(lib, families, sample_domain(lib))
+    assert any(drop in (c.first, c.second) for c in found), found
+    c = next(c for c in found if drop in (c.first, c.second))
+    assert "place the tensor's bytes" in c.why or re.search(r"reads byte \d+ of a block's page as", c.why), c.why
+    out = subprocess.run([sys.executable, "-m", "layoutalg", "check", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 1 and f"both take a layer of {c.blocks} block(s)" in out.stdout, out.stdout[-2000:]
+
+
+def test_the_runtime_refuses_a_layer_two_families_take_and_copy_differently(tmp_path):
+    """Flash NHD without its word takes split NHD's two-block tensor too: the layer is not
+    certified by either (it falls to the opaque fallback, whose page is its writer's only)."""
+    D, BS, H = 8, 4, 2
+    kv = torch.zeros(2, 2, BS, H, D, dtype=torch.bfloat16)
+    layer = LayerSpec("attention", 2 * BS * H * D * 2, block_size=BS, num_kv_heads=H, head_size=D, dtype_bytes=2)
+    shipped = Deriver(ROOT / "specs").derive(layer, TensorLayout.of(kv), ParallelConfig(1, H), 2)
+    assert (shipped.result, shipped.family) == ("certified", "split_nhd")
+    _library(tmp_path, "flash_nhd")
+    res = Deriver(tmp_path).derive(layer, TensorLayout.of(kv), ParallelConfig(1, H), 2)
+    assert res.result != "certified" and any("both take this tensor and copy it differently" in r
+                                             for r in res.reasons), res
+
+
+def test_two_families_that_read_alike_are_no_confusion(tmp_path):
+    """A copy of split NHD under another name takes every tensor split NHD takes and reads it
+    byte for byte the same: compared, and no finding."""
+    text = (ROOT / "specs" / "split_nhd.lal").read_text()
+    (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
+    (tmp_path / "split_nhd.lal").write_text(text)
+    (tmp_path / "twin.lal").write_text(text.replace("layout split_nhd(", "layout twin(").replace(
+        "family split_nhd serves attention, before split_hnd:", "family twin serves attention:").replace(
+        "split_nhd(heads", "twin(heads").replace("split_nhd(total_heads", "twin(total_heads"))
+    lib = load([tmp_path])
+    found, tally = confusions(lib, {n: compile_named(lib, n) for n in lib.families}, sample_domain(lib))
+    assert found == [] and tally.taken > 0, (found, tally)
+    # the same on a grid whose heads are dealt round-robin over the ranks: one tensor, two readings
+    grids = (ROOT / "specs" / "grids.lal").read_text()
+    grid = grids[grids.index("grid heads:"):grids.index("grid latent:")]
+    assert "fn head(h) = head_shard * heads + h" in grid
+    dealt = grid.replace("grid heads:", "grid dealt:").replace("fn head(h) = head_shard * heads + h",
+                                                              "fn head(h) = h * shards + head_shard")
+    (tmp_path / "twin.lal").write_text((tmp_path / "twin.lal").read_text().replace("grid heads", "grid dealt")
+                                       + "\n" + dealt)
+    lib = load([tmp_path])
+    found, _ = confusions(lib, {n: compile_named(lib, n) for n in lib.families}, sample_domain(lib))
+    assert found and re.search(r"reads byte \d+ of a block's page as .* by \w+ and .* by \w+", found[0].why), found
