@@ -359,7 +359,10 @@ def _commonest(refusals: dict, samples: int, own: str) -> str:
     if not refusals:
         return ""
     mine = {k: n for k, n in refusals.items() if k.startswith(own) or ".lal:" not in k.split(": ")[0]}
-    why = max(mine or refusals, key=(mine or refusals).get)
+    # a reading that fails (a negative extent, a division never exact) says more than a guard
+    # refusing a selector's other value (`require kv_blocks_second == 0`: another engine's layer)
+    broken = {k: n for k, n in mine.items() if "does not hold" not in k}
+    why = max(broken or mine or refusals, key=(broken or mine or refusals).get)
     return f" (the commonest refusal{' past the imported guards' if mine else ''}, {refusals[why]} of {samples} samples: {why})"
 
 

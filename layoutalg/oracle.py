@@ -235,7 +235,7 @@ def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int, raw: bool 
             at = base + sum(k * v for k, v in zip(strides, values))
             if raw:
                 region = part.rsplit(".", 1)[-1] if part != family else ""
-                element[at:at + elem] = [(region, named, b) for b in range(elem)]
+                element[at:at + elem] = [(region, tuple(sorted(named)), b) for b in range(elem)]  # (index order aside)
             else:
                 key = _key(part, named) << 12
                 element[at:at + elem] = range(key, key + elem)

@@ -315,16 +315,19 @@ class Deriver:
 
 def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
     """Why the layer `cf` takes is not certainly its (''): a family tried after it takes the same
-    tensor too and copies it otherwise, so the preference alone chose between two readings of
-    one tensor (`layoutalg check` looks for such pairs on the samples: `recognition`)."""
+    tensor too and places the tensor's bytes in a block's page otherwise (FlashAttention's
+    `(2, blocks, ...)` read as split NHD's `(blocks, 2, ...)` at two blocks), so the preference
+    alone chose between two readings of one tensor. Two that place them alike and name their
+    elements apart are `layoutalg check`'s to find (`recognition`: the runtime reads no element)."""
+    mine = [tuple((v.offset, v.outer, v.shape, v.strides, v.element) for v in m.tensors) for m in runs]
     for other in later:
         theirs = _apply(other, sizes, layer, tensor, num_blocks)
         if isinstance(theirs, str):
             continue
-        if [(m.runs, m.tensors) for m in theirs] != [(m.runs, m.tensors) for m in runs]:
-            return (f"{cf.name} and {other.name} both take this tensor and copy it differently: no runtime name the "
-                    f"layer gives tells them apart, so neither reading is certain (a guard one requires and the "
-                    f"other refuses would)")
+        if [tuple((v.offset, v.outer, v.shape, v.strides, v.element) for v in m.tensors) for m in theirs] != mine:
+            return (f"{cf.name} and {other.name} both take this tensor and place its bytes in a block's page "
+                    f"differently: no runtime name the layer gives tells them apart, so neither reading is certain "
+                    f"(a guard one requires and the other refuses would)")
     return ""
 
 

@@ -32,7 +32,8 @@ def _library(tmp_path, drop: str | None = None):
     for f in (ROOT / "specs").glob("*.lal"):
         text = f.read_text()
         if drop is not None and f.stem == drop:
-            text, n = re.subn(rf" and {WORDS[drop]}\b|\b{WORDS[drop]} and ", "", text)
+            text, n = re.subn(rf" and {WORDS[drop]}\b|\b{WORDS[drop]} and |^    require {WORDS[drop]} .*\n", "",
+                              text, flags=re.M)
             assert n == 1, (drop, n)
         (tmp_path / f.name).write_text(text)
     lib = load([tmp_path])
@@ -46,16 +47,28 @@ def test_the_shipped_library_has_no_two_families_that_read_one_tensor_apart():
 
 
 @pytest.mark.parametrize("drop", random.Random(35).sample(sorted(WORDS), 3))
-def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, drop):
-    """A fresh mutant (seeded): one family's distinguishing guard dropped. `check` names the pair,
-    the tensor and the byte they read apart, and fails."""
+def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, capsys, drop):
+    """A fresh mutant (seeded): one family's distinguishing guard dropped. `check`'s recognition
+    pass names the pair, the tensor and the byte they read apart, and fails."""
+    from layoutalg.cli import _recognition
     lib, families = _library(tmp_path, drop)
-    found, _ = confusions(lib, families, sample_domain(lib))
-    assert any(drop in (c.first, c.second) for c in found), found
-    c = next(c for c in found if drop in (c.first, c.second))
-    assert "place the tensor's bytes" in c.why or re.search(r"reads byte \d+ of a block's page as", c.why), c.why
-    out = subprocess.run([sys.executable, "-m", "layoutalg", "check", str(tmp_path)], capture_output=True, text=True)
-    assert out.returncode == 1 and f"both take a layer of {c.blocks} block(s)" in out.stdout, out.stdout[-2000:]
+    assert _recognition(lib, families) == 1
+    out = capsys.readouterr().out
+    assert re.search(rf"families (\w+ and {drop}|{drop} and \w+) both take a layer of \d block\(s\) with tensor",
+                     out), out
+    assert "place the tensor's bytes" in out or re.search(r"reads byte \d+ of a block's page as", out), out
+
+
+def test_check_fails_on_a_pair_that_reads_one_tensor_apart(tmp_path):
+    """End to end: `layoutalg check` of FlashAttention's NHD family without its word, beside split NHD."""
+    _library(tmp_path, "flash_nhd")
+    small = tmp_path / "pair"
+    small.mkdir()
+    for f in ("grids.lal", "split_nhd.lal", "flash_nhd.lal"):
+        (small / f).write_text((tmp_path / f).read_text())
+    out = subprocess.run([sys.executable, "-m", "layoutalg", "check", str(small)], capture_output=True, text=True)
+    assert out.returncode == 1 and "families flash_nhd and split_nhd both take a layer of 2 block(s)" in out.stdout, \
+        out.stdout[-2000:]
 
 
 def test_the_runtime_refuses_a_layer_two_families_take_and_copy_differently(tmp_path):
@@ -68,7 +81,7 @@ def test_the_runtime_refuses_a_layer_two_families_take_and_copy_differently(tmp_
     assert (shipped.result, shipped.family) == ("certified", "split_nhd")
     _library(tmp_path, "flash_nhd")
     res = Deriver(tmp_path).derive(layer, TensorLayout.of(kv), ParallelConfig(1, H), 2)
-    assert res.result != "certified" and any("both take this tensor and copy it differently" in r
+    assert res.result != "certified" and any("both take this tensor and place its bytes" in r
                                              for r in res.reasons), res
 
 
