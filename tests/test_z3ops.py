@@ -177,3 +177,25 @@ def test_side_for_gives_the_shared_equalities_of_exactly_the_pairs_read():
             for (nx, ny), equal in pairs:
                 read = nx <= ra and ny <= rb
                 assert all(any(z3.eq(c, d) for d in side) == read for c in equal), f"seed {seed}: {equal}, read {read}"
+
+
+def test_a_query_the_default_tactic_gives_up_on_is_asked_of_the_smt_core_again():
+    """Z3's default nonlinear tactic stops its stages on clocks of its own (unknown under load, where
+    it decides when idle): `check` asks the clock-free SMT core again, within a share of the budget.
+    A query stopped by the wall-clock guard is not asked again (its verdict is marked not final)."""
+    import z3
+    from layoutalg.prove.z3ops import check
+    x, y = z3.Ints("x y")
+    gives_up = z3.Tactic("fail").solver()  # a stand-in for a tactic whose stages ran out of time
+    gives_up.add(x * y == 12, x > 1, y > 1, x < y)
+    res, s = check(gives_up, 1_000_000)
+    assert res == z3.sat and s is not gives_up and s.model().eval(x * y).as_long() == 12
+    gives_up = z3.Tactic("fail").solver()
+    gives_up.add(x * x == 2)
+    assert check(gives_up, 1_000_000)[0] == z3.unsat
+    hard = z3.Solver()
+    hard.set("timeout", 1)
+    a, b, c = z3.Ints("a b c")
+    hard.add(a * a * a + b * b * b == c * c * c, a > 0, b > 0, c > 0)
+    res, s = check(hard, 1_000_000_000)
+    assert res == z3.unknown and s is hard and "timeout" in s.reason_unknown()

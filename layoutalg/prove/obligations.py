@@ -18,7 +18,7 @@ from z3 import z3util
 from ..interpret import Reading, paths
 from ..library import Library
 from ..syntax import Name
-from .z3ops import solver
+from .z3ops import check, solver
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .z3ops import Z3Ops
 
@@ -174,7 +174,7 @@ class Model:
             s.add(*self.assumptions())
             s.add(violation)
             s.add(*self.ops.side)  # after the violation: its terms may add definitions
-            res = s.check()
+            res, s = check(s, budget.rlimit // seeds, budget.guard_s)
             _account(s, res)
             if res == z3.sat:
                 return "sat", s.model()

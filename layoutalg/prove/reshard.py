@@ -27,7 +27,7 @@ from ..interpret import Reading
 from ..library import Library
 from .obligations import Budget, Model, value
 from .store import Row
-from .z3ops import solver
+from .z3ops import check, solver
 
 RESHARD = ("reshard-cover", "reshard-match")
 
@@ -264,7 +264,7 @@ def _assumed(m: Model) -> list:
 def _check_z3(budget: Budget, constraints: list):
     s = solver(budget.rlimit, budget.guard_s)
     s.add(*constraints)
-    return s.check(), s
+    return check(s, budget.rlimit, budget.guard_s)
 
 
 def _explain(name, mx, my, plan, model, w) -> str:

@@ -294,3 +294,28 @@ def solver(rlimit: int, guard_s: float | None = None, seed: int = 0) -> z3.Solve
         s.set("timeout", max(1, int(guard_s * 1000)))
     s.set("random_seed", seed)
     return s
+
+
+FALLBACK_SHARE = 4
+"""The fallback's budget: this fraction of the query's own (`check`)."""
+
+
+def check(s: z3.Solver, rlimit: int, guard_s: float | None = None):
+    """(result, the solver that reached it) of `s`, asked again of Z3's SMT core alone where the
+    default tactic leaves it unknown for any reason but the wall-clock guard. The default's
+    nonlinear stages stop on clocks of their own, so under load a query it decides when idle can
+    come back unknown; the SMT core consults no clock, so what it decides within its resource
+    budget (`rlimit // FALLBACK_SHARE`) it decides the same way on every run. A verdict is then
+    unknown only where neither decides: the same every time wherever the core decides alone.
+    Both are sound, so either's sat or unsat is the query's."""
+    res = s.check()
+    if res != z3.unknown or "timeout" in s.reason_unknown():
+        return res, s
+    again = z3.SimpleSolver()
+    again.set("rlimit", max(1, rlimit // FALLBACK_SHARE))
+    if guard_s is not None:
+        again.set("timeout", max(1, int(guard_s * 1000)))
+    again.add(*s.assertions())
+    decided = again.check()
+    return (decided, again) if decided != z3.unknown else (res, s)
+
