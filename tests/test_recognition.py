@@ -46,7 +46,7 @@ def test_the_shipped_library_has_no_two_families_that_read_one_tensor_apart():
     assert found == [] and tally.pairs >= 30 and tally.offered > 1000, (found, tally)
 
 
-@pytest.mark.parametrize("drop", random.Random(35).sample(sorted(WORDS), 3))
+@pytest.mark.parametrize("drop", random.Random(35).sample(sorted(WORDS), 2))
 def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, capsys, drop):
     """A fresh mutant (seeded): one family's distinguishing guard dropped. `check`'s recognition
     pass names the pair, the tensor and the byte they read apart, and fails."""

@@ -237,12 +237,12 @@ def explain(m, model, w: dict, where: str, sizes: str) -> str:
             return (f"{where}: a single rank holding the canonical page ({single}) reads another canonical layout "
                     f"(its arguments differ), with {sizes}")
         j, theirs = extra
-        holds = "that canonical index" if kind == "element" else "whose own canonical layout puts another element at that byte:"
+        said = "that canonical index" if kind == "element" else "whose own canonical layout puts another element at that byte:"
         idx = ", ".join(f"{n}={val(v)}" for n, v in w["i"].items())
         canon = ", ".join(f"{n}={val(v)}" for n, v in w["c"].items())
         them = ", ".join(f"{n}={val(v)}" for n, v in j.items())
         return (f"{where}: rank {val(m.rank_of(w['d']))} writes local ({idx}), the engine's element [{named(w['mine'])}], "
-                f"to canonical ({canon}); on a single rank holding the page ({single}), {holds} "
+                f"to canonical ({canon}); on a single rank holding the page ({single}), {said} "
                 f"local ({them}), the element [{named(theirs)}], with {sizes}: one page format names two elements "
                 f"of the engine's")
     return f"{where}: the canonical page means another thing on a single rank holding it ({single}), with {sizes}"

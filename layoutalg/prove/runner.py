@@ -701,7 +701,18 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         rows.append(row)
         if quick and row.status == "refuted":
             return rows
+    if applies.status != "proved":  # no configuration shown to apply: a proof may hold of nothing
+        rows = [r if r.obligation in ("structure", "agnostic", "page-size") else _unwitnessed(r) for r in rows]
     return rows
+
+
+def _unwitnessed(row: Row) -> Row:
+    """`row` of a family no configuration was shown to apply at (its `page-size` row undecided): a
+    claim proved for all sizes may hold of no configuration, so it is unknown, saying so."""
+    if row.status != "proved":
+        return row
+    return Row(**{**asdict(row), "status": "unknown", "detail": "holds of the spec's tables, but no configuration "
+                  "was found where the family applies (page-size undecided): not shown to hold of any"})
 
 
 def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None = None, quick: bool = False,
