@@ -23,7 +23,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from math import prod
 
 import torch
 
@@ -31,7 +30,7 @@ from . import params
 from .params import CONFIG_NAMES, parse_config  # noqa: F401 - re-exported: the CLI's and tests' way in
 from .compiled import CompiledFamily
 from .errors import ConfigError
-from .runtime import FALLBACK, Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library
+from .runtime import FALLBACK, Deriver, LayerSpec, ParallelConfig, TensorLayout, block_tensor, compiled_library
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
           "int8": torch.int8}
@@ -114,9 +113,8 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
         raise ConfigError(f"reshard: {family} does not serve {_shown(config)} with {heads} KV heads: {err}") from None
     elem, k = page // e, cf.tensor_outer
     inner, strides = tuple(inst.tensor_shape) or (elem,), tuple(inst.tensor_strides) or (1,)
-    step = elem // prod(inner[:k])  # a block's stretch; the dims before the block step over every block's
-    shape = inner[:k] + (blocks,) + inner[k:]
-    stride = tuple(st * blocks for st in strides[:k]) + (step,) + strides[k:]
+    kv = block_tensor(inner, strides, e, k, blocks, page)
+    shape, stride = kv.shape, kv.stride
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e,
                       sizes={**declared, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})})
     res = Deriver(specs).derive(layer, TensorLayout(shape, stride, e, str(torch_dtype)),

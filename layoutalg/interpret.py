@@ -70,7 +70,7 @@ class Reading:
     world: object = None
     agnostic: object = False
     taken: list = field(default_factory=list)  # the case chosen in each group, in order
-    placements: frozenset = frozenset()  # the fns the grid (and the rules it uses) defines: the engine's word
+    placements: frozenset = frozenset()  # the fns the grid (and the rules it uses) defines, the family not again
 
     def __post_init__(self):
         if self.path or not all(type(v) is int for v in self.sizes.values()):
@@ -101,8 +101,9 @@ class Reading:
         self.fdef = fdef
         self._path = list(self.path)
         self._run(self.lib.grids[fdef.grid.id].body)
-        self.placements = frozenset(n for n, f in self.fns.items() if self.lib.fns.get(n) is not f)
+        grid = {n: f for n, f in self.fns.items() if self.lib.fns.get(n) is not f}
         self._run(fdef.body)
+        self.placements = frozenset(n for n, f in grid.items() if self.fns.get(n) is f)  # (not the family's own)
 
     # -- statements
     def _run(self, stmts):

@@ -60,6 +60,12 @@ class TensorView(NamedTuple):
     outer: int = 0
 
     @property
+    def placing(self) -> tuple:
+        """Where the view puts a tensor's bytes in a block's page: two views alike here read one
+        tensor's memory as the same page bytes."""
+        return self.offset, self.outer, tuple(self.shape), tuple(self.strides), self.element
+
+    @property
     def segments(self) -> int:
         """How many stretches of the page the tensor holds apart (1 where the block is first)."""
         n = 1

@@ -104,19 +104,9 @@ def _roles(r: Reading, local: list) -> tuple[dict, list]:
 
 
 def _placement(r: Reading, fn: str) -> bool:
-    """Whether `fn` is a placement of the grid (defined by it, or by rules it uses, and not
-    redefined by the family): the engine's word on where an element lives. A fn of the library
-    or the family is the spec's own arithmetic."""
-    return fn in r.placements and not any(s.name == fn for s in _fns_of(r.fdef.body))
-
-
-def _fns_of(stmts):
-    from .syntax import Case, Fn
-    for s in stmts:
-        if isinstance(s, Fn):
-            yield s
-        elif isinstance(s, Case):
-            yield from _fns_of(s.body)
+    """Whether `fn` is a placement of the grid (`Reading.placements`): the engine's word on where an
+    element lives. A fn of the library or the family is the spec's own arithmetic."""
+    return fn in r.placements
 
 
 def trusted(lib, family: str, sizes: dict) -> tuple:

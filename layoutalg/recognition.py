@@ -45,7 +45,7 @@ class Confusion(NamedTuple):
 def tensors_of(cf, inst, blocks: int) -> tuple:
     """The engine tensors `cf` takes at `inst` with `blocks` blocks, one a view (a family that
     names no tensor dims: the flat `(blocks, page)` bytes)."""
-    from .runtime import TensorLayout
+    from .runtime import TensorLayout, block_tensor
     page = inst.local_page
     if isinstance(cf, CompiledPage):
         views = [(v.shape, v.strides, v.element, v.outer) for v in cf.tensor_views(inst)]
@@ -54,12 +54,7 @@ def tensors_of(cf, inst, blocks: int) -> tuple:
             if inst.tensor_shape else []
     if not views:
         return (TensorLayout((blocks, page), (page, 1), 1),)
-    out = []
-    for shape, strides, element, k in views:
-        step = page // element // prod(shape[:k])  # a block's stretch; the dims before it step over every block's
-        out.append(TensorLayout(tuple(shape[:k]) + (blocks,) + tuple(shape[k:]),
-                                tuple(s * blocks for s in strides[:k]) + (step,) + tuple(strides[k:]), element))
-    return tuple(out)
+    return tuple(block_tensor(shape, strides, element, k, blocks, page) for shape, strides, element, k in views)
 
 
 def _layer(cf, sizes: dict):
@@ -85,9 +80,7 @@ def _read_apart(lib, a: str, b: str, sizes: dict, ma, mb) -> str:
     (their mappings `ma`, `mb` at `sizes`), else the first byte they read apart, said."""
     from .oracle import naming
     for rank, (x, y) in enumerate(zip(ma, mb)):
-        vx = [(v.offset, v.outer, v.shape, v.strides, v.element) for v in x.tensors]
-        vy = [(v.offset, v.outer, v.shape, v.strides, v.element) for v in y.tensors]
-        if vx != vy:
+        if [v.placing for v in x.tensors] != [v.placing for v in y.tensors]:
             return (f"they place the tensor's bytes in a block's page differently ({a}: views "
                     f"{_views(x.tensors)}; {b}: {_views(y.tensors)}), so a byte is one element to one and "
                     f"another to the other")

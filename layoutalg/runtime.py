@@ -319,12 +319,12 @@ def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
     `(2, blocks, ...)` read as split NHD's `(blocks, 2, ...)` at two blocks), so the preference
     alone chose between two readings of one tensor. Two that place them alike and name their
     elements apart are `layoutalg check`'s to find (`recognition`: the runtime reads no element)."""
-    mine = [tuple((v.offset, v.outer, v.shape, v.strides, v.element) for v in m.tensors) for m in runs]
+    mine = [tuple(v.placing for v in m.tensors) for m in runs]
     for other in later:
         theirs = _apply(other, sizes, layer, tensor, num_blocks)
         if isinstance(theirs, str):
             continue
-        if [tuple((v.offset, v.outer, v.shape, v.strides, v.element) for v in m.tensors) for m in theirs] != mine:
+        if [tuple(v.placing for v in m.tensors) for m in theirs] != mine:
             return (f"{cf.name} and {other.name} both take this tensor and place its bytes in a block's page "
                     f"differently: no runtime name the layer gives tells them apart, so neither reading is certain "
                     f"(a guard one requires and the other refuses would)")
@@ -391,6 +391,20 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         fmt = _unread(fmt, salt, (cf.name, layer, num_blocks, sorted(sizes.items())))
     reads = (box,) if tensor is None and not views and not fallback else ()  # what a plan's tensor must be
     return tuple(dataclasses.replace(m, tensors=views, format_id=fmt, reads=reads) for m in runs)
+
+
+def block_tensor(shape: tuple, strides: tuple, element: int, outer: int, blocks: int, page: int) -> TensorLayout:
+    """The engine tensor of `blocks` blocks a view describes (`shape` and `strides` in elements after
+    any `outer` dims, `page` bytes a block): the block dim after the outer dims, a block's stretch
+    its stride, the outer dims stepping over every block's stretch.
+
+    Examples:
+        >>> block_tensor((2, 4, 8), (32, 8, 1), 2, 1, 3, 128)
+        TensorLayout(shape=(2, 3, 4, 8), stride=(96, 32, 8, 1), element_size=2, dtype='')
+    """
+    step = page // element // prod(shape[:outer])
+    return TensorLayout(tuple(shape[:outer]) + (blocks,) + tuple(shape[outer:]),
+                        tuple(s * blocks for s in strides[:outer]) + (step,) + tuple(strides[outer:]), element)
 
 
 def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tuple | None = ()) -> tuple[tuple, str]:

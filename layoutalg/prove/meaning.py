@@ -47,19 +47,8 @@ class Cancelling(Z3Ops):
     the divisor is positive: the identity (x * y) // x = y, stated rather than left for Z3's
     nonlinear arithmetic to find."""
 
-    def _divmod(self, a, b):
-        rest = _cancel(a, b)
-        if rest is None:
-            return super()._divmod(a, b)
-        key = (("i", a) if isinstance(a, int) else ("z", a.get_id()), ("i", b) if isinstance(b, int) else ("z", b.get_id()))
-        if key not in self._memo:
-            q, r = self._fresh("q"), self._fresh("r")
-            definition = [b > 0, q == rest, r == 0, a == q * b + r]
-            self._events += definition
-            self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b, (q.get_id(), r.get_id()))
-            self._memo[key] = (q, r)
-            self._alive.append((a, b))
-        return self._memo[key]
+    def _known(self, a, b):
+        return _cancel(a, b)
 
 
 def _factors(x) -> list:
@@ -110,10 +99,9 @@ def _same(a, b) -> bool:
 
 def no_reference(model, w: dict) -> bool:
     """Whether the violation `model` satisfies is one of `NO_REFERENCE`'s (unknown, not refuted)."""
-    for part, (kind, _, _) in zip(w["parts"], w["meaning"]):
-        if z3.is_true(model.eval(part, model_completion=True)):
-            return kind in NO_REFERENCE
-    return False
+    from .obligations import holding
+    hit = holding(model, w)
+    return hit is not None and hit[0] in NO_REFERENCE
 
 
 def query(m):
@@ -219,17 +207,15 @@ def explain(m, model, w: dict, where: str, sizes: str) -> str:
     def val(x):
         return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
 
-    def holds(x):
-        return z3.is_true(model.eval(x, model_completion=True))
-
     def named(el):
         return "; ".join(f"{k} " + "/".join(str(val(x)) for x in v) for k, v in el.items())
 
     single = ", ".join(f"{n}={val(w['sizes'][n])}" for n in ("tp", "pcp", "dcp", "heads", "block_size")
                        if n in w["sizes"])
-    for part, (kind, _, extra) in zip(w["parts"], w["meaning"]):
-        if not holds(part):
-            continue
+    from .obligations import holding
+    hit = holding(model, w)
+    if hit is not None:
+        kind, _, extra = hit
         if kind == "nowhere":
             return (f"{where}: no case of the family holds on a single rank holding the whole canonical page "
                     f"({single}), with {sizes}: the page has no reading to be one format with")

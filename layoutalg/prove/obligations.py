@@ -452,6 +452,13 @@ def _prod(xs):
     return out
 
 
+def holding(model: z3.ModelRef, w: dict):
+    """The meaning (`w["meaning"]`) of the first part of a violation (`w["parts"]`) that `model`
+    satisfies, or None."""
+    return next((said for part, said in zip(w["parts"], w["meaning"])
+                 if z3.is_true(model.eval(part, model_completion=True))), None)
+
+
 def value(model: z3.ModelRef, x) -> int:
     return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
 

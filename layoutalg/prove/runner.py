@@ -36,7 +36,7 @@ from ..interpret import Reading, paths
 from ..library import Library
 from ..lower import TilingError, _region_plan, lower_uncertified, run_plan, certify as certify_instance
 from . import GUARD_S, RLIMIT
-from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, query, runs_query, value
+from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, holding, query, runs_query, value
 from .store import Row
 from .structural import Certificate, agnostic_family, certify, page_tiles
 
@@ -216,7 +216,7 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
                 f"{s}={value(model, w['c'][s])}, but token({value(model, w['i'][s])}) = "
                 f"{value(model, w['want'])} is its place in the sequence, with {sizes}")
     if name in PAGE:
-        return _tiling_text(m, model, w, where, sizes, idx, holds)
+        return _tiling_text(model, w, where, sizes, idx)
     if name == "one-format":
         from .meaning import explain as one_format
         return one_format(m, model, w, where, sizes)
@@ -228,10 +228,10 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
     return f"{where}: counterexample with {sizes}"
 
 
-def _tiling_text(m, model, w, where, sizes, idx, holds) -> str:
-    for part, (kind, a, c) in zip(w["parts"], w["meaning"]):
-        if not holds(part):
-            continue
+def _tiling_text(model, w, where, sizes, idx) -> str:
+    hit = holding(model, w)
+    if hit is not None:
+        kind, a, c = hit
         if kind == "overlap":
             return (f"{where}: regions '{a[1].name}' ({idx(a[3])}) and '{c[1].name}' ({idx(c[3])}) both hold "
                     f"{w['role']} byte {value(model, a[5])}, with {sizes}")
@@ -702,17 +702,10 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if quick and row.status == "refuted":
             return rows
     if applies.status != "proved":  # no configuration shown to apply: a proof may hold of nothing
-        rows = [r if r.obligation in ("structure", "agnostic", "page-size") else _unwitnessed(r) for r in rows]
+        rows = [r if r.obligation in ("structure", "agnostic", "page-size") else
+                _nowhere(r, "no configuration was found where the family applies (page-size undecided): not shown "
+                            "to hold of any") for r in rows]
     return rows
-
-
-def _unwitnessed(row: Row) -> Row:
-    """`row` of a family no configuration was shown to apply at (its `page-size` row undecided): a
-    claim proved for all sizes may hold of no configuration, so it is unknown, saying so."""
-    if row.status != "proved":
-        return row
-    return Row(**{**asdict(row), "status": "unknown", "detail": "holds of the spec's tables, but no configuration "
-                  "was found where the family applies (page-size undecided): not shown to hold of any"})
 
 
 def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None = None, quick: bool = False,
@@ -756,13 +749,12 @@ def _shared(lib: Library, family: str, fam) -> list:
     return [p for p, named in zip(every, names_data(fam)) if named]
 
 
-def _nowhere(row: Row) -> Row:
-    """`row` of a family that applies nowhere: a claim proved "for all sizes" held of no
-    configuration the family serves, so it is unknown, saying so."""
+def _nowhere(row: Row, why: str = "the family applies nowhere: no configuration to hold of") -> Row:
+    """`row` of a family that applies nowhere (or, `why`, is not shown to apply anywhere): a claim
+    proved "for all sizes" may hold of no configuration the family serves, so it is unknown, saying so."""
     if row.status != "proved":
         return row
-    return Row(**{**asdict(row), "status": "unknown", "detail": "holds of the spec's tables, but the family "
-                  "applies nowhere: no configuration to hold of"})
+    return Row(**{**asdict(row), "status": "unknown", "detail": f"holds of the spec's tables, but {why}"})
 
 
 def _safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):

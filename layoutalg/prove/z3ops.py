@@ -69,7 +69,9 @@ class Z3Ops(Ops):
         key = (_key(a), _key(b))
         if key not in self._memo:
             q, r = self._fresh("q"), self._fresh("r")
-            definition = [b > 0, a == q * b + r, r >= 0, r < b]
+            known = self._known(a, b)
+            definition = [b > 0, a == q * b + r, r >= 0, r < b] if known is None else \
+                [b > 0, a == q * b + r, q == known, r == 0]  # (the same four places: `apart` reads them so)
             self._events += definition
             self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b, (q.get_id(), r.get_id()))
             # Floor division is monotone in the dividend: theorems for every pair of divisions
@@ -81,6 +83,11 @@ class Z3Ops(Ops):
             self._memo[key] = (q, r)
             self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
         return self._memo[key]
+
+    def _known(self, a, b):
+        """A quotient of `a` by `b` this arithmetic states outright where `b` is positive, or None
+        (none here; `prove.meaning.Cancelling` states one)."""
+        return None
 
     @property
     def side(self) -> list:
