@@ -17,10 +17,13 @@ def __getattr__(name: str):
     """The public names, each imported where it is first read: an engine that derives from its
     own objects never pays for the vLLM adapter, a CLI command never for the runtime."""
     import importlib
-    import importlib.util
     if name not in _PUBLIC:  # a submodule read as an attribute (`layoutalg.runtime`) is imported
-        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-            return importlib.import_module(f".{name}", __name__)
+        if not name.startswith("_"):
+            try:
+                return importlib.import_module(f".{name}", __name__)
+            except ModuleNotFoundError as e:
+                if e.name != f"{__name__}.{name}":
+                    raise  # the submodule is there and lacks something it imports: say what
         raise AttributeError(f"module 'layoutalg' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
     globals()[name] = value

@@ -8,10 +8,10 @@ for ints, `Atoms.equal` for symbolic sizes). The copy map of a family is one cal
 from __future__ import annotations
 
 import operator
-from typing import NamedTuple
 
 from .errors import LayoutalgError
 from .layout import Layout
+from .record import named_tuple
 
 
 class NotCompact(LayoutalgError):
@@ -158,7 +158,8 @@ def invert_and_compose(B: Layout, A: Layout, eq=operator.eq) -> Layout:
     return compose(B, right_inverse(A, eq), eq)
 
 
-class Piece(NamedTuple):
+@named_tuple
+class Piece:
     """One mode of a common refinement: `extent` consecutive steps that mode `a[0]` of A
     takes with step `a[1]` (in A's coordinate of that mode), and mode `b[0]` of B with `b[1]`."""
 

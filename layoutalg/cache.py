@@ -1,44 +1,70 @@
 """The precompiled form of a spec library, cached on disk.
 
-Compiling a library parses with lark and reasons with sympy (about half a second);
-its result is plain data (`CompiledFamily.to_json`). The cache keys that data by a
-hash of every spec file and of layoutalg's own compiler sources, so an edit to
-either recompiles, and a fresh process can derive mappings without importing lark
-or sympy. Set LAYOUTALG_CACHE to choose the folder, or to "off" to disable it.
+Compiling a library parses with lark and reasons with sympy (about half a second); its
+result is plain data (`CompiledFamily.to_json`). The cache keys that data by a hash of every
+spec file and of layoutalg's own compiler sources, so an edit to either recompiles, and a
+fresh process derives mappings without importing lark or sympy. Set LAYOUTALG_CACHE to choose
+the folder, or to "off" to disable it.
 
-The entry holds bytecode the runtime executes. The trust boundary is the folder: it and
-the entry must be this user's and writable by no one else, and a digest must match the
-entry's content (a truncated, damaged or half-written entry is ignored, never half used).
-What enters it is checked there: `store` writes a library only when every family's source
-passes `compiled.check_source`, the whitelist of what the compiler prints. An entry read
-back is then run as Python runs its own `__pycache__`, without parsing its source again
-(the key holds the interpreter's bytecode version, so another Python recompiles).
+A fresh process finds its entry without hashing anything: an index per spec folder
+(`recall`) records the size and modification time of every file the entry was made from
+(the spec files, the package's own sources, the grammar), as Python's `__pycache__` records
+a module's. Where all of them match, the index names the entry. A file modified within
+`RACY_NS` of the moment its times were recorded is not vouched for by them (a second edit in
+the same clock tick leaves them as they were): such a file, or any mismatch, sends the load
+the long way (`load`), which hashes every file to find the entry's key.
+
+The trust boundary is the folder. It and each file in it must be this user's and writable by
+no one else (`private`), and each file carries a CRC-32 of its content, so a damaged,
+truncated or half-written file is ignored, never half used (a checksum, not a signature:
+whoever can write your private folder can already run code as you). What enters the boundary
+is checked there: `store` writes a library only when every family's source passes
+`whitelist.check_source`, the whitelist of what the compiler prints, with bytecode compiled
+here from that source. An entry read back runs its bytecode as Python runs its `__pycache__`
+(the key holds the interpreter's bytecode version, the index its version, so another Python
+recompiles).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.util
-import json
+import marshal
 import os
-from pathlib import Path
+import stat
+import sys
+import time
+import zlib
 
 from .errors import LayoutalgError, SpecError
 
 
 MAX_ENTRY_BYTES = 64 << 20
-"""An entry larger than this is not read (the shipped library's is about 50 KB)."""
+"""A file larger than this is not read (the shipped library's entry is about 1 MB)."""
+
+RACY_NS = 2_000_000_000
+"""A file modified this close to when its times were recorded is hashed, not trusted by them
+(coarse file-system clocks tick in milliseconds, some in seconds)."""
+
+_MAGIC = b"layoutalg cache 3\n"
+"""The first bytes of every file the cache writes; another layout of the file is not read."""
 
 _warned: set[str] = set()
 
 
-def cache_dir() -> Path | None:
+def _folder() -> str | None:
     where = os.environ.get("LAYOUTALG_CACHE", "")
     if where.lower() == "off":
         return None
-    return Path(where) if where else Path.home() / ".cache" / "layoutalg"
+    return where or os.path.join(os.path.expanduser("~"), ".cache", "layoutalg")
+
+
+def cache_dir():
+    """The cache folder (a `pathlib.Path`), or None where the cache is off."""
+    from pathlib import Path
+    where = _folder()
+    return Path(where) if where else None
 
 
 def _digest(*parts: bytes) -> str:
+    import hashlib  # only here: a load through the index hashes nothing
     h = hashlib.sha256()
     for p in parts:
         h.update(len(p).to_bytes(8, "little"))
@@ -46,16 +72,20 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def compiler_fingerprint() -> str:
-    """A hash of the code that turns specs into compiled families (and of the grammar).
+def _package_files() -> list[str]:
+    """The files a compiled form depends on: every module of the package (the prover's aside;
+    a compiled form depends on more of them than a hand-kept list would remember, and
+    recompiling costs half a second), then the grammar."""
+    from ._resources import grammar_file
+    here = os.path.dirname(os.path.abspath(__file__))
+    return sorted(os.path.join(here, n) for n in os.listdir(here) if n.endswith(".py")) + [grammar_file()]
 
-    Every module of the package counts (the prover's aside): a compiled form depends on
-    more of them than a hand-kept list would remember, and recompiling costs half a second.
-    """
-    from ._resources import grammar_path
-    here = Path(__file__).parent
-    return _digest(*(p.read_bytes() for p in sorted(here.glob("*.py"))), grammar_path().read_bytes(),
-                   importlib.util.MAGIC_NUMBER)
+
+def compiler_fingerprint() -> str:
+    """A hash of the code that turns specs into compiled families, of the grammar, and of the
+    interpreter's bytecode version."""
+    import importlib.util
+    return _digest(*(_bytes_of(p) for p in _package_files()), importlib.util.MAGIC_NUMBER)
 
 
 def _files_digest(files) -> str:
@@ -63,38 +93,53 @@ def _files_digest(files) -> str:
 
 
 def _bytes_of(f) -> bytes:
-    """A spec file's bytes; a pipe or a device named like one is refused (its read may never end)."""
-    p = Path(f)
-    if p.exists() and not p.is_file():
-        raise SpecError(f"cannot read spec file {p}: it is not a regular file")
-    return p.read_bytes()
+    """A file's bytes; a pipe or a device named like a spec is refused (its read may never end)."""
+    f = os.fspath(f)
+    if os.path.exists(f) and not os.path.isfile(f):
+        raise SpecError(f"cannot read spec file {f}: it is not a regular file")
+    with open(f, "rb") as fh:
+        return fh.read()
 
 
 def snapshot(files) -> tuple[str | None, tuple]:
     """(the files' digest as an entry records it, ((path, sha256), ...)) from one read of each
     file, or (None, ()) where one cannot be read: what the read data was made from, without
     the race of reading twice."""
+    import hashlib
     try:
         data = {f: _bytes_of(f) for f in map(str, files)}
     except (OSError, LayoutalgError):
         return None, ()
-    return (_digest(*(f.encode() + b"\0" + data[f] for f in sorted(map(str, files)))),
+    return (_digest(*(f.encode() + b"\0" + data[f] for f in sorted(data))),
             tuple(sorted((f, hashlib.sha256(b).hexdigest()) for f, b in data.items())))
 
 
-def _entry_digest(key: str, files: list[str], files_digest: str, text: str) -> str:
-    return _digest(key.encode(), "\0".join(files).encode(), files_digest.encode(), text.encode())
+def stats(paths) -> tuple | None:
+    """((path, size, modification time in ns, inode), ...) of each file (through links), or None
+    where one is not a regular file. The inode tells a file replaced whole, or a link
+    pointed at another file, from the one recorded, whatever their sizes and times."""
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        out.append((p, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
 
 
-def _path(kind: str, key: str) -> Path | None:
-    d = cache_dir()
-    return d / f"{kind}-{key[:32]}.json" if d else None
+def settled(sig: tuple, at_ns: int) -> bool:
+    """Whether every file of `sig` (`stats`) was last modified well before `at_ns`, so that its
+    size and time vouch for its bytes."""
+    return all(mtime < at_ns - RACY_NS for _, _, mtime, _ in sig)
 
 
-def private(path: Path) -> bool:
+def private(path) -> bool:
     """True when `path` is owned by this user and writable by no one else.
 
-    The cache holds code the runtime executes (after `compiled.check_source`); a folder
+    The cache holds code the runtime executes (after `whitelist.check_source`); a folder
     or file that another user can write is not trusted, read or written. The refusal is
     logged once per path.
     """
@@ -117,8 +162,60 @@ def private(path: Path) -> bool:
     return False
 
 
+def read_file(path) -> object | None:
+    """What `write_file` wrote at `path`, or None: no such file, a file or folder that is not
+    private, too large, not of this cache's layout, or whose checksum does not match."""
+    path = os.fspath(path)
+    try:
+        if not (os.path.isfile(path) and private(os.path.dirname(path)) and private(path)):
+            return None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    n = len(_MAGIC)
+    if len(raw) > MAX_ENTRY_BYTES or raw[:n] != _MAGIC:
+        return None
+    body = memoryview(raw)[n + 4:]
+    if int.from_bytes(raw[n:n + 4], "little") != zlib.crc32(body):
+        return None
+    try:
+        return marshal.loads(body)
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def write_file(path, payload) -> None:
+    """Write `payload` (data `marshal` holds) atomically: a reader finds the old file or the
+    whole new one. A folder that is not private is not written."""
+    path = os.fspath(path)
+    blob = marshal.dumps(payload)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    if not private(os.path.dirname(path)):
+        return
+    import tempfile  # only here: a read never needs it
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + zlib.crc32(blob).to_bytes(4, "little") + blob)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _path(kind: str, key: str) -> str | None:
+    d = _folder()
+    return os.path.join(d, f"{kind}-{key[:32]}.bin") if d else None
+
+
+def _index_path(kind: str, folder: str) -> str | None:
+    d = _folder()
+    return os.path.join(d, f"index-{kind}-{zlib.crc32(folder.encode()):08x}.bin") if d else None
+
+
 def _library_shape(data) -> bool:
-    """The outline of an entry read back (no source parsed): the digest says the entry is what
+    """The outline of an entry read back (no source parsed): the checksum says the entry is what
     `store` admitted, and a reader that finds it otherwise all the same recompiles."""
     from .compiled import valid_entry
     return isinstance(data, list) and all(valid_entry(d, check=False) for d in data)
@@ -142,41 +239,101 @@ _ADMIT = {"library": _admit_library}
 at the boundary."""
 
 
-def unchanged(sources: tuple, folder: Path, listing: tuple) -> bool:
+def unchanged(sources: tuple, folder, listing: tuple) -> bool:
     """Whether every source still holds the bytes it was read with and the folder still holds
     the same spec files (`listing`): a library memoised from them may be served."""
+    import hashlib
     if listing != folder_listing(folder):
         return False
     for path, digest in sources:
         try:
-            if hashlib.sha256(Path(path).read_bytes()).hexdigest() != digest:
+            if hashlib.sha256(_bytes_of(path)).hexdigest() != digest:
                 return False
-        except OSError:
+        except (OSError, LayoutalgError):
             return False
     return True
 
 
-def folder_listing(folder: Path) -> tuple[str, ...]:
-    return tuple(sorted(str(p) for p in folder.glob("*.lal")))
+def folder_listing(folder) -> tuple[str, ...]:
+    """The spec files of a folder (its `*.lal` names, as paths), sorted."""
+    folder = os.fspath(folder)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return ()
+    return tuple(sorted(os.path.join(folder, n) for n in names if n.endswith(".lal")))
 
 
-def key_of(spec_dir: Path) -> str:
+def key_of(spec_dir) -> str:
     """The key of a spec folder's entries: the compiler and the folder's spec files."""
-    return _digest(compiler_fingerprint().encode(), _files_digest(spec_dir.glob("*.lal")).encode())
+    return _digest(compiler_fingerprint().encode(), _files_digest(folder_listing(spec_dir)).encode())
 
 
-def load(kind: str, spec_dir: Path, with_files: bool = False):
+class Recalled:
+    """An entry found through its folder's index: its data, and the times (`stats`) of the
+    files it was made from, recorded `at` (ns), which still vouch for them."""
+
+    __slots__ = ("data", "sig", "at")
+
+    def __init__(self, data, sig: tuple, at: int):
+        self.data, self.sig, self.at = data, sig, at
+
+
+def recall(kind: str, folder: str) -> Recalled | None:
+    """The entry of `kind` for spec folder `folder` (a real path) by its index alone, or None:
+    the index must be this folder's, of this Python, list the folder's spec files as they are,
+    and record, for every file the entry was made from, the size and modification time it has
+    now, well before the index was written (`settled`). Nothing is hashed."""
+    p = _index_path(kind, folder)
+    index = read_file(p) if p else None
+    if not (isinstance(index, dict) and index.get("folder") == folder and index.get("python") == sys.version
+            and index.get("listing") == folder_listing(folder) and type(index.get("at")) is int
+            and isinstance(index.get("key"), str) and isinstance(index.get("specs"), tuple)):
+        return None
+    sig = stats(_package_files() + list(index["specs"]))
+    if sig is None or sig != index.get("sig") or not settled(sig, index["at"]):
+        return None
+    entry = read_file(_path(kind, index["key"]))
+    if not (isinstance(entry, dict) and entry.get("key") == index["key"] and entry.get("data") is not None):
+        return None
+    # the entry's shape is not walked again: this layoutalg wrote it (the key names its sources),
+    # and a reader that finds a field missing compiles the library afresh all the same
+    return Recalled(entry["data"], sig, index["at"])
+
+
+def remember(kind: str, folder: str, key: str, files) -> None:
+    """Write `folder`'s index for its entry `key` (made from the spec files `files`): the
+    times of every file it depends on, read before their bytes are hashed again and found to
+    be those of `key`. Nothing is written while a file's times do not yet vouch for it."""
+    p = _index_path(kind, folder)
+    if p is None:
+        return
+    specs = tuple(sorted(map(str, files)))
+    at = time.time_ns()
+    sig = stats(_package_files() + list(specs))
+    if sig is None or not settled(sig, at):
+        return
+    entry = read_file(_path(kind, key))  # the bytes now are those the entry was made from
+    if not (isinstance(entry, dict) and entry.get("key") == key == key_of(folder)
+            and entry.get("files_digest") == _files_digest(specs) and list(specs) == entry.get("files")):
+        return
+    write_file(p, {"folder": folder, "python": sys.version, "listing": folder_listing(folder), "key": key,
+                   "specs": specs, "sig": sig, "at": at})
+
+
+def load(kind: str, spec_dir, with_files: bool = False):
     """Cached data for a spec folder, or None (and with `with_files`, (the files it was made
-    from, their digest as it records it), or None). Checks every file the entry depends on.
+    from, their digest as it records it), or None), the long way: the folder's key hashed, and
+    every file the entry depends on checked.
 
     An entry is used only when its folder and file are private (`private`), its
-    digest matches its content (a truncated or edited entry is ignored, never half
+    checksum matches its content (a truncated or edited entry is ignored, never half
     used) and its data has the shape its kind requires.
     """
     key = key_of(spec_dir)
     p = _path(kind, key)
     data, files = None, None
-    if p is not None and p.is_file() and private(p.parent) and private(p):
+    if p is not None:
         data, files = _read_entry(p, key)
         valid = _VALID.get(kind)
         if data is not None and valid is not None and not valid(data):
@@ -184,27 +341,30 @@ def load(kind: str, spec_dir: Path, with_files: bool = False):
     return (key, data, files) if with_files else (key, data)
 
 
-def _read_entry(p: Path, key: str):
+def _read_entry(p: str, key: str):
     """(the entry's data, the files it was made from), or (None, None)."""
-    try:
-        if p.stat().st_size > MAX_ENTRY_BYTES:
-            return None, None
-        entry = json.loads(p.read_bytes())
-        if not isinstance(entry, dict):
-            return None, None
-        files, fdigest, text = entry.get("files"), entry.get("files_digest"), entry.get("data")
-        if not (entry.get("key") == key and isinstance(files, list) and all(isinstance(f, str) for f in files)
-                and isinstance(fdigest, str) and isinstance(text, str)
-                and entry.get("digest") == _entry_digest(key, files, fdigest, text)):
-            return None, None
-        if not all(Path(f).is_file() for f in files) or fdigest != _files_digest(files):
-            return None, None  # an imported file outside the folder changed
-        return json.loads(text), (files, fdigest)
-    except (OSError, ValueError, RecursionError):
+    entry = read_file(p)
+    if not isinstance(entry, dict):
         return None, None
+    files, fdigest, data = entry.get("files"), entry.get("files_digest"), entry.get("data")
+    if not (entry.get("key") == key and isinstance(files, list) and all(isinstance(f, str) for f in files)
+            and isinstance(fdigest, str) and data is not None):
+        return None, None
+    try:
+        if not all(os.path.isfile(f) for f in files) or fdigest != _files_digest(files):
+            return None, None  # an imported file outside the folder changed
+    except (OSError, LayoutalgError):
+        return None, None
+    return data, (files, fdigest)
 
 
-def store(kind: str, key: str, files, data, made_from: tuple | None = None, spec_dir: Path | None = None) -> None:
+def _plain(x):
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return {k: _plain(v) for k, v in x.items()} if isinstance(x, dict) else x
+
+
+def store(kind: str, key: str, files, data, made_from: tuple | None = None, spec_dir=None) -> None:
     """Write an entry atomically; a cache that cannot be written, or is not private, is skipped.
     With `made_from` ((path, sha256) of the bytes the data was made from, `library.sources`)
     and `spec_dir`, an entry is written only where the files still hold those bytes and the
@@ -216,27 +376,10 @@ def store(kind: str, key: str, files, data, made_from: tuple | None = None, spec
     fdigest, read = snapshot(names)  # one read: the digest recorded is of the bytes compared
     if fdigest is None or made_from is not None and (read != tuple(sorted(made_from)) or key_of(spec_dir) != key):
         return
-    text = json.dumps(data, separators=(",", ":"))
+    data = _plain(data)  # lists, not tuples: what every reader of an entry expects
     admit = _ADMIT.get(kind)
     if admit is not None:
-        data = admit(json.loads(text))  # as it will be read back
+        data = admit(data)
         if data is None:
             return
-        text = json.dumps(data, separators=(",", ":"))
-    try:
-        p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if not private(p.parent):
-            return
-        entry = {"key": key, "files": names, "files_digest": fdigest, "data": text,
-                 "digest": _entry_digest(key, names, fdigest, text)}
-        import tempfile  # only here: a read never needs it
-        fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(entry, f)
-            os.replace(tmp, p)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
-        pass
+    write_file(p, {"key": key, "files": names, "files_digest": fdigest, "data": data})

@@ -6,10 +6,10 @@ stride or size. Neither ever surfaces as a traceback from the command line.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Span:
     """A position in a spec file (1-based line and column)."""
 

@@ -7,11 +7,12 @@ Python ints at run time, or sympy expressions when the algebra works symbolicall
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 
+from .record import record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class Layout:
     """A layout `shape:stride`.
 

@@ -6,11 +6,11 @@ are canonical bytes [canonical_offset + i*canonical_stride, +fragment_size).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from .record import field, named_tuple, record
 
 
-class CopyRun(NamedTuple):
+@named_tuple
+class CopyRun:
     """A strided run of equal fragments.
 
     Examples:
@@ -37,7 +37,8 @@ MAX_STRETCHES = 64
 fails closed rather than copy thousands of slivers a block (FlashAttention's K and V: 2)."""
 
 
-class TensorView(NamedTuple):
+@named_tuple
+class TensorView:
     """A layer tensor as the mapping was derived for it: block `b`'s element `idx` is the
     `element` bytes at `b * block stride + offset + element * sum(idx * strides)`.
 
@@ -81,7 +82,8 @@ class TensorView(NamedTuple):
         return n
 
 
-class Tiling(NamedTuple):
+@named_tuple
+class Tiling:
     """How a group of ranks tiles (a region of) the canonical page at one configuration, the
     same for every rank of the group: its local digits `(extent, local byte stride, canonical
     byte stride)`, its rank digits `(extent, rank stride, canonical byte stride, replica)`,
@@ -95,7 +97,7 @@ class Tiling(NamedTuple):
     local_base: int = 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CanonicalPageMapping:
     """How one rank's page of one layer maps onto the canonical page.
 

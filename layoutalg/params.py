@@ -8,12 +8,12 @@ both come from this table and nowhere else.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from .errors import ConfigError
+from .record import named_tuple
 
 
-class Param(NamedTuple):
+@named_tuple
+class Param:
     meaning: str
     lo: int          # prover bounds, inclusive
     hi: int

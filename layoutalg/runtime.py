@@ -15,19 +15,17 @@ fails closed, as the reference's derivation returns no certified mapping for it.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import operator
-from dataclasses import dataclass
+import os
 from math import prod
-from pathlib import Path
-from typing import NamedTuple
 
 from . import params
 from .compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, from_entry, misfit
 from .errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from .mapping import MAX_STRETCHES, CanonicalPageMapping, TensorView
+from .record import named_tuple, record, replace
 
 CERTIFIED, OPAQUE, NO_MAPPINGS, OMITTED = "certified", "opaque", "no_mappings", "omitted"
 FALLBACK = "fallback"
@@ -90,7 +88,7 @@ _LAYER_SIZES = ("page_size_bytes", "block_size", "num_kv_heads", "head_size", "d
 _PARALLEL_SIZES = ("tp", "total_kv_heads", "pcp", "dcp", "interleave", "world_size")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerSpec:
     """What the engine knows about one layer's KV page on one rank."""
 
@@ -135,7 +133,7 @@ def _named_sizes(sizes) -> tuple:
     return tuple(sorted(out.items()))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ParallelConfig:
     """The worker group: tp x pcp ranks, DCP inside TP, CP token interleave."""
 
@@ -160,7 +158,7 @@ class ParallelConfig:
                                   f"[{lo}, {hi}]")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TensorLayout:
     """A KV tensor as the runtime sees it: shape, strides (elements), element bytes."""
 
@@ -210,7 +208,7 @@ def _int_tuple(values, field: str) -> tuple[int, ...]:
     return tuple(as_int(v, f"{field}[{i}]", minimum=0) for i, v in enumerate(items))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LayerResult:
     """Every rank's mapping of one layer, and how it was obtained."""
 
@@ -223,7 +221,7 @@ class LayerResult:
 class Deriver:
     """Derives layer mappings from a compiled spec library (the shipped one by default)."""
 
-    def __init__(self, spec_dir: str | Path | None = None):
+    def __init__(self, spec_dir: str | os.PathLike | None = None):
         self.families = compiled_library(str(spec_dir) if spec_dir else None)
         if not self.families:  # every layer would fail closed, and a run would look like one of layers no family serves
             raise ConfigError(f"spec library {spec_dir or '(shipped)'} holds no family: nothing to derive a mapping "
@@ -239,8 +237,7 @@ class Deriver:
         self.names = {b.name for cf in self.families.values() for b in cf.bounds}  # every name some family reads
         self.domains = {b.name: (b.lo, b.hi) for cf in self.families.values() for b in cf.bounds}
         self._memo = functools.lru_cache(maxsize=4096)(self._derive)
-        import secrets
-        self._salt = secrets.token_bytes(16)  # names pages derived without their tensors (`_unread`)
+        self._salt = os.urandom(16)  # names pages derived without their tensors (`_unread`)
 
     def derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
                num_blocks: int | None = None, strict: bool = True) -> LayerResult:
@@ -390,7 +387,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     if not named and not tensors:  # where a rank's bytes lie is its tensor's word, and none was given
         fmt = _unread(fmt, salt, (cf.name, layer, num_blocks, sorted(sizes.items())))
     reads = (box,) if tensor is None and not views and not fallback else ()  # what a plan's tensor must be
-    return tuple(dataclasses.replace(m, tensors=views, format_id=fmt, reads=reads) for m in runs)
+    return tuple(replace(m, tensors=views, format_id=fmt, reads=reads) for m in runs)
 
 
 def block_tensor(shape: tuple, strides: tuple, element: int, outer: int, blocks: int, page: int) -> TensorLayout:
@@ -470,7 +467,8 @@ def _cuts(dims) -> set:
     return {e * s for e, s in dims if e != 1}
 
 
-class Gap(NamedTuple):
+@named_tuple
+class Gap:
     """Where a block is not one dense stretch: the dim, its stride, the stride it needs (elements)."""
     dim: int
     stride: int
@@ -668,8 +666,10 @@ def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_
     return ""
 
 
-_COMPILED: dict[str, tuple[tuple, tuple, dict]] = {}
-"""Per folder: (the sources it was compiled from, `library.sources`; its spec files; its families)."""
+_COMPILED: dict[str, tuple] = {}
+"""Per folder: (the times of the files it was made from, `cache.stats`, and when they were
+recorded; or None, and the sources it was compiled from, `library.sources`; its spec files;
+its families)."""
 
 
 def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
@@ -677,17 +677,20 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     whenever a file it was compiled from, or a file of its folder, changes: a spec edited
     between two `Deriver`s of one process is never served stale."""
     from . import cache
-    from ._resources import specs_dir
-    folder = Path(spec_dir or specs_dir()).resolve()
-    hit = _COMPILED.get(str(folder))
-    if hit is not None and cache.unchanged(hit[0], folder, hit[1]):
-        return hit[2]
+    from ._resources import specs_folder
+    folder = os.path.realpath(os.fspath(spec_dir or specs_folder()))
+    hit = _COMPILED.get(folder)
+    if hit is not None and _still(hit, folder):
+        return hit[3]
     listing = cache.folder_listing(folder)
+    recalled = cache.recall("library", folder) if os.path.isdir(folder) else None
+    out = _from_entries(recalled.data) if recalled is not None else None
+    if out is not None:  # by the folder's index: nothing hashed, nothing parsed
+        return _held(folder, ((recalled.sig, recalled.at), (), listing, out))
     # the disk cache is keyed by a folder's spec files: a path that is no folder (a file, nothing)
     # has none, and would be served any empty folder's entry; it is read (or refused) as given
-    key, data, entry = cache.load("library", folder, with_files=True) if folder.is_dir() else (None, None, None)
+    key, data, entry = cache.load("library", folder, with_files=True) if os.path.isdir(folder) else (None, None, None)
     read = cache.snapshot(entry[0]) if data is not None else (None, ())
-    out = None
     if data is not None and read[0] == entry[1]:  # the files as read now are those the entry was made from
         out, made_from = _from_entries(data), read[1]
     if out is None:
@@ -698,10 +701,27 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
         if key is not None:
             cache.store("library", key, [p for p, _ in made_from], [cf.to_json() for cf in out.values()],
                         made_from, folder)
+    if key is not None:
+        cache.remember("library", folder, key, [p for p, _ in made_from])
+    return _held(folder, (None, made_from, listing, out))
+
+
+def _held(folder: str, entry: tuple) -> dict:
     if len(_COMPILED) >= 8:
         _COMPILED.pop(next(iter(_COMPILED)))
-    _COMPILED[str(folder)] = (made_from, listing, out)
-    return out
+    _COMPILED[folder] = entry
+    return entry[3]
+
+
+def _still(hit: tuple, folder: str) -> bool:
+    """Whether a library this process holds may be served again: the files it was made from
+    have the times recorded (and those vouch for them), else the bytes it was compiled from."""
+    from . import cache
+    if hit[0] is not None:
+        (sig, at), listing = hit[0], hit[2]
+        return (listing == cache.folder_listing(folder) and cache.settled(sig, at)
+                and cache.stats(p for p, *_ in sig) == sig)
+    return cache.unchanged(hit[1], folder, hit[2])
 
 
 def _from_entries(data: list) -> dict | None:

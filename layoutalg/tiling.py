@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import operator
 from math import prod
-from typing import NamedTuple
 
 from .algebra import NotCompact, right_inverse
 from .layout import Layout
+from .record import named_tuple
 
 
-class Chain(NamedTuple):
+@named_tuple
+class Chain:
     what: str        # "local page", "rank grid" or "canonical page"
     layout: Layout   # digit extents : the strides the chain walks
     size: object     # what the digits must cover (int or sympy)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .mapping import CanonicalPageMapping
+from .record import replace
 from .runtime import Deriver, LayerResult, LayerSpec, ParallelConfig, TensorLayout, as_int
 
 _DERIVERS: dict = {}
@@ -384,14 +385,14 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             raise ConfigError(f"layer {name!r} ({type(spec).__name__}): {e}") from None
         result = _derive(deriver, layer, tensor, parallel, num_blocks, type(spec).__name__)
         if why:
-            result = dataclasses.replace(result, reasons=(why,) + result.reasons)
+            result = replace(result, reasons=(why,) + result.reasons)
         if result.result != "certified":
             failed.setdefault((type(spec).__name__, result.result, result.reasons), []).append(name)
         if result.mappings:
             m = result.mappings[rank]
             # the encoding is the spec's too (fp8 e4m3 and e5m2 are both uint8 tensors), and an opaque
             # page holds the rank's bytes as the layer lays them out: the whole spec
-            out[name] = dataclasses.replace(m, format_id=_spec_format(m.format_id, spec, result.result == "opaque",
+            out[name] = replace(m, format_id=_spec_format(m.format_id, spec, result.result == "opaque",
                                                                       vllm_config, kinds))
     _warn(failed)
     return out
@@ -425,7 +426,7 @@ def _kv_outside_blocks(layer: LayerSpec, tensor, num_blocks: int, deriver) -> La
     if (KV_OUTSIDE in dict(layer.sizes) or not isinstance(tensor, TensorLayout) or num_blocks == 2
             or KV_OUTSIDE not in deriver.reads(layer.kind) or tensor.shape[:2] != (2, num_blocks)):
         return layer
-    return dataclasses.replace(layer, sizes={**dict(layer.sizes), KV_OUTSIDE: 1})
+    return replace(layer, sizes={**dict(layer.sizes), KV_OUTSIDE: 1})
 
 
 def _with_sizes(layer: LayerSpec, sizes, deriver=None) -> LayerSpec:
@@ -442,7 +443,7 @@ def _with_sizes(layer: LayerSpec, sizes, deriver=None) -> LayerSpec:
     if clash is not None:
         raise ConfigError(f"sizes[{clash!r}] = {given[clash]}, but the layer's own spec gives {clash} = "
                           f"{own[clash]} (read from its shapes and the model config)")
-    return dataclasses.replace(layer, sizes={**own, **given})
+    return replace(layer, sizes={**own, **given})
 
 
 _ELEMENT_FIELDS = ("dtype", "dtypes", "kv_quant_mode", "cache_dtype_str")

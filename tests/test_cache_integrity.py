@@ -1,12 +1,11 @@
 """The precompiled cache is a trust boundary: what enters it is checked, and only what is inside it runs.
 
 A library is written to it only if every family's source has exactly the shape compile.py
-prints; an entry whose digest does not match its content is ignored; a cache folder or file
+prints; a file whose checksum does not match its content is ignored; a cache folder or file
 that another user can write is neither read nor written. Source handed in as data anywhere
-else (`CompiledFamily.from_json`) is checked before it runs.
+else (`CompiledFamily.from_json`) is checked before it runs. A folder's index finds its entry
+by the times of the files it was made from, and never past an edit.
 """
-import base64
-import json
 import logging
 import marshal
 import os
@@ -16,7 +15,8 @@ import pytest
 
 from layoutalg import cache
 from layoutalg.compile import compile_family, compile_named
-from layoutalg.compiled import CompiledFamily, UnsafeSource, check_source, valid_entry, valid_json
+from layoutalg.compiled import CompiledFamily, valid_entry, valid_json
+from layoutalg.whitelist import UnsafeSource, check_source
 from layoutalg.family import resolve
 from layoutalg.library import load
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library, forget_compiled
@@ -52,7 +52,7 @@ def stored_entry(tmp_path_factory, lib):
     try:
         forget_compiled()
         compiled_library(lib)
-        (p,) = folder.glob("library-*.json")
+        (p,) = folder.glob("library-*.bin")
         return p.name, p.read_bytes()
     finally:
         forget_compiled()
@@ -83,19 +83,20 @@ def cache_folder(empty_cache_folder, stored_entry):
 
 
 def entry_path(folder: Path) -> Path:
-    (p,) = folder.glob("library-*.json")
+    (p,) = folder.glob("library-*.bin")
     return p
 
 
 def rewrite(p: Path, edit, fix_digest: bool = True) -> None:
-    """Edit the data of an entry as an attacker would: with the digest recomputed to match."""
-    entry = json.loads(p.read_text())
-    data = json.loads(entry["data"])
-    edit(data)
-    entry["data"] = json.dumps(data)
+    """Edit the data of an entry as an attacker would: with the checksum recomputed to match."""
+    raw = p.read_bytes()
+    entry = cache.read_file(p)
+    edit(entry["data"])
     if fix_digest:
-        entry["digest"] = cache._entry_digest(entry["key"], entry["files"], entry["files_digest"], entry["data"])
-    p.write_text(json.dumps(entry))
+        cache.write_file(p, entry)
+    else:  # the checksum of the entry as it was
+        n = len(cache._MAGIC)
+        p.write_bytes(raw[:n + 4] + marshal.dumps(entry))
 
 
 def derive_fresh(lib):
@@ -127,7 +128,7 @@ PAYLOADS = {
 def with_source(family: dict, source: str) -> None:
     """Give a family entry another source and the bytecode of that source, as a writer would."""
     family["source"] = source
-    family["code"] = base64.b64encode(marshal.dumps(compile(source, "<edited>", "exec"))).decode()
+    family["code"] = marshal.dumps(compile(source, "<edited>", "exec"))
 
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
@@ -135,14 +136,14 @@ def test_an_entry_the_whitelist_refuses_is_never_stored(empty_cache_folder, tmp_
     marker = tmp_path / "pwned"
     compiled_library(lib)  # compiles and stores the clean entry
     p = entry_path(empty_cache_folder)
-    entry = json.loads(p.read_text())
-    data = json.loads(entry["data"])
+    entry, clean = cache.read_file(p), cache.read_file(p)["data"]
+    data = entry["data"]
     with_source(family_of(data, "split_nhd"), PAYLOADS[payload](family_of(data, "split_nhd")["source"], marker))
     p.unlink()
     cache.store("library", entry["key"], entry["files"], data)
-    assert list(empty_cache_folder.glob("library-*.json")) == []  # refused at the boundary
+    assert list(empty_cache_folder.glob("library-*.bin")) == []  # refused at the boundary
     assert not marker.exists()
-    cache.store("library", entry["key"], entry["files"], json.loads(entry["data"]))
+    cache.store("library", entry["key"], entry["files"], clean)
     assert entry_path(empty_cache_folder).exists()  # the control: the clean data is stored
 
 
@@ -217,10 +218,10 @@ def every_compiled_family():
 def test_compile_output_always_passes_the_whitelist():
     seen = 0
     for where, cf in every_compiled_family():
-        assert valid_json(json.loads(json.dumps(cf.to_json()))), where  # as the cache holds it
+        assert valid_json(cache._plain(cf.to_json())), where  # as the cache holds it
         seen += 1
     pages = [compile_named(load([ROOT / "specs"]), n) for n in ("mamba2", "quant_packed")]
-    assert all(valid_entry(json.loads(json.dumps(p.to_json()))) for p in pages)
+    assert all(valid_entry(cache._plain(p.to_json())) for p in pages)
     assert not valid_entry({**pages[0].to_json(), "parts": []})  # a page of no region is not an entry
     assert seen >= 6 + 32 + 4  # the shipped families, the mutants and the equivalent ones
 
@@ -241,9 +242,9 @@ def change_a_stride(data):
 
 
 def test_an_entry_runs_its_bytecode_without_parsing_its_source_again(cache_folder, lib, monkeypatch):
-    from layoutalg import compiled
+    from layoutalg import whitelist
     compiled_library(lib)
-    monkeypatch.setattr(compiled, "check_source", lambda *a: pytest.fail("the source was parsed again"))
+    monkeypatch.setattr(whitelist, "check_source", lambda *a: pytest.fail("the source was parsed again"))
     assert derive_fresh(lib).result == "certified"
 
 
@@ -254,7 +255,7 @@ def test_an_entry_of_another_form_is_compiled_again(cache_folder, lib):
     rewrite(entry_path(cache_folder), lambda data: family_of(data, "split_nhd").pop("atoms"))
     assert cache.load("library", Path(lib))[1] is None
     assert derive_fresh(lib).result == "certified"
-    stored = json.loads(json.loads(entry_path(cache_folder).read_text())["data"])
+    stored = cache.read_file(entry_path(cache_folder))["data"]
     assert "atoms" in family_of(stored, "split_nhd")
 
 
@@ -265,8 +266,8 @@ def test_the_bytecode_stored_is_compiled_from_the_admitted_source_never_taken_as
     marker = tmp_path / "pwned"
     compiled_library(lib)
     p = entry_path(empty_cache_folder)
-    entry = json.loads(p.read_text())
-    data = json.loads(entry["data"])
+    entry = cache.read_file(p)
+    data = entry["data"]
     family = family_of(data, "split_nhd")
     clean = family["source"]
     with_source(family, PAYLOADS["module-level import"](clean, marker))
@@ -278,11 +279,15 @@ def test_the_bytecode_stored_is_compiled_from_the_admitted_source_never_taken_as
 
 
 @pytest.mark.parametrize("code", ["1 // 0", "undefined_name", "def _variant_0(P):\n    return None"])
-def test_an_entry_whose_bytecode_fails_is_compiled_again(cache_folder, lib, code):
+def test_a_family_whose_bytecode_fails_runs_its_admitted_source(cache_folder, lib, code, monkeypatch):
+    from layoutalg import whitelist
     compiled_library(lib)
     rewrite(entry_path(cache_folder), lambda data: family_of(data, "split_nhd").update(
-        code=base64.b64encode(marshal.dumps(compile(code, "<bad>", "exec"))).decode()))
-    assert derive_fresh(lib).result == "certified"
+        code=marshal.dumps(compile(code, "<bad>", "exec"))))
+    checked = []
+    monkeypatch.setattr(whitelist, "check_source", lambda *a, real=whitelist.check_source: checked.append(1) or real(*a))
+    result = derive_fresh(lib)
+    assert (result.result, result.family, len(checked)) == ("certified", "split_nhd", 1)
 
 
 def test_an_entry_without_bytecode_runs_its_source_only_through_the_whitelist(cache_folder, lib, tmp_path):
@@ -309,31 +314,31 @@ def test_edit_without_matching_digest_is_ignored(cache_folder, lib):
     rewrite(p, change_a_stride, fix_digest=False)
     assert cache.load("library", Path(lib))[1] is None
     assert derive_fresh(lib).mappings == good
-    assert family_of(json.loads(json.loads(p.read_text())["data"]), "split_nhd")["source"] == SPLIT_NHD.source
+    assert family_of(cache.read_file(p)["data"], "split_nhd")["source"] == SPLIT_NHD.source
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not json", "a list", "no digest", "wrong key", "data not json"])
+@pytest.mark.parametrize("damage", ["truncated", "not ours", "a list", "no checksum", "a byte flipped", "wrong key",
+                                    "data not a list"])
 def test_damaged_entry_is_ignored(cache_folder, damage, lib):
     compiled_library(lib)
     p = entry_path(cache_folder)
-    text = p.read_text()
-    entry = json.loads(text)
+    raw = p.read_bytes()
+    entry = cache.read_file(p)
+    n = len(cache._MAGIC)
     if damage == "truncated":
-        p.write_text(text[:len(text) // 2])
-    elif damage == "not json":
+        p.write_bytes(raw[:len(raw) // 2])
+    elif damage == "not ours":
         p.write_bytes(b"\xff\xfe" + b"[" * 100000)
     elif damage == "a list":
-        p.write_text("[1, 2, 3]")
-    elif damage == "no digest":
-        del entry["digest"]
-        p.write_text(json.dumps(entry))
+        cache.write_file(p, [1, 2, 3])
+    elif damage == "no checksum":
+        p.write_bytes(raw[:n] + raw[n + 4:])
+    elif damage == "a byte flipped":
+        p.write_bytes(raw[:len(raw) // 2] + bytes([raw[len(raw) // 2] ^ 1]) + raw[len(raw) // 2 + 1:])
     elif damage == "wrong key":
-        entry["key"] = "0" * 64
-        p.write_text(json.dumps(entry))
+        cache.write_file(p, {**entry, "key": "0" * 64})
     else:
-        entry["data"] = "[{"
-        entry["digest"] = cache._entry_digest(entry["key"], entry["files"], entry["files_digest"], entry["data"])
-        p.write_text(json.dumps(entry))
+        cache.write_file(p, {**entry, "data": "[{"})
     assert cache.load("library", Path(lib))[1] is None
     assert derive_fresh(lib).result == "certified"
     assert cache.load("library", Path(lib))[1] is not None  # rewritten whole
@@ -352,7 +357,8 @@ def test_world_writable_cache_folder_is_refused(cache_folder, caplog, lib):
     assert [r.getMessage() for r in caplog.records] == [
         f"layoutalg: not using the cache at {cache_folder}: it is writable by group or others (mode 777); "
         "working uncached"]
-    entry_path(cache_folder).unlink()
+    for p in cache_folder.iterdir():
+        p.unlink()
     assert derive_fresh(lib).result == "certified"  # works uncached ...
     assert list(cache_folder.iterdir()) == []  # ... and writes nothing there
 
@@ -447,3 +453,94 @@ def test_an_import_edited_while_the_library_is_read_is_read_again(tmp_path, monk
     assert sorted(library.load_default(folder).layouts) == ["flat"]
     monkeypatch.setattr(library, "load", real)
     assert sorted(library.load_default(folder).layouts) == ["flat", "flat2"]
+
+
+# ---- the folder's index: a fresh process finds its entry by the files' times alone ------
+
+
+def settled_copy(tmp_path, lib) -> str:
+    """A copy of the library whose files were last written an hour ago."""
+    folder = tmp_path / "settled"
+    folder.mkdir()
+    old = __import__("time").time() - 3600
+    for f in Path(lib).glob("*.lal"):
+        (folder / f.name).write_bytes(f.read_bytes())
+        os.utime(folder / f.name, (old, old))
+    return os.path.realpath(folder)
+
+
+def index_of(cache_dir: Path) -> list:
+    return list(cache_dir.glob("index-library-*.bin"))
+
+
+def test_a_load_through_the_index_hashes_and_parses_nothing(empty_cache_folder, tmp_path, lib, monkeypatch):
+    from layoutalg import whitelist
+    folder = settled_copy(tmp_path, lib)
+    good = derive_fresh(folder).mappings  # compiles, stores the entry and the folder's index
+    assert len(index_of(empty_cache_folder)) == 1
+    forget_compiled()
+    monkeypatch.setattr(cache, "_digest", lambda *a: pytest.fail("a file was hashed"))
+    monkeypatch.setattr(whitelist, "check_source", lambda *a: pytest.fail("the source was parsed again"))
+    assert derive_fresh(folder).mappings == good
+
+
+def test_the_index_is_written_only_once_the_files_times_vouch_for_them(empty_cache_folder, tmp_path, lib):
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    for f in Path(lib).glob("*.lal"):
+        (folder / f.name).write_bytes(f.read_bytes())  # written now: an edit in this clock tick would keep the times
+    compiled_library(str(folder))
+    assert entry_path(empty_cache_folder).exists() and index_of(empty_cache_folder) == []
+    old = __import__("time").time() - 3600
+    for f in folder.glob("*.lal"):
+        os.utime(f, (old, old))
+    forget_compiled()
+    compiled_library(str(folder))
+    assert len(index_of(empty_cache_folder)) == 1
+
+
+def _same_size_replaced(folder: Path) -> None:
+    """split_nhd.lal written whole again (another inode), one digit changed, its times put back."""
+    f = folder / "split_nhd.lal"
+    st, text = f.stat(), f.read_text()
+    tmp = folder / "split_nhd.tmp"
+    tmp.write_text(text.replace("d fastest", "h fastest", 1))
+    assert len(tmp.read_bytes()) == st.st_size and tmp.read_text() != text
+    os.replace(tmp, f)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+EDITS = {
+    "a spec edited": lambda folder: (folder / "split_nhd.lal").write_text(
+        (folder / "split_nhd.lal").read_text() + "\n# edited\n"),
+    "a spec of the same size replaced, its times put back": _same_size_replaced,
+    "a spec touched": lambda folder: os.utime(folder / "split_nhd.lal"),
+    "a spec added": lambda folder: (folder / "extra.lal").write_text("# nothing yet\n"),
+    "a spec removed": lambda folder: (folder / "split_hnd.lal").unlink(),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_the_index_names_no_entry_past_an_edit(empty_cache_folder, tmp_path, lib, edit):
+    folder = settled_copy(tmp_path, lib)
+    compiled_library(folder)
+    assert cache.recall("library", folder) is not None  # the control: found by the index
+    EDITS[edit](Path(folder))
+    assert cache.recall("library", folder) is None
+    forget_compiled()
+    assert ("split_hnd" in compiled_library(folder)) == (edit != "a spec removed")  # read the long way
+
+
+def test_a_damaged_or_borrowed_index_names_no_entry(empty_cache_folder, tmp_path, lib):
+    folder = settled_copy(tmp_path, lib)
+    compiled_library(folder)
+    (index,) = index_of(empty_cache_folder)
+    raw = index.read_bytes()
+    index.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))
+    assert cache.recall("library", folder) is None
+    index.write_bytes(raw)
+    assert cache.recall("library", folder) is not None
+    other = tmp_path / "other"  # another folder's name for this index: it records its own folder
+    other.mkdir()
+    Path(cache._index_path("library", str(other))).write_bytes(raw)
+    assert cache.recall("library", str(other)) is None

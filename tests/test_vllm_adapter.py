@@ -389,7 +389,7 @@ def test_precompiled_library_skips_lark_and_sympy(tmp_path):
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert first.stdout.split() == ["True", "True"]      # compiled: parsed and reasoned about
     assert second.stdout.split() == ["False", "False"]   # loaded from the cache
-    assert len(list(tmp_path.glob("library-*.json"))) == 1
+    assert len(list(tmp_path.glob("library-*.bin"))) == 1
 
 
 def test_deployment_sizes_choose_the_pcp_replica_grid():
