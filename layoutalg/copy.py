@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover - torch works without it, and so do the 
 from .errors import ConfigError, LayoutMismatch
 from .mapping import CanonicalPageMapping
 from .torch_copy import (CANONICAL, LOCAL, _check_runs, check_apart, check_blocks_apart, check_stretches_apart,
-                         in_segments, layer_segments, outer_of, page_bytes, stretch_starts)
+                         in_segments, layer_segments, outer_of, page_bytes, stretch_length,
+                         stretch_starts)
 
 
 def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
@@ -63,8 +64,7 @@ def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     segs = layer_segments(kv, mapping, "kv", "plan")
     word = _word(mapping, segs)
     outer = outer_of(mapping.tensors, "kv", "plan")
-    return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)),
-                    segs[0].bytes.shape[1] if outer else 0, outer)
+    return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)), stretch_length(segs), outer)
 
 
 def plan_model(mappings: dict, kv_caches: dict) -> "ModelPlan":
@@ -177,6 +177,9 @@ class CopyPlan:
         other in both source and destination are merged.
         """
         m = self.mapping
+        if self.several and self.length:
+            raise LayoutMismatch(f"descriptors: the page lies in {len(self.tensor)} tensors apart (each its own "
+                                 f"stretch of every block), which no one base address places; copy with store and load")
         blocks, ids = _ids(block_ids, "block_ids", "descriptors"), _ids(page_ids, "page_ids", "descriptors")
         if blocks.numel() != ids.numel():
             raise LayoutMismatch(f"descriptors: {blocks.numel()} block ids but {ids.numel()} page ids")

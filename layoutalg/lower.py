@@ -233,6 +233,11 @@ def pad_fragments(inst: Instance) -> list[tuple[int, int]]:
             for idx in product(*(range(n) for _, n in modes))]
 
 
+def _pad(inst: Instance) -> str:
+    """A pad's name, as its part family names it (`quant_split.tail`: the pad `tail`)."""
+    return "pad " + inst.family.rsplit(".", 1)[-1]
+
+
 def _rank_bases(inst: Instance) -> list[tuple[int, int]]:
     """(canonical base, writer index) of every rank in rank order (the rank digits are a mixed
     radix, so expanding them most significant first enumerates ranks in order)."""
@@ -243,15 +248,20 @@ def _rank_bases(inst: Instance) -> list[tuple[int, int]]:
 
 
 def _sweep(pieces, size: int, what: str, family: str) -> None:
+    """`pieces` ((offset, bytes, region or pad), ...) must tile [0, size) exactly; else a
+    `TilingError` naming the bytes and the regions at fault."""
     pieces = sorted(pieces)
-    at = 0
-    for lo, n in pieces:
+    at, last = 0, None
+    for lo, n, name in pieces:
         if lo != at:
-            gap = f"bytes [{at}, {lo}) belong to no region" if lo > at else f"byte {lo} lies in two regions"
+            gap = (f"bytes [{at}, {lo}) belong to no region (after '{last}')" if lo > at and last else
+                   f"bytes [{at}, {lo}) belong to no region (before '{name}')" if lo > at else
+                   f"byte {lo} lies in two regions, '{last}' and '{name}'")
             raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}")
-        at = lo + n
+        at, last = lo + n, name
     if at != size:
-        raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {at}")
+        raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {at}"
+                          + (f" (the last, '{last}', ends there)" if last else ""))
 
 
 def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
@@ -266,13 +276,13 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
         raise TilingError(f"{page.family}: the page has {count} fragments over all ranks, more than the "
                           f"{MAX_PAGE_FRAGMENTS} its tiling is checked on at run time")
     local, canonical = [], []
-    for _, inst, (offsets, fs, nf, ls, cs) in plans:
-        local += [(lo + i * ls, fs) for lo, _ in offsets for i in range(nf)]
+    for r, inst, (offsets, fs, nf, ls, cs) in plans:
+        local += [(lo + i * ls, fs, r) for lo, _ in offsets for i in range(nf)]
         for base, writer in _rank_bases(inst):
             if writer == 0:
-                canonical += [(base + co + i * cs, fs) for _, co in offsets for i in range(nf)]
-    local += [f for p in page.local_pads for f in pad_fragments(p)]
-    canonical += [f for p in page.canonical_pads for f in pad_fragments(p)]
+                canonical += [(base + co + i * cs, fs, r) for _, co in offsets for i in range(nf)]
+    local += [(*f, _pad(p)) for p in page.local_pads for f in pad_fragments(p)]
+    canonical += [(*f, _pad(p)) for p in page.canonical_pads for f in pad_fragments(p)]
     _sweep(local, page.local_page, "local page", page.family)
     _sweep(canonical, page.canonical_page, "canonical page", page.family)
     per_rank = None

@@ -74,11 +74,11 @@ def _set(obj, field: str, value) -> None:
     object.__setattr__(obj, field, value)  # frozen dataclass: normalise once, at construction
 
 
-def _check_ints(obj, fields: tuple, minimum: int | None = None, optional: str = "") -> None:
-    """Each of `fields` of `obj` a plain int (>= minimum), `optional` also None; a plain int costs one test."""
+def _check_ints(obj, fields: tuple, minimum: int | None = None, optional: tuple = ()) -> None:
+    """Each of `fields` of `obj` a plain int (>= minimum), those `optional` also None; a plain int costs one test."""
     for field in fields:
         value = getattr(obj, field)
-        if value is None and field == optional:
+        if value is None and field in optional:
             continue
         if type(value) is not int or (minimum is not None and value < minimum):
             _set(obj, field, as_int(value, f"{type(obj).__name__}.{field}", minimum))
@@ -105,7 +105,7 @@ class LayerSpec:
     def __post_init__(self):
         if not isinstance(self.kind, str):
             raise ConfigError(f"LayerSpec.kind must be a string, got {_shown(self.kind)} ({type(self.kind).__name__})")
-        _check_ints(self, _LAYER_SIZES, optional="page_size_bytes")
+        _check_ints(self, _LAYER_SIZES, optional=("page_size_bytes",))
         if type(self.per_token_head_quant) is not bool:
             _set(self, "per_token_head_quant", _as_flag(self.per_token_head_quant, "LayerSpec.per_token_head_quant"))
         if self.sizes is None or (not self.sizes and self.sizes != ()):
@@ -138,7 +138,7 @@ class ParallelConfig:
     """The worker group: tp x pcp ranks, DCP inside TP, CP token interleave."""
 
     tp: int
-    total_kv_heads: int
+    total_kv_heads: int | None = None  # KV heads of the whole model: attention layers read it, state layers do not
     pcp: int = 1
     dcp: int = 1
     interleave: int = 1
@@ -147,13 +147,13 @@ class ParallelConfig:
     def __post_init__(self):
         # A parallel size below 1 has no meaning (the reference divides by dcp and
         # interleave): an error, not a layer that fails closed.
-        _check_ints(self, _PARALLEL_SIZES, minimum=1, optional="world_size")
+        _check_ints(self, _PARALLEL_SIZES, minimum=1, optional=("world_size", "total_kv_heads"))
         # Past the proved domain a group is not a deployment but a typo, and a million
         # ranks would each get a mapping: refuse it by name.
         for field, name in (("tp", "tp"), ("pcp", "pcp"), ("dcp", "dcp"), ("interleave", "interleave"),
                             ("total_kv_heads", "total_heads")):
             lo, hi = params.DOMAIN[name]
-            if getattr(self, field) > hi:
+            if getattr(self, field) is not None and getattr(self, field) > hi:
                 raise ConfigError(f"ParallelConfig.{field} = {getattr(self, field)} is outside the proved domain "
                                   f"[{lo}, {hi}]")
 
@@ -294,6 +294,11 @@ class Deriver:
                 return LayerResult(CERTIFIED, cf.name, runs, tuple(reasons))
             reasons.append(why)  # two readings of one tensor: neither is the engine's for certain
             break
+        if strict and parallel.total_kv_heads is None and "total_heads" in missing.values():
+            raise MissingNames(f"ParallelConfig.total_kv_heads (the KV heads of the whole model) is not given, and "
+                               f"a '{layer.kind}' layer needs it: families "
+                               f"{', '.join(f for f, n in missing.items() if n == 'total_heads')} read it as "
+                               f"total_heads (state layers go without it)")
         if strict and missing and all(missing.values()):  # the layer is of this kind, but says too little
             names = sorted(set(missing.values()))
             raise MissingNames(f"LayerSpec.sizes: a '{layer.kind}' layer must give {', '.join(map(repr, names))}: "
@@ -589,7 +594,8 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
     return {
         **dict(layer.sizes),
         "tp": parallel.tp, "pcp": parallel.pcp, "dcp": parallel.dcp, "interleave": parallel.interleave,
-        "total_heads": parallel.total_kv_heads, "heads": layer.num_kv_heads,
+        **({} if parallel.total_kv_heads is None else {"total_heads": parallel.total_kv_heads}),
+        "heads": layer.num_kv_heads,
         "block_size": layer.block_size, "head_size": layer.head_size,
         "dtype_bytes": tensor.element_size if isinstance(tensor, TensorLayout) else layer.dtype_bytes,
         "page_size": layer.page_size_bytes if layer.page_size_bytes is not None else 0,
@@ -633,19 +639,49 @@ def _mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
     if not views:
         return ""  # a page whose spec names no tensors is read from its sizes alone
     if isinstance(tensors, TensorLayout):
-        if len(views) == 1:  # a page one tensor views whole (quantised KV: data, scales and padding in its rows)
-            why = view_mismatch(views[0], tensors.shape, tensors.stride, tensors.element_size, num_blocks)
-            if not why and (views[0].offset, views[0].bytes_per_block) != (0, page):
-                why = (f"it views bytes [{views[0].offset}, {views[0].offset + views[0].bytes_per_block}) of a "
-                       f"block but the page is {page} bytes: one tensor must hold the whole page")
-            return f"tensor ({views[0].name}): {why}" if why else ""
-        return f"the page is viewed by {len(views)} tensor(s) ({names}), not by one KV tensor"
+        if len(views) > 1 or views[0].element == 1 and len(tensors.shape) == 2:  # no view of the page: its bytes
+            why = raw_page(tensors, num_blocks, page)
+            return f"the page is viewed by {len(views)} tensor(s) ({names}) and one tensor {why}" if why else ""
+        # a page one tensor views whole (quantised KV: data, scales and padding in its rows)
+        why = view_mismatch(views[0], tensors.shape, tensors.stride, tensors.element_size, num_blocks)
+        if not why and (views[0].offset, views[0].bytes_per_block) != (0, page):
+            why = (f"it views bytes [{views[0].offset}, {views[0].offset + views[0].bytes_per_block}) of a "
+                   f"block but the page is {page} bytes: one tensor must hold the whole page")
+        return f"tensor ({views[0].name}): {why}" if why else ""
     if len(tensors) != len(views):
         return f"the layer gives {len(tensors)} tensor(s) but the page is viewed by {len(views)} ({names})"
     for i, (v, t) in enumerate(zip(views, tensors)):
         why = view_mismatch(v, t.shape, t.stride, t.element_size, num_blocks)
         if why:
             return f"tensor {i} ({v.name}): {why}"
+    return ""
+
+
+def raw_page(t: TensorLayout, num_blocks, page: int) -> str:
+    """Why `t` is not a page's raw bytes ('' when it is): bytes (one-byte elements), the block
+    dim first, each block one dense `page`-byte stretch of memory, the blocks apart. It is how
+    vLLM allocates a Mamba layer's pages (`(num_blocks, 1, 1, page bytes)` int8) and how a copy
+    plan takes a page of regions in one tensor (`torch_copy.page_bytes`): the spec's views say
+    where each region lies in it.
+
+    Examples:
+        >>> raw_page(TensorLayout((3, 1, 1, 96), (96, 96, 96, 1), 1), 3, 96)
+        ''
+        >>> raw_page(TensorLayout((3, 48), (48, 1), 2), 3, 96)
+        'is of 2-byte elements, not the raw bytes of the page'
+    """
+    if t.element_size != 1:
+        return f"is of {t.element_size}-byte elements, not the raw bytes of the page"
+    blocks = t.shape[0] if t.shape else None
+    if len(t.shape) < 2 or num_blocks is not None and blocks != num_blocks:
+        return f"has shape {t.shape}, not ({'blocks' if num_blocks is None else num_blocks}, ...) of the page's bytes"
+    if prod(t.shape[1:]) != page:
+        return f"holds {prod(t.shape[1:])} bytes a block (shape {t.shape}), not the {page}-byte page"
+    gap = dense_gap(t.shape, t.stride)
+    if gap:
+        return f"has stride {gap.stride} in dimension {gap.dim}, expected {gap.expected}: a block is no dense page"
+    if blocks > 1 and t.stride[0] < page:
+        return f"has block stride {t.stride[0]} bytes, less than the {page}-byte page"
     return ""
 
 

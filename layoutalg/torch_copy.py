@@ -45,11 +45,15 @@ def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages", op: str
     return raw.as_strided((pages.shape[0], page_size), (step, 1), pages.storage_offset() * elem)
 
 
+_RAW = (torch.uint8, torch.int8)
+"""Tensors of these may be a page's raw bytes (vLLM allocates a Mamba layer's pages as int8)."""
+
+
 def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_bytes") -> torch.Tensor:
     """A layer's local pages as a `(num_blocks, local page)` uint8 view, from its tensor or
     tensors, checked against the views the mapping was derived for (`m.tensors`).
 
-    - A uint8 tensor is the pages' own bytes: any dense `(blocks, ...)` view of them, unless
+    - A uint8 (or int8) tensor is the pages' own bytes: any dense `(blocks, ...)` view of them, unless
       the view's elements are bytes (vLLM's fp8 and per-token-head quantised caches are uint8
       tensors of the logical shape): then it is checked as a typed tensor, or is the raw
       `(blocks, page)` bytes.
@@ -73,7 +77,7 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
             raise LayoutMismatch(f"{op}: {name} must be a torch.Tensor, got {type(kv).__name__} (of {kinds}); "
                                  f"a page viewed by several tensors takes a list of those tensors")
         return _from_views(list(kv), views, m.local_page_size_bytes, name, op)
-    if isinstance(kv, torch.Tensor) and views and (kv.dtype != torch.uint8 or (
+    if isinstance(kv, torch.Tensor) and views and (kv.dtype not in _RAW or (
             len(views) == 1 and views[0].element == 1 and (kv.dim() != 2 or len(views[0].shape) == 1))):
         if len(views) > 1:
             raise LayoutMismatch(f"{op}: {name} is one tensor but the page is viewed by {len(views)} "
@@ -163,7 +167,8 @@ def layer_segments(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "lay
     views = m.tensors
     k = outer_of(views, name, op)
     if not k:
-        return (Segment(0, layer_bytes(kv, m, name, op)),)
+        apart = _apart(kv, views, m.local_page_size_bytes, name, op) if isinstance(kv, (list, tuple)) else None
+        return apart or (Segment(0, layer_bytes(kv, m, name, op)),)
     v = views[0]
     if not isinstance(kv, torch.Tensor):
         raise LayoutMismatch(f"{op}: {name} must be the one tensor '{v.name}' the mapping was derived for, "
@@ -186,6 +191,48 @@ def layer_segments(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "lay
                                  f"{kv.untyped_storage().nbytes()}-byte buffer")
         out.append(Segment(s * length, raw.as_strided((blocks, length), (step, 1), max(base, 0))))
     check_stretches_apart(starts, step, length, blocks, name, op)
+    return tuple(out)
+
+
+def _apart(tensors, views: tuple, page: int, name: str, op: str) -> tuple | None:
+    """The page as one `Segment` a tensor where its tensors are block-strided tensors apart
+    (vLLM v0's key and value caches, each its half of one buffer): the views cut the page into
+    stretches of one length, in order, and each tensor holds its stretch of every block as one
+    dense run of memory, the tensors sharing no byte. None where the tensors are views of one
+    page a block (a Mamba layer's states in one buffer), or the views cut no such stretches:
+    `layer_bytes` takes them, or says why not.
+
+    Examples:
+        >>> from layoutalg.mapping import TensorView
+        >>> m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True, tensors=(
+        ...     TensorView("k", 0, (2,), (1,), 2), TensorView("v", 4, (2,), (1,), 2)))
+        >>> buf = torch.arange(12, dtype=torch.int16).view(2, 3, 2)   # (kv, block, d): K blocks, then V blocks
+        >>> [(s.start, s.bytes.view(torch.int16)[1].tolist()) for s in layer_segments([buf[0], buf[1]], m)]
+        [(0, [2, 3]), (4, [8, 9])]
+    """
+    n = len(views)
+    if n < 2 or len(tensors) != n or page % n or not all(isinstance(t, torch.Tensor) and t.dim() for t in tensors):
+        return None
+    length = page // n
+    if any((v.offset, v.bytes_per_block) != (i * length, length) for i, v in enumerate(views)):
+        return None
+    starts = {t.storage_offset() * t.element_size() - v.offset for t, v in zip(tensors, views)}
+    if len({(t.untyped_storage().data_ptr(), t.device) for t in tensors}) == 1 and len(starts) == 1:
+        return None  # views of one page a block: one stretch
+    out = []
+    for i, (t, v) in enumerate(zip(tensors, views)):
+        what = f"{name}[{i}] ({v.name})"
+        _check_view(t, v, what, op)
+        if t.device != tensors[0].device or t.shape[0] != tensors[0].shape[0]:
+            raise LayoutMismatch(f"{op}: {what} has {t.shape[0]} blocks on {t.device}, but {name}[0] has "
+                                 f"{tensors[0].shape[0]} on {tensors[0].device}")
+        out.append(Segment(i * length, page_bytes(t, length, what, op)))
+    for i, a in enumerate(out):
+        for j in range(i):
+            where = overlap(a.bytes, out[j].bytes)
+            if where:
+                raise LayoutMismatch(f"{op}: {name}[{i}] ({views[i].name}) and {name}[{j}] ({views[j].name}) share "
+                                     f"bytes [{where[0]}, {where[1]}) of memory")
     return tuple(out)
 
 

@@ -95,7 +95,8 @@ def test_tensors_in_another_order_or_shape_fail_closed_by_name(deriver):
     assert swapped.result == "opaque"
     assert any("tensor 0 (conv): shape" in r for r in swapped.reasons), swapped.reasons
     one = deriver.derive(spec, TensorLayout.of(conv), ParallelConfig(2, 1))
-    assert one.result == "opaque" and any("viewed by 2 tensor(s) (conv, ssm), not by one" in r for r in one.reasons)
+    assert one.result == "opaque" and any("viewed by 2 tensor(s) (conv, ssm) and one tensor is of 2-byte elements, "
+                                          "not the raw bytes of the page" in r for r in one.reasons), one.reasons
     ds_sizes = layer(2, 4, ds=True)[0]            # the sizes say dim-first; the tensors are kernel-first
     res = deriver.derive(ds_sizes, TensorLayout.of([conv, ssm]), ParallelConfig(2, 1))
     assert res.result == "opaque" and any("mamba2_ds: tensor 0 (conv)" in r for r in res.reasons), res.reasons
@@ -167,3 +168,58 @@ def test_regions_of_one_tensor_that_do_not_join_fail_closed(tmp_path):
     lib = load([spec])
     report = check_family(lib, compile_named(lib, "f"))    # check says so too, never "ok"
     assert not report.ok and any("does not view its regions as one tensor" in e for e in report.errors)
+
+
+# ---- vLLM v0's paged attention: a page in two tensors apart, one family ---------------------
+
+V0 = __import__("pathlib").Path(__file__).parent / "data" / "v0"
+
+
+def v0_caches(blocks: int, heads: int, head_size: int, block_size: int, fill=None):
+    """vLLM v0's cache of one layer: one (2, blocks, block_size * heads * head_size) fp32 buffer,
+    K viewed (blocks, heads, head_size / x, block_size, x) with x = 16 bytes of elements, V
+    (blocks, heads, head_size, block_size); `fill(kv, block, head, channel, token)` gives each
+    element as int32 codes."""
+    x = 16 // 4
+    buf = torch.zeros(2, blocks, block_size * heads * head_size, dtype=torch.float32)
+    key = buf[0].view(blocks, heads, head_size // x, block_size, x)
+    value = buf[1].view(blocks, heads, head_size, block_size)
+    if fill is not None:
+        b, h, d, t = torch.meshgrid(torch.arange(blocks), torch.arange(heads), torch.arange(head_size),
+                                    torch.arange(block_size), indexing="ij")
+        key.view(torch.int32).copy_(fill(0, b, h, d, t).view(blocks, heads, head_size // x, x, block_size)
+                                    .permute(0, 1, 2, 4, 3))
+        value.view(torch.int32).copy_(fill(1, b, h, d, t))
+    return buf, [key, value]
+
+
+def test_vllm_v0s_paged_attention_is_one_family_moved_across_a_tp_change_byte_for_byte():
+    """Two tensors apart (each its half of one buffer) derive as one family of two regions, the
+    copy plans take them as they are, and a page stored by tp=2 and loaded by tp=4 gives every
+    element back where vLLM's own head sharding puts it."""
+    from layoutalg.copy import plan
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    total, d, bs, blocks = 4, 8, 4, 3
+    where = [2, 0, 1]  # page p lies in block where[p]
+
+    def engine(tp, rank):  # codes of (K or V, token of the sequence, head of the model, channel)
+        here = total // tp
+        page = torch.tensor([where.index(b) for b in range(blocks)])
+        return lambda kv, b, h, c, t: 1 + c + d * ((rank * here + h) + total * ((page[b] * bs + t) + blocks * bs * kv))
+    pages = torch.zeros(blocks, 2 * bs * total * d * 4, dtype=torch.uint8)
+    for tp, op in ((2, "store"), (4, "load")):
+        for rank in range(tp):
+            here = total // tp
+            buf, kv = v0_caches(blocks, here, d, bs, engine(tp, rank))
+            layer = LayerSpec("attention", 2 * bs * here * d * 4, bs, here, d, 4)
+            res = Deriver(V0).derive(layer, tuple(TensorLayout.of(t) for t in kv), ParallelConfig(tp, total), blocks)
+            assert (res.result, res.family) == ("certified", "v0_paged"), res.reasons
+            m = res.mappings[rank]
+            assert [(v.name, v.offset) for v in m.tensors] == [("key_cache", 0), ("value_cache", bs * here * d * 4)]
+            if op == "store":
+                plan(m, kv).store(kv, where, pages, list(range(blocks)))
+                continue
+            expected = buf.clone()
+            buf.zero_()
+            plan(m, kv).load(pages, list(range(blocks)), kv, where)
+            assert torch.equal(buf, expected), f"tp=4 rank {rank}: {int((buf != expected).sum())} elements differ"

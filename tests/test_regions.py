@@ -200,8 +200,8 @@ def test_a_page_that_is_all_padding_is_refused(tmp_path):
         load([spec])
 
 
-@pytest.mark.parametrize("offset,why", [("T - 1 + t", "byte 3 lies in two regions"),   # b overlaps a
-                                        ("T + 1 + t", "bytes \\[4, 5\\) belong to no region")])  # a byte lost
+@pytest.mark.parametrize("offset,why", [("T - 1 + t", "byte 3 lies in two regions, 'a' and 'b'"),   # b overlaps a
+                                        ("T + 1 + t", "bytes \\[4, 5\\) belong to no region \\(after 'a'\\)")])
 def test_regions_that_do_not_tile_are_refused_at_run_time_and_by_the_prover(tmp_path, offset, why):
     from layoutalg.compile import compile_named
     from layoutalg.lower import TilingError, lower

@@ -418,3 +418,20 @@ def test_a_layer_missing_a_name_every_family_of_its_kind_reads_is_a_config_error
     page = 3 * (4 * 4 + 2 * 16) * 2 + 4 * 4 * 16 * 4  # a rank: 4 heads of 4, one group of 16 copied
     ok = Deriver().derive(LayerSpec("mamba2", page, sizes={**sizes, "n_groups": 1}), None, par, 4)
     assert ok.result == "certified", ok.reasons
+
+
+def test_a_state_layer_needs_no_attention_fields_and_an_attention_layer_is_told_what_it_lacks():
+    import pytest
+    from layoutalg.errors import MissingNames
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    sizes = {"ssm_heads": 8, "ssm_head_dim": 4, "state_size": 16, "conv_kernel": 4, "conv_bytes": 2, "ssm_bytes": 4,
+             "n_groups": 1}
+    page = 3 * (4 * 4 + 2 * 16) * 2 + 4 * 4 * 16 * 4
+    state = Deriver().derive(LayerSpec("mamba2", page, sizes=sizes), None, ParallelConfig(tp=2), 4)
+    assert state.result == "certified", state.reasons
+    layer, t = LayerSpec("attention", 2 * 16 * 128 * 2, 16, 1, 128, 2), TensorLayout((4, 2, 16, 1, 128),
+                                                                                  (4096, 2048, 128, 128, 1), 2)
+    with pytest.raises(MissingNames, match=r"ParallelConfig.total_kv_heads \(the KV heads of the whole model\) is "
+                                           r"not given, and a 'attention' layer needs it: families .*split_nhd"):
+        Deriver().derive(layer, t, ParallelConfig(tp=2), 4)
+    assert Deriver().derive(layer, t, ParallelConfig(tp=2, total_kv_heads=2), 4).family == "split_nhd"  # the control

@@ -612,3 +612,83 @@ def test_a_gdn_state_whose_key_and_value_dims_are_one_size_needs_the_word_that_o
 def ParallelConfig_(tp):
     from layoutalg.runtime import ParallelConfig as RuntimeParallel
     return RuntimeParallel(tp=tp, total_kv_heads=1)
+
+
+# ---- a real hybrid model's state layers, moved across a TP change by an engine oracle ------
+
+# Nemotron-H-like Mamba2 (8 groups, state 128, 128 heads of 64, conv kernel 4) and Qwen3-Next-like
+# gated delta net (16 key heads, 32 value heads, 128 channels each, conv kernel 4).
+HYBRID = {"mamba2": dict(make=lambda tp: mamba2_spec(tp, n_groups=8, heads=128, head_dim=64, n=128, k=4), groups=8,
+                         conv=lambda tp: (128 * 64 // tp, 8 * 128 // tp, 8 * 128 // tp), heads=128),
+          "gdn": dict(make=lambda tp: gdn_spec(tp, k_heads=16, v_heads=32, k_dim=128, v_dim=128, k=4), groups=1,
+                      conv=lambda tp: (16 * 128 // tp, 16 * 128 // tp, 32 * 128 // tp), heads=32)}
+
+
+def engine_states(model: str, tp: int, rank: int, page_of_block: list) -> tuple:
+    """A rank's (conv, state) as vLLM's rules shard them, never read from a spec: the conv
+    state's columns are its components side by side (Mamba2: x | B | C; GDN: q | k | v), each
+    component cut contiguously over TP; the state's heads are cut contiguously. Each conv
+    element holds a code (int16, wrapping) of (page, kernel step, column of the whole model),
+    each state element (int32) one of (page, head of the whole model, its two inner indices)."""
+    spec, parts = HYBRID[model]["make"](tp), HYBRID[model]["conv"](tp)
+    (k1, width), (heads, a, b) = spec.shapes
+    total_width, total_heads = sum(parts) * tp, HYBRID[model]["heads"]
+    column = torch.cat([sum(parts[:i]) * tp + rank * n + torch.arange(n) for i, n in enumerate(parts)])
+    page = torch.tensor(page_of_block).view(-1, 1, 1)
+    conv = 1 + column.view(1, 1, -1) + total_width * (torch.arange(k1).view(1, -1, 1) + k1 * page)
+    head = (rank * heads + torch.arange(heads)).view(1, -1, 1, 1)
+    state = 1 + torch.arange(a * b).view(1, 1, a, b) + a * b * (head + total_heads * page.view(-1, 1, 1, 1))
+    return conv.to(torch.int32).to(torch.int16), state.to(torch.int32)
+
+
+def engine_buffer(model: str, tp: int, rank: int, page_of_block: list) -> tuple:
+    """(the raw page buffer vLLM allocates, (blocks, 1, 1, page bytes) int8; the conv and state
+    views its model runner makes of it), filled by `engine_states`."""
+    spec, blocks = HYBRID[model]["make"](tp), len(page_of_block)
+    raw = torch.zeros(blocks, 1, 1, spec.page_size_bytes, dtype=torch.int8)
+    views, start = [], 0
+    for shape, dtype in zip(spec.shapes, spec.dtypes):
+        e = dtype.itemsize
+        inner = torch.empty((1, *shape)).stride()[1:]
+        views.append(torch.as_strided(raw.view(-1).view(dtype), (blocks, *shape), (spec.page_size_bytes // e, *inner),
+                                      start // e))
+        start += e * prod(shape)
+    conv, state = engine_states(model, tp, rank, page_of_block)
+    views[0].view(torch.int16).copy_(conv)
+    views[1].view(torch.int32).copy_(state)
+    return raw, views
+
+
+@pytest.mark.parametrize("form", ["raw page", "state views"])
+@pytest.mark.parametrize("model", sorted(HYBRID))
+def test_a_hybrid_models_state_moves_across_a_tp_change_byte_for_byte(model, form):
+    """Stored by two ranks, loaded by four, through layoutalg's own plans of the mappings the vLLM
+    adapter derives from the engine's tensors as they are: every element comes home, as the
+    engine's own sharding puts it on the loading ranks."""
+    from layoutalg.copy import plan
+    where = [1, 0]  # page p lies in block where[p]
+    page_of_block = [where.index(b) for b in range(2)]
+    pages = None
+    for tp, op in ((2, "store"), (4, "load")):
+        spec = HYBRID[model]["make"](tp)
+        for rank in range(tp):
+            raw, views = engine_buffer(model, tp, rank, page_of_block)
+            given = raw if form == "raw page" else views
+            m = derive_canonical_mappings(state_config(tp, rank, HYBRID[model]["groups"]),
+                                          cache_config([(spec, ["s"])], num_blocks=2), {"s": given},
+                                          state_layers=True, gdn_recurrent="vk")["s"]  # vLLM 0.32's order
+            assert m.parallelism_agnostic and [v.name for v in m.tensors] == ["conv", spec_state(model)]
+            if pages is None:
+                pages = torch.zeros(2, m.canonical_page_size_bytes, dtype=torch.uint8)
+            if op == "store":
+                plan(m, given).store(given, where, pages, [0, 1])
+                continue
+            expected = raw.clone()
+            assert all(v.count_nonzero() == v.numel() for v in (views[0].view(torch.int16), views[1].view(torch.int32)))
+            raw.zero_()  # (every element of the engine's fill is a nonzero code: zeros left anywhere are caught)
+            plan(m, given).load(pages, [0, 1], given, where)
+            assert torch.equal(raw, expected), f"tp=4 rank {rank}: {int((raw != expected).sum())} bytes differ"
+
+
+def spec_state(model: str) -> str:
+    return {"mamba2": "ssm", "gdn": "recurrent"}[model]
