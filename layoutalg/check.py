@@ -392,7 +392,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             continue
         where = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in ("tp", "pcp", "dcp", "interleave",
                                                                        "total_heads", "heads", "dtype_bytes")
-                          or (k in read and k not in params.TABLE))
+                          or k in read)  # every size the family reads: the configuration whole
         too_big = _checkable(inst)
         if too_big:
             rep.errors.append(f"{spec_line(lib, cf.name, 'local')}: {too_big}, with {where}")

@@ -161,3 +161,24 @@ def test_a_reshard_across_another_cp_is_drawn_by_producer(tmp_path, store, load,
     import re
     ranks = {int(r) for r in re.findall(r"rank (\d+) feeds", text)}
     assert ranks == set(range(8 if store.startswith("tp=8") else 2)), ranks  # real producer ranks, every one
+
+
+def test_a_refuted_region_is_drawn_as_its_page(tmp_path):
+    """A Mamba2 page whose x channels forget the rank: the region's refuted row is pictured as
+    the page at its counterexample, the region named."""
+    import io
+    from layoutalg.library import load
+    from layoutalg.prove.cli import _draw_refutations
+    from layoutalg.prove.runner import Budgets, prove_obligation
+    for name in ("grids", "state"):
+        (tmp_path / f"{name}.lal").write_text((ROOT / "specs" / f"{name}.lal").read_text())
+    text = (ROOT / "specs" / "mamba2.lal").read_text()
+    old = "shard x   (k, j) -> (k, by_rank(j, heads_here * ssm_head_dim))"
+    assert old in text
+    (tmp_path / "bad.lal").write_text(text.replace(old, "shard x   (k, j) -> (k, j)"))
+    row = prove_obligation(load([tmp_path / "bad.lal"]), "mamba2.x", "writers-disjoint", {}, Budgets.of())
+    assert row.status == "refuted" and row.witness["tp"] >= 2
+    out = io.StringIO()
+    _draw_refutations([str(tmp_path / "bad.lal")], [row], str(tmp_path / "pics"), out)
+    assert (tmp_path / "pics" / "mamba2.x-writers-disjoint.png").stat().st_size > 1000
+    assert "cells with two writers" in out.getvalue() and "1 counterexample(s) drawn" in out.getvalue()

@@ -177,9 +177,12 @@ def _draw_refutations(paths, rows, folder: str, out) -> None:
         if r.status != "refuted" or not r.witness:
             continue
         name = os.path.join(folder, f"{r.family}-{r.obligation}.png")
+        page, _, region = r.family.rpartition(".")  # a region's row is drawn as its page, the region named
+        family, what = (page, f"{page} (region '{region}')") if r.family not in lib.families and page in \
+            lib.families else (r.family, r.family)
         try:
             sizes = ", ".join(f"{k}={v}" for k, v in r.witness.items())
-            print(draw(owners_of_reading(lib, r.family, r.witness), name, f"{r.family} {r.obligation}: {sizes}"),
+            print(draw(owners_of_reading(lib, family, r.witness), name, f"{what} {r.obligation}: {sizes}"),
                   file=out)
             drawn += 1
         except Exception as e:  # noqa: BLE001 - a picture is a courtesy, never the verdict

@@ -662,7 +662,8 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         certs = [certify(fam, v) for v in fam.variants]
         bad = [c.detail for c in certs if c.status != "proved"]
         rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
-                        "stride chains (sympy): all sizes", time.perf_counter() - t0, "; ".join(bad)))
+                        "stride chains (sympy): all sizes", time.perf_counter() - t0,
+                        "; ".join(dict.fromkeys(bad))))  # each reason once, however many cases give it
         rows += _agnostic_row(spec, family, fam, _LAYOUT_CLAIM)
     applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
