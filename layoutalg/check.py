@@ -286,6 +286,9 @@ def _configs(lib: Library, cf: CompiledFamily, domain: dict, rep: FamilyReport):
         yield from found
 
 
+FEW = 8
+"""A family certified on fewer sample configurations than this is said to have been checked on few."""
+
 ORACLE_ELEMENTS = 1 << 17
 """Most elements (over all ranks and configurations) one family's direct reading enumerates,
 an interpreter of the spec text that reads each element: past it the oracle stops (its
@@ -465,6 +468,14 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                              f"one model under two cp with canonical pages of at most {FORMAT_BYTES} bytes that "
                              f"both read (every conversion and `layoutalg reshard` compare them at their sizes)")
     rep.errors += _unplaced(lib, cf)
+    if rep.certified and (rep.witnesses or rep.certified < FEW):  # a pass on little: say how little, and why
+        rep.notes.append(f"exercised on {rep.certified} configuration(s) only"
+                         + (f", all found by Z3 from the family's guards: none of the {rep.failed_closed} sample "
+                            f"configuration(s) meets them"
+                            + _commonest(refusals, rep.failed_closed, str(lib.family_def(cf.name).span.file))
+                            if rep.witnesses else "")
+                         + "; a name the family declares takes `samples` that meet its guards (`param NAME in "
+                           "LO .. HI samples ...`), and `layoutalg runs` checks any configuration named")
     if not rep.certified and not rep.errors and rep.witnesses:
         rep.errors.append(f"{spec_line(lib, cf.name, 'family')}: certified on no configuration: Z3 found "
                           f"{rep.witnesses} configuration(s) where the spec's direct reading applies, but the compiled "

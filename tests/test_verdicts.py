@@ -1,5 +1,6 @@
 """Every verdict means what it says: regressions for the ways a row could say "proved" or
 "ok" having checked nothing, or be wrong, and for commands that crashed or exited 0."""
+import re
 import shutil
 import subprocess
 import sys
@@ -601,3 +602,17 @@ def test_a_family_the_runtime_cannot_compile_proves_nothing():
     rows = _rows(ROOT / "tests/data/review/rank_division.lal", "rhalf")
     assert rows and all(r.status == "unknown" for r in rows.values()), {n: r.status for n, r in rows.items()}
     assert "not in normal form" in rows["writers-cover"].detail
+
+
+def test_check_says_when_a_family_was_exercised_on_few_configurations_and_why():
+    """vLLM v0's layout needs head_size % (16 / dtype_bytes) == 0, which no built-in sample meets:
+    it passes on Z3's configurations, and check says so, with the guard that refused the samples."""
+    proc = subprocess.run([sys.executable, "-m", "layoutalg", "check", "tests/data/v0/"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"note: exercised on \d+ configuration\(s\) only, all found by Z3 from the family's guards: "
+                     r"none of the \d+ sample configuration\(s\) meets them \(the commonest refusal.*"
+                     r"v0_paged.lal:\d+:\d+: require head_size % x == 0 does not hold\)", proc.stdout), proc.stdout
+    shipped = subprocess.run([sys.executable, "-m", "layoutalg", "check", "specs/split_nhd.lal"], capture_output=True,
+                             text=True, cwd=ROOT)
+    assert "exercised on" not in shipped.stdout  # the control: a family the samples meet says nothing
