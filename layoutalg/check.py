@@ -11,103 +11,15 @@ from __future__ import annotations
 
 import itertools
 import os
-from math import lcm
 from dataclasses import dataclass, field
 
 from . import params
-from .compiled import CompiledFamily, GuardFailed, misfit
+from .compiled import CompiledFamily, GuardFailed
 from .errors import printable
 from .interpret import Reading, byte_map, misplaced_token
 from .library import Library
-from .lower import TilingError, lower
-from .mapping import CanonicalPageMapping
-
-DEFAULT_DOMAIN = params.SAMPLES
-"""The configurations `check` enumerates for the built-in names (page_size is fitted to each)."""
-
-
-def sample_domain(lib: Library, cf: CompiledFamily | None = None) -> dict:
-    """The sample values of every runtime name the library knows, declared ones included.
-
-    With `cf`, only the names the family reads are varied (the others keep their first
-    sample): a name it never reads only multiplies the same configuration.
-    """
-    read = {b.name for b in cf.bounds} if cf is not None and cf.bounds else None
-    return {n: p.samples if read is None or n in read else p.samples[:1]
-            for n, p in lib.vocabulary().items() if n != "page_size"}
-
-
-def _partition(intervals, size) -> str:
-    """'' when intervals tile [0, size) exactly, else the first gap or overlap."""
-    at = 0
-    for lo, n in sorted(intervals):
-        if lo > at:
-            return f"bytes [{at}, {lo}) are not covered"
-        if lo < at:
-            return f"bytes [{lo}, {min(at, lo + n)}) are covered twice"
-        at = lo + n
-    return "" if at == size else (f"bytes [{at}, {size}) are not covered" if at < size
-                                  else f"runs reach byte {at} past the page end {size}")
-
-
-def tiling_errors(maps: tuple[CanonicalPageMapping, ...], local_pads=(), canonical_pads=()) -> list[str]:
-    """The reference's start-up check, on intervals of the runs (and of a page's pads, which
-    are never copied: `(offset, size)` intervals)."""
-    errors = []
-    for rank, m in enumerate(maps):
-        why = _partition([(lo, n) for r in m.runs for lo, _, n in r.triples()] + list(local_pads),
-                         m.local_page_size_bytes)
-        if why:
-            errors.append(f"rank {rank}, local page: {why}")
-    nw = 1
-    for m in maps:
-        for n, _ in m.elections:
-            nw = lcm(nw, n)  # every combination of writer turns comes round within nw blocks
-    for block in range(nw):
-        stored = [(co, n) for m in maps for r in m.written_runs(block) for _, co, n in r.triples()]
-        why = _partition(stored + list(canonical_pads), maps[0].canonical_page_size_bytes)
-        if why:
-            errors.append(f"block {block}, canonical page: {why}")
-    return errors
-
-
-def pads(inst) -> tuple[list, list]:
-    """The local and canonical pad intervals of a page of regions (none for one box)."""
-    from .lower import pad_fragments
-    return ([f for p in getattr(inst, "local_pads", ()) for f in pad_fragments(p)],
-            [f for p in getattr(inst, "canonical_pads", ()) for f in pad_fragments(p)])
-
-
-def configurations(domain: dict = DEFAULT_DOMAIN):
-    names = list(domain)
-    for values in itertools.product(*(domain[n] for n in names)):
-        yield dict(zip(names, values))
-
-
-def instantiate(cf: CompiledFamily, sizes: dict):
-    """The family's instance at `sizes`, with page_size chosen to fit its local layout."""
-    trial = []
-    try:
-        inst = cf.evaluate({**sizes, "page_size": 0}, bounded=False)  # only to learn the page it holds
-        if inst.local_page > 0:
-            trial.append(inst.local_page)
-        if hasattr(inst, "regions"):  # a page padded to the runtime's page: its data, then with room to spare
-            used = sum(i.local_page for _, i in inst.regions)
-            trial += [used, used + 2 * sizes.get("block_size", 1)]
-    except (GuardFailed, ZeroDivisionError):
-        pass
-    trial += [sizes.get("block_size", 1) * k for k in (3, 8)]  # (a family that reads no block_size: any page)
-    last = None
-    for page in trial:
-        try:
-            inst = cf.evaluate({**sizes, "page_size": page})
-        except GuardFailed as e:
-            last = e
-            continue
-        if not misfit(inst, page, sizes["tp"] * sizes["pcp"]):  # what the runtime demands
-            return inst, {**sizes, "page_size": page}
-    raise last or GuardFailed("no page size fits the local layout")
-
+from .lower import TilingError, lower, pads, tiling_errors  # noqa: F401 - tiling_errors: re-exported
+from .samples import configurations, instantiate, sample_domain
 
 def _variety(maps) -> tuple:
     """How much an example shows: distinct rank mappings, then ranks."""

@@ -276,12 +276,12 @@ def _init(rank: int, world: int, job: dict, name: str):
 
 def global_coordinates(group: Group, rank: int, pages: torch.Tensor, small=None):
     """(page, canonical byte) of each local byte of each page, in one format for both groups:
-    the larger canonical page's. `small` is (k, `pageformat.spec_coordinates`) where this group
+    the larger canonical page's. `small` is (k, `oracle.spec_coordinates`) where this group
     reads the smaller pages of another cp (its page p is part p % k of big page p // k), else None."""
     canon = coordinates(group, rank)
     if small is None:
         return pages, canon
-    k, table = small  # (k, the spec's big page byte of each byte of each part), `pageformat.spec_coordinates`
+    k, table = small  # (k, the spec's big page byte of each byte of each part), `oracle.spec_coordinates`
     big = table[pages % k][:, canon.clamp(min=0)]
     return pages // k, big.masked_fill(canon < 0, -1)  # a pad byte stays a pad byte (-1), never a data byte
 

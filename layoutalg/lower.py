@@ -13,7 +13,7 @@ exact tiling (each a handful of integer comparisons, never an enumeration of byt
 from __future__ import annotations
 
 from itertools import product
-from math import prod
+from math import lcm, prod
 
 from .algebra import coalesce, invert_and_compose
 from .compiled import Instance, Page
@@ -303,3 +303,45 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
         out.append(CanonicalPageMapping(page.canonical_page, page.local_page, runs, nw, w, page.agnostic,
                                         layout_id, () if same else elect, tilings=tilings))
     return tuple(out)
+
+
+# ---- the reference's start-up check: do a configuration's runs tile both pages ------------
+
+def _partition(intervals, size) -> str:
+    """'' when intervals tile [0, size) exactly, else the first gap or overlap."""
+    at = 0
+    for lo, n in sorted(intervals):
+        if lo > at:
+            return f"bytes [{at}, {lo}) are not covered"
+        if lo < at:
+            return f"bytes [{lo}, {min(at, lo + n)}) are covered twice"
+        at = lo + n
+    return "" if at == size else (f"bytes [{at}, {size}) are not covered" if at < size
+                                  else f"runs reach byte {at} past the page end {size}")
+
+
+def tiling_errors(maps: tuple[CanonicalPageMapping, ...], local_pads=(), canonical_pads=()) -> list[str]:
+    """The reference's start-up check, on intervals of the runs (and of a page's pads, which
+    are never copied: `(offset, size)` intervals)."""
+    errors = []
+    for rank, m in enumerate(maps):
+        why = _partition([(lo, n) for r in m.runs for lo, _, n in r.triples()] + list(local_pads),
+                         m.local_page_size_bytes)
+        if why:
+            errors.append(f"rank {rank}, local page: {why}")
+    nw = 1
+    for m in maps:
+        for n, _ in m.elections:
+            nw = lcm(nw, n)  # every combination of writer turns comes round within nw blocks
+    for block in range(nw):
+        stored = [(co, n) for m in maps for r in m.written_runs(block) for _, co, n in r.triples()]
+        why = _partition(stored + list(canonical_pads), maps[0].canonical_page_size_bytes)
+        if why:
+            errors.append(f"block {block}, canonical page: {why}")
+    return errors
+
+
+def pads(inst) -> tuple[list, list]:
+    """The local and canonical pad intervals of a page of regions (none for one box)."""
+    return ([f for p in getattr(inst, "local_pads", ()) for f in pad_fragments(p)],
+            [f for p in getattr(inst, "canonical_pads", ()) for f in pad_fragments(p)])

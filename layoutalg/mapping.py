@@ -185,3 +185,16 @@ def merged_triples(runs) -> list[tuple[int, int, int]]:
         else:
             out.append([lo, co, n])
     return [tuple(t) for t in out]
+
+
+@named_tuple
+class PageConversion:
+    """`mapping` sends each byte of one big page to its byte in the group of `k` small pages."""
+
+    k: int
+    token: str              # the family's `sequence` index, the one whose extent differs
+    mapping: CanonicalPageMapping
+    big_page: int
+    small_page: int
+    big_format: str = ""    # the page formats it converts between (`runtime.form_part` of a mapping's
+    small_format: str = ""  # format id): plans across another cp use it only between groups of those

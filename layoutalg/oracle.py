@@ -291,7 +291,6 @@ def unkept_between(lib, family: str, big: dict, small: dict) -> str:
     small pages at `small` sizes hold at that index (the sequence index split into a part and a
     token of the part, as a conversion joins them), else the first that differs, said. No
     conversion is made: the canonical layouts are read as the spec writes them."""
-    from .pageformat import spec_coordinates
     seq = lib.family_def(family).sequence
     eb, tb = meaning(lib, family, big)
     es, ts = meaning(lib, family, small)
@@ -310,3 +309,29 @@ def unkept_between(lib, family: str, big: dict, small: dict) -> str:
                         f"the engine's than byte {c} of its part {j} at {_shown(small)} (token {small_tok}): "
                         f"a canonical index names one element under one and another under the other")
     return "" if compared else "no byte of the two pages holds an element to compare"
+
+
+def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: str):
+    """(k, small page) int64: the big page byte that byte `c` of part `j` of a big page holds,
+    by enumerating the spec's own reading of both canonical layouts, region by region for a
+    page of regions (-1: a pad byte). No conversion run is used: this is what a conversion
+    is checked against."""
+    import itertools
+
+    import torch
+    from .interpret import Reading
+    out = None
+    for part in lib.parts_of(family):
+        rb, rs = Reading(lib, part, dict(big)), Reading(lib, part, dict(small))
+        ext = rs.extents("canonical")
+        ldef, bound = rs.layout("canonical")
+        e = rs.expr(ldef.element, bound) if ldef.element is not None else 1
+        if out is None:
+            out = torch.full((k, rs.page("canonical")), -1, dtype=torch.int64)
+        for values in itertools.product(*(range(ext[n]) for n in ext)):
+            idx = dict(zip(ext, values))
+            at = rs.offset("canonical", idx)
+            for j in range(k):
+                there = rb.offset("canonical", {**idx, token: idx[token] + j * ext[token]})
+                out[j, at:at + e] = torch.arange(there, there + e)
+    return out

@@ -26,19 +26,7 @@ from .algebra import NotCompact, coalesce, invert_and_compose
 from .errors import LayoutalgError
 from .layout import Layout
 from .lower import run_plan
-from .mapping import CanonicalPageMapping, CopyRun
-
-
-class PageConversion(NamedTuple):
-    """`mapping` sends each byte of one big page to its byte in the group of `k` small pages."""
-
-    k: int
-    token: str              # the family's `sequence` index, the one whose extent differs
-    mapping: CanonicalPageMapping
-    big_page: int
-    small_page: int
-    big_format: str = ""    # the page formats it converts between (`runtime.form_part` of a mapping's
-    small_format: str = ""  # format id): plans across another cp use it only between groups of those
+from .mapping import CanonicalPageMapping, CopyRun, PageConversion  # noqa: F401 - PageConversion: its record
 
 
 class Box(NamedTuple):
@@ -246,32 +234,6 @@ def _format(cf, family: str, sizes: dict) -> str:
     except (GuardFailed, KeyError) as err:
         raise LayoutalgError(f"{family} does not hold pages at {_shown(sizes)}: {err}") from None
     return format_id(cf.layout_id, inst, names_data(inst), dict(sizes))
-
-
-def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: str):
-    """(k, small page) int64: the big page byte that byte `c` of part `j` of a big page holds,
-    by enumerating the spec's own reading of both canonical layouts, region by region for a
-    page of regions (-1: a pad byte). No conversion run is used: this is what a conversion
-    is checked against."""
-    import itertools
-
-    import torch
-    from .interpret import Reading
-    out = None
-    for part in lib.parts_of(family):
-        rb, rs = Reading(lib, part, dict(big)), Reading(lib, part, dict(small))
-        ext = rs.extents("canonical")
-        ldef, bound = rs.layout("canonical")
-        e = rs.expr(ldef.element, bound) if ldef.element is not None else 1
-        if out is None:
-            out = torch.full((k, rs.page("canonical")), -1, dtype=torch.int64)
-        for values in itertools.product(*(range(ext[n]) for n in ext)):
-            idx = dict(zip(ext, values))
-            at = rs.offset("canonical", idx)
-            for j in range(k):
-                there = rb.offset("canonical", {**idx, token: idx[token] + j * ext[token]})
-                out[j, at:at + e] = torch.arange(there, there + e)
-    return out
 
 
 def convert(conv: PageConversion, big, small, to_small: bool) -> None:

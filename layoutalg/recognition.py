@@ -23,7 +23,7 @@ import random
 from math import prod
 from typing import NamedTuple
 
-from .check import instantiate
+from .samples import instantiate
 from .compiled import CompiledPage, GuardFailed
 from .lower import TilingError
 

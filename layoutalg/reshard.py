@@ -46,7 +46,7 @@ from .copy import _ids as read_ids
 from .direct import consumer_runs, owners, pieces
 from .errors import ConfigError, LayoutalgError
 from .lower import strided_fragments, strided_runs
-from .mapping import CanonicalPageMapping, CopyRun, TensorView
+from .mapping import CanonicalPageMapping, CopyRun, PageConversion, TensorView
 from .torch_copy import (_check_runs, check_blocks_apart, in_segments, layer_segments, overlap, shared_byte,
                          stretch_length)
 
@@ -660,7 +660,6 @@ def cross_plans(producers: Sequence[CanonicalPageMapping], consumers: Sequence[C
     `conversion` is the `pageformat.PageConversion` between the two groups' page formats:
     one made for other sizes (another head size, another family), or groups of other element
     types, are refused (`ReshardError`), as `direct_plans` refuses two formats of one cp."""
-    from .pageformat import PageConversion
     if not isinstance(conversion, PageConversion):
         raise ReshardError(f"cross_plans: conversion must be a pageformat.PageConversion (it names the formats it "
                            f"converts between), got {type(conversion).__name__}")

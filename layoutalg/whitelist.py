@@ -11,7 +11,7 @@ import ast
 import functools
 
 from . import params
-from .compiled import Instance
+from .instance import Instance
 from .errors import LayoutalgError
 
 

@@ -26,7 +26,8 @@ import torch
 from layoutalg.copy import plan
 from layoutalg.distributed import global_coordinates, hashed, layout_of_pages
 from layoutalg.errors import ConfigError, LayoutalgError
-from layoutalg.pageformat import conversion, convert, spec_coordinates
+from layoutalg.oracle import spec_coordinates
+from layoutalg.pageformat import conversion, convert
 from layoutalg.library import load_default
 from layoutalg.torch_copy import layer_segments
 from layoutalg.params import parse_config

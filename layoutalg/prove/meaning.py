@@ -242,17 +242,16 @@ def unshown(lib, family: str, configurations, budget, sides=("store", "load")) -
 
 def verdict(lib, family: str, configurations, budget, sides=("store", "load")) -> tuple[str, str]:
     """('proved', ''), or ('refuted' | 'unknown', why) of `one-format` at each configuration. A case
-    whose pages no other configuration reads (keyed by its sizes, `runner._shared`) asks
+    whose pages no other configuration reads (keyed by its sizes, `shared_paths`) asks
     nothing: its reader is its writer's configuration."""
     from ..family import resolve
     from .obligations import Model
-    from .runner import _shared
     for side, sizes in zip(sides, configurations):
         for part in lib.parts_of(family):
             where = "" if part == family else f" in region {part.split('.')[-1]!r}"
             try:
                 path = tuple(Reading(lib, part, dict(sizes)).taken)
-                if path not in _shared(lib, part, resolve(lib, part)):
+                if path not in shared_paths(lib, part, resolve(lib, part)):
                     continue
                 m = Model(lib, part, path, sizes=dict(sizes))
                 violation, w = query(m)
@@ -273,3 +272,18 @@ def verdict(lib, family: str, configurations, budget, sides=("store", "load")) -
 
 def _shown(m, model) -> str:
     return ", ".join(f"{n}={v}" for n, v in m.sizes.items() if isinstance(v, int))
+
+
+def shared_paths(lib, family: str, fam) -> list:
+    """The case paths whose pages another configuration reads: every path of a family whose
+    pages of another cp are joined (`sequence`), else those whose canonical indices name the
+    engine's elements (`claims.names_data`: the runtime keys their format by the canonical
+    layout alone). A path keyed by its sizes (the opaque fallback) is read by its writer's
+    configuration only."""
+    every = paths(lib, family)
+    if lib.family_def(family).sequence is not None:
+        return every
+    if fam is None:
+        return []
+    from ..claims import names_data
+    return [p for p, named in zip(every, names_data(fam)) if named]

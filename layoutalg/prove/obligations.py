@@ -266,9 +266,6 @@ def query(m: Model, name: str, variant=None, atoms=None):
     """
     if name == "digits-match-spec":
         return _digits_query(m, variant, atoms)
-    if name == "one-format":
-        from .meaning import query as one_format
-        return one_format(m)
     if name == "sequence-order":
         d, cd = m.digits("")
         i, ci = m.index("local", "")

@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 import z3
 
 from .. import params
-from ..check import instantiate, sample_domain
 from ..compile import compile_family
 from ..compiled import GuardFailed
 from ..errors import SpecError
@@ -35,10 +34,19 @@ from ..family import resolve
 from ..interpret import Reading, paths
 from ..library import Library
 from ..lower import TilingError, _region_plan, lower_uncertified, run_plan, certify as certify_instance
+from ..samples import instantiate, sample_domain
 from . import GUARD_S, RLIMIT
-from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, holding, query, runs_query, value
+from . import meaning
+from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, holding, runs_query, value
+from .obligations import query as _asked
 from .store import Row
 from .structural import Certificate, agnostic_family, certify, page_tiles
+
+
+def query(m: Model, name: str, *extra):
+    """(violation, witness terms) of obligation `name` on `m`: one-format's from `meaning` (its
+    elements are the oracle's), every other row's from `obligations`."""
+    return meaning.query(m) if name == "one-format" else _asked(m, name, *extra)
 
 class _Capped(dict):
     """Bounds of every runtime name capped at `cap` (page_size at `page`): a dict that
@@ -218,8 +226,7 @@ def _explain(lib, family, name, m, model, w, where, sizes) -> str:
     if name in PAGE:
         return _tiling_text(model, w, where, sizes, idx)
     if name == "one-format":
-        from .meaning import explain as one_format
-        return one_format(m, model, w, where, sizes)
+        return meaning.explain(m, model, w, where, sizes)
     if name == "digits-match-spec":
         vals = {k: value(model, w[k]) for k in ("local", "want_local", "canon", "want_canon")}
         return (f"{where}: on rank {rank(w['d'])}, local ({idx(w['i'])}) is at local byte {vals['local']} and "
@@ -272,7 +279,7 @@ def _gap_text(lib, family, m, model) -> str:
         inst = compile_family(resolve(lib, family)).evaluate(sizes)
         if max(inst.local_page, inst.canonical_page) * max(1, inst.world) > params.CHECK_PAGE_LIMIT:
             return ""
-        from ..check import tiling_errors
+        from ..lower import tiling_errors
         errs = tiling_errors(lower_uncertified(inst))
     except Exception:  # noqa: BLE001 - the gap is a courtesy; the refutation stands without it
         return ""
@@ -686,7 +693,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
-    if _shared(lib, family, fam):  # pages read under another configuration than the writer's
+    if meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
         rows.append(_safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
                                                                            status, lemmas)))
         if quick and rows[-1].status == "refuted":
@@ -712,10 +719,10 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
 def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None = None, quick: bool = False,
                fam=None, status: dict | None = None, proved: dict | None = None) -> Row:
     """The `one-format` row: on every case path whose pages another configuration reads
-    (`_shared`), each canonical byte holds the element it holds on a single rank holding the
+    (`meaning.shared_paths`), each canonical byte holds the element it holds on a single rank holding the
     page (`prove.meaning`); unknown where no path's pages are read elsewhere (nothing shown)."""
     fam = resolve(lib, family) if fam is None else fam
-    shared = _shared(lib, family, fam)
+    shared = meaning.shared_paths(lib, family, fam)
     if not shared:
         return Row(lib.family_def(family).span.file, family, "one-format", "unknown",
                    "no case's pages are read under another configuration", 0.0)
@@ -731,23 +738,7 @@ def _no_reference(name: str, model, w: dict) -> bool:
     """A `one-format` violation that finds no single-rank reading to compare with: unknown."""
     if name != "one-format":
         return False
-    from .meaning import no_reference
-    return no_reference(model, w)
-
-
-def _shared(lib: Library, family: str, fam) -> list:
-    """The case paths whose pages another configuration reads: every path of a family whose
-    pages of another cp are joined (`sequence`), else those whose canonical indices name the
-    engine's elements (`claims.names_data`: the runtime keys their format by the canonical
-    layout alone). A path keyed by its sizes (the opaque fallback) is read by its writer's
-    configuration only."""
-    every = paths(lib, family)
-    if lib.family_def(family).sequence is not None:
-        return every
-    if fam is None:
-        return []
-    from ..claims import names_data
-    return [p for p, named in zip(every, names_data(fam)) if named]
+    return meaning.no_reference(model, w)
 
 
 def _nowhere(row: Row, why: str = "the family applies nowhere: no configuration to hold of") -> Row:

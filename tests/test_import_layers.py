@@ -1,0 +1,86 @@
+"""The package's imports: no module reaches back to one that imports it (lazy imports count),
+and loading the runtime with a warm cache imports none of the modules it keeps off its path."""
+import ast
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "layoutalg"
+
+
+def _modules() -> dict:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+def _edges(mods: dict) -> dict:
+    edges = {m: set() for m in mods}
+    for m, p in mods.items():
+        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = pkg
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                target = f"{base}.{node.module}" if node.module else base
+                for a in node.names:
+                    hit = f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target
+                    if hit in mods and hit not in (m, "layoutalg"):
+                        edges[m].add(hit)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                edges[m] |= {n for n in names if n in mods and n not in (m, "layoutalg")}
+    return edges
+
+
+def circles(edges: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_imports_one_that_imports_it():
+    edges = _edges(_modules())
+    assert sum(len(e) for e in edges.values()) > 100  # the control: the imports were read
+    assert circles(edges) == []
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # it finds one
+
+
+def test_the_runtime_loads_without_the_tools_it_keeps_off_its_path(tmp_path):
+    """A fresh process with a warm cache derives from bytecode found by the spec folder's index:
+    no parser, no algebra, no solver, and none of the standard modules the start-up avoids."""
+    code = ("import sys\nbefore = set(sys.modules)  # (an editable install's finder brings some at start-up)\n"
+            "import layoutalg\nlayoutalg.Deriver()\n"
+            "print(' '.join(sorted(m for m in ('dataclasses', 'typing', 'pathlib', 'json', 'hashlib', 'ast', 'lark',"
+            " 'sympy', 'z3', 'torch', 'layoutalg.whitelist', 'layoutalg.vllm') if m in set(sys.modules) - before)))\n")
+    env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                           cwd=tmp_path).stdout.split() for _ in range(3)]
+    assert "lark" in runs[0] and "sympy" in runs[0]  # the control: compiling the library imports them
+    assert runs[2] == [], runs  # (the second may hash the files once more, to write the index)
