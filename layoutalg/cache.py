@@ -264,9 +264,11 @@ def folder_listing(folder) -> tuple[str, ...]:
     return tuple(sorted(os.path.join(folder, n) for n in names if n.endswith(".lal")))
 
 
-def key_of(spec_dir) -> str:
-    """The key of a spec folder's entries: the compiler and the folder's spec files."""
-    return _digest(compiler_fingerprint().encode(), _files_digest(folder_listing(spec_dir)).encode())
+def key_of(spec_dir, listing: tuple | None = None) -> str:
+    """The key of a spec folder's entries: the compiler and the folder's spec files (`listing`,
+    where the caller has read it)."""
+    listing = folder_listing(spec_dir) if listing is None else listing
+    return _digest(compiler_fingerprint().encode(), _files_digest(listing).encode())
 
 
 class Recalled:
@@ -296,8 +298,9 @@ def recall(kind: str, folder: str) -> Recalled | None:
     entry = read_file(_path(kind, index["key"]))
     if not (isinstance(entry, dict) and entry.get("key") == index["key"] and entry.get("data") is not None):
         return None
-    # the entry's shape is not walked again: this layoutalg wrote it (the key names its sources),
-    # and a reader that finds a field missing compiles the library afresh all the same
+    # the entry's shape is not walked again: this layoutalg wrote it (the key names its sources)
+    # and its checksum holds; a field missing makes the library compile afresh, and one edited
+    # with the checksum made to match is an edit of the private folder, past the boundary
     return Recalled(entry["data"], sig, index["at"])
 
 
@@ -313,11 +316,12 @@ def remember(kind: str, folder: str, key: str, files) -> None:
     sig = stats(_package_files() + list(specs))
     if sig is None or not settled(sig, at):
         return
+    listing = folder_listing(folder)  # one reading of the folder: the key and the index both of it
     entry = read_file(_path(kind, key))  # the bytes now are those the entry was made from
-    if not (isinstance(entry, dict) and entry.get("key") == key == key_of(folder)
+    if not (isinstance(entry, dict) and entry.get("key") == key == key_of(folder, listing)
             and entry.get("files_digest") == _files_digest(specs) and list(specs) == entry.get("files")):
         return
-    write_file(p, {"folder": folder, "python": sys.version, "listing": folder_listing(folder), "key": key,
+    write_file(p, {"folder": folder, "python": sys.version, "listing": listing, "key": key,
                    "specs": specs, "sig": sig, "at": at})
 
 

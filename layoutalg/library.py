@@ -345,6 +345,8 @@ def load(paths) -> Library:
     lib = Library()
     for f in spec_files(paths):
         lib.add(parse_file(f.resolve()))
+        if f.is_symlink():  # a spec file that is a link: re-pointed, it is another source
+            lib.links.append((str(f.absolute()), str(f.resolve())))
     lib.splice_rules()
     lib.check_param_names()
     lib.check_limits()

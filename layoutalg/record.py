@@ -70,25 +70,30 @@ def _annotated(cls) -> list[str]:
 def record(cls=None, *, frozen: bool = False):
     """The class as a record of the fields it annotates (see the module's docstring)."""
     def make(cls):
-        names, defaults, compared = list(getattr(cls, "__record_fields__", ())), {}, []
+        names = list(getattr(cls, "__record_fields__", ()))  # a record's subclass: its fields first
+        defaults = dict(getattr(cls, "__record_defaults__", {}))
         compared = list(getattr(cls, "__record_compare__", ()))
         for name in _annotated(cls):
+            again = name in names  # declared again: it keeps its place, with its new default
+            defaults.pop(name, None)
+            compared = [n for n in compared if n != name]
             value = cls.__dict__.get(name, _MISSING)
             compare = True
             if isinstance(value, field):
                 value, compare = value.default, value.compare
             if value is _MISSING:
-                if defaults:
+                if defaults and not again:
                     raise TypeError(f"{cls.__name__}: field '{name}' without a default follows one with a default")
                 if name in cls.__dict__:
                     delattr(cls, name)
             else:
                 defaults[name] = value
                 setattr(cls, name, value)
-            names.append(name)
+            names += [] if again else [name]
             compared += [name] if compare else []
         made, own = _methods(cls, names, defaults, compared, frozen), cls.__dict__
         cls.__record_fields__, cls.__record_compare__ = tuple(names), tuple(compared)
+        cls.__record_defaults__ = defaults
         cls.__match_args__ = tuple(names)
         cls.__init__ = made["__init__"]
         cls.__repr__, cls.__eq__ = own.get("__repr__", _repr), own.get("__eq__", made["__eq__"])

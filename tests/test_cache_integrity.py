@@ -544,3 +544,55 @@ def test_a_damaged_or_borrowed_index_names_no_entry(empty_cache_folder, tmp_path
     other.mkdir()
     Path(cache._index_path("library", str(other))).write_bytes(raw)
     assert cache.recall("library", str(other)) is None
+
+
+def _family_file(path: Path, name: str, lib) -> None:
+    path.write_text((Path(lib) / "split_nhd.lal").read_text().replace(", before split_hnd", "")
+                    .replace("family split_nhd ", f"family {name} "))
+
+
+def test_a_spec_file_that_is_a_link_pointed_elsewhere_is_read_again(empty_cache_folder, tmp_path, lib):
+    """Review: the index recorded the file a link resolved to, never the link, so a re-pointed
+    link was served stale (in a fresh process, and the same process)."""
+    there = tmp_path / "x"
+    there.mkdir()
+    (there / "grids.lal").write_bytes((Path(lib) / "grids.lal").read_bytes())
+    for name in ("one", "two"):
+        _family_file(there / f"{name}.lal", f"fam_{name}", lib)
+    old = __import__("time").time() - 3600
+    for f in there.iterdir():
+        os.utime(f, (old, old))
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "a.lal").symlink_to(there / "one.lal")
+    assert sorted(compiled_library(str(folder))) == ["fam_one"]
+    forget_compiled()
+    assert sorted(compiled_library(str(folder))) == ["fam_one"]  # (by the index, as a fresh process)
+    (folder / "a.lal").unlink()
+    (folder / "a.lal").symlink_to(there / "two.lal")
+    assert sorted(compiled_library(str(folder))) == ["fam_two"]  # the same process
+    forget_compiled()
+    assert sorted(compiled_library(str(folder))) == ["fam_two"]  # a fresh one
+
+
+def test_a_spec_added_while_the_index_is_written_is_never_left_out(empty_cache_folder, tmp_path, lib, monkeypatch):
+    """Review: the index's key and its listing were two readings of the folder; a spec added
+    between them was in the listing, not in the key, and never read."""
+    import sys
+    folder = settled_copy(tmp_path, lib)
+    real = cache.key_of
+
+    def key_of(*args):
+        out = real(*args)
+        if sys._getframe(1).f_code.co_name == "remember":  # the key read: a writer adds a family now
+            text = (Path(lib) / "split_nhd.lal").read_text()
+            (Path(folder) / "late.lal").write_text('import "grids.lal"\nimport "split_nhd.lal"\n' + text[
+                text.index("family split_nhd"):].replace("family split_nhd serves attention, before split_hnd",
+                                                         "family fam_late serves late"))
+        return out
+    monkeypatch.setattr(cache, "key_of", key_of)
+    compiled_library(folder)
+    monkeypatch.setattr(cache, "key_of", real)
+    assert (Path(folder) / "late.lal").exists()
+    forget_compiled()
+    assert "fam_late" in compiled_library(folder)
