@@ -10,6 +10,7 @@ leaves both tensors as they were.
 """
 from __future__ import annotations
 
+import bisect
 from typing import NamedTuple
 
 import torch
@@ -196,11 +197,12 @@ def layer_segments(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "lay
 
 def _apart(tensors, views: tuple, page: int, name: str, op: str) -> tuple | None:
     """The page as one `Segment` a tensor where its tensors are block-strided tensors apart
-    (vLLM v0's key and value caches, each its half of one buffer): the views cut the page into
-    stretches of one length, in order, and each tensor holds its stretch of every block as one
-    dense run of memory, the tensors sharing no byte. None where the tensors are views of one
-    page a block (a Mamba layer's states in one buffer), or the views cut no such stretches:
-    `layer_bytes` takes them, or says why not.
+    (vLLM v0's key and value caches, each its half of one buffer): the views, in page order,
+    hold the page's bytes from byte 0 one after another (what follows them is pads, never
+    copied), and each tensor holds its stretch of every block as one dense run of memory, the
+    tensors sharing no byte. None where the tensors are views of one page a block (a Mamba
+    layer's states in one buffer), or the views do not follow one another: `layer_bytes` takes
+    them, or says why not.
 
     Examples:
         >>> from layoutalg.mapping import TensorView
@@ -211,28 +213,33 @@ def _apart(tensors, views: tuple, page: int, name: str, op: str) -> tuple | None
         [(0, [2, 3]), (4, [8, 9])]
     """
     n = len(views)
-    if n < 2 or len(tensors) != n or page % n or not all(isinstance(t, torch.Tensor) and t.dim() for t in tensors):
+    if n < 2 or len(tensors) != n or not all(isinstance(t, torch.Tensor) and t.dim() for t in tensors):
         return None
-    length = page // n
-    if any((v.offset, v.bytes_per_block) != (i * length, length) for i, v in enumerate(views)):
+    order = sorted(range(n), key=lambda i: views[i].offset)  # the tensors in page order
+    at = 0
+    for i in order:
+        if views[i].offset != at or not views[i].bytes_per_block:
+            return None
+        at += views[i].bytes_per_block
+    if at > page:
         return None
     starts = {t.storage_offset() * t.element_size() - v.offset for t, v in zip(tensors, views)}
     if len({(t.untyped_storage().data_ptr(), t.device) for t in tensors}) == 1 and len(starts) == 1:
         return None  # views of one page a block: one stretch
     out = []
-    for i, (t, v) in enumerate(zip(tensors, views)):
-        what = f"{name}[{i}] ({v.name})"
+    for i in order:
+        t, v, what = tensors[i], views[i], f"{name}[{i}] ({views[i].name})"
         _check_view(t, v, what, op)
         if t.device != tensors[0].device or t.shape[0] != tensors[0].shape[0]:
             raise LayoutMismatch(f"{op}: {what} has {t.shape[0]} blocks on {t.device}, but {name}[0] has "
                                  f"{tensors[0].shape[0]} on {tensors[0].device}")
-        out.append(Segment(i * length, page_bytes(t, length, what, op)))
-    for i, a in enumerate(out):
-        for j in range(i):
-            where = overlap(a.bytes, out[j].bytes)
+        out.append(Segment(v.offset, page_bytes(t, v.bytes_per_block, what, op)))
+    for a, i in enumerate(order):
+        for b in range(a):
+            where = overlap(out[a].bytes, out[b].bytes)
             if where:
-                raise LayoutMismatch(f"{op}: {name}[{i}] ({views[i].name}) and {name}[{j}] ({views[j].name}) share "
-                                     f"bytes [{where[0]}, {where[1]}) of memory")
+                raise LayoutMismatch(f"{op}: {name}[{i}] ({views[i].name}) and {name}[{order[b]}] "
+                                     f"({views[order[b]].name}) share bytes [{where[0]}, {where[1]}) of memory")
     return tuple(out)
 
 
@@ -286,14 +293,29 @@ LOCAL, CANONICAL = ("local_offset", "local_stride"), ("canonical_offset", "canon
 """A `CopyRun`'s offset and stride fields on each side, as `in_segments` names a side."""
 
 
-def stretch_length(segs: tuple) -> int:
-    """The bytes of one stretch of `layer_segments`' answer, 0 where the page is one stretch."""
-    return segs[1].start if len(segs) > 1 else 0
+def stretch_length(segs: tuple) -> int | tuple:
+    """Where `layer_segments`' stretches are cut: 0 where the page is one stretch, the bytes of
+    one stretch where they are of one length, else the start of each (`in_segments` takes either)."""
+    if len(segs) < 2:
+        return 0
+    starts, lengths = tuple(s.start for s in segs), {s.bytes.shape[1] for s in segs}
+    uniform = len(lengths) == 1 and starts == tuple(k * starts[1] for k in range(len(starts)))
+    return starts[1] if uniform else starts
 
 
-def in_segments(runs, length: int, side: tuple, other: tuple) -> tuple:
+def _locate(cuts, at: int) -> tuple:
+    """(stretch, offset in it, bytes left in it) of byte `at` of a page cut at `cuts` (`stretch_length`)."""
+    if isinstance(cuts, int):
+        s, x = divmod(at, cuts)
+        return s, x, cuts - x
+    s = bisect.bisect_right(cuts, at) - 1
+    return s, at - cuts[s], (cuts[s + 1] if s + 1 < len(cuts) else float("inf")) - at
+
+
+def in_segments(runs, length: int | tuple, side: tuple, other: tuple) -> tuple:
     """Each run cut where its fragments on one side (`side`: the names of its offset and
-    stride fields) cross from one stretch of `length` bytes to the next: `(stretch, run)`
+    stride fields) cross from one stretch of `length` bytes (or from the stretches starting
+    at each of `length`'s offsets, `stretch_length`) to the next: `(stretch, run)`
     with that side's offset counted from the stretch's start, in the runs' byte order (so
     what one side gathers in run order the other scatters in the same order); `(0, run)` each
     where `length` is 0 (the page is one stretch).
@@ -312,18 +334,18 @@ def in_segments(runs, length: int, side: tuple, other: tuple) -> tuple:
         o2, st2 = getattr(r, other[0]), getattr(r, other[1])
         size, n, i = r.fragment_size, r.num_fragments, 0
         while i < n:
-            s, x = divmod(o + i * st, length)
-            if x + size <= length:  # fragments i, i+1, ... inside stretch s
+            s, x, room = _locate(length, o + i * st)
+            if size <= room:  # fragments i, i+1, ... inside stretch s
                 j = i + 1
-                while j < n and (o + j * st) // length == s and (o + j * st) % length + size <= length:
+                while j < n and _locate(length, o + j * st)[0] == s and size <= _locate(length, o + j * st)[2]:
                     j += 1
                 out.append((s, r._replace(**{side[0]: x, other[0]: o2 + i * st2, "num_fragments": j - i})))
                 i = j
                 continue
             done = 0  # a fragment across stretches: its pieces, one a stretch
             while done < size:
-                s, x = divmod(o + i * st + done, length)
-                k = min(size - done, length - x)
+                s, x, room = _locate(length, o + i * st + done)
+                k = min(size - done, room)
                 out.append((s, r._replace(**{side[0]: x, other[0]: o2 + i * st2 + done, "fragment_size": k,
                                              "num_fragments": 1})))
                 done += k

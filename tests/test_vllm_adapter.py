@@ -659,7 +659,7 @@ def engine_buffer(model: str, tp: int, rank: int, page_of_block: list) -> tuple:
     return raw, views
 
 
-@pytest.mark.parametrize("form", ["raw page", "state views"])
+@pytest.mark.parametrize("form", ["raw page", "state views", "states apart"])
 @pytest.mark.parametrize("model", sorted(HYBRID))
 def test_a_hybrid_models_state_moves_across_a_tp_change_byte_for_byte(model, form):
     """Stored by two ranks, loaded by four, through layoutalg's own plans of the mappings the vLLM
@@ -673,7 +673,7 @@ def test_a_hybrid_models_state_moves_across_a_tp_change_byte_for_byte(model, for
         spec = HYBRID[model]["make"](tp)
         for rank in range(tp):
             raw, views = engine_buffer(model, tp, rank, page_of_block)
-            given = raw if form == "raw page" else views
+            given = {"raw page": raw, "state views": views, "states apart": [v.clone() for v in views]}[form]
             m = derive_canonical_mappings(state_config(tp, rank, HYBRID[model]["groups"]),
                                           cache_config([(spec, ["s"])], num_blocks=2), {"s": given},
                                           state_layers=True, gdn_recurrent="vk")["s"]  # vLLM 0.32's order
@@ -683,11 +683,15 @@ def test_a_hybrid_models_state_moves_across_a_tp_change_byte_for_byte(model, for
             if op == "store":
                 plan(m, given).store(given, where, pages, [0, 1])
                 continue
-            expected = raw.clone()
+            expected = [v.clone() for v in views]
             assert all(v.count_nonzero() == v.numel() for v in (views[0].view(torch.int16), views[1].view(torch.int32)))
-            raw.zero_()  # (every element of the engine's fill is a nonzero code: zeros left anywhere are caught)
+            for t in ([raw] if form == "raw page" else given):  # (every element of the engine's fill is a
+                t.zero_()                                     # nonzero code: zeros left anywhere are caught)
             plan(m, given).load(pages, [0, 1], given, where)
-            assert torch.equal(raw, expected), f"tp=4 rank {rank}: {int((raw != expected).sum())} bytes differ"
+            got = views if form != "states apart" else given
+            for g, e, codes in zip(got, expected, (torch.int16, torch.int32)):  # (codes, not floats: no NaN)
+                g, e = g.view(codes), e.view(codes)
+                assert torch.equal(g, e), f"tp=4 rank {rank}: {int((g != e).sum())} elements differ"
 
 
 def spec_state(model: str) -> str:
