@@ -14,7 +14,6 @@ every start).
 from __future__ import annotations
 
 import io
-import json
 import statistics
 import subprocess
 import tempfile
@@ -33,14 +32,14 @@ MODELS = {
 }
 
 _CHILD = r"""
-import sys, time, json
+import sys, time  # (no json here: its import would be counted as the process's)
 t0 = time.perf_counter()
 import layoutalg
 from layoutalg import Deriver, LayerSpec, ParallelConfig, TensorLayout
 t_import = time.perf_counter()
 Deriver()                # loads the compiled spec library (from the cache after the first run)
 t_load = time.perf_counter()
-cfg = json.loads(sys.argv[1])
+cfg = {k: (v if k == "layout" else int(v)) for k, v in (a.split("=") for a in sys.argv[1:])}
 def model():
     tp, total, bs, d, e = cfg["tp"], cfg["total"], cfg["bs"], cfg["d"], cfg["e"]
     h = max(1, total // tp)
@@ -64,8 +63,7 @@ t2 = time.perf_counter()
 for layer, tensor in layers:
     deriver.derive(layer, tensor, par, 1000)
 t3 = time.perf_counter()
-print(json.dumps({"import": t_import - t0, "load": t_load - t_import, "derive": t2 - t1, "warm": t3 - t2,
-                  "runs": sum(len(m.runs) for m in r.mappings)}))
+print(t_import - t0, t_load - t_import, t2 - t1, t3 - t2, sum(len(m.runs) for m in r.mappings))
 """
 
 
@@ -80,8 +78,9 @@ def bench_model(cfg: dict) -> dict:
     runs = []
     for _ in range(3):
         bare, _ = _timed(["-c", "pass"])
-        wall, out = _timed(["-c", _CHILD, json.dumps(cfg)])
-        runs.append({**json.loads(out), "process": wall - bare})
+        wall, out = _timed(["-c", _CHILD, *(f"{k}={v}" for k, v in cfg.items())])
+        runs.append({**dict(zip(("import", "load", "derive", "warm", "runs"), map(float, out.split()))),
+                     "process": wall - bare})
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
@@ -108,7 +107,7 @@ def main() -> None:
         for k in total:
             total[k] += r[k]
         print(f"| {name} | {r['import'] * 1e3:.0f} ms | {r['load'] * 1e3:.1f} ms | {r['derive'] * 1e3:.2f} ms | "
-              f"{r['warm'] * 1e3:.2f} ms | {r['process'] * 1e3:.0f} ms | {r['runs']} |")
+              f"{r['warm'] * 1e3:.2f} ms | {r['process'] * 1e3:.0f} ms | {r['runs']:.0f} |")
     print(f"| all four | {total['import'] * 1e3:.0f} ms | {total['load'] * 1e3:.1f} ms | "
           f"{total['derive'] * 1e3:.2f} ms | {total['warm'] * 1e3:.2f} ms | {total['process'] * 1e3:.0f} ms | |")
     wall, in_proc, n, lines = bench_corpus()
