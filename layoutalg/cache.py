@@ -97,6 +97,8 @@ def _bytes_of(f) -> bytes:
     f = os.fspath(f)
     if os.path.exists(f) and not os.path.isfile(f):
         raise SpecError(f"cannot read spec file {f}: it is not a regular file")
+    if os.path.islink(f) and not os.path.exists(f):
+        raise SpecError(f"cannot read spec file {f}: it is a link to {os.readlink(f)}, which does not exist")
     with open(f, "rb") as fh:
         return fh.read()
 

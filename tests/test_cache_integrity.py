@@ -596,3 +596,10 @@ def test_a_spec_added_while_the_index_is_written_is_never_left_out(empty_cache_f
     assert (Path(folder) / "late.lal").exists()
     forget_compiled()
     assert "fam_late" in compiled_library(folder)
+
+
+def test_a_spec_file_that_links_to_nothing_is_named(empty_cache_folder, tmp_path):
+    from layoutalg.errors import SpecError
+    (tmp_path / "bad.lal").symlink_to(tmp_path / "gone.lal")
+    with pytest.raises(SpecError, match=r"bad.lal: it is a link to .*gone.lal, which does not exist"):
+        Deriver(tmp_path)
