@@ -5,14 +5,10 @@ import pytest
 import torch
 
 from layoutalg.copy import plan
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime import LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, BS, D, N = 4, 4, 8, 6
 
-
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
 
 
 def _derive(deriver, tp, total=TOTAL, aiter=1):

@@ -5,14 +5,10 @@ import torch
 
 from layoutalg.copy import plan
 from layoutalg.errors import ConfigError, LayoutMismatch
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime import LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, BS, D, N = 8, 4, 8, 6
 
-
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
 
 
 def group(deriver, tp, layout="nhd"):

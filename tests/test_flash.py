@@ -16,10 +16,6 @@ from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
 BS, D, N, TOTAL = 16, 8, 5, 8
 
 
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
-
 
 def _full(seed=0):
     """The whole model's KV, block first: (blocks, kv, token, head, dim)."""

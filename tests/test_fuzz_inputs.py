@@ -1,13 +1,12 @@
 """Property-based fuzzing of command-line arguments and runtime inputs: a clear error or a
 result, never a traceback, and every result copies each page exactly once."""
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layoutalg import cli
 from layoutalg.check import tiling_errors
 from layoutalg.errors import LayoutalgError
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime import LayerSpec, ParallelConfig, TensorLayout
 
 SETTINGS = settings(derandomize=True, database=None, deadline=None, max_examples=300,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -36,10 +35,6 @@ def test_runs_arguments_get_a_result_or_a_clear_error(capsys, family, options):
     else:
         assert out.err.startswith("error: ")
 
-
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
 
 
 SIZE = st.one_of(st.integers(-2, 40), st.sampled_from([64, 128, 576, 1 << 20]))

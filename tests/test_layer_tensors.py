@@ -15,10 +15,6 @@ PAD = 8
 BLOCKS = 5
 
 
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
-
 
 def state_shapes(tp, ng, ds=False):
     """vLLM's per-rank Mamba2 state shapes: conv (K - 1, channels) (or dim-first), SSM (heads, dim, N)."""

@@ -8,14 +8,10 @@ import torch
 from layoutalg.copy import plan
 from layoutalg.errors import SpecError
 from layoutalg.library import load
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+from layoutalg.runtime import LayerSpec, ParallelConfig
 
 from conftest import ROOT
 
-
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
 
 
 # ---- Mamba2: conv state (K, x | B | C) then SSM state, padded -------------------------

@@ -71,10 +71,6 @@ def two_byte_split(tmp_path_factory):
          "canonical split_nhd(total_heads, block_size * cp, head_size, 2)")]})
 
 
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
-
 
 def covers_page_once(m: CanonicalPageMapping, page: int) -> bool:
     """The runs of `m` copy every byte of the local page [0, page) exactly once."""

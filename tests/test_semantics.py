@@ -3,13 +3,7 @@ import pytest
 import torch
 
 from layoutalg import LayerSpec, ParallelConfig, TensorLayout
-from layoutalg.runtime import Deriver
 from layoutalg.torch_copy import load, store
-
-
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
 
 
 def split_nhd(n, bs, h, d, dtype=torch.float16):

@@ -6,15 +6,11 @@ import re
 import pytest
 import torch
 
-from layoutalg import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg import LayerSpec, ParallelConfig, TensorLayout
 from layoutalg.errors import ConfigError, LayoutalgError, LayoutMismatch
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
 from layoutalg.torch_copy import load, page_bytes, store
 
-
-@pytest.fixture(scope="module")
-def deriver():
-    return Deriver()
 
 
 def mapping_for(deriver, kv: torch.Tensor, tp=2, rank=0, total=4) -> CanonicalPageMapping:
