@@ -239,6 +239,9 @@ class CopyPlan:
             raise LayoutMismatch(f"{op}: pages must be a (num_pages, {self.mapping.canonical_page_size_bytes}) "
                                  f"uint8 tensor, got {got}")
         segs = layer_segments(kv, self.mapping, "kv", op)
+        if stretch_length(segs) != self.length:  # same strides, memory laid out otherwise: the cuts differ
+            raise LayoutMismatch(f"{op}: kv holds the page in stretches cut at {stretch_length(segs) or 'none'}, "
+                                 f"but this plan was made for stretches cut at {self.length or 'none'}")
         cb = page_bytes(pages, self.mapping.canonical_page_size_bytes, "pages", op)
         for seg in segs:
             check_apart(seg.bytes, cb, op)

@@ -668,10 +668,11 @@ def raw_page(t: TensorLayout, num_blocks, page: int) -> str:
         >>> raw_page(TensorLayout((3, 1, 1, 96), (96, 96, 96, 1), 1), 3, 96)
         ''
         >>> raw_page(TensorLayout((3, 48), (48, 1), 2), 3, 96)
-        'is of 2-byte elements, not the raw bytes of the page'
+        'is of 2-byte elements, not the raw bytes (uint8 or int8) of the page'
     """
-    if t.element_size != 1:
-        return f"is of {t.element_size}-byte elements, not the raw bytes of the page"
+    if t.element_size != 1 or t.dtype not in ("", "torch.uint8", "torch.int8"):  # (as copy plans take raw bytes)
+        what = f"{t.element_size}-byte" if t.element_size != 1 else t.dtype
+        return f"is of {what} elements, not the raw bytes (uint8 or int8) of the page"
     blocks = t.shape[0] if t.shape else None
     if len(t.shape) < 2 or num_blocks is not None and blocks != num_blocks:
         return f"has shape {t.shape}, not ({'blocks' if num_blocks is None else num_blocks}, ...) of the page's bytes"

@@ -169,6 +169,13 @@ def layer_segments(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "lay
     k = outer_of(views, name, op)
     if not k:
         apart = _apart(kv, views, m.local_page_size_bytes, name, op) if isinstance(kv, (list, tuple)) else None
+        if apart:
+            held = apart[-1].start + apart[-1].bytes.shape[1]
+            reach = max((r.local_offset + (r.num_fragments - 1) * r.local_stride + r.fragment_size for r in m.runs),
+                        default=0)
+            if reach > held:
+                raise LayoutMismatch(f"{op}: {name}: the mapping's runs reach local byte {reach}, past the "
+                                     f"{held} bytes its tensors hold")
         return apart or (Segment(0, layer_bytes(kv, m, name, op)),)
     v = views[0]
     if not isinstance(kv, torch.Tensor):

@@ -92,7 +92,7 @@ def test_tensors_in_another_order_or_shape_fail_closed_by_name(deriver):
     assert any("tensor 0 (conv): shape" in r for r in swapped.reasons), swapped.reasons
     one = deriver.derive(spec, TensorLayout.of(conv), ParallelConfig(2, 1))
     assert one.result == "opaque" and any("viewed by 2 tensor(s) (conv, ssm) and one tensor is of 2-byte elements, "
-                                          "not the raw bytes of the page" in r for r in one.reasons), one.reasons
+                                          "not the raw bytes (uint8 or int8) of the page" in r for r in one.reasons), one.reasons
     ds_sizes = layer(2, 4, ds=True)[0]            # the sizes say dim-first; the tensors are kernel-first
     res = deriver.derive(ds_sizes, TensorLayout.of([conv, ssm]), ParallelConfig(2, 1))
     assert res.result == "opaque" and any("mamba2_ds: tensor 0 (conv)" in r for r in res.reasons), res.reasons
@@ -219,3 +219,26 @@ def test_vllm_v0s_paged_attention_is_one_family_moved_across_a_tp_change_byte_fo
             buf.zero_()
             plan(m, kv).load(pages, list(range(blocks)), kv, where)
             assert torch.equal(buf, expected), f"tp=4 rank {rank}: {int((buf != expected).sum())} elements differ"
+
+
+def test_a_plan_refuses_tensors_apart_laid_out_otherwise_than_it_was_made_for(deriver):
+    """Review: a plan made for views of one buffer kept its cuts, and took tensors of the same
+    strides lying apart, reading the second state past the first's stretch."""
+    spec, raw, (conv, ssm) = layer(2, 4)
+    m = deriver.derive(spec, TensorLayout.of([conv, ssm]), ParallelConfig(2, 1)).mappings[0]
+    apart = [torch.as_strided(torch.zeros(t.shape[0] * t.stride(0), dtype=t.dtype), t.shape, t.stride(), 0)
+             for t in (conv, ssm)]
+    pages = torch.zeros(conv.shape[0], m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match="this plan was made for stretches cut at none"):
+        plan(m, [conv, ssm]).store(apart, list(range(conv.shape[0])), pages, list(range(conv.shape[0])))
+    plan(m, apart).store(apart, list(range(conv.shape[0])), pages, list(range(conv.shape[0])))  # the control
+
+
+def test_runs_past_the_bytes_tensors_apart_hold_are_refused():
+    from layoutalg.mapping import CanonicalPageMapping, CopyRun
+    from layoutalg.torch_copy import store
+    views = (TensorView("k", 0, (2,), (1,), 2), TensorView("v", 4, (1,), (1,), 2))
+    m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True, tensors=views)
+    a, vb = torch.arange(6, dtype=torch.int16).view(3, 2), torch.arange(100, 106, dtype=torch.int16).view(3, 2)
+    with pytest.raises(LayoutMismatch, match="runs reach local byte 8, past the 6 bytes its tensors hold"):
+        store([a, vb[:, :1]], torch.zeros(3, 8, dtype=torch.uint8), m)
