@@ -16,7 +16,7 @@ from itertools import product
 from math import lcm, prod
 
 from .algebra import coalesce, invert_and_compose
-from .compiled import Instance, Page
+from .compiled import Instance, Page, _region
 from .errors import LayoutalgError
 from .layout import Layout
 from .mapping import CanonicalPageMapping, CopyRun, Tiling
@@ -235,7 +235,7 @@ def pad_fragments(inst: Instance) -> list[tuple[int, int]]:
 
 def _pad(inst: Instance) -> str:
     """A pad's name, as its part family names it (`quant_split.tail`: the pad `tail`)."""
-    return "pad " + inst.family.rsplit(".", 1)[-1]
+    return "pad " + _region(inst.family)
 
 
 def _rank_bases(inst: Instance) -> list[tuple[int, int]]:

@@ -344,7 +344,10 @@ def in_segments(runs, length: int | tuple, side: tuple, other: tuple) -> tuple:
             s, x, room = _locate(length, o + i * st)
             if size <= room:  # fragments i, i+1, ... inside stretch s
                 j = i + 1
-                while j < n and _locate(length, o + j * st)[0] == s and size <= _locate(length, o + j * st)[2]:
+                while j < n:
+                    s2, _, room2 = _locate(length, o + j * st)
+                    if s2 != s or size > room2:
+                        break
                     j += 1
                 out.append((s, r._replace(**{side[0]: x, other[0]: o2 + i * st2, "num_fragments": j - i})))
                 i = j
