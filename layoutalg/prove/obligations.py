@@ -15,6 +15,8 @@ import sympy
 import z3
 from z3 import z3util
 
+from ..errors import LayoutalgError
+from ..family import resolve
 from ..interpret import Reading, paths
 from ..library import Library
 from ..syntax import Name
@@ -121,8 +123,28 @@ class Model:
         if self.page_guard:
             a.append(self.page_fits())
         a += self.extents_nonnegative()
+        a += self.compiled_guards()
         a.append(self.r.world == self.sizes["tp"] * self.sizes["pcp"])  # the runtime's other check
         return a
+
+    def compiled_guards(self) -> list:
+        """The guards the runtime checks on this path, as the compiler wrote them: the spec's
+        `require`s and those the compiler adds of its own (a digit split exactly, so
+        `block_size / interleave` a whole number; every divisor positive). The runtime
+        refuses a size that breaks one, so no verdict is drawn there. A guard that cannot be
+        read here is left out, which only widens the sizes asked about."""
+        variant = _variant(self.lib, self.family, self.path)
+        if variant is None:
+            return []
+        out = []
+        for g in variant[0].guards:
+            try:
+                c = cond_to_z3(self, variant[1], g.cond)
+            except (TypeError, KeyError, ArithmeticError):
+                continue
+            if not (isinstance(c, bool) and c):
+                out.append(c)
+        return out
 
     def _shadows(self) -> list:
         """The runtime takes the first path whose cases all hold, so this path runs only where
@@ -440,6 +462,35 @@ def size_to_z3(m: Model, atoms, e):
     if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
         return _prod([size_to_z3(m, atoms, e.base)] * int(e.exp))
     raise TypeError(f"not a polynomial size: {e}")
+
+
+def cond_to_z3(m: Model, atoms, c):
+    """A sympy condition of the IR (a guard: comparisons of sizes, and, or, not) as a Z3 term."""
+    if c is sympy.true or c is sympy.false:
+        return bool(c)
+    if isinstance(c, (sympy.And, sympy.Or)):
+        parts = [cond_to_z3(m, atoms, x) for x in c.args]
+        return m.ops.and_(parts) if isinstance(c, sympy.And) else m.ops.or_(parts)
+    if isinstance(c, sympy.Not):
+        return m.ops.not_(cond_to_z3(m, atoms, c.args[0]))
+    if isinstance(c, sympy.core.relational.Relational):
+        a, b = size_to_z3(m, atoms, c.lhs), size_to_z3(m, atoms, c.rhs)
+        return m.ops.cmp[c.rel_op](a, b)
+    raise TypeError(f"not a condition: {c}")
+
+
+def _variant(lib: Library, family: str, path: tuple):
+    """(the compiled IR's variant for this case path, the family's atoms), or None where the
+    family has no normal form (the runtime then serves it nowhere but by its fallback)."""
+    memo = lib.__dict__.setdefault("_prover_variants", {})
+    if family not in memo:
+        try:
+            fam = resolve(lib, family)
+            memo[family] = (dict(zip(paths(lib, family), fam.variants)), fam.atoms)
+        except (LayoutalgError, ArithmeticError, TypeError, ValueError):
+            memo[family] = None
+    got = memo[family]
+    return None if got is None or path not in got[0] else (got[0][path], got[1])
 
 
 def _prod(xs):
