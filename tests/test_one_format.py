@@ -121,6 +121,19 @@ def test_the_broken_families_of_the_issue_are_refuted(name, line):
     assert row.status == "refuted" and f"{name}.lal:{line}" in row.detail, (row.status, row.detail)
 
 
+def test_rows_proved_before_do_not_stand_in_for_one_format(tmp_path):
+    """`writers-cover` skips its parts that are, word for word, rows this run already proved; no
+    other row may: one-format's parts are other questions. With every such row proved on every
+    path, a family whose channels swap past one rank is still refuted (it was proved)."""
+    from layoutalg.interpret import paths
+    from layoutalg.prove.runner import LEMMAS
+    lib = load([str(ACROSS / "swapped_tp.lal")])
+    proved = {n: set(paths(lib, "swapped_tp")) for n in LEMMAS}
+    row = one_format(lib, "swapped_tp", Budgets.of(), proved=proved)
+    assert row.status == "refuted" and "swapped_tp.lal:20" in row.detail, (row.status, row.detail)
+    assert "c1=1, c0=0" in row.detail or "c1=0, c0=1" in row.detail, row.detail
+
+
 @pytest.mark.parametrize("family", ["split_nhd", "aiter", "flash_hnd", "packed_hnd", "mla", "quant_split.scale",
                                     "mamba2.b", "gdn.recurrent", "dsa_indexer.values"])
 def test_shipped_families_are_one_format_for_all_sizes(family):
