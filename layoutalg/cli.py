@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--specs", metavar="DIR", help="the spec library folder holding the family (default: the shipped "
                                                    "specs)")
     rs.add_argument("--store", required=True, metavar="CONFIG",
-                    help="the producer configuration, e.g. tp=2,dcp=1,pcp=1 (also interleave, pcp_replicas)")
+                    help="the producer configuration, e.g. tp=2,dcp=1,pcp=1 (also interleave, pcp_replicas, and "
+                         "block_size where it differs from --block-size)")
     rs.add_argument("--load", required=True, metavar="CONFIG", help="the consumer configuration, e.g. tp=4")
     rs.add_argument("--heads", type=_positive, default=8, help="KV heads of the model (default 8)")
     rs.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
@@ -256,11 +257,13 @@ def _sizes_once(command: str, given: list) -> dict:
 
 def _reshard(args) -> int:
     from .distributed import group_of, parse_config, reshard
-    model = (args.heads, args.block_size, args.head_size, args.dtype, args.blocks)
     names = _sizes_once("reshard", args.size)
     specs = args.specs
-    store = group_of(args.family, parse_config(args.store), *model, names=names, specs=specs)
-    load = group_of(args.family, parse_config(args.load), *model, names=names, specs=specs)
+    x, y = (parse_config(text, also=("block_size",)) for text in (args.store, args.load))
+    bx, by = x.pop("block_size", args.block_size), y.pop("block_size", args.block_size)  # each side's blocks
+    model = (args.heads, bx, args.head_size, args.dtype, args.blocks)
+    store = group_of(args.family, x, *model, names=names, specs=specs)
+    load = group_of(args.family, y, args.heads, by, *model[2:], names=names, specs=specs)
     conversion = None
     a, b = store.mappings[0].canonical_page_size_bytes, load.mappings[0].canonical_page_size_bytes
     if a != b and store.mappings[0].layout_id == load.mappings[0].layout_id:
@@ -272,8 +275,8 @@ def _reshard(args) -> int:
         if small is store and args.blocks % conversion.k:
             raise LayoutalgError(f"reshard: --blocks {args.blocks} stored pages of {a} bytes do not fill whole "
                                  f"loading pages of {b} bytes ({conversion.k} each)")
-        load = group_of(args.family, parse_config(args.load), *model[:4], blocks, names=names, specs=specs)
-        print(f"another cp: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; "
+        load = group_of(args.family, y, args.heads, by, *model[2:4], blocks, names=names, specs=specs)
+        print(f"another {'block size' if bx != by else 'cp'}: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; "
               f"{'the plans compose' if args.direct else 'the stored pages are converted by'} a conversion of "
               f"{len(conversion.mapping.runs)} runs (by the algebra)")
     if args.direct:

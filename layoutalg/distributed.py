@@ -466,7 +466,7 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             if small is not None:  # (a direct reshard needs no conversion: its plans compose it)
                 _convert(job)
                 log(f"converted: {layers} x {store.blocks} pages of {a.canonical_page_size_bytes} bytes into "
-                    f"{layers} x {load.blocks} of {b.canonical_page_size_bytes} (another cp: {conversion.k} "
+                    f"{layers} x {load.blocks} of {b.canonical_page_size_bytes} (another cp or block size: {conversion.k} "
                     f"small pages a big one, along '{conversion.token}')")
             _spawn(_load_worker, job, load.world)
         seconds = time.perf_counter() - t0

@@ -77,14 +77,20 @@ CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")
 """The names a parallel configuration gives (`--store tp=2,dcp=1`, a reshard's pair)."""
 
 
-def parse_config(text: str) -> dict:
-    """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0)."""
+def parse_config(text: str, also: tuple = ()) -> dict:
+    """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0).
+    Names in `also` (a reshard side's `block_size`) may be given too, and are absent unless given.
+
+    Examples:
+        >>> parse_config("tp=4,block_size=64", also=("block_size",))["block_size"]
+        64
+    """
     out, seen = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}, set()
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, eq, value = item.partition("=")
-        if not eq or name not in CONFIG_NAMES:
+        if not eq or name not in CONFIG_NAMES + tuple(also):
             raise ConfigError(f"configuration {text!r}: expected NAME=VALUE items with NAME one of "
-                              f"{', '.join(CONFIG_NAMES)}, got {item!r}")
+                              f"{', '.join(CONFIG_NAMES + tuple(also))}, got {item!r}")
         if name in seen:
             raise ConfigError(f"configuration {text!r}: {name} is given twice")
         seen.add(name)

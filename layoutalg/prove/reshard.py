@@ -119,7 +119,7 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
                     for n in RESHARD]
     count = sum(len(plans) for plans, _ in groups)
     what = "this configuration pair" if groups[0][1] is None else \
-        f"this configuration pair across another cp ({groups[0][1].k} small pages a big one)"
+        f"this configuration pair across another cp or block size ({groups[0][1].k} small pages a big one)"
     rows = []
     for name in RESHARD:
         t0 = time.perf_counter()
@@ -345,7 +345,7 @@ def _prove_pages(lib, family, store, load, groups, budget) -> list[Row]:
     data = sum(m.r.bytes_of(*m.r.layout("local")) for _, m in ys)
     count = sum(len(plans) for plans, _ in groups)
     what = "this configuration pair" if groups[0][1] is None else \
-        f"this configuration pair across another cp ({groups[0][1].k} small pages a big one)"
+        f"this configuration pair across another cp or block size ({groups[0][1].k} small pages a big one)"
     rows = []
     for name in RESHARD:
         t0, found = time.perf_counter(), None
