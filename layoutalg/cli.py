@@ -76,8 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--specs", metavar="DIR", help="the spec library folder holding the family (default: the shipped "
                                                    "specs)")
     rs.add_argument("--store", required=True, metavar="CONFIG",
-                    help="the producer configuration, e.g. tp=2,dcp=1,pcp=1 (also interleave, pcp_replicas, and "
-                         "block_size where it differs from --block-size)")
+                    help="the producer configuration, e.g. tp=2,dcp=1,pcp=1 (also interleave, pcp_replicas, "
+                         "block_size where it differs from --block-size, and pp=N pipeline stages, each a group "
+                         "of its own owning vLLM's share of the layers, or pp=3+5 for each stage's count)")
     rs.add_argument("--load", required=True, metavar="CONFIG", help="the consumer configuration, e.g. tp=4")
     rs.add_argument("--heads", type=_positive, default=8, help="KV heads of the model (default 8)")
     rs.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
@@ -256,10 +257,10 @@ def _sizes_once(command: str, given: list) -> dict:
 
 
 def _reshard(args) -> int:
-    from .distributed import group_of, parse_config, reshard
+    from .distributed import group_of, reshard
     names = _sizes_once("reshard", args.size)
     specs = args.specs
-    x, y = (parse_config(text, also=("block_size",)) for text in (args.store, args.load))
+    (x, sx), (y, sy) = (_side(text, args.layers) for text in (args.store, args.load))
     bx, by = x.pop("block_size", args.block_size), y.pop("block_size", args.block_size)  # each side's blocks
     model = (args.heads, bx, args.head_size, args.dtype, args.blocks)
     store = group_of(args.family, x, *model, names=names, specs=specs)
@@ -306,9 +307,31 @@ def _reshard(args) -> int:
     print("byte check: each byte is named by the engine element it holds (the local layout's indices, each a "
           "global index by the grid's placements: the engine's word), never by the spec's canonical layout"
           + ("; taken from the spec: " + "; ".join(taken) if taken else ""))
-    passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion, device=args.device)
+    passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion, device=args.device,
+                             stages=(sx, sy))
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
+
+
+def _side(text: str, layers: int) -> tuple[dict, tuple]:
+    """A reshard side's configuration ('pp=2,tp=2,block_size=64') and its pipeline stages: `pp=N`
+    splits the layers by vLLM's rule, `pp=3+5` gives each stage's layer count."""
+    from .distributed import parse_config
+    from .params import stage_layers
+    items = [t.strip() for t in text.split(",")]
+    pp = [t for t in items if t.partition("=")[0] == "pp"]
+    if len(pp) > 1:
+        raise LayoutalgError(f"configuration {text!r}: pp is given twice")
+    config = parse_config(",".join(t for t in items if t not in pp), also=("block_size",))
+    if not pp:
+        return config, (range(layers),)
+    counts = pp[0].partition("=")[2].split("+")
+    if not all(c.isascii() and c.isdigit() for c in counts):
+        raise LayoutalgError(f"configuration {text!r}: pp must be a number of stages (pp=2) or each stage's "
+                             f"layer count (pp=3+5), got {pp[0]!r}")
+    if len(counts) == 1:
+        return config, stage_layers(layers, int(counts[0]))
+    return config, stage_layers(layers, split=tuple(map(int, counts)))
 
 
 def _families_in(spec: str, wanted: str | None):

@@ -307,12 +307,13 @@ def trusted(group: Group) -> tuple:
     return oracle.trusted(library_of(group.specs), group.family, dict(group.sizes))
 
 
-def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: torch.Tensor,
+def _fill(group: Group, rank: int, layers, pages: torch.Tensor, blocks: torch.Tensor,
           device=torch.device("cpu")) -> list[torch.Tensor]:
+    """Each of `layers` (the layer numbers this rank's stage owns) filled with its bytes' hashes."""
     from .torch_copy import layer_segments
     where, canon, _ = element_coordinates(group, rank, pages)
     out, at = [], blocks.to(device)
-    for layer in range(layers):
+    for layer in layers:
         kv, h = group.empty(device), hashed(layer, where, canon).to(device)
         for seg in layer_segments(kv, group.mappings[rank], "kv", "fill"):  # each stretch of the page
             seg.bytes.index_copy_(0, at, h[:, seg.start:seg.start + seg.bytes.shape[1]].contiguous())
@@ -320,14 +321,22 @@ def _fill(group: Group, rank: int, layers: int, pages: torch.Tensor, blocks: tor
     return out
 
 
-def _verify(group: Group, rank: int, kvs, pages, blocks) -> list[bool]:
+def _verify(group: Group, rank: int, kvs, pages, blocks, layers) -> list[bool]:
     from .torch_copy import layer_segments
     where, canon, data = element_coordinates(group, rank, pages)
     m = group.mappings[rank]
     return [torch.equal(torch.cat([seg.bytes.index_select(0, blocks.to(kv.device))
                                    for seg in layer_segments(kv, m, "kv", "check")], 1).cpu()[..., data],
                         hashed(layer, where, canon)[..., data])
-            for layer, kv in enumerate(kvs)]
+            for layer, kv in zip(layers, kvs)]
+
+
+def _stage(job: dict, side: str, rank: int) -> tuple[int, int, range]:
+    """(stage, rank within the stage's group, the layers it owns) of process `rank` of a side
+    whose pipeline stages (`job[side + "_stages"]`) each run a group of the side's world."""
+    world = job[side].world
+    stage = rank // world
+    return stage, rank % world, job[side + "_stages"][stage]
 
 
 def _pages(job: dict, key: str, group: Group, layers: int) -> torch.Tensor:
@@ -337,38 +346,40 @@ def _pages(job: dict, key: str, group: Group, layers: int) -> torch.Tensor:
                            dtype=torch.uint8).view(layers, group.blocks, n)
 
 
-def _store_worker(rank: int, job: dict):
+def _store_worker(process: int, job: dict):
     from .copy import plan
     group, layers = job["store"], job["layers"]
-    dist, dev, _ = _init(rank, group.world, job, "store")
+    stage, rank, owned = _stage(job, "store", process)
+    dist, dev, _ = _init(rank, group.world, job, f"store.{stage}")  # each pipeline stage a group of its own
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     buf = _pages(job, "pages", group, layers)
-    kvs = _fill(group, rank, layers, pages, blocks, dev)
+    kvs = _fill(group, rank, owned, pages, blocks, dev)
     t0 = time.perf_counter()
-    for layer, kv in enumerate(kvs):  # from the device's KV cache straight into shared host pages
+    for layer, kv in zip(owned, kvs):  # from the device's KV cache straight into shared host pages
         plan(m, kv).store(kv, blocks, buf[layer], pages)
     _synchronize(dev)
-    with open(os.path.join(job["folder"], f"store.{rank}.json"), "w") as f:
+    with open(os.path.join(job["folder"], f"store.{process}.json"), "w") as f:
         json.dump({"copy_s": time.perf_counter() - t0}, f)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _load_worker(rank: int, job: dict):
+def _load_worker(process: int, job: dict):
     from .copy import plan
     group, layers, folder = job["load"], job["layers"], job["folder"]
-    dist, dev, _ = _init(rank, group.world, job, "load")
+    stage, rank, owned = _stage(job, "load", process)
+    dist, dev, _ = _init(rank, group.world, job, f"load.{stage}")
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     buf = _pages(job, "load_pages", group, layers)
-    kvs = [group.empty(dev).zero_() for _ in range(layers)]
+    kvs = [group.empty(dev).zero_() for _ in owned]
     t0 = time.perf_counter()
-    for layer, kv in enumerate(kvs):
+    for layer, kv in zip(owned, kvs):
         plan(m, kv).load(buf[layer], pages, kv, blocks)  # host pages into the device's KV cache
     _synchronize(dev)
     copy_s = time.perf_counter() - t0
-    _report(folder, rank, _verify(group, rank, kvs, pages, blocks), 0, copy_s)
+    _report(folder, process, _verify(group, rank, kvs, pages, blocks, owned), 0, copy_s)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -384,40 +395,52 @@ def _transfers(job: dict) -> list:
     return [(p, v, v, pages, pages) for p in direct_plans(store.mappings, load.mappings) for v in p.producers()]
 
 
-def _direct_worker(rank: int, job: dict):
+def _owner(job: dict, side: str, layer: int) -> int:
+    """The pipeline stage of `side` that owns `layer`."""
+    return next(s for s, owned in enumerate(job[side + "_stages"]) if layer in owned)
+
+
+def _direct_worker(process: int, job: dict):
+    """Process `process` of one group holding every stage of both sides: producers first (stage
+    by stage, each stage's ranks in order), then consumers. A layer's bytes go from the ranks of
+    the store stage that owns it to those of the load stage that owns it."""
     from .reshard import gather, scatter
-    store, load, layers, folder = job["store"], job["load"], job["layers"], job["folder"]
-    dist, dev, backend = _init(rank, store.world + load.world, job, "direct")
+    store, load, folder = job["store"], job["load"], job["folder"]
+    producers = store.world * len(job["store_stages"])
+    dist, dev, backend = _init(process, producers + load.world * len(job["load_stages"]), job, "direct")
     wire = dev if backend == "nccl" else torch.device("cpu")  # gloo sends host tensors only
     transfers = _transfers(job)
     tag = len(transfers)
     ops, got = [], {}
-    if rank < store.world:  # a producer: send each consumer what its plan reads from here
+    if process < producers:  # a producer: send each consumer what its plan reads from here
+        stage, rank, owned = _stage(job, "store", process)
         pages, blocks = layout_of_pages(store, store.blocks)
-        kvs = _fill(store, rank, layers, pages, blocks, dev)
-        ops = [dist.P2POp(dist.isend, gather(plan, v, kv, blocks[src]).to(wire), store.world + plan.consumer,
-                          tag=layer * tag + t)
+        kvs = _fill(store, rank, owned, pages, blocks, dev)
+        ops = [dist.P2POp(dist.isend, gather(plan, v, kv, blocks[src]).to(wire),
+                          producers + _owner(job, "load", layer) * load.world + plan.consumer, tag=layer * tag + t)
                for t, (plan, v, p, src, dst) in enumerate(transfers) if p == rank
-               for layer, kv in enumerate(kvs)]
+               for layer, kv in zip(owned, kvs)]
     else:  # a consumer: one receive per (transfer, layer), in the order its producer sends them
-        me = rank - store.world
+        stage, me, owned = _stage(job, "load", process - producers)
         pages, blocks = layout_of_pages(load, load.blocks)
-        kvs = [load.empty(dev).zero_() for _ in range(layers)]
+        kvs = {layer: load.empty(dev).zero_() for layer in owned}
         got = {(t, layer): torch.empty(x[0].bytes_from(x[1]) * len(x[4]), dtype=torch.uint8, device=wire)
-               for t, x in enumerate(transfers) if x[0].consumer == me for layer in range(layers)}
-        ops = [dist.P2POp(dist.irecv, got[(t, layer)], transfers[t][2], tag=layer * tag + t) for t, layer in got]
+               for t, x in enumerate(transfers) if x[0].consumer == me for layer in owned}
+        ops = [dist.P2POp(dist.irecv, got[(t, layer)], _owner(job, "store", layer) * store.world + transfers[t][2],
+                          tag=layer * tag + t) for t, layer in got]
     dist.barrier()  # the group's first collective has every rank in it (NCCL's batched point-to-point asks it)
     t0 = time.perf_counter()
     for w in dist.batch_isend_irecv(ops) if ops else ():
         w.wait()
-    if rank >= store.world:
+    if process >= producers:
         moved = 0
         for (t, layer), data in got.items():
             plan, v, _, _, dst = transfers[t]
             scatter(plan, v, data, kvs[layer], blocks[dst])
             moved += data.numel()
         _synchronize(dev)
-        _report(folder, me, _verify(load, me, kvs, pages, blocks), moved, time.perf_counter() - t0)
+        _report(folder, process - producers, _verify(load, me, list(kvs.values()), pages, blocks, owned), moved,
+                time.perf_counter() - t0)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -434,7 +457,7 @@ def _synchronize(dev) -> None:
 
 
 def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print,
-            conversion=None, device: str = "cpu") -> tuple[int, int]:
+            conversion=None, device: str = "cpu", stages: tuple = ((), ())) -> tuple[int, int]:
     """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
     read pages of another cp, `conversion` (`pageformat.conversion`, big to small pages)
     converts the stored pages between the two formats in between, or with `direct` is
@@ -442,48 +465,64 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     element it holds (`element_coordinates`), never by the spec's canonical layout, the
     conversion or the plans under test. With `device`
     "cuda" each rank's KV cache is on a GPU (rank `r` on GPU `r % count`) and the pages move
-    between it and shared host memory; the group runs NCCL where every rank has a GPU of its own."""
+    between it and shared host memory; the group runs NCCL where every rank has a GPU of its own.
+    `stages` gives each side's pipeline stages, the layers each owns (`params.stage_layers`),
+    each stage a group of the side's configuration: a layer is stored by the stage that owns
+    it and loaded by the other side's stage that owns it (none given: one stage, every layer)."""
     _usable(device)
+    stages = tuple(tuple(x) or (range(layers),) for x in stages)
+    for side, owned in zip(("store", "load"), stages):
+        if sorted(i for r in owned for i in r) != list(range(layers)):
+            raise ConfigError(f"reshard: the {side} side's pipeline stages own layers "
+                              f"{[list(r) for r in owned]}, not each of the {layers} layers once")
     a, b = store.mappings[0], load.mappings[0]
     small, cross = _formats(store, load, conversion, direct)
     with tempfile.TemporaryDirectory(prefix="layoutalg-reshard-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                      else None) as folder:
         job = {"store": store, "load": load, "layers": layers, "folder": folder, "conversion": conversion,
-               "device": device,
+               "device": device, "store_stages": stages[0], "load_stages": stages[1],
                "small": small, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
                "load_pages": os.path.join(folder, "pages.bin" if small is None else "converted.bin")}
         gpus = torch.cuda.device_count() if device == "cuda" else 0
+        ps, pl = (store.world * len(stages[0]), load.world * len(stages[1]))  # processes of each side
         on = f"{device}, " + ("; ".join(f"{n} group: {backend_for(device, w, gpus)}" for n, w in (
-            (("direct", store.world + load.world),) if direct else (("store", store.world), ("load", load.world)))))
+            (("direct", ps + pl),) if direct else (("store", store.world), ("load", load.world)))))
         log(f"KV caches on {on}" + (f" ({gpus} GPUs: ranks share them round-robin)" if device == "cuda" else ""))
         t0 = time.perf_counter()
         if direct:
-            _spawn(_direct_worker, job, store.world + load.world)
+            _spawn(_direct_worker, job, ps + pl)
         else:
-            _spawn(_store_worker, job, store.world)
-            log(f"stored: {store.world} ranks of {_shown(store.config)} into {layers} x {store.blocks} canonical "
-                f"pages of {a.canonical_page_size_bytes} bytes (shared memory)")
+            _spawn(_store_worker, job, ps)
+            log(f"stored: {_staged(stages[0], store)} of {_shown(store.config)} into {layers} x {store.blocks} "
+                f"canonical pages of {a.canonical_page_size_bytes} bytes (shared memory)")
             if small is not None:  # (a direct reshard needs no conversion: its plans compose it)
                 _convert(job)
                 log(f"converted: {layers} x {store.blocks} pages of {a.canonical_page_size_bytes} bytes into "
                     f"{layers} x {load.blocks} of {b.canonical_page_size_bytes} (another cp or block size: {conversion.k} "
                     f"small pages a big one, along '{conversion.token}')")
-            _spawn(_load_worker, job, load.world)
+            _spawn(_load_worker, job, pl)
         seconds = time.perf_counter() - t0
-        results = [json.load(open(os.path.join(folder, f"result.{r}.json"))) for r in range(load.world)]
-        stores = [] if direct else [json.load(open(os.path.join(folder, f"store.{r}.json")))
-                                    for r in range(store.world)]
+        results = [json.load(open(os.path.join(folder, f"result.{r}.json"))) for r in range(pl)]
+        stores = [] if direct else [json.load(open(os.path.join(folder, f"store.{r}.json"))) for r in range(ps)]
     ok = [x for r in results for x in r["ok"]]
     moved = sum(r["moved"] for r in results)
     copies = max(r["copy_s"] for r in results) + max((r["copy_s"] for r in stores), default=0.0)
     if direct:
-        log(f"direct: {load.world} consumer ranks read {moved} bytes from {store.world} producer ranks over the "
+        log(f"direct: {_staged(stages[1], load)} read {moved} bytes from {_staged(stages[0], store)} over the "
             f"process group: the transfers and scatters {copies:.3f} s (the slowest consumer); processes, filling "
             f"and checking the rest of {seconds:.2f} s")
     else:
-        log(f"loaded: {load.world} ranks of {_shown(load.config)}: the copies {copies:.3f} s (the slowest rank's "
+        log(f"loaded: {_staged(stages[1], load)} of {_shown(load.config)}: the copies {copies:.3f} s (the slowest rank's "
             f"store and load); processes, filling, converting and checking the rest of {seconds:.2f} s")
     return sum(ok), len(ok) - sum(ok)
+
+
+def _staged(owned: tuple, group: Group) -> str:
+    """'4 ranks', or with pipeline stages '2 stages (layers 0-3, 4-7) of 2 ranks'."""
+    if len(owned) == 1:
+        return f"{group.world} ranks"
+    spans = (f"{r.start}-{r.stop - 1}" if len(r) > 1 else f"{r.start}" for r in owned)
+    return f"{len(owned)} stages (layers {', '.join(spans)}) of {group.world} ranks"
 
 
 def _spawn(worker, job: dict, ranks: int) -> None:

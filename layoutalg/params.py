@@ -104,3 +104,37 @@ def parse_config(text: str, also: tuple = ()) -> dict:
     if not seen:
         raise ConfigError(f"configuration {text!r}: no NAME=VALUE item (give at least tp, as 'tp=1')")
     return out
+
+
+def stage_layers(layers: int, pp: int = 1, split: tuple = ()) -> tuple:
+    """The layers each pipeline stage owns, one `range` a stage: `split` gives each stage's
+    count (an uneven split, as vLLM's VLLM_PP_LAYER_PARTITION), else vLLM's own rule: every
+    stage `layers // pp`, and the remainder one each to the stages before the last.
+
+    Post-conditions: the ranges are contiguous, in stage order, and cover range(layers) once.
+
+    Examples:
+        >>> stage_layers(8, 2)
+        (range(0, 4), range(4, 8))
+        >>> stage_layers(7, 3)
+        (range(0, 2), range(2, 5), range(5, 7))
+        >>> stage_layers(8, split=(3, 5))
+        (range(0, 3), range(3, 8))
+    """
+    if split:
+        counts = list(split)
+        if any(c < 1 for c in counts) or sum(counts) != layers:
+            raise ConfigError(f"pipeline split {'+'.join(map(str, counts))}: its stages must own at least one "
+                              f"layer each and {layers} layers in all, got {sum(counts)}")
+    else:
+        if not 1 <= pp <= layers:
+            raise ConfigError(f"pp = {pp}: a pipeline of {layers} layers has 1 to {layers} stages")
+        counts = [layers // pp] * pp
+        for k in range(2, layers % pp + 2):  # the remainder: one more layer to each stage before the last
+            counts[-k] += 1
+    out, start = [], 0
+    for c in counts:
+        out.append(range(start, start + c))
+        start += c
+    return tuple(out)
+

@@ -1,0 +1,58 @@
+"""Pipeline stages own layers: a model's pages stored by the stages of one pipeline and loaded
+by those of another, each stage a process group of its own, every byte checked."""
+import subprocess
+import sys
+
+import pytest
+
+from layoutalg.distributed import group_of, parse_config, reshard
+from layoutalg.errors import ConfigError
+from layoutalg.params import stage_layers
+
+from conftest import ROOT
+
+
+@pytest.mark.parametrize("layers, pp, counts", [(61, 2, [31, 30]), (61, 4, [15, 15, 16, 15]), (8, 2, [4, 4]),
+                                                (7, 3, [2, 3, 2]), (5, 5, [1] * 5)])
+def test_the_layers_split_as_vllm_splits_them(layers, pp, counts):
+    """vLLM's rule: an even share each, the remainder one each to the stages before the last."""
+    owned = stage_layers(layers, pp)
+    assert [len(r) for r in owned] == counts
+    assert [i for r in owned for i in r] == list(range(layers))  # contiguous, in order, each once
+
+
+def test_an_explicit_split_must_own_every_layer_once():
+    assert stage_layers(8, split=(3, 5)) == (range(0, 3), range(3, 8))
+    with pytest.raises(ConfigError, match="8 layers in all, got 7"):
+        stage_layers(8, split=(3, 4))
+    with pytest.raises(ConfigError, match="at least one layer each"):
+        stage_layers(2, split=(0, 2))
+    with pytest.raises(ConfigError, match="1 to 4 stages"):
+        stage_layers(4, 5)
+
+
+def test_stages_that_do_not_own_each_layer_once_are_refused():
+    g = group_of("split_hnd", parse_config("tp=2"), 4, 4, 16, "bf16", 2)
+    with pytest.raises(ConfigError, match="store side's pipeline stages own layers"):
+        reshard(g, g, 4, stages=((range(0, 2), range(1, 4)), ()), log=lambda *_: None)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "layoutalg", "reshard", "--family", "split_hnd", "--heads", "4",
+                           "--head-size", "16", "--block-size", "4", "--blocks", "2", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_pages_stored_by_two_stages_load_on_one():
+    proc = _cli("--store", "pp=2,tp=2", "--load", "tp=4", "--layers", "4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stored: 2 stages (layers 0-1, 2-3) of 2 ranks" in proc.stdout, proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "16 passed, 0 failed"  # 4 loading ranks x 4 layers
+
+
+def test_a_direct_reshard_between_pipelines_of_other_stages():
+    """Each layer's bytes go from the store stage that owns it to the load stage that owns it."""
+    proc = _cli("--store", "tp=2", "--load", "pp=1+2,tp=1", "--layers", "3", "--direct")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "direct: 2 stages (layers 0, 1-2) of 1 ranks" in proc.stdout, proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "3 passed, 0 failed"
