@@ -67,12 +67,17 @@ def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)), stretch_length(segs), outer)
 
 
-def plan_model(mappings: dict, kv_caches: dict) -> "ModelPlan":
+def plan_model(mappings: dict, kv_caches: dict, stage: bool = False) -> "ModelPlan":
     """A plan for every layer of a model: `mappings` and `kv_caches` keyed by layer name (as
     `derive_canonical_mappings` and vLLM's `kv_caches` are), one `plan` a layer. A model page
     holds each layer's canonical page side by side, in the order of the layer names sorted
     (`ModelPlan.offsets`), so a store and a load agree whatever order their dicts were built
-    in; `ModelPlan.format_id` names that page, from each layer's `format_id`."""
+    in; `ModelPlan.format_id` names that page, from each layer's `format_id`.
+
+    A pipeline stage (`stage=True`) holds the KV of its own layers only: `mappings` names every
+    layer of the model page, `kv_caches` the stage's, and the plan stores and loads those
+    layers' parts of the whole model page (`stages_tile` checks a pipeline's stages write
+    each layer once)."""
     if not isinstance(mappings, dict) or not isinstance(kv_caches, dict):
         raise ConfigError(f"plan_model: mappings and kv_caches must be dicts keyed by layer name, got "
                           f"{type(mappings).__name__} and {type(kv_caches).__name__}")
@@ -82,14 +87,19 @@ def plan_model(mappings: dict, kv_caches: dict) -> "ModelPlan":
     if odd:  # (names sort the model page's layers)
         raise ConfigError(f"plan_model: layers are named by strings (as vLLM's kv_caches are), got {odd[0]!r} "
                           f"({type(odd[0]).__name__})")
-    if set(mappings) != set(kv_caches):  # a layer left out would come back unloaded, with no word said
-        only = sorted(set(mappings) ^ set(kv_caches))
+    if set(mappings) != set(kv_caches) and not (stage and set(kv_caches) < set(mappings) and kv_caches):
+        # a layer left out would come back unloaded, with no word said
+        only = sorted(set(mappings) ^ set(kv_caches)) if not stage else sorted(set(kv_caches) - set(mappings))
         raise ConfigError(f"plan_model: layers {only[:4]}{' ...' if len(only) > 4 else ''} have a mapping or a "
                           f"tensor but not both; pass the same layers in both (a layer without a mapping is not "
-                          f"offloaded)")
+                          f"offloaded; a pipeline stage passes stage=True, every layer's mapping and its own "
+                          f"layers' tensors, at least one)" if only else
+                          "plan_model: a pipeline stage must hold at least one of the model's layers")
     names = sorted(mappings)
     plans = {}
     for n in names:
+        if n not in kv_caches:
+            continue  # (another stage's layer: its place in the page only)
         try:
             plans[n] = plan(mappings[n], kv_caches[n])
         except (LayoutMismatch, ConfigError) as e:  # which layer of the model, first
@@ -97,7 +107,30 @@ def plan_model(mappings: dict, kv_caches: dict) -> "ModelPlan":
     offsets, at = {}, 0
     for n in names:
         offsets[n], at = at, at + mappings[n].canonical_page_size_bytes
-    return ModelPlan(plans, offsets, at)
+    layout = tuple((n, offsets[n], mappings[n].canonical_page_size_bytes, mappings[n].format_id) for n in names)
+    return ModelPlan(plans, {n: offsets[n] for n in plans}, at, layout)
+
+
+def stages_tile(stages) -> None:
+    """Raises `ConfigError` unless the `ModelPlan`s of a pipeline's stages read one model page
+    (one `format_id`) and write each of its layers exactly once: two stages writing one layer
+    would race for its bytes, a layer no stage writes would come back as whatever the page
+    held."""
+    stages = list(stages)
+    if not stages:
+        raise ConfigError("stages_tile: no stage: a pipeline of no stage writes no layer")
+    ids = {p.format_id for p in stages}
+    if len(ids) > 1:
+        raise ConfigError(f"stages_tile: the stages read {len(ids)} model page formats ({', '.join(sorted(ids))}): "
+                          f"a page written by one is not a page of another")
+    writers = {n: [k for k, p in enumerate(stages) if n in p.plans] for n, *_ in stages[0].layout}
+    twice = next(((n, w) for n, w in writers.items() if len(w) > 1), None)
+    if twice:
+        raise ConfigError(f"stages_tile: layer {twice[0]!r} is written by stages {twice[1]}: one layer, one writer")
+    none = [n for n, w in writers.items() if not w]
+    if none:
+        raise ConfigError(f"stages_tile: no stage writes layer{'s' if len(none) > 1 else ''} "
+                          f"{', '.join(map(repr, none[:4]))}{' ...' if len(none) > 4 else ''} of the model page")
 
 
 def _signature(kv) -> tuple:
@@ -282,14 +315,16 @@ class ModelPlan:
     plans: dict
     offsets: dict
     page_size_bytes: int
+    layout: tuple = ()  # (name, offset, canonical page bytes, format_id) of every layer of the page
 
     @property
     def format_id(self) -> str:
-        """The model page's format: each layer's name, place and `format_id`. A loader whose id
-        differs would read another layout's bytes; compare it with the storer's."""
+        """The model page's format: each layer's name, place and `format_id` (every layer of the
+        page, a pipeline stage's too). A loader whose id differs would read another layout's
+        bytes; compare it with the storer's."""
         import hashlib
-        text = repr(tuple((n, self.offsets[n], p.mapping.canonical_page_size_bytes, p.mapping.format_id)
-                          for n, p in self.plans.items()))  # repr quotes each name: no name forges another's
+        text = repr(self.layout or tuple((n, self.offsets[n], p.mapping.canonical_page_size_bytes, p.mapping.format_id)
+                                         for n, p in self.plans.items()))  # repr quotes names: none forges another
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def store(self, kv_caches: dict, block_ids, pages, page_ids) -> dict:

@@ -259,6 +259,37 @@ def test_a_model_stored_under_one_tp_loads_under_another(deriver, src, dst, by_l
             assert torch.equal(kvs[n], want), (n, rank)
 
 
+def test_pipeline_stages_store_one_model_page_that_loads_on_one_stage(deriver):
+    """pp=2, tp=2 -> pp=1, tp=4: stage 0 owns l.0 and l.1, stage 1 owns l.2 (an uneven split);
+    each stage's plan writes its layers' parts of the whole model page, and the one-stage
+    loader reads every layer back. The stages are checked to write each layer once."""
+    from layoutalg.copy import plan_model, stages_tile
+    full = model_full()
+    stored = model_group(deriver, 2)
+    owned = ({"l.0", "l.1"}, {"l.2"})
+    stages = [[plan_model(maps, {n: kv for n, kv in kvs.items() if n in own}, stage=True) for maps, kvs in stored]
+              for own in owned]
+    stages_tile([s[0] for s in stages])
+    whole = plan_model(*stored[0])
+    assert all(p.format_id == whole.format_id and p.page_size_bytes == whole.page_size_bytes
+               for s in stages for p in s)  # every stage names the whole model page
+    pages = torch.zeros(N, whole.page_size_bytes, dtype=torch.uint8)
+    ids = torch.arange(N)
+    for own, plans in zip(owned, stages):
+        for rank, (p, (maps, kvs)) in enumerate(zip(plans, stored)):
+            assert set(p.store(model_shards(full, 2, rank, {n: kvs[n] for n in own}), ids, pages, ids)) == own
+    for rank, (maps, kvs) in enumerate(model_group(deriver, 4)):
+        assert plan_model(maps, kvs).load(pages, ids, kvs, ids) == {n: N for n in maps}
+        for n, want in model_shards(full, 4, rank, kvs).items():
+            assert torch.equal(kvs[n], want), (n, rank)
+    with pytest.raises(ConfigError, match="layer 'l.1' is written by stages \\[0, 1\\]"):
+        stages_tile([stages[0][0], plan_model(stored[0][0], {"l.1": stored[0][1]["l.1"]}, stage=True)])
+    with pytest.raises(ConfigError, match="no stage writes layer 'l.2'"):
+        stages_tile([stages[0][0]])
+    with pytest.raises(ConfigError, match="at least one"):
+        plan_model(stored[0][0], {}, stage=True)
+
+
 def test_a_model_plan_checks_every_layer_before_a_byte_moves(deriver):
     from layoutalg.copy import plan_model
     (maps, kvs), = model_group(deriver, 1)
