@@ -75,11 +75,15 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--family", required=True, help="the family of the layer (e.g. split_nhd, split_hnd, mla)")
     rs.add_argument("--specs", metavar="DIR", help="the spec library folder holding the family (default: the shipped "
                                                    "specs)")
-    rs.add_argument("--store", required=True, metavar="CONFIG",
+    rs.add_argument("--store", metavar="CONFIG",
                     help="the producer configuration, e.g. tp=2,dcp=1,pcp=1 (also interleave, pcp_replicas, "
                          "block_size where it differs from --block-size, and pp=N pipeline stages, each a group "
                          "of its own owning vLLM's share of the layers, or pp=3+5 for each stage's count)")
-    rs.add_argument("--load", required=True, metavar="CONFIG", help="the consumer configuration, e.g. tp=4")
+    rs.add_argument("--load", metavar="CONFIG", help="the consumer configuration, e.g. tp=4")
+    rs.add_argument("--pages", metavar="DIR",
+                    help="one side's job under torchrun (one process a rank, any nodes): --store writes the "
+                         "canonical pages into files under DIR, a path every node shares; a later --load job "
+                         "reads them and checks every byte")
     rs.add_argument("--heads", type=_positive, default=8, help="KV heads of the model (default 8)")
     rs.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
     rs.add_argument("--head-size", type=_positive, default=128, help="head size (default 128; MLA: 576)")
@@ -260,6 +264,10 @@ def _reshard(args) -> int:
     from .distributed import group_of, reshard
     names = _sizes_once("reshard", args.size)
     specs = args.specs
+    if args.pages is not None:
+        return _reshard_job(args, names)
+    if args.store is None or args.load is None:
+        raise LayoutalgError("reshard: give both --store and --load (or one of them with --pages, under torchrun)")
     (x, sx), (y, sy) = (_side(text, args.layers) for text in (args.store, args.load))
     bx, by = x.pop("block_size", args.block_size), y.pop("block_size", args.block_size)  # each side's blocks
     model = (args.heads, bx, args.head_size, args.dtype, args.blocks)
@@ -311,6 +319,27 @@ def _reshard(args) -> int:
                              stages=(sx, sy))
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
+
+
+def _reshard_job(args, names: dict) -> int:
+    """One side of a reshard as a job of its own under torchrun, its pages in files (`node`)."""
+    from .distributed import group_of
+    from .node import load_job, store_job, under_torchrun
+    if (args.store is None) == (args.load is None):
+        raise LayoutalgError("reshard --pages: give one of --store and --load: a job is one side, its pages "
+                             "stored for a later job (or loaded from an earlier one)")
+    if args.direct:
+        raise LayoutalgError("reshard --pages: --direct moves bytes between two groups at once; a job of one "
+                             "side goes through its pages")
+    if not under_torchrun():
+        raise LayoutalgError("reshard --pages: run it under torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
+                             "MASTER_PORT unset), e.g. torchrun --nproc-per-node 4 -m layoutalg reshard ...")
+    config, stages = _side(args.store or args.load, args.layers)
+    block = config.pop("block_size", args.block_size)
+    group = group_of(args.family, config, args.heads, block, args.head_size, args.dtype, args.blocks,
+                     names=names, specs=args.specs)
+    job = store_job if args.store is not None else load_job
+    return job(group, stages, args.layers, args.pages)
 
 
 def _side(text: str, layers: int) -> tuple[dict, tuple]:
