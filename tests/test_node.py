@@ -5,7 +5,6 @@ import socket
 import subprocess
 import sys
 
-
 from conftest import ROOT
 
 MODEL = ["--family", "split_hnd", "--heads", "4", "--head-size", "16", "--block-size", "4", "--blocks", "4",
