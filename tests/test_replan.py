@@ -549,11 +549,20 @@ def test_a_grid_whose_digits_miss_ranks_of_its_world_is_not_proved(tmp_path):
         assert "number exactly its world" in rows["reshard-cover"].detail
 
 
-def test_a_spec_without_a_requirement_the_plan_needs_is_not_proved(tmp_path):
+def test_a_requirement_the_compiler_adds_is_read_by_the_reshard_prover(tmp_path):
+    """Without `require block_size % interleave == 0` the compiler still splits `t // interleave`
+    exactly and refuses a block that is no whole number of chunks: the plan is proved where the
+    runtime serves, the prover reading the compiler's guard as the runtime checks it."""
+    from layoutalg.compile import compile_named
+    from layoutalg.compiled import GuardFailed
     lib = _mutated(tmp_path, "        require block_size % interleave == 0\n", "")
     rows = _rows(lib, "split_nhd", "tp=1,pcp=2,interleave=2", "tp=1,pcp=2")
-    assert {r.status for r in rows.values()} == {"unknown"}
-    assert "division exact" in rows["reshard-cover"].detail
+    assert {r.status for r in rows.values()} == {"proved"}, {n: r.detail for n, r in rows.items()}
+    sizes = {"tp": 1, "pcp": 2, "dcp": 1, "interleave": 2, "total_heads": 1, "heads": 1, "block_size": 3,
+             "head_size": 1, "dtype_bytes": 1, "per_token_head_quant": 0, "pcp_replicas": 0, "kv_blocks_second": 0,
+             "aiter_kv": 0, "page_size": 6}
+    with pytest.raises(GuardFailed, match=r"\(block_size\) / \(interleave\) is a whole number"):
+        compile_named(lib, "split_nhd").evaluate(sizes)
 
 
 def test_configurations_are_read_strictly(lib, tmp_path):
