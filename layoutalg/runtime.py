@@ -374,6 +374,9 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
+    if not why and isinstance(tensor, TensorLayout) and len(views) > 1 and \
+            raw_page(tensor, num_blocks, layer.page_size_bytes):  # its views stacked before the block
+        views = (stacked(views, tensor, num_blocks, layer.page_size_bytes),)
     box = () if fallback else getattr(inst, "local_form", None)
     if not why and not views and isinstance(tensor, TensorLayout):
         views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback, box=box)
@@ -641,6 +644,11 @@ def _mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
     if isinstance(tensors, TensorLayout):
         if len(views) > 1 or views[0].element == 1 and len(tensors.shape) == 2:  # no view of the page: its bytes
             why = raw_page(tensors, num_blocks, page)
+            if why and len(views) > 1:
+                apart = stacked(views, tensors, num_blocks, page)
+                if isinstance(apart, TensorView):
+                    return ""
+                why = f"{why}; nor are its views stacked before the block: it {apart}"
             return f"the page is viewed by {len(views)} tensor(s) ({names}) and one tensor {why}" if why else ""
         # a page one tensor views whole (quantised KV: data, scales and padding in its rows)
         why = view_mismatch(views[0], tensors.shape, tensors.stride, tensors.element_size, num_blocks)
@@ -655,6 +663,37 @@ def _mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
         if why:
             return f"tensor {i} ({v.name}): {why}"
     return ""
+
+
+def stacked(views: tuple, t: TensorLayout, num_blocks, page: int):
+    """One tensor holding a page's views stacked before the block, as a `TensorView` of its outer
+    dim (one stretch of the page a view), else why not (a string). vLLM v0 allocates a layer's
+    key and value caches as one `(2, num_blocks, ...)` buffer: slice i holds view i of every
+    block, one dense stretch a block. The views must follow one another from byte 0 in equal
+    stretches (the slices of one tensor are alike), each of the tensor's elements.
+
+    Examples:
+        >>> kv = (TensorView("key", 0, (2, 4), (4, 1), 2), TensorView("value", 16, (4, 2), (2, 1), 2))
+        >>> stacked(kv, TensorLayout((2, 5, 8), (40, 8, 1), 2), 5, 32)
+        TensorView(name='key|value', offset=0, shape=(2, 8), strides=(8, 1), element=2, dtype='', outer=1)
+        >>> stacked(kv, TensorLayout((5, 2, 8), (16, 8, 1), 2), 5, 32)
+        'has shape (5, 2, 8), not (2, 5, ...): the 2 views, then the blocks'
+    """
+    n, e = len(views), t.element_size
+    if len(t.shape) < 3 or t.shape[0] != n or num_blocks is not None and t.shape[1] != num_blocks:
+        return f"has shape {t.shape}, not ({n}, {'blocks' if num_blocks is None else num_blocks}, ...): the {n} " \
+               f"views, then the blocks"
+    if page % n or any((v.offset, v.bytes_per_block) != (i * (page // n), page // n) for i, v in enumerate(views)):
+        return f"stacks {n} slices alike, but the views ({', '.join(v.name for v in views)}) are not {n} equal " \
+               f"stretches of the {page}-byte page, one after another"
+    if any(v.element not in (e, 1) and e != 1 for v in views) or prod(t.shape[2:]) * e != page // n:
+        return f"holds {prod(t.shape[2:]) * e} bytes a slice of a block ({e}-byte elements), not a {page // n}-byte view"
+    gap = dense_gap(t.shape[1:], t.stride[1:])
+    if gap:
+        return f"has stride {gap.stride} in dimension {gap.dim + 1}, expected {gap.expected}: a slice of a block is " \
+               f"no dense stretch"
+    return TensorView("|".join(v.name for v in views), 0, (n,) + tuple(t.shape[2:]),
+                      (page // n // e,) + tuple(t.stride[2:]), e, t.dtype, outer=1)
 
 
 def raw_page(t: TensorLayout, num_blocks, page: int) -> str:

@@ -221,6 +221,53 @@ def test_vllm_v0s_paged_attention_is_one_family_moved_across_a_tp_change_byte_fo
             assert torch.equal(buf, expected), f"tp=4 rank {rank}: {int((buf != expected).sum())} elements differ"
 
 
+def test_vllm_v0s_whole_buffer_is_its_two_views_stacked_before_the_block():
+    """The same layer given as vLLM v0 allocates it, one (2, blocks, ...) buffer: derive takes it
+    as the family's two views stacked before the block, and its plans move the same bytes as the
+    two views' plans (stored by the views at tp=2, loaded by the whole buffer at tp=4, and back)."""
+    from layoutalg.copy import plan
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    total, d, bs, blocks = 4, 8, 4, 3
+    fill = lambda kv, b, h, c, t: 1 + c + d * (h + total * (t + bs * (b + blocks * kv)))  # noqa: E731
+    ids = list(range(blocks))
+    for tp_store, tp_load, whole_first in ((2, 4, False), (4, 2, True)):
+        pages = torch.zeros(blocks, 2 * bs * total * d * 4, dtype=torch.uint8)
+        sides = []
+        for tp, whole in ((tp_store, whole_first), (tp_load, not whole_first)):
+            here = total // tp
+            layer = LayerSpec("attention", 2 * bs * here * d * 4, bs, here, d, 4)
+            for rank in range(tp):
+                buf, kv = v0_caches(blocks, here, d, bs, lambda kv, b, h, c, t: fill(kv, b, h + rank * here, c, t))
+                given = buf if whole else kv
+                tensor = TensorLayout.of(given) if whole else tuple(TensorLayout.of(t) for t in kv)
+                res = Deriver(V0).derive(layer, tensor, ParallelConfig(tp, total), blocks)
+                assert (res.result, res.family) == ("certified", "v0_paged"), res.reasons
+                sides.append((res.mappings[rank], buf, given, whole))
+        for m, buf, given, whole in sides[:tp_store]:
+            if whole:
+                assert [(v.name, v.outer, v.shape[0]) for v in m.tensors] == [("key_cache|value_cache", 1, 2)]
+            plan(m, given).store(given, ids, pages, ids)
+        for m, buf, given, whole in sides[tp_store:]:
+            expected = buf.clone()
+            buf.zero_()
+            plan(m, given).load(pages, ids, given, ids)
+            assert torch.equal(buf, expected), f"{int((buf != expected).sum())} elements differ"
+    # the buffer's slices swapped in memory (V's blocks first): another tensor, refused by the plan
+    m = sides[-1][0]
+    buf = sides[-1][1]
+    with pytest.raises(LayoutMismatch):
+        plan(m, buf.transpose(0, 1)).store(buf.transpose(0, 1), ids, pages, ids)
+
+
+def test_a_buffer_that_is_no_stack_of_the_views_is_refused_by_name():
+    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    layer = LayerSpec("attention", 2 * 4 * 2 * 8 * 4, 4, 2, 8, 4)
+    res = Deriver(V0).derive(layer, TensorLayout((3, 2, 64), (128, 64, 1), 4), ParallelConfig(2, 4), 3)
+    assert res.result != "certified"
+    assert any("nor are its views stacked before the block: it has shape (3, 2, 64), not (2, 3, ...)" in r
+               for r in res.reasons), res.reasons
+
+
 def test_a_plan_refuses_tensors_apart_laid_out_otherwise_than_it_was_made_for(deriver):
     """Review: a plan made for views of one buffer kept its cuts, and took tensors of the same
     strides lying apart, reading the second state past the first's stretch."""
