@@ -247,21 +247,34 @@ def _rank_bases(inst: Instance) -> list[tuple[int, int]]:
     return ranks
 
 
+def _flaw(pieces, size: int):
+    """The first place `pieces` ((offset, bytes, name), ...) fail to tile [0, size) exactly, or None:
+    ('gap', from, to, the piece before, the piece after), ('overlap', from, to, the piece it
+    meets, the piece), or ('end', where the pieces end, size, the last piece, None)."""
+    at, last = 0, None
+    for lo, n, name in sorted(pieces, key=lambda p: (p[0], p[1])):
+        if lo > at:
+            return "gap", at, lo, last, name
+        if lo < at:
+            return "overlap", lo, min(at, lo + n), last, name
+        at, last = lo + n, name
+    return None if at == size else ("end", at, size, last, None)
+
+
 def _sweep(pieces, size: int, what: str, family: str) -> None:
     """`pieces` ((offset, bytes, region or pad), ...) must tile [0, size) exactly; else a
     `TilingError` naming the bytes and the regions at fault."""
-    pieces = sorted(pieces)
-    at, last = 0, None
-    for lo, n, name in pieces:
-        if lo != at:
-            gap = (f"bytes [{at}, {lo}) belong to no region (after '{last}')" if lo > at and last else
-                   f"bytes [{at}, {lo}) belong to no region (before '{name}')" if lo > at else
-                   f"byte {lo} lies in two regions, '{last}' and '{name}'")
-            raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}")
-        at, last = lo + n, name
-    if at != size:
-        raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {at}"
-                          + (f" (the last, '{last}', ends there)" if last else ""))
+    flaw = _flaw(pieces, size)
+    if flaw is None:
+        return
+    kind, a, b, before, after = flaw
+    if kind == "end":
+        raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {a}"
+                          + (f" (the last, '{before}', ends there)" if before else ""))
+    gap = (f"bytes [{a}, {b}) belong to no region (after '{before}')" if kind == "gap" and before else
+           f"bytes [{a}, {b}) belong to no region (before '{after}')" if kind == "gap" else
+           f"byte {a} lies in two regions, '{before}' and '{after}'")
+    raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}")
 
 
 def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
@@ -309,15 +322,13 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
 
 def _partition(intervals, size) -> str:
     """'' when intervals tile [0, size) exactly, else the first gap or overlap."""
-    at = 0
-    for lo, n in sorted(intervals):
-        if lo > at:
-            return f"bytes [{at}, {lo}) are not covered"
-        if lo < at:
-            return f"bytes [{lo}, {min(at, lo + n)}) are covered twice"
-        at = lo + n
-    return "" if at == size else (f"bytes [{at}, {size}) are not covered" if at < size
-                                  else f"runs reach byte {at} past the page end {size}")
+    flaw = _flaw([(lo, n, None) for lo, n in intervals], size)
+    if flaw is None:
+        return ""
+    kind, a, b, _, _ = flaw
+    if kind != "end":
+        return f"bytes [{a}, {b}) are {'not covered' if kind == 'gap' else 'covered twice'}"
+    return f"bytes [{a}, {size}) are not covered" if a < size else f"runs reach byte {a} past the page end {size}"
 
 
 def tiling_errors(maps: tuple[CanonicalPageMapping, ...], local_pads=(), canonical_pads=()) -> list[str]:
