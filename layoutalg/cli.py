@@ -334,7 +334,7 @@ def _reshard_job(args, names: dict) -> int:
     if not under_torchrun():
         raise LayoutalgError("reshard --pages: run it under torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
                              "MASTER_PORT unset), e.g. torchrun --nproc-per-node 4 -m layoutalg reshard ...")
-    config, stages = _side(args.store or args.load, args.layers)
+    config, stages = _side(args.store if args.store is not None else args.load, args.layers)
     block = config.pop("block_size", args.block_size)
     group = group_of(args.family, config, args.heads, block, args.head_size, args.dtype, args.blocks,
                      names=names, specs=args.specs)
@@ -351,11 +351,11 @@ def _side(text: str, layers: int) -> tuple[dict, tuple]:
     pp = [t for t in items if t.partition("=")[0] == "pp"]
     if len(pp) > 1:
         raise LayoutalgError(f"configuration {text!r}: pp is given twice")
-    config = parse_config(",".join(t for t in items if t not in pp), also=("block_size",))
+    config = parse_config(",".join(t for t in items if t not in pp), also=("block_size",), shown=text)
     if not pp:
         return config, (range(layers),)
     counts = pp[0].partition("=")[2].split("+")
-    if not all(c.isascii() and c.isdigit() for c in counts):
+    if not all(c.isascii() and c.isdigit() and len(c) <= 18 for c in counts):
         raise LayoutalgError(f"configuration {text!r}: pp must be a number of stages (pp=2) or each stage's "
                              f"layer count (pp=3+5), got {pp[0]!r}")
     if len(counts) == 1:

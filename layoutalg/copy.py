@@ -96,6 +96,10 @@ def plan_model(mappings: dict, kv_caches: dict, stage: bool = False) -> "ModelPl
                           f"layers' tensors, at least one)" if only else
                           "plan_model: a pipeline stage must hold at least one of the model's layers")
     names = sorted(mappings)
+    odd = next((n for n in names if not isinstance(mappings[n], CanonicalPageMapping)), None)
+    if odd is not None:
+        raise ConfigError(f"plan_model: the mapping of layer {odd!r} is a {type(mappings[odd]).__name__}, not a "
+                          f"CanonicalPageMapping")
     plans = {}
     for n in names:
         if n not in kv_caches:
@@ -119,6 +123,9 @@ def stages_tile(stages) -> None:
     stages = list(stages)
     if not stages:
         raise ConfigError("stages_tile: no stage: a pipeline of no stage writes no layer")
+    if not all(isinstance(p, ModelPlan) and p.layout for p in stages):
+        raise ConfigError("stages_tile: each stage must be a ModelPlan of plan_model, which names every layer "
+                          "of the model page")
     ids = {p.format_id for p in stages}
     if len(ids) > 1:
         raise ConfigError(f"stages_tile: the stages read {len(ids)} model page formats ({', '.join(sorted(ids))}): "

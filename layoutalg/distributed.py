@@ -471,6 +471,11 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     it and loaded by the other side's stage that owns it (none given: one stage, every layer)."""
     _usable(device)
     stages = tuple(tuple(x) or (range(layers),) for x in stages)
+    processes = store.world * len(stages[0]) + load.world * len(stages[1])
+    if processes > MAX_PROCESSES:
+        raise ConfigError(f"reshard: {processes} processes (a rank a process, each pipeline stage its ranks) are more "
+                          f"than the {MAX_PROCESSES} one machine runs here; run each side as a job of its own on "
+                          f"many nodes (--pages DIR under torchrun)")
     for side, owned in zip(("store", "load"), stages):
         if sorted(i for r in owned for i in r) != list(range(layers)):
             raise ConfigError(f"reshard: the {side} side's pipeline stages own layers "
@@ -515,6 +520,10 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
         log(f"loaded: {_staged(stages[1], load)} of {_shown(load.config)}: the copies {copies:.3f} s (the slowest rank's "
             f"store and load); processes, filling, converting and checking the rest of {seconds:.2f} s")
     return sum(ok), len(ok) - sum(ok)
+
+
+MAX_PROCESSES = 128
+"""The most rank processes one `reshard` starts on this machine (both sides, every stage)."""
 
 
 def _staged(owned: tuple, group: Group) -> str:

@@ -77,32 +77,34 @@ CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")
 """The names a parallel configuration gives (`--store tp=2,dcp=1`, a reshard's pair)."""
 
 
-def parse_config(text: str, also: tuple = ()) -> dict:
+def parse_config(text: str, also: tuple = (), shown: str | None = None) -> dict:
     """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0).
-    Names in `also` (a reshard side's `block_size`) may be given too, and are absent unless given.
+    Names in `also` (a reshard side's `block_size`) may be given too, and are absent unless given;
+    errors quote `shown` (the text as the user wrote it) where given.
 
     Examples:
         >>> parse_config("tp=4,block_size=64", also=("block_size",))["block_size"]
         64
     """
     out, seen = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}, set()
+    said = text if shown is None else shown
     for item in filter(None, (t.strip() for t in text.split(","))):
         name, eq, value = item.partition("=")
         if not eq or name not in CONFIG_NAMES + tuple(also):
-            raise ConfigError(f"configuration {text!r}: expected NAME=VALUE items with NAME one of "
+            raise ConfigError(f"configuration {said!r}: expected NAME=VALUE items with NAME one of "
                               f"{', '.join(CONFIG_NAMES + tuple(also))}, got {item!r}")
         if name in seen:
-            raise ConfigError(f"configuration {text!r}: {name} is given twice")
+            raise ConfigError(f"configuration {said!r}: {name} is given twice")
         seen.add(name)
         digits = value[1:] if value.startswith("-") else value  # a negative number is named below as too small
-        if not (digits.isascii() and digits.isdigit()):
-            raise ConfigError(f"configuration {text!r}: {name} must be a whole number, got {value!r}")
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):  # (past 2**63 no size has meaning)
+            raise ConfigError(f"configuration {said!r}: {name} must be a whole number, got {value!r}")
         out[name] = int(value)
         least = 0 if name == "pcp_replicas" else 1
         if out[name] < least:
-            raise ConfigError(f"configuration {text!r}: {name} = {out[name]}, expected at least {least}")
+            raise ConfigError(f"configuration {said!r}: {name} = {out[name]}, expected at least {least}")
     if not seen:
-        raise ConfigError(f"configuration {text!r}: no NAME=VALUE item (give at least tp, as 'tp=1')")
+        raise ConfigError(f"configuration {said!r}: no NAME=VALUE item (give at least tp, as 'tp=1')")
     return out
 
 
@@ -123,7 +125,10 @@ def stage_layers(layers: int, pp: int = 1, split: tuple = ()) -> tuple:
     """
     if split:
         counts = list(split)
-        if any(c < 1 for c in counts) or sum(counts) != layers:
+        if any(c < 1 for c in counts):
+            raise ConfigError(f"pipeline split {'+'.join(map(str, counts))}: stage {counts.index(min(counts))} owns "
+                              f"no layer; every stage owns at least one")
+        if sum(counts) != layers:
             raise ConfigError(f"pipeline split {'+'.join(map(str, counts))}: its stages must own at least one "
                               f"layer each and {layers} layers in all, got {sum(counts)}")
     else:

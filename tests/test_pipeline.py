@@ -25,10 +25,16 @@ def test_an_explicit_split_must_own_every_layer_once():
     assert stage_layers(8, split=(3, 5)) == (range(0, 3), range(3, 8))
     with pytest.raises(ConfigError, match="8 layers in all, got 7"):
         stage_layers(8, split=(3, 4))
-    with pytest.raises(ConfigError, match="at least one layer each"):
-        stage_layers(2, split=(0, 2))
+    with pytest.raises(ConfigError, match="stage 1 owns no layer"):
+        stage_layers(4, split=(2, 0, 2))
     with pytest.raises(ConfigError, match="1 to 4 stages"):
         stage_layers(4, 5)
+
+
+def test_a_reshard_past_the_processes_one_machine_runs_is_refused():
+    g = group_of("split_hnd", parse_config("tp=2"), 4, 4, 16, "bf16", 2)
+    with pytest.raises(ConfigError, match="130 processes"):
+        reshard(g, g, 65, stages=(stage_layers(65, 64), ()), log=lambda *_: None)
 
 
 def test_stages_that_do_not_own_each_layer_once_are_refused():

@@ -366,7 +366,7 @@ def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
 
 
 LEMMAS = ("writers-disjoint", "shard-injective", "shard-in-range", "canonical-bijective")
-"""The rows whose queries are, word for word, parts 2-5 of writers-cover (part 1 is the count)."""
+"""The rows whose queries are, word for word, parts 1-4 of writers-cover (part 0 is the count)."""
 
 
 def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1, known: tuple = ()):
