@@ -71,6 +71,25 @@ def _written(mapping, group: Group, pages, blocks) -> torch.Tensor:
     return out == 0
 
 
+def _same_format(folder: str, group: Group, side: str) -> dict:
+    """What `folder/job.json` says was stored ({} where nothing was), after checking it names
+    this group's page format: a store never overwrites pages of another format, and a load
+    never reads them."""
+    meta = os.path.join(folder, "job.json")
+    if not os.path.exists(meta):
+        return {}
+    try:
+        with open(meta) as f:
+            stored = json.load(f)
+        fmt = stored["format_id"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"reshard {side} job: {meta} is not a record of stored pages ({e})") from None
+    if fmt != group.mappings[0].format_id:
+        raise ConfigError(f"reshard {side} job: {folder} holds pages of format {fmt}, not "
+                          f"{group.mappings[0].format_id} (what {_said(group, (range(1),))} reads)")
+    return stored
+
+
 def store_job(group: Group, stages: tuple, layers: int, root: str) -> int:
     from .copy import plan
     dist, _, rank, owned, _ = _join(group, stages, "store")
@@ -78,6 +97,7 @@ def store_job(group: Group, stages: tuple, layers: int, root: str) -> int:
     page = group.mappings[0].canonical_page_size_bytes
     if dist.get_rank() == 0:  # the files first, whole size: every writer writes into them in place
         os.makedirs(folder, exist_ok=True)
+        _same_format(folder, group, "store")  # (a folder is one format's; never overwrite another's pages)
         for layer in range(layers):
             with open(_file(folder, layer), "wb") as f:
                 f.truncate(group.blocks * page)
@@ -117,8 +137,7 @@ def load_job(group: Group, stages: tuple, layers: int, root: str) -> int:
         raise ConfigError(f"reshard load job: no pages of format {group.mappings[0].format_id} (what "
                           f"{_said(group, stages)} reads) in {root}" + (f"; it holds {', '.join(there)}" if there
                                                                         else "; it holds none"))
-    with open(meta) as f:
-        stored = json.load(f)
+    stored = _same_format(folder, group, "load")
     if stored["pages"] != group.blocks or stored["layers"] != layers:
         raise ConfigError(f"reshard load job: {folder} holds {stored['layers']} layers x {stored['pages']} pages, "
                           f"this job reads {layers} x {group.blocks} (give --layers and --blocks as stored)")
@@ -137,6 +156,7 @@ def load_job(group: Group, stages: tuple, layers: int, root: str) -> int:
     passed, failed = counts.tolist()
     if dist.get_rank() == 0:
         by = ",".join(f"{k}={v}" for k, v in stored["config"].items())
-        print(f"loaded: {_said(group, stages)} from pages stored by {by}; {passed} passed, {failed} failed")
+        print(f"loaded: {_said(group, stages)}, {layers} layers x {group.blocks} pages, from pages stored by {by}")
+        print(f"{passed} passed, {failed} failed")
     dist.destroy_process_group()
     return 1 if failed or not passed else 0

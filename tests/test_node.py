@@ -38,7 +38,8 @@ def test_two_jobs_on_two_nodes_each_store_and_load_through_files(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["job.json", "layer0.pages", "layer1.pages", "layer2.pages"]
     rc, out = _job(tmp_path, "load", "tp=1,pp=2")  # another job, two pipeline stages of one rank
     assert rc == [0, 0], out
-    assert "in 2 pipeline stages from pages stored by tp=2" in out and "3 passed, 0 failed" in out, out
+    assert "in 2 pipeline stages, 3 layers x 4 pages, from pages stored by tp=2" in out, out
+    assert out.strip().splitlines()[-1] == "3 passed, 0 failed" or "\n3 passed, 0 failed\n" in out, out
     # one byte of one stored page changed: the load job says which layer failed and exits 1
     with open(folder / "layer1.pages", "r+b") as f:
         f.seek(1000)
@@ -54,6 +55,19 @@ def test_a_load_job_of_another_format_finds_no_pages(tmp_path):
     assert rc == [0], out
     rc, out = _job(tmp_path, "load", "tp=2,block_size=8", nodes=1, per_node=2)  # pages of 8 tokens: another format
     assert rc != [0] and "no pages of format" in out and "it holds" in out, out
+
+
+def test_a_folder_of_another_format_is_neither_overwritten_nor_read(tmp_path):
+    """A record naming another format in the folder of this one (a folder copied or renamed): the
+    store refuses to write over it and the load to read it."""
+    rc, out = _job(tmp_path, "store", "tp=2", nodes=1, per_node=2)
+    assert rc == [0], out
+    (folder,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    record = folder / "job.json"
+    record.write_text(record.read_text().replace(folder.name, "another-format"))
+    for side in ("store", "load"):
+        rc, out = _job(tmp_path, side, "tp=2", nodes=1, per_node=2)
+        assert rc != [0] and "holds pages of format another-format" in out, out
 
 
 def test_a_job_outside_torchrun_is_refused(tmp_path):
