@@ -115,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
                          "all model sizes instead: every consumer byte written once, from a producer byte that "
                          "holds the same canonical byte")
     pr.add_argument("--family", help="with --reshard: only this family")
+    pr.add_argument("--pipeline", action="store_true",
+                    help="prove that vLLM's split of a model's layers over pipeline stages gives each layer one "
+                         "stage, for every layer and stage count (the writers of a model page across stages)")
     pr.add_argument("--draw", metavar="DIR", help="draw each refutation's counterexample configuration into DIR "
                                                   "(FAMILY-OBLIGATION.png: the spec's own reading, clashes and gaps "
                                                   "marked; needs matplotlib)")

@@ -62,3 +62,22 @@ def test_a_direct_reshard_between_pipelines_of_other_stages():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "direct: 2 stages (layers 0, 1-2) of 1 ranks" in proc.stdout, proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "3 passed, 0 failed"
+
+
+def test_vllms_split_is_proved_a_partition_of_the_layers_and_a_broken_split_is_refuted(monkeypatch):
+    """The `stages-tile` row: the proof's formula is `stage_layers`'s (by enumeration), proved a
+    partition for all sizes; one extra layer too many (to r + 1 stages) is refuted."""
+    import z3
+    from layoutalg.prove import pipeline
+    for layers in range(1, 40):
+        for pp in range(1, layers + 1):
+            q, r = divmod(layers, pp)
+            starts = [z3.simplify(pipeline._start(z3.IntVal(s), q, r, pp)).as_long() for s in range(pp + 1)]
+            assert [range(a, b) for a, b in zip(starts, starts[1:])] == list(stage_layers(layers, pp)), (layers, pp)
+    row = pipeline.stages_row(10_000_000)
+    assert (row.status, row.obligation) == ("proved", "stages-tile"), row.detail
+    broken = lambda s, q, r, pp: z3.If(s == pp, pp * q + r,  # noqa: E731
+                                       s * q + z3.If(s - (pp - 2 - r) > 0, s - (pp - 2 - r), 0))
+    monkeypatch.setattr(pipeline, "_start", broken)
+    row = pipeline.stages_row(10_000_000)
+    assert row.status == "refuted" and "owns no layer" in row.detail, (row.status, row.detail)

@@ -138,6 +138,13 @@ def prove_command(args, out=None) -> int:
     from .._resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
+    if getattr(args, "pipeline", False):
+        from . import GUARD_S, RLIMIT
+        from .pipeline import stages_row
+        rows = [stages_row(args.rlimit or RLIMIT, args.timeout or GUARD_S)]
+        _table(rows, set(), out)
+        print(f"({time.perf_counter() - t:.1f} s)", file=out)
+        return 0 if rows[0].status == "proved" else 1
     if getattr(args, "reshard", None):
         rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout)
         print(f"direct plans from {args.reshard[0]} to {args.reshard[1]}, for all sizes:", file=out)
