@@ -50,13 +50,6 @@ def test_two_jobs_on_two_nodes_each_store_and_load_through_files(tmp_path):
     assert 1 in rc and "11 passed, 1 failed" in out, out  # 4 ranks x 3 layers: the rank holding byte 1000
 
 
-def test_a_load_job_of_another_format_finds_no_pages(tmp_path):
-    rc, out = _job(tmp_path, "store", "tp=2", nodes=1, per_node=2)
-    assert rc == [0], out
-    rc, out = _job(tmp_path, "load", "tp=2,block_size=8", nodes=1, per_node=2)  # pages of 8 tokens: another format
-    assert rc != [0] and "no pages of format" in out and "it holds" in out, out
-
-
 def test_a_folder_of_another_format_is_neither_overwritten_nor_read(tmp_path):
     """A record naming another format in the folder of this one (a folder copied or renamed): the
     store refuses to write over it and the load to read it."""

@@ -57,9 +57,11 @@ def test_pages_stored_by_two_stages_load_on_one():
 
 
 def test_a_direct_reshard_between_pipelines_of_other_stages():
-    """Each layer's bytes go from the store stage that owns it to the load stage that owns it."""
-    proc = _cli("--store", "tp=2", "--load", "pp=1+2,tp=1", "--layers", "3", "--direct")
+    """Each layer's bytes go from the store stage that owns it to the load stage that owns it, here
+    into blocks of half the tokens (the plans compose the conversion between block sizes)."""
+    proc = _cli("--store", "tp=2", "--load", "pp=1+2,tp=1,block_size=2", "--layers", "3", "--direct")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reshard-match  proved" in proc.stdout and "another cp or block size" in proc.stdout, proc.stdout
     assert "direct: 2 stages (layers 0, 1-2) of 1 ranks" in proc.stdout, proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "3 passed, 0 failed"
 

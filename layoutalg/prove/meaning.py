@@ -220,8 +220,11 @@ def explain(m, model, w: dict, where: str, sizes: str) -> str:
             return (f"{where}: no case of the family holds on a single rank holding the whole canonical page "
                     f"({single}), with {sizes}: the page has no reading to be one format with")
         if kind == "page":
+            hint = "" if m.r.fdef.sequence is not None else (
+                "; where pages of another cp hold more tokens, say which index they join along (`sequence t`), "
+                "so the single rank holds a block of all of them")
             return (f"{where}: a single rank holding the canonical page ({single}) reads another canonical layout "
-                    f"(its arguments differ), with {sizes}")
+                    f"(its arguments differ), with {sizes}{hint}")
         j, theirs = extra
         said = "that canonical index" if kind == "element" else "whose own canonical layout puts another element at that byte:"
         idx = ", ".join(f"{n}={val(v)}" for n, v in w["i"].items())

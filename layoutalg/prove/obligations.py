@@ -93,9 +93,10 @@ class Model:
     """One case path of one family, with sizes as Z3 variables or ints."""
 
     def __init__(self, lib: Library, family: str, path: tuple, sizes: dict | None = None,
-                 bounds: dict | None = None, page_guard: bool = True, tag: str = ""):
+                 bounds: dict | None = None, page_guard: bool = True, tag: str = "", compiled: bool = True):
         self.lib, self.family, self.path = lib, family, path
         self.page_guard = page_guard
+        self.compiled = compiled  # False: the spec's own guards only (to say why a family applies nowhere)
         self.tag = tag  # two models in one query (a reshard: producer and consumer) name their variables apart
         self.ops = Z3Ops(tag)
         self.symbolic = sizes is None
@@ -123,7 +124,7 @@ class Model:
         if self.page_guard:
             a.append(self.page_fits())
         a += self.extents_nonnegative()
-        a += self.compiled_guards()
+        a += self.compiled_guards() if self.compiled else []
         a.append(self.r.world == self.sizes["tp"] * self.sizes["pcp"])  # the runtime's other check
         return a
 

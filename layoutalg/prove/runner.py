@@ -344,7 +344,7 @@ def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
     """Why no configuration passes: the page never fits, or the guards never hold."""
     where = _where(lib, family, "page-size")
     for path in paths(lib, family):
-        m = Model(lib, family, path, bounds=WITNESS, page_guard=False)
+        m = Model(lib, family, path, bounds=WITNESS, page_guard=False, compiled=False)  # the spec's guards alone
         page = m.r.page("local")  # before solving: its divisions bring definitions the model must obey
         status, model = m.solve(z3.BoolVal(True), budgets.config)
         if status == "sat":
