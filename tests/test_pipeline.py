@@ -49,13 +49,6 @@ def _cli(*args):
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
-def test_pages_stored_by_two_stages_load_on_one():
-    proc = _cli("--store", "pp=2,tp=2", "--load", "tp=4", "--layers", "4")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "stored: 2 stages (layers 0-1, 2-3) of 2 ranks" in proc.stdout, proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "16 passed, 0 failed"  # 4 loading ranks x 4 layers
-
-
 def test_a_direct_reshard_between_pipelines_of_other_stages():
     """Each layer's bytes go from the store stage that owns it to the load stage that owns it, here
     into blocks of half the tokens (the plans compose the conversion between block sizes)."""
