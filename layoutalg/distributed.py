@@ -331,12 +331,14 @@ def _verify(group: Group, rank: int, kvs, pages, blocks, layers) -> list[bool]:
             for layer, kv in zip(layers, kvs)]
 
 
-def _stage(job: dict, side: str, rank: int) -> tuple[int, int, range]:
-    """(stage, rank within the stage's group, the layers it owns) of process `rank` of a side
-    whose pipeline stages (`job[side + "_stages"]`) each run a group of the side's world."""
-    world = job[side].world
-    stage = rank // world
-    return stage, rank % world, job[side + "_stages"][stage]
+def stage_of(stages: tuple, world: int, process: int) -> tuple[int, int, range]:
+    """(stage, rank within the stage, the layers it owns) of process `process` of a side whose
+    pipeline `stages` (the layers each owns) each run `world` ranks, stage by stage."""
+    return process // world, process % world, stages[process // world]
+
+
+def _stage(job: dict, side: str, process: int) -> tuple[int, int, range]:
+    return stage_of(job[side + "_stages"], job[side].world, process)
 
 
 def _pages(job: dict, key: str, group: Group, layers: int) -> torch.Tensor:
@@ -471,9 +473,9 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     it and loaded by the other side's stage that owns it (none given: one stage, every layer)."""
     _usable(device)
     stages = tuple(tuple(x) or (range(layers),) for x in stages)
-    processes = store.world * len(stages[0]) + load.world * len(stages[1])
-    if processes > MAX_PROCESSES:
-        raise ConfigError(f"reshard: {processes} processes (a rank a process, each pipeline stage its ranks) are more "
+    ps, pl = store.world * len(stages[0]), load.world * len(stages[1])  # processes of each side
+    if ps + pl > MAX_PROCESSES:
+        raise ConfigError(f"reshard: {ps + pl} processes (a rank a process, each pipeline stage its ranks) are more "
                           f"than the {MAX_PROCESSES} one machine runs here; run each side as a job of its own on "
                           f"many nodes (--pages DIR under torchrun)")
     for side, owned in zip(("store", "load"), stages):
@@ -489,7 +491,6 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
                "small": small, "cross": cross, "pages": os.path.join(folder, "pages.bin"),
                "load_pages": os.path.join(folder, "pages.bin" if small is None else "converted.bin")}
         gpus = torch.cuda.device_count() if device == "cuda" else 0
-        ps, pl = (store.world * len(stages[0]), load.world * len(stages[1]))  # processes of each side
         on = f"{device}, " + ("; ".join(f"{n} group: {backend_for(device, w, gpus)}" for n, w in (
             (("direct", ps + pl),) if direct else (("store", store.world), ("load", load.world)))))
         log(f"KV caches on {on}" + (f" ({gpus} GPUs: ranks share them round-robin)" if device == "cuda" else ""))

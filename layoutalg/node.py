@@ -7,8 +7,8 @@ every node shares, so a page stored by one job is loaded by another, later, else
     torchrun ... -m layoutalg reshard --family split_nhd --load tp=2 --pages /shared/kv
 
 A job is one side of `layoutalg reshard`: its ranks join by torchrun's env:// rendezvous
-(`RANK`, `WORLD_SIZE`: the configuration's world times its pipeline stages), each stage a
-process group of its own. The pages of a layer are one file, `DIR/FORMAT/layer{L}.pages`
+(`RANK`, `WORLD_SIZE`: the configuration's world times its pipeline stages, stage by stage).
+The pages of a layer are one file, `DIR/FORMAT/layer{L}.pages`
 (FORMAT the pages' `format_id`), `pages x page bytes`; each writer writes only the bytes its
 plan stores, by byte-range writes (no mapping of the file: writers on other nodes never
 share a cached page of it). `DIR/FORMAT/job.json` says what was stored. The load job reads
@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from .distributed import Group, _fill, _verify, layout_of_pages
+from .distributed import Group, _fill, _shown, _verify, layout_of_pages, stage_of
 from .errors import ConfigError
 
 ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -33,8 +33,8 @@ def under_torchrun() -> bool:
 
 
 def _join(group: Group, stages: tuple, side: str):
-    """(torch.distributed, this process's stage, its rank in the stage, the layers it owns, its
-    stage's process group): the job's ranks joined by env://, a group a stage."""
+    """(torch.distributed, this process's rank in its stage, the layers it owns): the job's ranks
+    joined by env://, stage by stage (`distributed.stage_of`)."""
     import torch.distributed as dist
     torch.set_num_threads(1)
     world, size = int(os.environ["WORLD_SIZE"]), group.world * len(stages)
@@ -42,15 +42,12 @@ def _join(group: Group, stages: tuple, side: str):
         raise ConfigError(f"reshard {side} job: torchrun started {world} processes, but {_said(group, stages)} "
                           f"is {size} ranks (the configuration's world times its pipeline stages)")
     dist.init_process_group("gloo", init_method="env://")
-    process = dist.get_rank()
-    stage = process // group.world
-    groups = [dist.new_group(list(range(s * group.world, (s + 1) * group.world))) for s in range(len(stages))]
-    return dist, stage, process % group.world, stages[stage], groups[stage]
+    _, rank, owned = stage_of(stages, group.world, dist.get_rank())
+    return dist, rank, owned
 
 
 def _said(group: Group, stages: tuple) -> str:
-    text = ",".join(f"{k}={v}" for k, v in group.config.items())
-    return text + (f" in {len(stages)} pipeline stages" if len(stages) > 1 else "")
+    return _shown(group.config) + (f" in {len(stages)} pipeline stages" if len(stages) > 1 else "")
 
 
 def _folder(root: str, group: Group) -> str:
@@ -92,7 +89,7 @@ def _same_format(folder: str, group: Group, side: str) -> dict:
 
 def store_job(group: Group, stages: tuple, layers: int, root: str) -> int:
     from .copy import plan
-    dist, _, rank, owned, _ = _join(group, stages, "store")
+    dist, rank, owned = _join(group, stages, "store")
     folder = _folder(root, group)
     page = group.mappings[0].canonical_page_size_bytes
     if dist.get_rank() == 0:  # the files first, whole size: every writer writes into them in place
@@ -141,7 +138,7 @@ def load_job(group: Group, stages: tuple, layers: int, root: str) -> int:
     if stored["pages"] != group.blocks or stored["layers"] != layers:
         raise ConfigError(f"reshard load job: {folder} holds {stored['layers']} layers x {stored['pages']} pages, "
                           f"this job reads {layers} x {group.blocks} (give --layers and --blocks as stored)")
-    dist, _, rank, owned, _ = _join(group, stages, "load")
+    dist, rank, owned = _join(group, stages, "load")
     pages, blocks = layout_of_pages(group, group.blocks)
     m, page = group.mappings[rank], group.mappings[0].canonical_page_size_bytes
     kvs = []
@@ -155,8 +152,8 @@ def load_job(group: Group, stages: tuple, layers: int, root: str) -> int:
     dist.all_reduce(counts)
     passed, failed = counts.tolist()
     if dist.get_rank() == 0:
-        by = ",".join(f"{k}={v}" for k, v in stored["config"].items())
-        print(f"loaded: {_said(group, stages)}, {layers} layers x {group.blocks} pages, from pages stored by {by}")
+        print(f"loaded: {_said(group, stages)}, {layers} layers x {group.blocks} pages, from pages stored by "
+              f"{_shown(stored['config'])}")
         print(f"{passed} passed, {failed} failed")
     dist.destroy_process_group()
     return 1 if failed or not passed else 0

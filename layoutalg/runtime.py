@@ -371,12 +371,12 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     if views and views[0].segments > MAX_STRETCHES:
         return (f"its tensor holds the page in {views[0].segments} stretches apart (dims before the block), more "
                 f"than the {MAX_STRETCHES} a copy takes")
+    if isinstance(tensor, TensorLayout) and len(views) > 1 and raw_page(tensor, num_blocks, layer.page_size_bytes):
+        one = stacked(views, tensor, num_blocks, layer.page_size_bytes)  # its views stacked before the block?
+        views = (one,) if isinstance(one, TensorView) else views  # (else `_mismatch_views` says why not)
     why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
                                                                           sizes["tp"] * sizes["pcp"])
-    if not why and isinstance(tensor, TensorLayout) and len(views) > 1 and \
-            raw_page(tensor, num_blocks, layer.page_size_bytes):  # its views stacked before the block
-        views = (stacked(views, tensor, num_blocks, layer.page_size_bytes),)
     box = () if fallback else getattr(inst, "local_form", None)
     if not why and not views and isinstance(tensor, TensorLayout):
         views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback, box=box)
@@ -644,11 +644,8 @@ def _mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
     if isinstance(tensors, TensorLayout):
         if len(views) > 1 or views[0].element == 1 and len(tensors.shape) == 2:  # no view of the page: its bytes
             why = raw_page(tensors, num_blocks, page)
-            if why and len(views) > 1:
-                apart = stacked(views, tensors, num_blocks, page)
-                if isinstance(apart, TensorView):
-                    return ""
-                why = f"{why}; nor are its views stacked before the block: it {apart}"
+            if why and len(views) > 1:  # (a stack of the views is one view of an outer dim: not here)
+                why = f"{why}; nor are its views stacked before the block: it {stacked(views, tensors, num_blocks, page)}"
             return f"the page is viewed by {len(views)} tensor(s) ({names}) and one tensor {why}" if why else ""
         # a page one tensor views whole (quantised KV: data, scales and padding in its rows)
         why = view_mismatch(views[0], tensors.shape, tensors.stride, tensors.element_size, num_blocks)
