@@ -125,7 +125,8 @@ class Atoms:
         subs = {}
         for sym in x.free_symbols:
             if sym.name in values:
-                subs[sym] = sympy.Integer(values[sym.name])
+                v = values[sym.name]  # a number, or a size of others (the other side's block_size * k)
+                subs[sym] = sympy.Integer(v) if isinstance(v, int) else sympy.sympify(v)
             elif sym in self.by_symbol:
                 a = self.by_symbol[sym]
                 n, d = self.put_in(a.num, values, finish), self.put_in(a.den, values, finish)

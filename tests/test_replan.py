@@ -268,6 +268,41 @@ def test_small_consumers_given_each_others_parts_are_refuted(lib):
     assert rows["reshard-cover"].status == "proved"
 
 
+def _blocks(lib, family, store, load, edit=None):
+    rows = replan.prove_all_sizes(lib, family, parse_config(store, also=("block_size",)),
+                                  parse_config(load, also=("block_size",)), Budgets.of().full, edit)
+    return {r.obligation: r for r in rows}
+
+
+@pytest.mark.parametrize("store, load, k", [
+    ("tp=2,block_size=64", "tp=2,block_size=16", 4),  # big producer pages, each read as 4 small ones
+    ("tp=2,block_size=8", "tp=4,block_size=24", 3),   # small producer pages, 3 joined into a big one
+])
+def test_direct_plans_across_block_sizes_are_proved_for_every_block_size(lib, store, load, k):
+    """Pages of B and k * B tokens are parts of one another along the sequence: proved with B
+    symbolic, the numbers given fixing only k."""
+    rows = _blocks(lib, "split_nhd", store, load)
+    for r in rows.values():
+        assert r.status == "proved", (r.obligation, r.detail)
+        assert f"read as B and {k} * B, for every B" in r.method
+
+
+def test_a_plan_across_block_sizes_reading_the_wrong_part_is_refuted(lib):
+    """Small producers (block size 8 under 16): producer v is rank v % 2's page v // 2 of the
+    big one; reading the other page's rank reads the right rank at the wrong tokens."""
+    rows = _blocks(lib, "split_nhd", "tp=2,block_size=8", "tp=2,block_size=16", _first_run(
+        lambda rs: (rs[0]._replace(producer=(rs[0].producer + 2) % 4),) + rs[1:]))
+    assert rows["reshard-match"].status == "refuted", rows["reshard-match"].detail
+    assert "store block_size=" in rows["reshard-match"].detail and "load block_size=" in rows["reshard-match"].detail
+
+
+def test_block_sizes_that_are_not_parts_of_one_another_are_an_error(lib):
+    with pytest.raises(LayoutalgError, match="neither is a whole multiple"):
+        _blocks(lib, "split_nhd", "tp=2,block_size=32", "tp=2,block_size=48")
+    with pytest.raises(LayoutalgError, match="given for the store configuration only"):
+        _blocks(lib, "split_nhd", "tp=2,block_size=32", "tp=2")
+
+
 def test_a_plan_whose_domain_is_empty_proves_nothing(lib):
     """The plan's domain (where its pieces divide) joins every query: one no size meets would
     make each query unsat, so it is checked to hold somewhere first."""
@@ -403,7 +438,7 @@ def test_a_pad_over_data_is_never_proved(tmp_path):
 def test_quantised_packed_rows_are_proved_for_all_sizes(lib):
     """Rows padded to `row_align`: each configuration's reading divides the shared sizes by it
     with a quotient of its own, and Z3 now sees them equal (`Z3Ops.shared`)."""
-    rows = _rows(lib, "quant_packed", "tp=4", "tp=2")
+    rows = _rows(lib, "quant_packed", "tp=2", "tp=1")
     for r in rows.values():
         assert r.status == "proved", (r.obligation, r.detail)
         assert "3 regions each" in r.method  # data, scale and the row's padding (copied: it lies in the tensor)
@@ -413,7 +448,7 @@ def test_quantised_rows_of_another_width_under_another_tp_are_not_proved(tmp_pat
     lib = _edited(tmp_path, "quant_packed.lal", ("canonical quant_rows(total_heads, block_size * cp, head_size, "
                                                  "scale_bytes, row)", "canonical quant_rows(total_heads, block_size "
                                                  "* cp, head_size, scale_bytes, row + tp % 4 // 2 * row_align)"))
-    rows = _rows(lib, "quant_packed", "tp=4", "tp=2")  # at tp=2 each canonical row is row_align bytes wider
+    rows = _rows(lib, "quant_packed", "tp=2", "tp=1")  # at tp=2 each canonical row is row_align bytes wider
     assert {r.status for r in rows.values()} == {"unknown"}, [(r.status, r.detail) for r in rows.values()]
 
 

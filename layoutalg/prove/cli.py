@@ -128,7 +128,7 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
     for n in names:
         if n not in lib.families:
             raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
-    x, y = parse_config(store), parse_config(load_)
+    x, y = parse_config(store, also=("block_size",)), parse_config(load_, also=("block_size",))
     budget = Budget(rlimit or RLIMIT, guard_s or GUARD_S)
     return [r for n in names for r in prove_all_sizes(lib, n, x, y, budget)]
 

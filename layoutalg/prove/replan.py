@@ -85,7 +85,10 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     if not all(compile_family(f).claims_agnostic for f in fams.values()):
         return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
                                "backed by the grid): no direct plan between two configurations")
+    given = [c.get("block_size") for c in (store, load)]
     sx, sy, bounds, store, load = _sizes(lib, family, store, load)
+    blocks = "" if "block_size" not in store and "block_size" not in load else \
+        f" (block sizes {given[0]} and {given[1]} read as B and {max(given) // min(given)} * B, for every B)"
     checked, cases, seen, outside, crossing, splits = 0, 0, [], [], False, set()
     verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
 
@@ -140,7 +143,8 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     what = f"{len(cases)} case pair(s), {checked} consumer plans" if one else \
         f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
     shape = "where the canonical pages have one shape" if not crossing else \
-        "across another cp, where a big canonical page is k small ones along the sequence index" + \
+        "across another cp or block size, where a big canonical page is k small ones along the sequence index" + \
+        blocks + \
         ("" if not outside else ", at the sizes where the plan's divisions are whole (see reshard-domain)") + \
         ("" if not splits else f", by cases of how a rank's chunks of tokens fall into the small pages "
                                f"({'; '.join(sorted(splits))})")
@@ -337,7 +341,7 @@ def _sizes(lib: Library, family: str, store: dict, load: dict):
                 raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n}={v} is outside the "
                                      f"declared domain [{vocab[n].lo}, {vocab[n].hi}]")
             fixed[n] = v
-        extra = sorted(set(config) - set(CONFIGURATION))
+        extra = sorted(set(config) - set(CONFIGURATION) - {"block_size"})
         if extra:
             raise LayoutalgError(f"prove_all_sizes: the {side} configuration names {extra[0]!r}; a configuration "
                                  f"gives {', '.join(CONFIGURATION)}")
@@ -345,9 +349,31 @@ def _sizes(lib: Library, family: str, store: dict, load: dict):
     names = family_names(lib, family) | set(PER_SIDE)
     shared = {n: z3.Int(n) for n in names if n in vocab and n not in CONFIGURATION and n not in PER_SIDE}
     sides = [{**shared, **{n: z3.Int(tag + n) for n in PER_SIDE}, **fixed} for tag, fixed in zip(("x.", "y."), full)]
+    k, big = _blocks(store, load, "block_size" in shared)
+    if k > 1:  # one block size k times the other: every block size B against k * B, B symbolic
+        sides[big]["block_size"] = k * shared["block_size"]
+        full[big]["block_size"] = k * sympy.Symbol("block_size", integer=True)
     bounds = [c for s in sides for n, x in s.items() if z3.is_expr(x)
               for c in (x >= vocab[n].lo, x <= vocab[n].hi)]
     return sides[0], sides[1], bounds, full[0], full[1]
+
+
+def _blocks(store: dict, load: dict, read: bool) -> tuple[int, int]:
+    """(k, the side of the larger block: 0 store, 1 load) where the two configurations give
+    block sizes k > 1 to one, else (1, 0): pages of B and of k * B tokens are parts of one
+    another along the sequence index, as pages of another cp are. Proved for every B, the
+    numbers given only fixing k (given alike, or on neither side: one block size, symbolic)."""
+    given = [c.get("block_size") for c in (store, load)]
+    if given[0] == given[1]:
+        return 1, 0
+    if None in given:
+        raise LayoutalgError(f"prove_all_sizes: block_size is given for the {'store' if given[0] else 'load'} "
+                             f"configuration only: give both sides' block sizes (their ratio is what is proved)")
+    small, big = sorted(given)
+    if big % small:
+        raise LayoutalgError(f"prove_all_sizes: block sizes {given[0]} and {given[1]}: neither is a whole multiple of "
+                             f"the other, so neither side's pages are parts of the other's")
+    return (big // small, given.index(big)) if read else (1, 0)  # (a page no block size shapes: one format)
 
 
 def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
@@ -546,10 +572,20 @@ def _sizes_at(mx: Model | None, my: Model | None, model) -> str:
     for tag, m in (("store ", mx), ("load ", my)):
         if m is None:  # a query of one configuration: the other's sizes mean nothing there
             continue
+        other = my if m is mx else mx
         for n, x in sorted(m.sizes.items()):
             if z3.is_expr(x):
-                out[(tag if str(x).startswith(("x.", "y.")) else "") + n] = value(model, x)
+                apart = str(x).startswith(("x.", "y.")) or other is not None and n in other.sizes and \
+                    not _same_term(x, other.sizes[n])
+                out[(tag if apart else "") + n] = value(model, x)
     return ", ".join(f"{n}={v}" for n, v in out.items())
+
+
+def _same_term(a, b) -> bool:
+    """Whether two sizes are one term (or one number)."""
+    if z3.is_expr(a) and z3.is_expr(b):
+        return a.eq(b)
+    return not z3.is_expr(a) and not z3.is_expr(b) and a == b
 
 
 class _Terms:
@@ -561,6 +597,10 @@ class _Terms:
 
     def __init__(self, fam, mx: Model, my: Model, own: dict):
         self.sizes = {n: x for n, x in mx.sizes.items() if n not in PER_SIDE}
+        # a name of both sides with a value of each (one block size k times the other's): the
+        # plan's symbol is the shared size, each side's value a term of it
+        self.sizes.update({n: z3.Int(n) for n, x in mx.sizes.items()
+                           if n not in PER_SIDE and n in my.sizes and not _same_term(x, my.sizes[n])})
         self.sizes.update({f"x.{n}": mx.sizes[n] for n in PER_SIDE}, **{f"y.{n}": my.sizes[n] for n in PER_SIDE})
         self.atoms = {**fam.atoms.by_symbol, **own}
         self.divisions: list = []

@@ -97,6 +97,7 @@ def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None)
     (`heads` by `total_heads / shards`), to decide how the two sides' extents divide."""
     norm, _ = guarded_equality(fam, v)
     own: dict = {}
+    mine = _OWN | {n for n, x in values.items() if not isinstance(x, int)}  # (a side's block_size: k * B)
 
     def at(x):
         return fam.atoms.put_in(x, values, sympy.cancel)
@@ -107,7 +108,7 @@ def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None)
         for s in x.free_symbols:
             if s.name in PER_SIDE:
                 subs[s] = own.setdefault(s, sympy.Symbol(tag + s.name, integer=True, positive=True))
-            elif s in fam.atoms.by_symbol and _deep(fam, s) & _OWN:  # a division reading this side's sizes
+            elif s in fam.atoms.by_symbol and _deep(fam, s) & mine:  # a division reading this side's sizes
                 a = fam.atoms.by_symbol[s]
                 if s not in own:
                     own[s] = sympy.Symbol(tag + s.name, integer=True)
