@@ -272,7 +272,6 @@ class CopyPlan:
                 isinstance(kv, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in kv)) else type(kv)
             raise LayoutMismatch(f"{op}: kv is not the tensor{'s' if self.several else ''} this plan was made for: "
                                  f"shape, stride, dtype and device {self.tensor} expected (any block count), got {got}")
-        first = kv[0] if self.several else kv  # the first tensor gives the device
         if not isinstance(pages, torch.Tensor) or pages.dtype != torch.uint8 or pages.dim() != 2 \
                 or pages.shape[1] != self.mapping.canonical_page_size_bytes:
             got = (tuple(pages.shape), pages.dtype) if isinstance(pages, torch.Tensor) else type(pages)

@@ -120,7 +120,7 @@ PAYLOADS = {
     "decorator": lambda src, m: src.replace("def _variant_0(P):", f"@(lambda f: open('{m}', 'w') and f)\n"
                                                                    "def _variant_0(P):"),
     "attribute walk": lambda src, m: src.replace(
-        "    if not", f"    if not tp.__class__.__mro__[1].__subclasses__(): return None\n    if not", 1),
+        "    if not", "    if not tp.__class__.__mro__[1].__subclasses__(): return None\n    if not", 1),
     "statement in the body": lambda src, m: src.replace("    if not", f"    open('{m}', 'w')\n    if not", 1),
 }
 
@@ -392,7 +392,7 @@ def test_a_spec_edited_between_two_derivers_of_one_process_is_read_again(tmp_pat
     folder = tmp_path / "specs"
     folder.mkdir()
     shutil.copy(ROOT / "specs/grids.lal", tmp_path / "grids.lal")  # imported from outside the folder
-    spec = (ROOT / "tests/data/review/grid_fn_size.lal").read_text().replace("../../../specs/", "../")
+    spec = (ROOT / "tests/data/broken/grid_fn_size.lal").read_text().replace("../../../specs/", "../")
     (folder / "dealt.lal").write_text(spec)
     layer = LayerSpec("attention", 8, block_size=1, num_kv_heads=1, head_size=1, dtype_bytes=1, sizes={"m": 8, "n": 4})
 
@@ -423,7 +423,7 @@ def _linked_library(tmp_path):
 
 @pytest.mark.parametrize("on", [False, True])
 def test_an_import_through_a_link_pointed_elsewhere_is_read_again(tmp_path, monkeypatch, on):
-    """Review: the held library was checked by the files it resolved to, which a re-pointed
+    """The held library was checked by the files it resolved to, which a re-pointed
     link leaves as they were."""
     from layoutalg.library import load_default
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache") if on else "off")
@@ -439,7 +439,7 @@ def test_an_import_through_a_link_pointed_elsewhere_is_read_again(tmp_path, monk
 
 
 def test_an_import_edited_while_the_library_is_read_is_read_again(tmp_path, monkeypatch):
-    """Review: the held library was recorded with the digest of the files as they were after
+    """The held library was recorded with the digest of the files as they were after
     the read, so an edit that landed during it was never seen."""
     from layoutalg import library
     folder = _linked_library(tmp_path)
@@ -552,7 +552,7 @@ def _family_file(path: Path, name: str, lib) -> None:
 
 
 def test_a_spec_file_that_is_a_link_pointed_elsewhere_is_read_again(empty_cache_folder, tmp_path, lib):
-    """Review: the index recorded the file a link resolved to, never the link, so a re-pointed
+    """The index recorded the file a link resolved to, never the link, so a re-pointed
     link was served stale (in a fresh process, and the same process)."""
     there = tmp_path / "x"
     there.mkdir()
@@ -576,7 +576,7 @@ def test_a_spec_file_that_is_a_link_pointed_elsewhere_is_read_again(empty_cache_
 
 
 def test_a_spec_added_while_the_index_is_written_is_never_left_out(empty_cache_folder, tmp_path, lib, monkeypatch):
-    """Review: the index's key and its listing were two readings of the folder; a spec added
+    """The index's key and its listing were two readings of the folder; a spec added
     between them was in the listing, not in the key, and never read."""
     import sys
     folder = settled_copy(tmp_path, lib)

@@ -81,7 +81,7 @@ def test_explain_aligns_its_columns_and_defines_each_placeholder_before_it_is_re
         assert lines[first_use].strip().startswith("where ") and f"{placeholder} =" in lines[first_use]
 
 
-# ---- bad input found by the CLI review: each a clear error, exit 2, nothing half-written ----
+# ---- bad input: each a clear error, exit 2, nothing half-written ----------------------------
 
 def test_a_library_of_no_family_or_no_folder_derives_nothing_and_says_so(tmp_path):
     """An empty spec folder gave every corpus row `no_mappings` with exit 0, and its cache entry

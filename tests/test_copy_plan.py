@@ -174,7 +174,7 @@ def test_plan_refuses_any_bad_run_before_a_byte_moves(deriver):
 
 @pytest.mark.parametrize("executor", ["numpy rows", "torch rows and views"])
 def test_ids_that_live_in_the_bytes_being_copied_are_read_once(deriver, executor, monkeypatch):
-    """Review: ids held in the kv tensor (load) or in the pages (store) were re-read by each
+    """Ids held in the kv tensor (load) or in the pages (store) were re-read by each
     chunk of the copy, after earlier chunks had overwritten them: the wrong blocks were filled."""
     import layoutalg.copy
     if executor != "numpy rows":
@@ -324,7 +324,7 @@ def test_a_model_page_is_named_by_its_layers_formats(deriver):
 
 
 def test_a_model_plan_moves_the_ids_it_checked(deriver):
-    """Review: page ids held in the pages that the first layer writes were read again by the
+    """Page ids held in the pages that the first layer writes were read again by the
     later layers, after that write: they stored by other ids, or failed with l.0 written."""
     from layoutalg.copy import plan_model
     (maps, kvs), = model_group(deriver, 1)

@@ -52,8 +52,8 @@ BAD_LINES = [
     (drop("parallel", "tp"), "'parallel' has no 'tp'"),
     (put(5, "tensor", "shape"), "'tensor.shape' must be a list, got int"),
     (drop("tensor", "dtype_bytes"), "'tensor' has no 'dtype_bytes'"),
-    # fifteenth review: an integer of more digits than Python converts raised ValueError, and
-    # "false" as a flag read as true (a non-empty string)
+    # an integer of more digits than Python converts is a clear error, and "false" as a
+    # flag reads as false (not as a non-empty string)
     ('{"id": ' + "9" * 5000 + "}", "not a JSON line: Exceeds the limit (4300 digits) for integer string conversion: "
                                    "value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit"),
     (put("false", "spec", "per_token_head_quant"), "'spec.per_token_head_quant' must be true or false, got 'false'"),

@@ -235,7 +235,7 @@ def test_a_region_of_a_page_starts_its_tensor_with_the_block(tmp_path):
     assert e.value.span.line == 4
 
 
-# ---- a review's findings: each a way to read the stretches wrongly, now refused ----------------
+# ---- ways to read the stretches wrongly, each refused -------------------------------------
 
 def test_the_flash_tensor_in_a_list_or_as_bytes_is_refused_and_nothing_moves(deriver):
     """A list holding it, a byte view of it and a block-first byte view of its memory would each

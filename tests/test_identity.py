@@ -126,7 +126,7 @@ def test_conditions_with_and_or_not_have_an_id_and_load(tmp_path, monkeypatch):
 
 def test_rank_digits_in_another_order_are_another_format(tmp_path):
     """Which rank holds which shard is part of the format: swapping two rank digits moves ranks'
-    bytes to other canonical places (found by review)."""
+    bytes to other canonical places."""
     for name in ("grids.lal", "split_nhd.lal"):
         shutil.copy(ROOT / "specs" / name, tmp_path / name)
     grids = tmp_path / "grids.lal"

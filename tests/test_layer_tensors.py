@@ -269,7 +269,7 @@ def test_a_buffer_that_is_no_stack_of_the_views_is_refused_by_name():
 
 
 def test_a_plan_refuses_tensors_apart_laid_out_otherwise_than_it_was_made_for(deriver):
-    """Review: a plan made for views of one buffer kept its cuts, and took tensors of the same
+    """A plan made for views of one buffer kept its cuts, and took tensors of the same
     strides lying apart, reading the second state past the first's stretch."""
     spec, raw, (conv, ssm) = layer(2, 4)
     m = deriver.derive(spec, TensorLayout.of([conv, ssm]), ParallelConfig(2, 1)).mappings[0]

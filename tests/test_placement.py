@@ -41,7 +41,7 @@ PAGE = REQUIRE + "    let hh = page_size / (2 * block_size * head_size * dtype_b
     ("h * shards + head_shard", (), "h", "reads the rank (head_shard)"),  # interleaved heads: tiles at every tp
     ("head(heads - 1 - h)", (), "h", "an argument of the grid's head(...)"),  # reversed within each shard
     ("mine(h)", (), "h", "reads the rank (head_shard)"),  # a spec file's own fn is not the grid's word
-    # the third review: no rank digit, yet a tp=2 page holds dims where a tp=1 page holds others
+    # no rank digit, yet a tp=2 page holds dims where a tp=1 page holds others
     ("head(h)", ((REQUIRE, REQUIRE + "    require head_size % tp == 0\n"),
                  ("head(h), d)", "head(h), (d % tp) * (head_size / tp) + d // tp)")), "d", "reads tp"),
     ("head((h % q) * (hh / q) + h // q)", ((REQUIRE, PAGE + "    require hh % q == 0\n"),), "h", "page_size"),
@@ -80,7 +80,7 @@ def _format_and_slots(deriver, tp, total=4, bs=2, d=2):
 
 
 def test_interleaved_heads_are_never_one_format_across_tp(tmp_path):
-    """The review's case: heads interleaved over the shards land elsewhere at tp=2 and tp=4; the
+    """Heads interleaved over the shards land elsewhere at tp=2 and tp=4; the
     pages now carry other format ids, so a store never hands one to a reader of the other."""
     _lib(tmp_path, "h * shards + head_shard")
     deriver = Deriver(tmp_path)

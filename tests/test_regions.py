@@ -262,20 +262,20 @@ def test_gated_delta_net_state_round_trips(deriver, src, dst, ds):
         assert torch.equal(kv[0], gdn_local(dst, rank, ds))
 
 
-# ---- regressions from the review of pages of regions -----------------------------------
+# ---- pages of regions that must not be proved ------------------------------------------
 
-REVIEW = ROOT / "tests" / "data" / "review"
+BROKEN = ROOT / "tests" / "data" / "broken"
 
 
 def test_regions_that_swap_canonical_places_get_different_ids():
     from layoutalg.compile import compile_named
-    lib = load([REVIEW / "swapped_regions.lal"])
+    lib = load([BROKEN / "swapped_regions.lal"])
     assert compile_named(lib, "kfirst").layout_id != compile_named(lib, "vfirst").layout_id
 
 
 def test_agnostic_claim_covers_the_canonical_pads():
     from layoutalg.prove.runner import agnostic_rows, prove_family
-    lib = load([REVIEW / "agnostic_pad.lal"])
+    lib = load([BROKEN / "agnostic_pad.lal"])
     rows = prove_family(lib, "f")
     pad = [r for r in rows if r.family == "f.z'" and r.obligation == "agnostic"]
     assert pad and pad[0].status == "unknown" and "tp" in pad[0].detail
@@ -292,7 +292,7 @@ def test_sound_specs_are_proved_and_run(spec):
     from layoutalg.check import check_family
     from layoutalg.compile import compile_named
     from layoutalg.prove.runner import prove_family
-    lib = load([REVIEW / f"{spec}.lal"])
+    lib = load([BROKEN / f"{spec}.lal"])
     assert check_family(lib, compile_named(lib, "f")).ok
     rows = prove_family(lib, "f")
     assert not [r for r in rows if r.status == "refuted"], [(r.family, r.obligation, r.detail) for r in rows]
@@ -365,7 +365,7 @@ def test_a_replica_that_is_no_rank_digit_is_named_where_it_is_written(tmp_path):
 def test_check_refuses_an_agnostic_claim_whose_canonical_layout_moves_with_tp():
     from layoutalg.check import check_family
     from layoutalg.compile import compile_named
-    lib = load([REVIEW / "false_agnostic.lal"])
+    lib = load([BROKEN / "false_agnostic.lal"])
     rep = check_family(lib, compile_named(lib, "f"))
     assert not rep.ok and any("canonical layouts of those cases differ" in e for e in rep.errors), rep.errors
     assert not compile_named(lib, "f").claims_agnostic  # the runtime keys each configuration's pages apart

@@ -408,7 +408,7 @@ def test_a_page_whose_regions_overlap_is_refuted(tmp_path):
     assert "of the producer page share a byte, one byte read as two canonical bytes" in rows["reshard-match"].detail
 
 
-# review findings: a page of the producer only, a pad, a canonical page of another size
+# a page overlapping in the producer only, a pad over data, a canonical page of another size
 _SHIFT = ("layout gdn_page(K, Q, V, H, A, B, ec, es, page):", "layout gdn_page(K, Q, V, H, A, B, ec, es, page, s):")
 
 
@@ -510,7 +510,7 @@ def test_the_summary_counts_rows_proved_only_on_a_domain(lib):
         "see reshard-domain)" in out.getvalue() and "1 unknown" in out.getvalue()
 
 
-# ---- review findings: each a plan or spec that must never be proved ----------------------------
+# ---- plans and specs that must never be proved ----------------------------------------------
 
 def test_plans_that_leave_a_consumer_rank_out_are_refuted(lib):
     for edit in (lambda ps: ps[:1], lambda ps: (), lambda ps: (ps[0], ps[0])):
@@ -663,7 +663,7 @@ def _slot_library(tmp_path):
 
 
 def test_a_cross_cp_plan_rests_on_the_sequence_claim(tmp_path):
-    """Twelfth review: the cross-cp check matches canonical indices, the small page's token
+    """The cross-cp check matches canonical indices, the small page's token
     shifted by its part, which is each token's place only where `sequence t` holds. The slot
     spec's plan (12 of 16 bytes the wrong token at block_size 4) was proved for all sizes."""
     rows = _rows(_slot_library(tmp_path), "split_nhd", "tp=2", "tp=2,dcp=2")

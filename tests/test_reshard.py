@@ -194,7 +194,7 @@ def test_gather_and_scatter_refuse_bad_input_untouched():
     assert torch.equal(out, before)
 
 
-# ---- regressions from an adversarial review ---------------------------------------------------
+# ---- groups and pages that must not be mixed -------------------------------------------------
 
 def _rows(x, y, plans):
     return {r.obligation: r for r in prove_plans(load_default(), "split_nhd", x.sizes, y.sizes, plans,
@@ -295,7 +295,7 @@ def test_parallel_sizes_below_one_are_refused_by_name(text):
 
 def test_opaque_pages_of_two_configurations_are_two_formats():
     """The fallback's canonical page is the group's pages side by side: 2 x 256 bytes and
-    1 x 512 bytes are one size and one family, but not one format (a review found them mixed)."""
+    1 x 512 bytes are one size and one family, but not one format."""
     from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
     d = Deriver()
     two = d.derive(LayerSpec("other", 256), None, ParallelConfig(2, 1)).mappings

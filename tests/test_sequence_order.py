@@ -1,12 +1,11 @@
 """`sequence t` is a claim the conversions across another cp rely on: it is proved (every local
 token at canonical t = token(t), the grid's sequence place), refuted with a counterexample, or
 unknown where the grid says nothing to check it against; never proved by default."""
-import shutil
 
 import pytest
 
 from layoutalg.library import load
-from layoutalg.prove.runner import Budgets, configurations, prove_obligation
+from layoutalg.prove.runner import Budgets, prove_obligation
 
 from conftest import ROOT
 

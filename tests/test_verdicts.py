@@ -522,7 +522,7 @@ def test_a_let_read_through_a_function_has_its_division_checked(tmp_path):
 def test_an_agnostic_claim_read_through_the_per_rank_page_is_not_proved():
     """page_size is each rank's page: where the local layout builds it from heads it moves with
     tp, so a canonical page built from it is not agnostic (both the region and its pads)."""
-    lib = load([ROOT / "tests/data/review/agnostic_page_size.lal"])
+    lib = load([ROOT / "tests/data/broken/agnostic_page_size.lal"])
     rows = agnostic_rows(lib, "lead3")
     assert rows and all(r.status == "unknown" for r in rows), [(r.family, r.status) for r in rows]
     assert any("depends on page_size" in r.detail for r in rows)
@@ -562,8 +562,8 @@ family twice serves twice:
 
 def test_rows_of_a_spec_that_changed_during_the_run_are_not_cached(tmp_path, monkeypatch):
     """The parent keys each family by the bytes it read at the start; a worker proves what it
-    reads later. Where the two differ the rows are not stored (a review replayed a stale
-    'proved' for a broken spec that way): the parent's key is made to differ here."""
+    reads later. Where the two differ the rows are not stored (a stale 'proved' for a
+    broken spec would otherwise be replayed): the parent's key is made to differ here."""
     import io
     from layoutalg.prove import cli
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
@@ -583,7 +583,7 @@ def test_rows_of_a_spec_that_changed_during_the_run_are_not_cached(tmp_path, mon
 def test_a_term_that_is_never_exact_proves_nothing():
     """Every query assumes each division exact; where one never is, no row may be proved:
     the witness search reads the shard map too, so the family applies nowhere."""
-    rows = _rows(ROOT / "tests/data/review/never_exact.lal", "vacuous")
+    rows = _rows(ROOT / "tests/data/broken/never_exact.lal", "vacuous")
     assert rows["page-size"].status == "refuted"
     assert not [n for n, r in rows.items() if r.status == "proved"], {n: r.status for n, r in rows.items()}
 
@@ -592,14 +592,14 @@ def test_a_term_that_is_never_exact_proves_nothing():
 def test_a_page_tied_to_tp_by_a_case_or_a_guard_is_not_agnostic(spec):
     """The local page is page_size itself, but a case (`k` per tp) or a guard (`page_size /
     block_size == tp + 1`) makes it a function of tp: one model, a canonical page per tp."""
-    rows = agnostic_rows(load([ROOT / f"tests/data/review/{spec}.lal"]), "wobble")
+    rows = agnostic_rows(load([ROOT / f"tests/data/broken/{spec}.lal"]), "wobble")
     assert rows and all(r.status == "unknown" for r in rows), [(r.status, r.detail) for r in rows]
 
 
 def test_a_family_the_runtime_cannot_compile_proves_nothing():
     """`r / 2 * 2`: not in normal form, so the runtime never applies it; Z3 read the division
     as exact and 'proved' rows that held only for even ranks."""
-    rows = _rows(ROOT / "tests/data/review/rank_division.lal", "rhalf")
+    rows = _rows(ROOT / "tests/data/broken/rank_division.lal", "rhalf")
     assert rows and all(r.status == "unknown" for r in rows.values()), {n: r.status for n, r in rows.items()}
     assert "not in normal form" in rows["writers-cover"].detail
 

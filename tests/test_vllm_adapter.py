@@ -278,7 +278,7 @@ def test_a_deployments_own_spec_class_is_read_as_the_kind_it_names():
         derive_canonical_mappings(config(tp=2), kv, caches, kinds={"ForkAttentionSpec": "attn"})
     with pytest.raises(ConfigError, match="kinds.*one of"):
         spec_kind(ForkAttentionSpec(), {"ForkAttentionSpec": "bogus"})  # checked wherever it is read
-    for every in ("object", "KVCacheSpec"):  # review: a kind for a class every spec is, is one for all
+    for every in ("object", "KVCacheSpec"):  # a kind for a class every spec is, is one for all
         with pytest.raises(ConfigError, match=f"every spec is a {every}"):
             derive_canonical_mappings(config(tp=2), kv, caches, kinds={every: "attention"})
     from unittest.mock import MagicMock
@@ -544,7 +544,7 @@ def test_sizes_may_not_contradict_what_the_layer_spec_gives():
 
 def test_opaque_state_layers_of_other_specs_are_other_formats(monkeypatch):
     """Stored opaque, a layer's page is its own bytes: one page size is not one format when
-    the state's shapes, dtypes or conv orientation differ (a review found them sharing one)."""
+    the state's shapes, dtypes or conv orientation differ."""
     a = mamba2_spec(2, 2)
     b = MambaSpec(block_size=16, shapes=(a.shapes[0][::-1], a.shapes[1]), dtypes=a.dtypes, mamba_type="mamba2")
     out = {}
