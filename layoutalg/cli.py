@@ -441,14 +441,24 @@ def _recognition(lib, compiled: dict) -> int:
     """Two families of one kind that take one tensor must read it alike (`recognition`): printed;
     1 where some pair does not."""
     from .check import sample_domain, spec_line
+    from .prove.together import pairs
     from .recognition import confusions
-    found, tally = confusions(lib, compiled, sample_domain(lib))
+    together = pairs(lib, compiled)
+    found, tally = confusions(lib, compiled, sample_domain(lib), together=together)
     if not tally.pairs:
         print("\nrecognition: no two families serve one kind here: no tensor to tell apart")
         return 0
-    print(f"\nrecognition: {tally.pairs} pair(s) of families of one kind; {tally.offered} layer(s) of one offered "
-          f"to the other, {tally.taken} taken by both and read byte by byte"
-          + ("" if tally.offered else " (nothing compared: no sample layer of one family was offered to another)"))
+    compared = tally.pairs - tally.apart
+    print(f"\nrecognition: {tally.pairs} pair(s) of families of one kind; {tally.apart} never offered one layer at "
+          f"any size (Z3: no size serves both); the other {compared}: {tally.offered} layer(s) of one offered to the "
+          f"other, at the samples and {tally.found} configuration(s) Z3 found where both apply, {tally.taken} taken "
+          f"by both and read byte by byte"
+          + ("" if tally.offered or not compared else
+             " (nothing compared: no layer of one family was offered to another)"))
+    for t in together.values():
+        if t.status == "unknown":
+            print(f"    families {t.first} and {t.second}: not shown apart for all sizes ({t.why}); compared at the "
+                  f"samples only")
     for c in found:
         shapes = ", ".join(str(t.shape) for t in c.tensors)
         shown = ", ".join(f"{k}={v}" for k, v in c.sizes.items() if k in _read_by(compiled, c))

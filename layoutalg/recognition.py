@@ -7,9 +7,10 @@ size (FlashAttention's `(2, blocks, ...)` and split NHD's `(blocks, 2, ...)` at 
 both take such a tensor; where they read it differently, the preferred one reads the other
 engine's tensor in its own order and stores a wrong page under its own format.
 
-`confusions` looks for that on the library's sample configurations: each family's own
-tensors at 1, 2 and 3 blocks, offered to every other family of its kind as the runtime
-offers them (`runtime._apply`). Where another family takes them too, the two must read every
+`confusions` looks for that on the library's sample configurations, and on those Z3 found
+where both families of a pair apply (`prove.together`, which also shows most pairs apart for
+every size: no layer reaches both): each family's own tensors at 1, 2 and 3 blocks, offered
+to every other family of its kind as the runtime offers them (`runtime._apply`). Where another family takes them too, the two must read every
 byte of the tensor as the same engine element (`oracle.naming`: local index names made
 global by the grid's placements, region by region). Otherwise a runtime name must tell them
 apart: a guard that one requires and the other refuses at those sizes, so that the runtime
@@ -24,7 +25,7 @@ from math import prod
 from typing import NamedTuple
 
 from .samples import instantiate
-from .compiled import CompiledPage, GuardFailed
+from .compiled import CompiledPage, GuardFailed, misfit
 from .lower import TilingError
 
 BLOCKS = (1, 2, 3)
@@ -110,29 +111,43 @@ def _element(n, at: int) -> str:
 
 class Tally(NamedTuple):
     """What `confusions` looked at: pairs of families of one kind, layers of one family offered
-    to another, and those the other took too (each then compared byte by byte)."""
+    to another, and those the other took too (each then compared byte by byte); of the pairs,
+    those shown never to be offered one layer at any size (`apart`), and the configurations
+    where both apply found beyond the samples (`found`)."""
     pairs: int
     offered: int
     taken: int
+    apart: int = 0
+    found: int = 0
 
 
-def confusions(lib, families: dict, domain: dict, limit: int = 1000) -> tuple[list[Confusion], Tally]:
+def confusions(lib, families: dict, domain: dict, limit: int = 1000,
+               together: dict | None = None) -> tuple[list[Confusion], Tally]:
     """(the pairs of families of one kind that take one tensor and read it apart, what was looked
     at), on `domain`'s configurations (at most `limit` a pair) at each of `BLOCKS`. The fallback
-    is no family of a kind."""
+    is no family of a kind. `together` (`prove.together.pairs`), where given, says of each pair
+    whether any size serves both: a pair shown apart is not compared (no layer reaches both),
+    and the configurations found where both apply are compared first."""
     from .runtime import FALLBACK
     by_kind: dict = {}
     for cf in families.values():
         if cf.serves != FALLBACK:
             by_kind.setdefault(cf.serves, []).append(cf)
-    found, pairs, offered, taken = [], 0, 0, 0
+    found, pairs, offered, taken, apart, extra = [], 0, 0, 0, 0, 0
     for members in by_kind.values():
         for a, b in itertools.permutations(sorted(members, key=lambda c: c.name), 2):
-            hit, n, both = _pair(lib, a, b, domain, limit)
-            pairs, offered, taken = pairs + 1, offered + n, taken + both
+            known = (together or {}).get(tuple(sorted((a.name, b.name))))
+            pairs += 1
+            if known is not None and known.status == "apart":
+                apart += 1
+                continue
+            shown = [{**{n: v[0] for n, v in domain.items()}, **f} for f in known.found] if known is not None else []
+            extra += len(shown)
+            hit, n, both = _pair(lib, a, b, domain, limit, shown)
+            offered, taken = offered + n, taken + both
             if hit is not None and not any({c.first, c.second} == {a.name, b.name} for c in found):
                 found.append(hit)
-    return found, Tally(pairs // 2, offered, taken)
+    return found, Tally(pairs // 2, offered, taken, apart // 2, extra // 2)
 
 
 def _sampled(domain: dict, limit: int):
@@ -150,15 +165,29 @@ def _sampled(domain: dict, limit: int):
         yield {k: sizes[k] for k in keys}
 
 
-def _pair(lib, a, b, domain: dict, limit: int):
+def _at(cf, sizes: dict):
+    """(instance, sizes) of `cf` at `sizes`: at its page where it gives one that fits (a
+    configuration found by Z3), else at a page chosen to fit (`samples.instantiate`)."""
+    if "page_size" in sizes:
+        try:
+            inst = cf.evaluate(sizes)
+            if not misfit(inst, sizes["page_size"], sizes["tp"] * sizes["pcp"]):
+                return inst, sizes
+        except GuardFailed:
+            pass
+    return instantiate(cf, {n: v for n, v in sizes.items() if n != "page_size"})
+
+
+def _pair(lib, a, b, domain: dict, limit: int, first: list = ()):
     """The first layer `a`'s tensors describe that `b` takes too and reads apart, how many layers
-    `a` took and offered to `b`, and how many `b` took too."""
+    `a` took and offered to `b`, and how many `b` took too: at the configurations `first`,
+    then at `domain`'s."""
     reads = {x.name for cf in (a, b) for x in (cf.bounds or ())}
     names = {n: v if n in reads else v[:1] for n, v in domain.items()}
     both = offered = 0
-    for sizes in _sampled(names, limit):
+    for sizes in itertools.chain(first, _sampled(names, limit)):
         try:
-            inst, sizes = instantiate(a, sizes)
+            inst, sizes = _at(a, sizes)
         except (GuardFailed, ArithmeticError):
             continue
         if inst.local_page > MAX_PAGE or sizes["tp"] * sizes["pcp"] > MAX_WORLD:

@@ -20,6 +20,7 @@ from conftest import ROOT
 from layoutalg.check import sample_domain
 from layoutalg.compile import compile_named
 from layoutalg.library import load
+from layoutalg.prove.together import pairs
 from layoutalg.recognition import confusions
 from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
@@ -42,8 +43,46 @@ def _library(tmp_path, drop: str | None = None):
 
 def test_the_shipped_library_has_no_two_families_that_read_one_tensor_apart():
     lib = load([ROOT / "specs"])
-    found, tally = confusions(lib, {n: compile_named(lib, n) for n in lib.families}, sample_domain(lib))
+    families = {n: compile_named(lib, n) for n in lib.families}
+    together = pairs(lib, families)
+    found, tally = confusions(lib, families, sample_domain(lib), together=together)
     assert found == [] and tally.pairs >= 30 and tally.offered > 1000, (found, tally)
+    # a word one requires and the other refuses tells most pairs apart at every size
+    assert together[("flash_nhd", "split_nhd")].status == "apart"
+    assert together[("aiter", "packed_hnd")].status == "apart"
+    assert tally.apart >= 40 and tally.found > 0, tally
+    assert together[("split_hnd", "split_nhd")].status == "together"  # told apart by the tensor alone
+
+
+def test_a_look_alike_beyond_the_samples_is_found_where_z3_says_both_apply(tmp_path):
+    """A twin of split NHD on a grid that deals the heads round-robin (one tensor, two
+    readings) that applies only at a head size no sample has: the samples never offer it a
+    layer; Z3 finds the sizes where both apply, and there the two read one tensor apart."""
+    grids = (ROOT / "specs" / "grids.lal").read_text()
+    text = (ROOT / "specs" / "split_nhd.lal").read_text()
+    (tmp_path / "grids.lal").write_text(grids)
+    (tmp_path / "split_nhd.lal").write_text(text)
+    grid = grids[grids.index("grid heads:"):grids.index("grid latent:")]
+    dealt = grid.replace("grid heads:", "grid dealt:").replace("fn head(h) = head_shard * heads + h",
+                                                              "fn head(h) = h * shards + head_shard")
+    twin = text.replace("layout split_nhd(", "layout twin(").replace(
+        "family split_nhd serves attention, before split_hnd:", "family twin serves attention:").replace(
+        "split_nhd(heads", "twin(heads").replace("split_nhd(total_heads", "twin(total_heads").replace(
+        "grid heads", "grid dealt").replace("    require per_token_head_quant == 0\n",
+                                            "    require per_token_head_quant == 0\n"
+                                            "    require head_size == 8 and total_heads == 4 and tp == 2\n")
+    assert twin.count("require head_size == 8") == 1
+    (tmp_path / "twin.lal").write_text(twin + "\n" + dealt)
+    lib = load([tmp_path])
+    families = {n: compile_named(lib, n) for n in lib.families}
+    assert 8 not in sample_domain(lib)["head_size"]
+    found, tally = confusions(lib, families, sample_domain(lib))
+    assert found == [] and tally.taken == 0, (found, tally)  # the samples never reach it
+    together = pairs(lib, families)
+    assert together[("split_nhd", "twin")].status == "together", together
+    found, tally = confusions(lib, families, sample_domain(lib), together=together)
+    assert found and found[0].sizes["head_size"] == 8, (found, tally)
+    assert re.search(r"reads byte \d+ of a block's page as", found[0].why), found[0].why
 
 
 @pytest.mark.parametrize("drop", random.Random(35).sample(sorted(WORDS), 2))
