@@ -215,7 +215,7 @@ def _unplaced(lib: Library, cf) -> list[str]:
     """Where a case claims agnostic, each canonical index that depends on the rank must be a
     placement of the grid (`family.placed_by`): else one page format could hold an engine
     head in one slot at tp=2 and in another at tp=4, and no enumeration of one configuration
-    would see it. The same rule as the prover's `agnostic` row."""
+    would see it. The same rule as the prover's `one-format` row applies to a claim."""
     import sympy
     from .claims import cases_text, claims_differ, unplaced_target
     from .family import resolve

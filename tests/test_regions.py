@@ -277,11 +277,11 @@ def test_agnostic_claim_covers_the_canonical_pads():
     from layoutalg.prove.runner import agnostic_rows, prove_family
     lib = load([BROKEN / "agnostic_pad.lal"])
     rows = prove_family(lib, "f")
-    pad = [r for r in rows if r.family == "f.z'" and r.obligation == "agnostic"]
+    pad = [r for r in rows if r.family == "f.z'" and r.obligation == "one-format"]
     assert pad and pad[0].status == "unknown" and "tp" in pad[0].detail
     # the claim's rows alone are the same rows (each part's and each canonical pad's)
     alone = [(r.family, r.status, r.detail) for r in agnostic_rows(lib, "f")]
-    assert alone == [(r.family, r.status, r.detail) for r in rows if r.obligation == "agnostic"]
+    assert alone == [(r.family, r.status, r.detail) for r in rows if r.obligation == "one-format"]
     assert len(alone) > 1
 
 

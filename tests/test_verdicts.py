@@ -118,7 +118,7 @@ def test_zero_witnesses_are_unknown_never_proved():
     """With no budget Z3 decides nothing: no configuration, no proof; every row says unknown."""
     lib = load([SPECS / "split_nhd.lal"])
     rows = prove_family(lib, "split_nhd", Budgets.of(rlimit=1))
-    assert {r.status for r in rows if r.obligation not in ("structure", "agnostic")} == {"unknown"}
+    assert {r.status for r in rows if r.obligation != "structure"} == {"unknown"}
 
 
 def test_runs_on_no_configuration_are_unknown():
@@ -310,10 +310,10 @@ def test_an_agnostic_claim_the_canonical_page_does_not_bear_is_not_proved(tmp_pa
     (tmp_path / "grids.lal").write_text(grids)
     shutil.copy(SPECS / "opaque.lal", tmp_path / "opaque.lal")
     rows = {r.obligation: r for r in prove_family(load([tmp_path / "opaque.lal"]), "opaque")}
-    assert rows["agnostic"].status == "unknown"
-    assert "page_size*pcp*tp, which depends on pcp, tp" in rows["agnostic"].detail
+    assert rows["one-format"].status == "unknown"
+    assert "page_size*pcp*tp, which depends on pcp, tp" in rows["one-format"].detail
     shipped = {r.obligation: r for r in prove_family(load([SPECS / "mla.lal"]), "mla")}
-    assert shipped["agnostic"].status == "proved"
+    assert shipped["one-format"].status == "proved" and "where claimed agnostic" in shipped["one-format"].method
 
 
 def test_a_family_the_compiler_rejects_gets_rows_not_a_traceback(tmp_path):
@@ -355,12 +355,12 @@ def test_agnostic_must_be_one_layout_across_the_cases_that_claim_it(tmp_path):
         "family ag serves fallback:\n    grid g\n    local     rows(block_size, 4, 4, 1)\n"
         "    canonical rows(block_size, 4, A, B)\n    shard (r, c) -> (r, c)\n")
     rows = {r.obligation: r for r in prove_family(load([tmp_path / "ag.lal"]), "ag")}
-    assert rows["agnostic"].status == "unknown" and "canonical layouts of those cases differ" in rows["agnostic"].detail
+    assert rows["one-format"].status == "unknown" and "canonical layouts of those cases differ" in rows["one-format"].detail
 
 
-def test_a_family_that_claims_nothing_has_no_agnostic_row():
+def test_a_family_that_claims_nothing_and_shares_no_page_has_no_one_format_row():
     rows = prove_family(load([SPECS / "opaque.lal"]), "opaque")
-    assert "agnostic" not in {r.obligation for r in rows}
+    assert "one-format" not in {r.obligation for r in rows}
 
 
 def test_the_proof_cache_key_follows_a_grid_taken_from_a_file_not_imported(tmp_path):
@@ -530,7 +530,7 @@ def test_an_agnostic_claim_read_through_the_per_rank_page_is_not_proved():
 
 def test_mlas_agnostic_claim_says_it_reads_the_page_as_a_model_size():
     from layoutalg.library import load_default
-    row = next(r for r in prove_family(load_default(), "mla") if r.obligation == "agnostic")
+    row = next(r for r in prove_family(load_default(), "mla") if r.obligation == "one-format")
     assert row.status == "proved"
     from layoutalg.prove.structural import agnostic
     fam = resolve(load_default(), "mla")

@@ -10,7 +10,7 @@
     coverage    the runtime's question "is this configuration proved?", without Z3
 """
 
-PROVER_VERSION = "2"
+PROVER_VERSION = "3"
 
 RLIMIT = 120_000_000
 """Z3 resource units for one fully symbolic query (shared by its seeds); the counterexample

@@ -556,19 +556,22 @@ _PAD_CLAIM = "canonical pad free of parallel sizes (sympy): all sizes"
 
 
 def _agnostic_row(spec: str, name: str, fam, method: str) -> list[Row]:
-    """The `agnostic` row of one part, or none where no case claims anything (nothing to show)."""
+    """The `one-format` row of one part's `agnostic` claim alone (sympy), or none where no case
+    claims anything (nothing to show)."""
     t0 = time.perf_counter()
     claim = agnostic_family(fam) if fam is not None else None
-    return [] if claim is None else [Row(spec, name, "agnostic", claim.status, method, time.perf_counter() - t0,
+    return [] if claim is None else [Row(spec, name, "one-format", claim.status, method, time.perf_counter() - t0,
                                          claim.detail if claim.status != "proved" else "")]
 
 
 def agnostic_rows(lib: Library, family: str) -> list[Row]:
-    """The `agnostic` rows `prove_family` gives (each data region's part and canonical pad of a
-    page), without the obligations that take Z3 minutes: for a question about the claim alone.
+    """The `one-format` rows of the family's `agnostic` claim alone (each data region's part and
+    canonical pad of a page), without the Z3 queries that take minutes: for a question about
+    the claim alone.
 
-    Post-conditions: a row unknown here is unknown there; a row proved here may still be
-    unknown there, where the family applies nowhere (its `page-size` row is refuted)."""
+    Post-conditions: a row unknown here is unknown in `prove_family`; a row proved here may
+    still be unknown or refuted there, where a shared page means another thing at another
+    configuration (the Z3 half of `one-format`) or the family applies nowhere."""
     spec = lib.family_def(family).span.file
     parts = lib.parts_of(family)
     rows = [r for part in parts for r in _agnostic_row(spec, part, resolve(lib, part), _LAYOUT_CLAIM)]
@@ -672,13 +675,13 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
                         "stride chains (sympy): all sizes", time.perf_counter() - t0,
                         "; ".join(dict.fromkeys(bad))))  # each reason once, however many cases give it
-        rows += _agnostic_row(spec, family, fam, _LAYOUT_CLAIM)
+    claim = _agnostic_row(spec, family, fam, _LAYOUT_CLAIM) if fam is not None and not quick else []
     applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
     rows.append(applies)
     if applies.status == "refuted":  # a claim of no configuration checked nothing: not a proof
-        return [_nowhere(r) for r in rows] + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
-                                             for n in SYMBOLIC + PER_CONFIGURATION]
+        return [_nowhere(r) for r in rows + claim] + [Row(spec, family, n, "unknown", "the family applies nowhere",
+                                                         0.0) for n in SYMBOLIC + PER_CONFIGURATION]
     by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
         if fam is not None else {}
     if found is not None:
@@ -694,11 +697,17 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
-    if meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
-        rows.append(_safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
-                                                                           status, lemmas)))
+    if claim and claim[0].status != "proved":  # a claim the grid does not back: the runtime drops it
+        rows += claim
+    elif meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
+        row = _safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
+                                                                     status, lemmas))
+        rows.append(row if not claim or row.status != "proved" else
+                    Row(**{**asdict(row), "method": f"{row.method}; where claimed agnostic, {_LAYOUT_CLAIM}"}))
         if quick and rows[-1].status == "refuted":
             return rows
+    else:
+        rows += claim
     for name in PER_CONFIGURATION:
         if fam is None:
             rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))
@@ -711,7 +720,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if quick and row.status == "refuted":
             return rows
     if applies.status != "proved":  # no configuration shown to apply: a proof may hold of nothing
-        rows = [r if r.obligation in ("structure", "agnostic", "page-size") else
+        rows = [r if r.obligation in ("structure", "page-size") else
                 _nowhere(r, "no configuration was found where the family applies (page-size undecided): not shown "
                             "to hold of any") for r in rows]
     return rows

@@ -14,9 +14,6 @@ from . import PROVER_VERSION, RLIMIT
 
 OBLIGATIONS = {
     "structure": "the local, rank and canonical stride chains of the digit table hold for all sizes (sympy)",
-    "agnostic": "where a grid says `agnostic when ...`, the canonical page is built from no size that moves with "
-                "the parallel configuration (tp, pcp, dcp, interleave, heads, rank digits), and each canonical index "
-                "that depends on the rank is placed by a fn of the grid (`head(h)`: the grid's word on the engine)",
     "page-size": "the family applies only where its local layout is exactly the runtime's page, and applies "
                  "somewhere (a witness configuration)",
     "local-bijective": "the local layout maps its index box one-to-one onto [0, page)",
@@ -33,7 +30,11 @@ OBLIGATIONS = {
     "one-format": "a page read under another configuration than its writer's (another tp, pcp, dcp or "
                   "interleave; pages of another cp joined along `sequence`): each canonical byte holds, at every "
                   "configuration, the engine element it holds on a single rank holding the whole page (elements "
-                  "named by the grid's placements, never by the shard map's arithmetic)",
+                  "named by the grid's placements, never by the shard map's arithmetic); and where a grid says "
+                  "`agnostic when ...`, the canonical page (and each canonical pad) is built from no size that moves "
+                  "with the parallel configuration (tp, pcp, dcp, interleave, heads, rank digits), each canonical "
+                  "index that depends on the rank placed by a fn of the grid (`head(h)`: the grid's word on the "
+                  "engine), one in every case that claims it",
     "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
     "runs-match-spec": "the emitted runs send each local byte where the spec says",
     "runs-cover-local": "each rank's runs cover its local page exactly once",
@@ -42,7 +43,7 @@ OBLIGATIONS = {
                           "its regions together: they tile it exactly)",
     "regions-tile-canonical": "the same for the canonical page",
 }
-"""In a family of pages each row but `structure`, `agnostic` and `page-size` is asked of every
+"""In a family of pages each row but `structure` and `page-size` is asked of every
 data region (`family.region`), with 'page' the whole page the region lies in."""
 
 
