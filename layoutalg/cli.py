@@ -449,8 +449,9 @@ def _recognition(lib, compiled: dict) -> int:
         print("\nrecognition: no two families serve one kind here: no tensor to tell apart")
         return 0
     compared = tally.pairs - tally.apart
-    print(f"\nrecognition: {tally.pairs} pair(s) of families of one kind; {tally.apart} never offered one layer at "
-          f"any size (Z3: no size serves both); the other {compared}: {tally.offered} layer(s) of one offered to the "
+    print(f"\nrecognition: {tally.pairs} pair(s) of families of one kind; {tally.apart} never take one layer at "
+          f"any size (Z3: no size serves both, or with one tensor); the other {compared}: {tally.offered} layer(s) of "
+          f"one offered to the "
           f"other, at the samples and {tally.found} configuration(s) Z3 found where both apply, {tally.taken} taken "
           f"by both and read byte by byte"
           + ("" if tally.offered or not compared else

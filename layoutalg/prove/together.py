@@ -1,16 +1,18 @@
 """Which two families of one kind can be offered one layer, for all sizes (Z3).
 
 The runtime offers a layer to the families of its kind in turn; one whose guards hold, whose
-local layout is the layer's page and whose grid is the worker group takes it. Two families
-can both be offered one layer only at sizes where both hold at once: the same runtime names
-(a layer gives one value of each), the same page, the same group. Where Z3 shows no such
-sizes in the declared domain, the two are told apart for every size, whatever tensor the
-layer brings. Where it finds some, they are configurations to compare the two families'
-readings at (`recognition.confusions`), beside the library's samples: a look-alike pair
-whose guards meet only at sizes no sample reaches (a head size of 576, say) is still met.
+local layout is the layer's page and whose grid is the worker group takes it, where it
+also finds the tensor it names. Two families can both take one layer only at sizes where
+both hold at once: the same runtime names (a layer gives one value of each), the same page,
+the same group, and, for two families each recognised by one tensor of named dims, one
+tensor both accept (one shape, the block dim included, and the strides each checks). Where
+Z3 shows no such sizes in the declared domain, the two are told apart for every size. Where
+it finds some, they are configurations to compare the two families' readings at
+(`recognition.confusions`), beside the library's samples: a look-alike pair whose guards
+meet only at sizes no sample reaches (a head size of 576, say) is still met.
 
-The tensors are not modelled here: a pair that can share a layer may still never share a
-tensor; that is the byte-by-byte comparison's to find, at the configurations found.
+A family of pages, or one that names no tensor dims, is held to its guards alone here: the
+byte-by-byte comparison finds whether its tensors meet another's, at the configurations found.
 """
 from __future__ import annotations
 
@@ -36,9 +38,10 @@ WITNESSES = 3
 
 
 class Together(NamedTuple):
-    """Whether families `first` and `second` can be offered one layer: 'apart' (no size in
-    the declared domain serves both: Z3, all sizes), 'together' (with `found`, configurations
-    where both apply, each a dict of runtime names), or 'unknown' (`why`)."""
+    """Whether families `first` and `second` can both take one layer: 'apart' (no size in the
+    declared domain serves both, with one tensor where both name one: Z3, all sizes),
+    'together' (with `found`, configurations where both apply, each a dict of runtime names),
+    or 'unknown' (`why`)."""
     first: str
     second: str
     status: str
@@ -46,20 +49,59 @@ class Together(NamedTuple):
     why: str = ""
 
 
-def _applies(lib: Library, family: str, sizes: dict, tag: str):
-    """Z3: the family applies at `sizes` (Z3 terms, shared with the other family): some case
+class _Applies(NamedTuple):
+    """Z3: where a family takes a layer (`when`), and, for a family recognised by one tensor
+    of named dims, that tensor's shape and strides as the runtime checks them (`tensor`:
+    (outer dims, shape after the block dim, strides), each a Z3 variable the case taken
+    sets), else None."""
+    when: object
+    tensor: tuple | None
+
+
+def _applies(lib: Library, family: str, sizes: dict, tag: str, cf=None) -> _Applies | None:
+    """Where the family applies at `sizes` (Z3 terms, shared with the other family): some case
     path's guards, page and group hold. None where a path cannot be read (nothing is shown of
-    it, so nothing may be concluded from its absence)."""
+    it, so nothing may be concluded from its absence). With `cf` (the compiled family) one
+    recognised by a tensor of named dims also says that tensor (`runtime._mismatch`)."""
+    from ..compiled import CompiledPage
+    from .obligations import _variant, size_to_z3
     part = lib.parts_of(family)[0]  # a page of regions: its first region's part reads the page's guards
+    dims = len(cf.tensor) if cf is not None and not isinstance(cf, CompiledPage) else 0
+    shape = [z3.Int(f"{tag}shape{d}") for d in range(dims)]
+    stride = [z3.Int(f"{tag}stride{d}") for d in range(dims)]
     held = []
     for k, path in enumerate(paths(lib, part)):
         try:
             m = Model(lib, part, path, sizes=sizes, tag=f"{tag}{k}.")
             m.touch()
-            held.append(z3.And(*m.assumptions(), *m.ops.side))
+            said = []
+            if dims:
+                v, atoms = _variant(lib, part, path)
+                pos = {n: i for i, n in enumerate(v.local.indices)}
+                said = [x == size_to_z3(m, atoms, v.local.extents[pos[n]]) for x, n in zip(shape, v.local.tensor)] + \
+                    [x == size_to_z3(m, atoms, v.local.coefficients[pos[n]]) for x, n in zip(stride, v.local.tensor)]
+            held.append(z3.And(*m.assumptions(), *said, *m.ops.side))
         except (ArithmeticError, LookupError, TypeError, z3.Z3Exception):
             return None
-    return z3.Or(*held) if held else z3.BoolVal(False)
+    when = z3.Or(*held) if held else z3.BoolVal(False)
+    return _Applies(when, (cf.tensor_outer, shape, stride) if dims else None)
+
+
+def _one_tensor(a: _Applies, b: _Applies, blocks) -> list:
+    """Z3: one tensor both families accept (`runtime._mismatch`): one shape, block dim and all,
+    and the strides each checks (those of the dims after its block dim) alike where both
+    check them. [] where either is not recognised by a tensor of named dims (nothing is said
+    of the tensor: only the guards decide)."""
+    if a.tensor is None or b.tensor is None:
+        return []
+    (ka, sa, ta), (kb, sb, tb) = a.tensor, b.tensor
+    if len(sa) != len(sb):
+        return [z3.BoolVal(False)]  # the runtime takes only a tensor of as many dims as the family names
+    full_a, full_b = sa[:ka] + [blocks] + sa[ka:], sb[:kb] + [blocks] + sb[kb:]
+    same = [x == y for x, y in zip(full_a, full_b)]
+    # tensor dim d (d > k) has stride strides[d - 1] for a family whose block dim is k
+    same += [ta[d - 1] == tb[d - 1] for d in range(max(ka, kb) + 1, len(sa) + 1)]
+    return same
 
 
 def _bounds(lib: Library, sizes: dict, cap: int | None, readable: bool = True) -> list:
@@ -84,9 +126,11 @@ def _solve(given: list, budget: Budget):
 
 def together(lib: Library, first: str, second: str, budget: Budget | None = None) -> Together:
     """Whether `first` and `second` (families of one kind) can be offered one layer."""
+    from ..compile import compile_named
     sizes = _sizes(lib, (first, second))
-    return _together(lib, first, second, _applies(lib, first, sizes, "a"), _applies(lib, second, sizes, "b"),
-                     sizes, budget or Budget(RLIMIT, GUARD_S))
+    return _together(lib, first, second, _applies(lib, first, sizes, "a.", compile_named(lib, first)),
+                     _applies(lib, second, sizes, "b.", compile_named(lib, second)), sizes,
+                     budget or Budget(RLIMIT, GUARD_S))
 
 
 def _sizes(lib: Library, families) -> dict:
@@ -95,20 +139,23 @@ def _sizes(lib: Library, families) -> dict:
     return {n: z3.Int(n) for n in sorted(names & set(lib.vocabulary()))}
 
 
-def _together(lib: Library, first: str, second: str, a, b, every: dict, budget: Budget) -> Together:
+def _together(lib: Library, first: str, second: str, a: _Applies | None, b: _Applies | None, every: dict,
+              budget: Budget) -> Together:
     if a is None or b is None:
         return Together(first, second, "unknown", why=f"a case of {first if a is None else second} cannot be read "
                                                       f"symbolically")
     reads = {n for f in (first, second) for n in family_names(lib, f)} | {"page_size", "tp", "pcp"}
     sizes = {n: x for n, x in every.items() if n in reads}
-    status, _ = _solve([a, b, *_bounds(lib, sizes, None, readable=False)], budget)
-    if status == "unsat":  # (most pairs: a word one requires and the other refuses)
+    blocks = z3.Int("blocks")
+    both = [a.when, b.when, *_one_tensor(a, b, blocks), blocks >= 1]
+    status, _ = _solve([*both, *_bounds(lib, sizes, None, readable=False)], budget)
+    if status == "unsat":  # (most pairs: a word one requires and the other refuses; else the tensor)
         return Together(first, second, "apart")
     found: list = []
     for cap in (*CAPS, None):
         while len(found) < WITNESSES:
             block = [z3.Or(*[sizes[n] != v for n, v in f.items()]) for f in found]
-            status, model = _solve([a, b, *_bounds(lib, sizes, cap), *block], budget)
+            status, model = _solve([*both, blocks <= 3, *_bounds(lib, sizes, cap), *block], budget)
             if status != "sat":
                 break
             found.append({n: value(model, x) for n, x in sizes.items()})
@@ -133,7 +180,7 @@ def pairs(lib: Library, families: dict) -> dict:
             by_kind.setdefault(cf.serves, []).append(cf.name)
     kinds = [sorted(m) for m in by_kind.values() if len(m) > 1]
     sizes = _sizes(lib, [f for m in kinds for f in m])
-    applies = {f: _applies(lib, f, sizes, f"{f}.") for m in kinds for f in m}  # each family read once
+    applies = {f: _applies(lib, f, sizes, f"{f}.", families[f]) for m in kinds for f in m}  # each read once
     budget = Budget(RLIMIT, GUARD_S)
     return {(x, y): _together(lib, x, y, applies[x], applies[y], sizes, budget) for m in kinds
             for x, y in itertools.combinations(m, 2)}
