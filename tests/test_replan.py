@@ -296,11 +296,41 @@ def test_a_plan_across_block_sizes_reading_the_wrong_part_is_refuted(lib):
     assert "store block_size=" in rows["reshard-match"].detail and "load block_size=" in rows["reshard-match"].detail
 
 
+@pytest.mark.parametrize("family, store, load", [
+    ("split_nhd", "tp=2,block_size=16", "tp=4,block_size=64"),   # four small producer pages a consumer page
+    ("split_hnd", "tp=4,block_size=48", "tp=2,block_size=16"),   # a big producer page read as three
+])
+def test_the_runtime_plan_across_block_sizes_is_the_proved_plan(lib, family, store, load):
+    from layoutalg.pageformat import conversion
+    from layoutalg.reshard import cross_plans
+    cs, cl = parse_config(store, also=("block_size",)), parse_config(load, also=("block_size",))
+    bs, bl = cs.pop("block_size"), cl.pop("block_size")
+    x, y = group_of(family, cs, 4, bs, 8, "bf16", 2), group_of(family, cl, 4, bl, 8, "bf16", 2)
+    big, small = (x, y) if bs > bl else (y, x)
+    cross = cross_plans(x.mappings, y.mappings, conversion(lib, family, big.sizes, small.sizes))
+    runtime = [_runtime_triples(p) for part in cross.parts for p in part]
+    assert symplan.triples_at(lib, family, x.sizes, y.sizes) == runtime
+
+
 def test_block_sizes_that_are_not_parts_of_one_another_are_an_error(lib):
     with pytest.raises(LayoutalgError, match="neither is a whole multiple"):
         _blocks(lib, "split_nhd", "tp=2,block_size=32", "tp=2,block_size=48")
     with pytest.raises(LayoutalgError, match="given for the store configuration only"):
         _blocks(lib, "split_nhd", "tp=2,block_size=32", "tp=2")
+    with pytest.raises(LayoutalgError, match="outside the declared domain"):
+        _blocks(lib, "split_nhd", "tp=2,block_size=4096", "tp=2,block_size=8192")
+    for bad in (-16, 0, "16", 16.0, True):
+        with pytest.raises(LayoutalgError, match="not a whole number of at least 1"):
+            replan.prove_all_sizes(lib, "split_nhd", {"tp": 2, "block_size": bad}, {"tp": 2, "block_size": 32},
+                                   Budgets.of().full)
+
+
+def test_block_sizes_the_family_does_not_serve_are_not_proved(lib):
+    """Only k is proved for every B; a block size given that the family refuses (3 tokens dealt
+    in pairs) says so, rather than prove a pair no deployment has."""
+    rows = _blocks(lib, "split_nhd", "tp=2,dcp=2,interleave=2,block_size=3", "tp=2,block_size=6")
+    assert {r.status for r in rows.values()} == {"unknown"}
+    assert "block_size=3 is served by no case" in rows["reshard-cover"].method
 
 
 def test_a_plan_whose_domain_is_empty_proves_nothing(lib):

@@ -55,8 +55,8 @@ from .obligations import Budget, Model, family_names, query, value
 from .reshard import _solve
 from .store import Row
 from .structural import page_tiles
-from .symplan import (CONFIGURATION, DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun, cases, cross_of,
-                      rank_names)
+from .symplan import (CONFIGURATION, DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun, block_ratio, cases,
+                      cross_of, rank_names)
 
 RESHARD = ("reshard-cover", "reshard-match")
 DOMAIN = "reshard-domain"  # across another cp: the sizes where the plan's pieces do not divide, never proved
@@ -89,6 +89,12 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     sx, sy, bounds, store, load = _sizes(lib, family, store, load)
     blocks = "" if "block_size" not in store and "block_size" not in load else \
         f" (block sizes {given[0]} and {given[1]} read as B and {max(given) // min(given)} * B, for every B)"
+    if blocks:  # the numbers given fix only k: each must still be a block size the family serves
+        alone = _served_nowhere(lib, parts[0], {**sx, "block_size": given[0]}, {**sy, "block_size": given[1]}, bounds,
+                                budget, ("xb.", "yb."))
+        if alone:
+            return rows("unknown", f"the {alone} configuration's block_size={given[alone == 'load']} is served by no "
+                                   f"case of the family at any size (its cases, guards and page do not hold there)")
     checked, cases, seen, outside, crossing, splits = 0, 0, [], [], False, set()
     verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
 
@@ -349,31 +355,13 @@ def _sizes(lib: Library, family: str, store: dict, load: dict):
     names = family_names(lib, family) | set(PER_SIDE)
     shared = {n: z3.Int(n) for n in names if n in vocab and n not in CONFIGURATION and n not in PER_SIDE}
     sides = [{**shared, **{n: z3.Int(tag + n) for n in PER_SIDE}, **fixed} for tag, fixed in zip(("x.", "y."), full)]
-    k, big = _blocks(store, load, "block_size" in shared)
+    k, big = block_ratio(store, load, "block_size" in shared, vocab.get("block_size"))
     if k > 1:  # one block size k times the other: every block size B against k * B, B symbolic
         sides[big]["block_size"] = k * shared["block_size"]
         full[big]["block_size"] = k * sympy.Symbol("block_size", integer=True)
     bounds = [c for s in sides for n, x in s.items() if z3.is_expr(x)
               for c in (x >= vocab[n].lo, x <= vocab[n].hi)]
     return sides[0], sides[1], bounds, full[0], full[1]
-
-
-def _blocks(store: dict, load: dict, read: bool) -> tuple[int, int]:
-    """(k, the side of the larger block: 0 store, 1 load) where the two configurations give
-    block sizes k > 1 to one, else (1, 0): pages of B and of k * B tokens are parts of one
-    another along the sequence index, as pages of another cp are. Proved for every B, the
-    numbers given only fixing k (given alike, or on neither side: one block size, symbolic)."""
-    given = [c.get("block_size") for c in (store, load)]
-    if given[0] == given[1]:
-        return 1, 0
-    if None in given:
-        raise LayoutalgError(f"prove_all_sizes: block_size is given for the {'store' if given[0] else 'load'} "
-                             f"configuration only: give both sides' block sizes (their ratio is what is proved)")
-    small, big = sorted(given)
-    if big % small:
-        raise LayoutalgError(f"prove_all_sizes: block sizes {given[0]} and {given[1]}: neither is a whole multiple of "
-                             f"the other, so neither side's pages are parts of the other's")
-    return (big // small, given.index(big)) if read else (1, 0)  # (a page no block size shapes: one format)
 
 
 def _values(fam, mx, my, kx, ky, store, load, bounds, budget):

@@ -299,6 +299,41 @@ def _block(low, mid, high, fractions: dict, ox: list, oy: list):
     return None
 
 
+def block_ratio(store: dict, load: dict, read: bool, domain=None) -> tuple[int, int]:
+    """(k, the side of the larger block: 0 store, 1 load) where the two configurations give
+    block sizes k > 1 to one, else (1, 0): pages of B and of k * B tokens are parts of one
+    another along the sequence index, as pages of another cp are, for every B (the numbers
+    given fix only k; given alike, or on neither side, one block size). `read`: whether the
+    family reads block_size (a page no block size shapes is one format at both); `domain`:
+    block_size's declared `Param`, which each number given must lie in.
+
+    Examples:
+        >>> block_ratio({"block_size": 16}, {"block_size": 64}, True)
+        (4, 1)
+        >>> block_ratio({"block_size": 48}, {"block_size": 16}, True)
+        (3, 0)
+    """
+    given = [c.get("block_size") for c in (store, load)]
+    for side, v in zip(("store", "load"), given):
+        if v is not None and (type(v) is not int or v < 1):
+            raise LayoutalgError(f"the {side} configuration's block_size is {v!r}, not a whole number of at least 1")
+        if v is not None and domain is not None and not domain.lo <= v <= domain.hi:
+            raise LayoutalgError(f"the {side} configuration's block_size={v} is outside the declared domain "
+                                 f"[{domain.lo}, {domain.hi}]")
+    if given[0] == given[1]:
+        return 1, 0
+    if None in given:
+        raise LayoutalgError(f"block_size is given for the {'store' if given[0] else 'load'} configuration only: "
+                             f"give both sides' block sizes (their ratio is what is proved)")
+    small, big = sorted(given)
+    if not read:  # (a page no block size shapes: one format at both)
+        return 1, 0
+    if big % small:
+        raise LayoutalgError(f"block sizes {given[0]} and {given[1]}: neither is a whole multiple of the other, so "
+                             f"neither side's pages are parts of the other's")
+    return big // small, given.index(big)
+
+
 def cross_of(fam, vx, vy, store: dict, load: dict, token: str | None) -> Cross | None:
     """The pair as pages of another cp, where the two canonical pages' `token` extents are
     `k` to one (`k` > 1), else None (pages of one format, or of no such pair)."""
@@ -395,6 +430,11 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     kx, ky = (order.index(tuple(Reading(lib, family, s).taken)) for s in (store, load))
     vx, vy = fam.variants[kx], fam.variants[ky]
     cx, cy = ({n: s[n] for n in CONFIGURATION if n in s} for s in (store, load))
+    k, big = block_ratio(store, load, _reads_blocks(fam)) if store.get("block_size") != load.get("block_size") \
+        else (1, 0)
+    if k > 1:  # as the proof takes them: B symbolic, the larger side's k * B
+        (cx, cy)[big]["block_size"] = k * sympy.Symbol("block_size", integer=True)
+        store, load = ({**s, "block_size": min(store["block_size"], load["block_size"])} for s in (store, load))
     nx, ny = rank_names(fam, vx, cx), rank_names(fam, vy, cy)
     shared = {n for n in nx | ny if n not in PER_SIDE}  # as the proof takes them: one value on both sides
     seq = lib.family_def(family).sequence
@@ -408,16 +448,24 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
                          "divide): the runtime's plan is proved per pair there")
 
 
+def _reads_blocks(fam) -> bool:
+    return any(sympy.Symbol("block_size", integer=True) in sympy.sympify(fam.atoms.expand(x)).free_symbols
+               for v in fam.variants for x in (*v.canonical.extents, *v.local.extents))
+
+
 def triples_at(lib: Library, family: str, store: dict, load: dict) -> list[set[tuple[int, int, int]]]:
     """Consumer rank by rank, the bytes of the plans proved for all sizes (`plans_at`), at
     these sizes: of every region of a page together. What the runtime's plans must be."""
     said = {n: p.default for n, p in lib.vocabulary().items() if p.default is not None}  # what a layer that says
     store, load = {**said, **store}, {**said, **load}                                     # nothing gets
+    at = (store, load)
+    if store.get("block_size") != load.get("block_size"):  # the plans read the smaller block size B (`plans_at`)
+        at = tuple({**s, "block_size": min(store["block_size"], load["block_size"])} for s in (store, load))
     out: list[set] = []
     for part in lib.parts_of(family):
         fam = resolve(lib, part)
         for s, plan in enumerate(plans_at(lib, part, store, load)):
             if s == len(out):
                 out.append(set())
-            out[s] |= triples(fam, plan, store, load)
+            out[s] |= triples(fam, plan, *at)
     return out
