@@ -113,7 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--reshard", nargs=2, metavar=("STORE", "LOAD"),
                     help="prove the direct reshard plan from configuration STORE to LOAD (as 'tp=2,dcp=1') for "
                          "all model sizes instead: every consumer byte written once, from a producer byte that "
-                         "holds the same canonical byte")
+                         "holds the same canonical byte; each side may give its block_size (one a whole multiple "
+                         "k of the other: proved for every block size B against k * B)")
     pr.add_argument("--family", help="with --reshard: only this family")
     pr.add_argument("--pipeline", action="store_true",
                     help="prove that vLLM's split of a model's layers over pipeline stages gives each layer one "
