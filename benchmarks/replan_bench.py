@@ -28,6 +28,8 @@ PAIRS = [
     ("split_hnd", "tp=8", "tp=2"),  # one cp: GQA replicas, no residue cases
     ("split_nhd", "tp=4", "tp=4,dcp=4,interleave=2"),  # k = 4
     ("split_nhd", "tp=8", "tp=8,dcp=8"),  # k = 8
+    ("split_nhd", "tp=2,block_size=16", "tp=4,block_size=64"),  # another block size: B against 4 * B, every B
+    ("split_hnd", "tp=4,block_size=48", "tp=2,block_size=16"),  # big producer pages, each read as 3
 ]
 SLOW = [("split_hnd", "tp=8,dcp=8,interleave=4", "tp=8")]
 
@@ -37,8 +39,8 @@ from layoutalg.library import load_default
 from layoutalg.params import parse_config
 from layoutalg.prove.replan import prove_all_sizes
 from layoutalg.prove.runner import Budgets
-rows = prove_all_sizes(load_default(), sys.argv[1], parse_config(sys.argv[2]), parse_config(sys.argv[3]),
-                       Budgets.of().full)
+rows = prove_all_sizes(load_default(), sys.argv[1], parse_config(sys.argv[2], also=("block_size",)),
+                       parse_config(sys.argv[3], also=("block_size",)), Budgets.of().full)
 print(" ".join(f"{r.obligation}={r.status}" for r in rows))
 """
 
