@@ -57,6 +57,31 @@ def test_the_shipped_library_has_no_two_families_that_read_one_tensor_apart():
     assert together[("split_hnd", "split_nhd")].status == "together"  # told apart by the tensor alone
 
 
+def _split_pair(tmp_path, hnd_guard: str, declare: str = ""):
+    for f in ("grids.lal", "split_nhd.lal"):
+        (tmp_path / f).write_text((ROOT / "specs" / f).read_text())
+    hnd = (ROOT / "specs" / "split_hnd.lal").read_text()
+    edited = hnd.replace("family split_hnd serves attention:", declare + "family split_hnd serves attention:").replace(
+        "    require kv_blocks_second == 0", "    require kv_blocks_second == 0" + hnd_guard)
+    assert edited.count(hnd_guard) == 1 if hnd_guard else True
+    (tmp_path / "split_hnd.lal").write_text(edited)
+    return load([tmp_path])
+
+
+def test_a_runtime_name_called_blocks_is_not_the_tensors_block_count(tmp_path):
+    """A declared word named `blocks` is the layer's, not the tensor's block count: split HND
+    and NHD still take one tensor at one head and one token a block."""
+    lib = _split_pair(tmp_path, " and blocks == 0", 'param blocks in 0 .. 1 default 0 "a word"\n\n')
+    assert together(lib, "split_hnd", "split_nhd").status == "together"
+
+
+def test_a_pair_that_meets_only_past_what_is_compared_says_so(tmp_path):
+    """Split HND only at head sizes over 2048: the two meet only on pages the comparison does
+    not read, which is said (and compared at the samples), never taken for apart."""
+    found = together(_split_pair(tmp_path, " and head_size >= 2049"), "split_hnd", "split_nhd")
+    assert found.status == "unknown" and "page is over 4096 bytes" in found.why, found
+
+
 def test_a_look_alike_beyond_the_samples_is_found_where_z3_says_both_apply(tmp_path):
     """A twin of split NHD on a grid that deals the heads round-robin (one tensor, two
     readings) that applies only at a head size no sample has: the samples never offer it a

@@ -697,16 +697,16 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
-    if claim and claim[0].status != "proved":  # a claim the grid does not back: the runtime drops it
-        rows += claim
-    elif meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
+    if meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
         row = _safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
                                                                      status, lemmas))
-        rows.append(row if not claim or row.status != "proved" else
-                    Row(**{**asdict(row), "method": f"{row.method}; where claimed agnostic, {_LAYOUT_CLAIM}"}))
+        if claim and row.status != "refuted":  # a refutation says more than a claim not shown
+            row = claim[0] if claim[0].status != "proved" else \
+                Row(**{**asdict(row), "method": f"{row.method}; where claimed agnostic, {_LAYOUT_CLAIM}"})
+        rows.append(row)
         if quick and rows[-1].status == "refuted":
             return rows
-    else:
+    else:  # pages only their writer's configuration reads, but for what the claim says
         rows += claim
     for name in PER_CONFIGURATION:
         if fam is None:

@@ -146,7 +146,7 @@ def _together(lib: Library, first: str, second: str, a: _Applies | None, b: _App
                                                       f"symbolically")
     reads = {n for f in (first, second) for n in family_names(lib, f)} | {"page_size", "tp", "pcp"}
     sizes = {n: x for n, x in every.items() if n in reads}
-    blocks = z3.Int("blocks")
+    blocks = z3.Int("#blocks")  # (a name no runtime name can have: a spec may declare `blocks`)
     both = [a.when, b.when, *_one_tensor(a, b, blocks), blocks >= 1]
     status, _ = _solve([*both, *_bounds(lib, sizes, None, readable=False)], budget)
     if status == "unsat":  # (most pairs: a word one requires and the other refuses; else the tensor)
@@ -163,11 +163,11 @@ def _together(lib: Library, first: str, second: str, a: _Applies | None, b: _App
             break
     if found:
         return Together(first, second, "together", tuple(found))
-    if status == "sat":
-        return Together(first, second, "unknown", why="they can be offered one layer only where its page is over "
-                                                      f"{MAX_PAGE} bytes or its group over {MAX_WORLD} ranks, which "
-                                                      f"are not compared byte by byte")
-    return Together(first, second, "unknown", why="undecided whether any size serves both")
+    if status == "unsat":  # the last query was the widest the comparison can read
+        return Together(first, second, "unknown", why=f"they can take one layer only where its page is over {MAX_PAGE} "
+                                                      f"bytes, its group over {MAX_WORLD} ranks or its tensor over 3 "
+                                                      f"blocks, which are not compared byte by byte")
+    return Together(first, second, "unknown", why="undecided whether a size the comparison can read serves both")
 
 
 def pairs(lib: Library, families: dict) -> dict:
