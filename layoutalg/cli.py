@@ -452,9 +452,8 @@ def _recognition(lib, compiled: dict) -> int:
     compared = tally.pairs - tally.apart
     print(f"\nrecognition: {tally.pairs} pair(s) of families of one kind; {tally.apart} never take one layer at "
           f"any size (Z3: no size serves both, or with one tensor); the other {compared}: {tally.offered} layer(s) of "
-          f"one offered to the "
-          f"other, at the samples and {tally.found} configuration(s) Z3 found where both apply, {tally.taken} taken "
-          f"by both and read byte by byte"
+          f"one offered to the other, at the samples and {tally.found} configuration(s) Z3 found where both apply, "
+          f"{tally.taken} taken by both and read byte by byte"
           + ("" if tally.offered or not compared else
              " (nothing compared: no layer of one family was offered to another)"))
     for t in together.values():

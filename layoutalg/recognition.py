@@ -128,13 +128,8 @@ def confusions(lib, families: dict, domain: dict, limit: int = 1000,
     is no family of a kind. `together` (`prove.together.pairs`), where given, says of each pair
     whether any size serves both: a pair shown apart is not compared (no layer reaches both),
     and the configurations found where both apply are compared first."""
-    from .runtime import FALLBACK
-    by_kind: dict = {}
-    for cf in families.values():
-        if cf.serves != FALLBACK:
-            by_kind.setdefault(cf.serves, []).append(cf)
     found, pairs, offered, taken, apart, extra = [], 0, 0, 0, 0, 0
-    for members in by_kind.values():
+    for members in by_kind(families).values():
         for a, b in itertools.permutations(sorted(members, key=lambda c: c.name), 2):
             known = (together or {}).get(tuple(sorted((a.name, b.name))))
             pairs += 1
@@ -148,6 +143,17 @@ def confusions(lib, families: dict, domain: dict, limit: int = 1000,
             if hit is not None and not any({c.first, c.second} == {a.name, b.name} for c in found):
                 found.append(hit)
     return found, Tally(pairs // 2, offered, taken, apart // 2, extra // 2)
+
+
+def by_kind(families: dict) -> dict:
+    """The compiled families (`families`: name -> compiled family) of each kind they serve, the
+    fallback aside (it is no family of a kind: it takes what none of them does)."""
+    from .runtime import FALLBACK
+    out: dict = {}
+    for cf in families.values():
+        if cf.serves != FALLBACK:
+            out.setdefault(cf.serves, []).append(cf)
+    return out
 
 
 def _sampled(domain: dict, limit: int):

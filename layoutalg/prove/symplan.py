@@ -430,11 +430,11 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     kx, ky = (order.index(tuple(Reading(lib, family, s).taken)) for s in (store, load))
     vx, vy = fam.variants[kx], fam.variants[ky]
     cx, cy = ({n: s[n] for n in CONFIGURATION if n in s} for s in (store, load))
-    k, big = block_ratio(store, load, _reads_blocks(fam)) if store.get("block_size") != load.get("block_size") \
-        else (1, 0)
+    from .obligations import family_names  # (what the proof asks: `replan._sizes`)
+    k, big = block_ratio(store, load, "block_size" in family_names(lib, family))
     if k > 1:  # as the proof takes them: B symbolic, the larger side's k * B
         (cx, cy)[big]["block_size"] = k * sympy.Symbol("block_size", integer=True)
-        store, load = ({**s, "block_size": min(store["block_size"], load["block_size"])} for s in (store, load))
+        store, load = at_smaller_block(store, load)
     nx, ny = rank_names(fam, vx, cx), rank_names(fam, vy, cy)
     shared = {n for n in nx | ny if n not in PER_SIDE}  # as the proof takes them: one value on both sides
     seq = lib.family_def(family).sequence
@@ -448,9 +448,13 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
                          "divide): the runtime's plan is proved per pair there")
 
 
-def _reads_blocks(fam) -> bool:
-    return any(sympy.Symbol("block_size", integer=True) in sympy.sympify(fam.atoms.expand(x)).free_symbols
-               for v in fam.variants for x in (*v.canonical.extents, *v.local.extents))
+def at_smaller_block(store: dict, load: dict) -> tuple[dict, dict]:
+    """Both sides' sizes with the smaller of their block sizes, B: a plan across two block
+    sizes reads B, the larger side's k * B written out (`block_ratio`)."""
+    if store.get("block_size") == load.get("block_size"):
+        return store, load
+    b = min(store["block_size"], load["block_size"])
+    return {**store, "block_size": b}, {**load, "block_size": b}
 
 
 def triples_at(lib: Library, family: str, store: dict, load: dict) -> list[set[tuple[int, int, int]]]:
@@ -458,9 +462,7 @@ def triples_at(lib: Library, family: str, store: dict, load: dict) -> list[set[t
     these sizes: of every region of a page together. What the runtime's plans must be."""
     said = {n: p.default for n, p in lib.vocabulary().items() if p.default is not None}  # what a layer that says
     store, load = {**said, **store}, {**said, **load}                                     # nothing gets
-    at = (store, load)
-    if store.get("block_size") != load.get("block_size"):  # the plans read the smaller block size B (`plans_at`)
-        at = tuple({**s, "block_size": min(store["block_size"], load["block_size"])} for s in (store, load))
+    at = at_smaller_block(store, load)  # what the plans read (`plans_at`)
     out: list[set] = []
     for part in lib.parts_of(family):
         fam = resolve(lib, part)

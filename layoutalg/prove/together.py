@@ -173,12 +173,8 @@ def _together(lib: Library, first: str, second: str, a: _Applies | None, b: _App
 def pairs(lib: Library, families: dict) -> dict:
     """`together` of every two families of one kind (`families`: name -> compiled family; the
     fallback is no family of a kind), keyed by the pair of names in order."""
-    from ..runtime import FALLBACK
-    by_kind: dict = {}
-    for cf in families.values():
-        if cf.serves != FALLBACK:
-            by_kind.setdefault(cf.serves, []).append(cf.name)
-    kinds = [sorted(m) for m in by_kind.values() if len(m) > 1]
+    from ..recognition import by_kind
+    kinds = [sorted(cf.name for cf in m) for m in by_kind(families).values() if len(m) > 1]
     sizes = _sizes(lib, [f for m in kinds for f in m])
     applies = {f: _applies(lib, f, sizes, f"{f}.", families[f]) for m in kinds for f in m}  # each read once
     budget = Budget(RLIMIT, GUARD_S)
