@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from layoutalg.copy import plan
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.copy.executor import plan
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 BLOCKS = 512
 

@@ -89,8 +89,8 @@ def bench_corpus() -> tuple[float, float, int]:
     proc = subprocess.run([sys.executable, "-m", "layoutalg.cli", "derive-corpus", str(CORPUS)],
                           capture_output=True, text=True, check=True, cwd=ROOT)
     wall = time.perf_counter() - t0
-    from layoutalg.corpus import derive_corpus
-    from layoutalg.runtime import Deriver
+    from layoutalg.runtime.corpus import derive_corpus
+    from layoutalg.runtime.derive import Deriver
     Deriver()
     t1 = time.perf_counter()
     n = derive_corpus(str(CORPUS), io.StringIO())

@@ -28,11 +28,11 @@ def prove(env, *args) -> tuple[float, str]:
 
 def one_configuration() -> float:
     """The symbolic obligations of split HND at one configuration (tp=8, pcp=2, dcp=2), symbolic rank."""
-    from layoutalg.family import resolve
-    from layoutalg.interpret import Reading, paths
-    from layoutalg.library import load_default
-    from layoutalg.prove.obligations import SYMBOLIC, Model, query
-    from layoutalg.prove.runner import Budgets
+    from layoutalg.ir.family import resolve
+    from layoutalg.dsl.interpret import Reading, paths
+    from layoutalg.dsl.library import load_default
+    from layoutalg.verify.prove.obligations import SYMBOLIC, Model, query
+    from layoutalg.verify.prove.runner import Budgets
     lib = load_default()
     fam = resolve(lib, "split_hnd")
     sizes = dict(tp=8, pcp=2, dcp=2, interleave=4, total_heads=8, heads=1, block_size=16, head_size=128,
@@ -51,7 +51,7 @@ def one_configuration() -> float:
 def compile_library() -> float:
     """Compiling the shipped library from its specs in a fresh process (what the first
     `Deriver()` on a machine does before the cache holds it), best of three."""
-    code = ("import time; t = time.perf_counter(); from layoutalg.runtime import compiled_library; "
+    code = ("import time; t = time.perf_counter(); from layoutalg.runtime.derive import compiled_library; "
             "compiled_library(); print(time.perf_counter() - t)")
     env = {**os.environ, "LAYOUTALG_CACHE": "off"}
     return min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
@@ -64,10 +64,10 @@ def budget_margin() -> str:
     Verdicts are decided by this count, not by seconds: the margin says how far the
     hardest proof is from turning unknown (on any machine, under any load).
     """
-    from layoutalg.library import load_default
-    from layoutalg.prove import RLIMIT
-    from layoutalg.prove.obligations import PEAK
-    from layoutalg.prove.runner import prove_family
+    from layoutalg.dsl.library import load_default
+    from layoutalg.verify.prove import RLIMIT
+    from layoutalg.verify.prove.obligations import PEAK
+    from layoutalg.verify.prove.runner import prove_family
     lib = load_default()
     for family in lib.families:
         prove_family(lib, family)

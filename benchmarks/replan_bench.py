@@ -35,10 +35,10 @@ SLOW = [("split_hnd", "tp=8,dcp=8,interleave=4", "tp=8")]
 
 _ONE = """
 import sys
-from layoutalg.library import load_default
+from layoutalg.dsl.library import load_default
 from layoutalg.params import parse_config
-from layoutalg.prove.replan import prove_all_sizes
-from layoutalg.prove.runner import Budgets
+from layoutalg.verify.prove.replan import prove_all_sizes
+from layoutalg.verify.prove.runner import Budgets
 rows = prove_all_sizes(load_default(), sys.argv[1], parse_config(sys.argv[2], also=("block_size",)),
                        parse_config(sys.argv[3], also=("block_size",)), Budgets.of().full)
 print(" ".join(f"{r.obligation}={r.status}" for r in rows))
@@ -46,7 +46,7 @@ print(" ".join(f"{r.obligation}={r.status}" for r in rows))
 
 
 def one(family: str, store: str, load: str) -> tuple[float, str]:
-    subprocess.run([sys.executable, "-c", "import layoutalg.library"], cwd=ROOT, check=True)  # warm the disk cache
+    subprocess.run([sys.executable, "-c", "import layoutalg.dsl.library"], cwd=ROOT, check=True)  # warm the disk cache
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _ONE, family, store, load], capture_output=True, text=True, cwd=ROOT)
     took = time.perf_counter() - t

@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from layoutalg.copy import plan
-from layoutalg.distributed import group_of, parse_config
-from layoutalg.reshard import direct_plans, execute
+from layoutalg.copy.executor import plan
+from layoutalg.tools.distributed import group_of, parse_config
+from layoutalg.plans.reshard import direct_plans, execute
 
 BLOCKS = 256
 PAIRS = [("split_hnd", 8, 128, "tp=2", "tp=4"), ("split_hnd", 8, 128, "tp=4", "tp=2"),

@@ -1,14 +1,13 @@
 """layoutalg: a layout-algebra DSL for sharded KV-cache pages, with symbolic verification.
 
-The pipeline, one module a room:
-    grammar/layoutalg.lark -> syntax -> library -> sizes, itersum, ir, family, claims (IR)
-    -> layout, algebra -> compile -> tiling, lower -> runtime, vllm, corpus -> copy, torch_copy
-    -> direct, reshard -> cli
-    verification: check (enumeration), interpret (direct reading), prove (Z3)
+The pipeline, one folder a room (docs/design.md):
+    grammar/layoutalg.lark -> dsl (syntax, library) -> ir -> algebra -> compile
+    -> runtime (lower, derive, vllm) -> plans (reshard, pageformat) -> copy -> tools, cli
+    verification: verify (check, oracle, recognition, prove with Z3)
 """
-_PUBLIC = {"CanonicalPageMapping": "mapping", "CopyRun": "mapping", "Deriver": "runtime",
-           "LayerResult": "runtime", "LayerSpec": "runtime", "ParallelConfig": "runtime",
-           "TensorLayout": "runtime", "derive_canonical_mappings": "vllm"}
+_PUBLIC = {"CanonicalPageMapping": "mapping", "CopyRun": "mapping", "Deriver": "runtime.derive",
+           "LayerResult": "runtime.derive", "LayerSpec": "runtime.derive", "ParallelConfig": "runtime.derive",
+           "TensorLayout": "runtime.derive", "derive_canonical_mappings": "runtime.vllm"}
 __all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"
 

@@ -88,7 +88,7 @@ class Tiling:
     same for every rank of the group: its local digits `(extent, local byte stride, canonical
     byte stride)`, its rank digits `(extent, rank stride, canonical byte stride, replica)`,
     the canonical base of rank 0 and the bytes before the region in the local page. Direct
-    reshard plans are composed from two groups' tilings (`layoutalg.direct`), then
+    reshard plans are composed from two groups' tilings (`layoutalg.algebra.refine`), then
     certified against the runs."""
 
     local: tuple

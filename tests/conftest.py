@@ -14,12 +14,12 @@ def rng():
 
 @pytest.fixture(scope="session")
 def corpus_rows():
-    from layoutalg.corpus import read_lines
+    from layoutalg.runtime.corpus import read_lines
     return list(read_lines(str(DATA / "vllm_reference.jsonl.gz")))
 
 
 @pytest.fixture(scope="session")
 def deriver():
     """A Deriver of the shipped library (its memo is keyed by the layer: tests may share it)."""
-    from layoutalg.runtime import Deriver
+    from layoutalg.runtime.derive import Deriver
     return Deriver()

@@ -1,7 +1,7 @@
 """Random small layouts for the algebra's post-condition tests (seeded by the caller)."""
 import random
 
-from layoutalg.layout import Layout
+from layoutalg.algebra.layout import Layout
 
 
 def random_layout(rng: random.Random, max_modes: int = 4) -> Layout:

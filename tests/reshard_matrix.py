@@ -23,19 +23,19 @@ import time
 
 import torch
 
-from layoutalg.copy import plan
-from layoutalg.distributed import global_coordinates, hashed, layout_of_pages
+from layoutalg.copy.executor import plan
+from layoutalg.tools.distributed import global_coordinates, hashed, layout_of_pages
 from layoutalg.errors import ConfigError, LayoutalgError
-from layoutalg.oracle import spec_coordinates
-from layoutalg.pageformat import conversion, convert
-from layoutalg.library import load_default
-from layoutalg.torch_copy import layer_segments
+from layoutalg.verify.oracle import spec_coordinates
+from layoutalg.plans.pageformat import conversion, convert
+from layoutalg.dsl.library import load_default
+from layoutalg.copy.views import layer_segments
 from layoutalg.params import parse_config
-from layoutalg.prove.replan import prove_all_sizes
-from layoutalg.prove.symplan import triples_at
-from layoutalg.prove.reshard import prove_plans
-from layoutalg.prove.runner import Budgets
-from layoutalg.reshard import ReshardError, direct_plans
+from layoutalg.verify.prove.replan import prove_all_sizes
+from layoutalg.verify.prove.symplan import triples_at
+from layoutalg.verify.prove.reshard import prove_plans
+from layoutalg.verify.prove.runner import Budgets
+from layoutalg.plans.reshard import ReshardError, direct_plans
 
 import test_reshard as t
 from test_replan import _runtime_triples as runtime_triples
@@ -95,8 +95,8 @@ def converted(family: str, heads: int, a: str, b: str, direct: bool = False) -> 
 
 
 def cross_proved(family: str, x, y) -> bool:
-    from layoutalg.prove.reshard import prove_cross_plans
-    from layoutalg.reshard import cross_plans
+    from layoutalg.verify.prove.reshard import prove_cross_plans
+    from layoutalg.plans.reshard import cross_plans
     lib = load_default()
     big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
     conv = conversion(lib, family, big.sizes, small.sizes)
@@ -109,7 +109,7 @@ def cross_is_the_proved_plan(family: str, x, y) -> bool:
     """The runtime's cross-cp plans (composed from fragments) are, byte for byte, the plans
     `prove --reshard` proves for all sizes (virtual consumer part * world + s is consumer s's
     plan for that part), of the residue case these sizes lie in."""
-    from layoutalg.reshard import cross_plans
+    from layoutalg.plans.reshard import cross_plans
     lib = load_default()
     big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)
     cross = cross_plans(x.mappings, y.mappings, conversion(lib, family, big.sizes, small.sizes))
@@ -124,7 +124,7 @@ def _same(have, want, canon) -> bool:
 
 
 def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
-    from layoutalg.reshard import cross_plans, gather, scatter
+    from layoutalg.plans.reshard import cross_plans, gather, scatter
     cross = cross_plans(x.mappings, y.mappings, conv)
     out = [y.empty().zero_() for _ in y.mappings]
     for p, v, rank, src, dst in cross.transfers(G):

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from semantics_oracle import expected, random_row  # noqa: E402
 
-from layoutalg.corpus import derive_row  # noqa: E402
+from layoutalg.runtime.corpus import derive_row  # noqa: E402
 from layoutalg.mapping import CopyRun, merged_triples  # noqa: E402
-from layoutalg.runtime import Deriver  # noqa: E402
+from layoutalg.runtime.derive import Deriver  # noqa: E402
 
 FIELDS = ("canonical_page_size_bytes", "local_page_size_bytes", "num_writers", "writer_index",
           "parallelism_agnostic")

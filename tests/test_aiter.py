@@ -4,8 +4,8 @@ HND's shape and strides."""
 import pytest
 import torch
 
-from layoutalg.copy import plan
-from layoutalg.runtime import LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.copy.executor import plan
+from layoutalg.runtime.derive import LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, BS, D, N = 4, 4, 8, 6
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from layoutalg import cache
-from layoutalg.compile import compile_family, compile_named
-from layoutalg.compiled import CompiledFamily, valid_entry, valid_json
-from layoutalg.whitelist import UnsafeSource, check_source
-from layoutalg.family import resolve
-from layoutalg.library import load
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library, forget_compiled
+from layoutalg.compile import cache
+from layoutalg.compile.codegen import compile_family, compile_named
+from layoutalg.compile.compiled import CompiledFamily, valid_entry, valid_json
+from layoutalg.compile.whitelist import UnsafeSource, check_source
+from layoutalg.ir.family import resolve
+from layoutalg.dsl.library import load
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library, forget_compiled
 
 from conftest import ROOT
 
@@ -242,7 +242,7 @@ def change_a_stride(data):
 
 
 def test_an_entry_runs_its_bytecode_without_parsing_its_source_again(cache_folder, lib, monkeypatch):
-    from layoutalg import whitelist
+    from layoutalg.compile import whitelist
     compiled_library(lib)
     monkeypatch.setattr(whitelist, "check_source", lambda *a: pytest.fail("the source was parsed again"))
     assert derive_fresh(lib).result == "certified"
@@ -280,7 +280,7 @@ def test_the_bytecode_stored_is_compiled_from_the_admitted_source_never_taken_as
 
 @pytest.mark.parametrize("code", ["1 // 0", "undefined_name", "def _variant_0(P):\n    return None"])
 def test_a_family_whose_bytecode_fails_runs_its_admitted_source(cache_folder, lib, code, monkeypatch):
-    from layoutalg import whitelist
+    from layoutalg.compile import whitelist
     compiled_library(lib)
     rewrite(entry_path(cache_folder), lambda data: family_of(data, "split_nhd").update(
         code=marshal.dumps(compile(code, "<bad>", "exec"))))
@@ -351,7 +351,7 @@ def test_world_writable_cache_folder_is_refused(cache_folder, caplog, lib):
     compiled_library(lib)
     assert cache.load("library", Path(lib))[1] is not None
     cache_folder.chmod(0o777)
-    with caplog.at_level(logging.WARNING, logger="layoutalg.cache"):
+    with caplog.at_level(logging.WARNING, logger="layoutalg.compile.cache"):
         assert cache.load("library", Path(lib))[1] is None
         assert cache.load("library", Path(lib))[1] is None
     assert [r.getMessage() for r in caplog.records] == [
@@ -425,7 +425,7 @@ def _linked_library(tmp_path):
 def test_an_import_through_a_link_pointed_elsewhere_is_read_again(tmp_path, monkeypatch, on):
     """The held library was checked by the files it resolved to, which a re-pointed
     link leaves as they were."""
-    from layoutalg.library import load_default
+    from layoutalg.dsl.library import load_default
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache") if on else "off")
     folder = _linked_library(tmp_path)
     assert sorted(load_default(folder).layouts) == ["flat"]
@@ -441,7 +441,7 @@ def test_an_import_through_a_link_pointed_elsewhere_is_read_again(tmp_path, monk
 def test_an_import_edited_while_the_library_is_read_is_read_again(tmp_path, monkeypatch):
     """The held library was recorded with the digest of the files as they were after
     the read, so an edit that landed during it was never seen."""
-    from layoutalg import library
+    from layoutalg.dsl import library
     folder = _linked_library(tmp_path)
     real = library.load
 
@@ -474,7 +474,7 @@ def index_of(cache_dir: Path) -> list:
 
 
 def test_a_load_through_the_index_hashes_and_parses_nothing(empty_cache_folder, tmp_path, lib, monkeypatch):
-    from layoutalg import whitelist
+    from layoutalg.compile import whitelist
     folder = settled_copy(tmp_path, lib)
     good = derive_fresh(folder).mappings  # compiles, stores the entry and the folder's index
     assert len(index_of(empty_cache_folder)) == 1

@@ -6,10 +6,10 @@ import itertools
 import sympy
 from hypothesis import given, settings, strategies as st
 
-from layoutalg.claims import _fixing, _joined, _left, _size
-from layoutalg.ir import Family
+from layoutalg.ir.claims import _fixing, _joined, _left, _size
+from layoutalg.ir.resolved import Family
 from layoutalg.params import Param
-from layoutalg.sizes import Atoms
+from layoutalg.ir.sizes import Atoms
 
 NAMES = ("a", "b", "c")
 SYMS = sympy.symbols(NAMES, integer=True)
@@ -93,7 +93,7 @@ def _digit_sum(digits, i):
 def test_joined_digits_give_the_same_sum(raw, chain):
     """Random digits of one index (with `chain`, each continuing the one before, the case that
     joins): wherever the index runs, the joined digits sum to what the written ones do."""
-    from layoutalg.itersum import Split
+    from layoutalg.ir.itersum import Split
     if chain:  # lower_{n+1} = lower_n * extent_n, scale_{n+1} = scale_n * extent_n
         lo, k, digits = raw[0][0], raw[0][2] or 1, []
         for _, e, _ in raw:
@@ -111,7 +111,7 @@ def test_joined_digits_give_the_same_sum(raw, chain):
 
 
 def test_digits_whose_scales_do_not_continue_are_not_joined():
-    from layoutalg.itersum import Split
+    from layoutalg.ir.itersum import Split
     one = sympy.Integer(1)
     terms = [(Split("i", one, sympy.Integer(2)), one), (Split("i", sympy.Integer(2), sympy.Integer(3)), sympy.Integer(3))]
     assert len(_joined(_family((1, 1, 1)), lambda x: x, terms)) == 2  # (i % 2) + 3 (i // 2 % 3) is no i % 6

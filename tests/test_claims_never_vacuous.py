@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from layoutalg.compile import compile_family, compile_named
+from layoutalg.compile.codegen import compile_family, compile_named
 from layoutalg.errors import SpecError
-from layoutalg.claims import names_data
-from layoutalg.family import resolve
-from layoutalg.library import load, load_default
-from layoutalg.prove.runner import agnostic_rows, prove_family
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.ir.claims import names_data
+from layoutalg.ir.family import resolve
+from layoutalg.dsl.library import load, load_default
+from layoutalg.verify.prove.runner import agnostic_rows, prove_family
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 
@@ -55,8 +55,8 @@ def test_a_token_fn_dividing_an_index_is_a_spec_error_with_its_place():
 def test_an_obligation_undecided_for_all_sizes_is_unknown_though_every_sample_holds():
     """False at q = 162690 (pcp=2, interleave=2); every sampled configuration holds. (A fifth of
     the prover's budget: undecided at any budget, it is spent in full.)"""
-    from layoutalg.prove import RLIMIT
-    from layoutalg.prove.runner import Budgets
+    from layoutalg.verify.prove import RLIMIT
+    from layoutalg.verify.prove.runner import Budgets
     rows = _rows("knob_token", "knobbed", Budgets.of(RLIMIT // 5))
     seq = rows["sequence-order"]
     assert seq.status == "unknown", (seq.status, seq.method)
@@ -333,9 +333,9 @@ def test_a_false_sequence_claim_fails_check_and_no_conversion_joins_pages_by_it(
     """`sequence t` false under dcp=2 (a rank's tokens stored in one stretch)
     passed `check` (its oracle reads cp=1 first, where each token is its own place), and the
     conversion between pages of another cp joined pages along t: the sequence reordered."""
-    from layoutalg.check import check_family
+    from layoutalg.verify.check import check_family
     from layoutalg.errors import LayoutalgError
-    from layoutalg.pageformat import conversion
+    from layoutalg.plans.pageformat import conversion
     lib = load([BROKEN / "rank_major_tokens.lal"])
     rep = check_family(lib, compile_named(lib, "rank_major"))
     assert len(rep.errors) == 1 and "rank_major_tokens.lal:30: `sequence t` does not hold: rank 0 puts local " \
@@ -357,7 +357,7 @@ def test_a_false_sequence_claim_fails_check_and_no_conversion_joins_pages_by_it(
 def test_check_enumerates_the_sequence_claim_at_several_block_sizes_of_a_configuration():
     """The claim holds at block_size 4 and not at 6; check read each parallel
     configuration at its first two model sizes only (they differ in dtype alone)."""
-    from layoutalg.check import check_family
+    from layoutalg.verify.check import check_family
     lib = load([BROKEN / "sequence_chunked.lal"])
     rep = check_family(lib, compile_named(lib, "chunked"))
     assert len(rep.errors) == 1 and "sequence_chunked.lal:47: `sequence t` does not hold" in rep.errors[0]
@@ -365,7 +365,7 @@ def test_check_enumerates_the_sequence_claim_at_several_block_sizes_of_a_configu
 
 
 def test_check_says_where_its_budget_left_the_sequence_claim_unread(monkeypatch):
-    import layoutalg.check as check
+    import layoutalg.verify.check as check
     monkeypatch.setattr(check, "SEQUENCE_ELEMENTS", 2000)
     lib = load_default()
     rep = check.check_family(lib, compile_named(lib, "split_nhd"))

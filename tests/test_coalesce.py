@@ -1,7 +1,7 @@
 import sympy
 
-from layoutalg.algebra import coalesce
-from layoutalg.layout import Layout
+from layoutalg.algebra.ops import coalesce
+from layoutalg.algebra.layout import Layout
 from layouts import random_layout
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from layoutalg.algebra import compose
-from layoutalg.layout import Layout
+from layoutalg.algebra.ops import compose
+from layoutalg.algebra.layout import Layout
 from layouts import random_layout
 
 

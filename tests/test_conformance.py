@@ -3,9 +3,9 @@ import json
 import subprocess
 import sys
 
-from layoutalg.corpus import derive_row
+from layoutalg.runtime.corpus import derive_row
 from layoutalg.mapping import CopyRun, merged_triples
-from layoutalg.runtime import Deriver
+from layoutalg.runtime.derive import Deriver
 
 from conftest import DATA
 

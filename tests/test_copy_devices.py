@@ -6,12 +6,12 @@ torch) are checked against a copy on one executor, so the pairing is tested with
 import pytest
 import torch
 
-import layoutalg.copy as copy_mod
-from layoutalg.copy import plan, plan_model
-from layoutalg.distributed import group_of, parse_config
+import layoutalg.copy.executor as copy_mod
+from layoutalg.copy.executor import plan, plan_model
+from layoutalg.tools.distributed import group_of, parse_config
 from layoutalg.errors import LayoutMismatch
 from layoutalg.mapping import CopyRun
-from layoutalg.runtime import Deriver, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver, ParallelConfig, TensorLayout
 
 from test_layer_tensors import layer as mamba_layer
 

@@ -3,9 +3,9 @@ descriptors that a memcpy engine can execute; every bad argument refused untouch
 import pytest
 import torch
 
-from layoutalg.copy import plan
+from layoutalg.copy.executor import plan
 from layoutalg.errors import ConfigError, LayoutMismatch
-from layoutalg.runtime import LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, BS, D, N = 8, 4, 8, 6
 
@@ -36,10 +36,10 @@ def shard(full, tp, rank, like):
 @pytest.mark.parametrize("src,dst,layout", [(4, 2, "nhd"), (2, 4, "nhd"), (8, 1, "hnd"), (1, 8, "nhd"), (16, 4, "hnd")])
 @pytest.mark.parametrize("executor", ["numpy rows", "torch rows and views"])
 def test_store_under_one_tp_load_under_another(deriver, src, dst, layout, executor, monkeypatch):
-    import layoutalg.copy
+    import layoutalg.copy.executor
     if executor != "numpy rows":  # what runs off the CPU (a CUDA tensor) or without numpy
-        monkeypatch.setattr(layoutalg.copy, "_np", None)
-    monkeypatch.setattr(layoutalg.copy, "_CHUNK", 3 * 1024)  # several chunks a batch, a last one short
+        monkeypatch.setattr(layoutalg.copy.executor, "_np", None)
+    monkeypatch.setattr(layoutalg.copy.executor, "_CHUNK", 3 * 1024)  # several chunks a batch, a last one short
     full = torch.randn(N, 2, BS, TOTAL, D, generator=torch.Generator().manual_seed(src * 10 + dst)).to(torch.bfloat16)
     maps, like = group(deriver, src, layout)
     pages = torch.zeros(N + 3, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
@@ -176,10 +176,10 @@ def test_plan_refuses_any_bad_run_before_a_byte_moves(deriver):
 def test_ids_that_live_in_the_bytes_being_copied_are_read_once(deriver, executor, monkeypatch):
     """Ids held in the kv tensor (load) or in the pages (store) were re-read by each
     chunk of the copy, after earlier chunks had overwritten them: the wrong blocks were filled."""
-    import layoutalg.copy
+    import layoutalg.copy.executor
     if executor != "numpy rows":
-        monkeypatch.setattr(layoutalg.copy, "_np", None)
-    monkeypatch.setattr(layoutalg.copy, "_CHUNK", 512)  # one block a chunk: the ids are read again after each
+        monkeypatch.setattr(layoutalg.copy.executor, "_np", None)
+    monkeypatch.setattr(layoutalg.copy.executor, "_CHUNK", 512)  # one block a chunk: the ids are read again after each
     maps, like = group(deriver, 2)
     m, P = maps[0], maps[0].canonical_page_size_bytes
     pages = torch.randint(0, 256, (N, P), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
@@ -235,7 +235,7 @@ def model_shards(full, tp, rank, kvs):
 @pytest.mark.parametrize("by_layer", [False, True], ids=["model pages", "pages by layer"])
 @pytest.mark.parametrize("src,dst", [(2, 4), (8, 1)])
 def test_a_model_stored_under_one_tp_loads_under_another(deriver, src, dst, by_layer):
-    from layoutalg.copy import plan_model
+    from layoutalg.copy.executor import plan_model
     full = model_full()
     stored = model_group(deriver, src)
     plans = [plan_model(*r) for r in stored]
@@ -263,7 +263,7 @@ def test_pipeline_stages_store_one_model_page_that_loads_on_one_stage(deriver):
     """pp=2, tp=2 -> pp=1, tp=4: stage 0 owns l.0 and l.1, stage 1 owns l.2 (an uneven split);
     each stage's plan writes its layers' parts of the whole model page, and the one-stage
     loader reads every layer back. The stages are checked to write each layer once."""
-    from layoutalg.copy import plan_model, stages_tile
+    from layoutalg.copy.executor import plan_model, stages_tile
     full = model_full()
     stored = model_group(deriver, 2)
     owned = ({"l.0", "l.1"}, {"l.2"})
@@ -291,7 +291,7 @@ def test_pipeline_stages_store_one_model_page_that_loads_on_one_stage(deriver):
 
 
 def test_a_model_plan_checks_every_layer_before_a_byte_moves(deriver):
-    from layoutalg.copy import plan_model
+    from layoutalg.copy.executor import plan_model
     (maps, kvs), = model_group(deriver, 1)
     full = model_full()
     kvs = model_shards(full, 1, 0, kvs)
@@ -315,7 +315,7 @@ def test_a_model_plan_checks_every_layer_before_a_byte_moves(deriver):
 
 
 def test_a_model_page_is_named_by_its_layers_formats(deriver):
-    from layoutalg.copy import plan_model
+    from layoutalg.copy.executor import plan_model
     (maps, kvs), = model_group(deriver, 1)
     p = plan_model(maps, kvs)
     assert plan_model(dict(reversed(maps.items())), kvs).format_id == p.format_id  # built in any order
@@ -326,7 +326,7 @@ def test_a_model_page_is_named_by_its_layers_formats(deriver):
 def test_a_model_plan_moves_the_ids_it_checked(deriver):
     """Page ids held in the pages that the first layer writes were read again by the
     later layers, after that write: they stored by other ids, or failed with l.0 written."""
-    from layoutalg.copy import plan_model
+    from layoutalg.copy.executor import plan_model
     (maps, kvs), = model_group(deriver, 1)
     kvs = model_shards(model_full(), 1, 0, kvs)
     p = plan_model(maps, kvs)
@@ -342,7 +342,7 @@ def test_a_model_plan_moves_the_ids_it_checked(deriver):
 def test_layers_that_would_fill_the_same_memory_are_refused(deriver):
     """Layers may share a tensor where they fill other blocks of it (a hybrid model's groups);
     filling the same blocks of it, the later load would overwrite the earlier."""
-    from layoutalg.copy import plan_model
+    from layoutalg.copy.executor import plan_model
     (maps, kvs), = model_group(deriver, 1)
     shared = kvs["l.0"]
     p = plan_model({"a": maps["l.0"], "b": maps["l.0"]}, {"a": shared, "b": shared})
@@ -364,7 +364,7 @@ def test_a_repeated_id_is_found_by_the_table_and_by_the_sort(numpy, monkeypatch)
     a sort) says what a set says, on ids of both kinds of range."""
     import random
 
-    import layoutalg.copy as copy_mod
+    import layoutalg.copy.executor as copy_mod
     if not numpy:
         monkeypatch.setattr(copy_mod, "_np", None)
     rng = random.Random(17)
@@ -381,7 +381,7 @@ def test_big_fragments_go_through_the_staging_array_and_land_exactly(deriver, ch
     """Fragments of whole 4 KiB multiples go numpy to numpy through a staging array placed
     apart from both sides modulo 4 KiB (`_copy_staged`): every rank's store and load gives
     the bytes the plain gather of numpy gives (the staging turned off)."""
-    import layoutalg.copy as copy_mod
+    import layoutalg.copy.executor as copy_mod
     monkeypatch.setattr(copy_mod, "_CHUNK", chunk)
     bs, d, n = 16, 128, 6                                  # split HND tp=4: 8 KiB fragments
     kv = torch.randn(n, 2, 2, bs, d, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).transpose(2, 3)
@@ -417,7 +417,7 @@ def test_the_staging_array_lies_apart_from_both_sides():
     EPYC), for its every fragment of whole 4 KiB multiples, of the size asked for."""
     import random
 
-    from layoutalg.copy import _apart
+    from layoutalg.copy.executor import _apart
     rng = random.Random(23)
     for _ in range(500):
         src, dst, n, f = rng.randrange(1 << 40), rng.randrange(1 << 40), rng.randint(1, 64), rng.choice([4096, 8192])

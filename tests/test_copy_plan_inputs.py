@@ -3,9 +3,9 @@ error before anything moves, never half-applied."""
 import pytest
 import torch
 
-from layoutalg.copy import plan
+from layoutalg.copy.executor import plan
 from layoutalg.errors import ConfigError, LayoutMismatch, SpecError
-from layoutalg.library import load
+from layoutalg.dsl.library import load
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
 
 from conftest import ROOT
@@ -22,7 +22,7 @@ def _mapping(*runs):
 @pytest.mark.parametrize("empty", [CopyRun(8, 8, 0, 1, 0, 0), CopyRun(8, 8, 8, 0, 8, 8)])
 def test_a_run_that_moves_no_byte_is_refused_before_any_copy(empty, monkeypatch):
     """It failed mid-batch on the torch path, with the runs before it already copied."""
-    import layoutalg.copy as copy
+    import layoutalg.copy.executor as copy
     monkeypatch.setattr(copy, "_np", None)  # the path every non-CPU device takes
     m = _mapping(CopyRun(0, 0, 8, 1, 8, 8), empty, CopyRun(16, 16, 48, 1, 48, 48))
     pages = torch.zeros(4, 128, dtype=torch.uint8)
@@ -75,7 +75,7 @@ def test_a_param_named_like_a_let_or_an_index_names_both(tmp_path, clash):
 
 def test_a_bool_tensor_or_numpy_bool_among_ids_is_refused():
     import numpy as np
-    from layoutalg.copy import _ids
+    from layoutalg.copy.executor import _ids
     for bad in ([torch.tensor(True), 0], [np.bool_(True), 0]):
         with pytest.raises(LayoutMismatch):
             _ids(bad, "block_ids", "store")
@@ -83,7 +83,7 @@ def test_a_bool_tensor_or_numpy_bool_among_ids_is_refused():
 
 
 def test_reshard_names_a_builtin_given_as_a_size_and_the_names_left_at_defaults():
-    from layoutalg.distributed import group_of, parse_config
+    from layoutalg.tools.distributed import group_of, parse_config
     with pytest.raises(ConfigError, match="--size block_size: 'block_size' is a built-in runtime name"):
         group_of("quant_packed", parse_config("tp=2"), 2, 4, 8, "int8", 4, names={"block_size": 4})
     with pytest.raises(ConfigError, match=r"left at their defaults: kv_scales=0, row_align=16, scale_bytes=4"):
@@ -93,7 +93,7 @@ def test_reshard_names_a_builtin_given_as_a_size_and_the_names_left_at_defaults(
 
 def test_reshard_refuses_a_size_the_family_does_not_read():
     """A --size the family never reads would change nothing: most likely meant for another family."""
-    from layoutalg.distributed import group_of, parse_config
+    from layoutalg.tools.distributed import group_of, parse_config
     with pytest.raises(ConfigError, match=r"split_nhd does not read kv_scales \(it reads kv_blocks_second\)"):
         group_of("split_nhd", parse_config("tp=2"), 8, 4, 8, "bf16", 4, names={"kv_scales": 1})
     with pytest.raises(ConfigError, match=r"quant_packed does not read n_groups \(it reads kv_scales, "):
@@ -130,7 +130,7 @@ family f serves attention:
      "local-bijective", "proved"),
 ])
 def test_a_model_quantifies_over_every_name_the_spec_text_reads(tmp_path, param, local, sequence, row, status):
-    from layoutalg.prove.runner import prove_family
+    from layoutalg.verify.prove.runner import prove_family
     text = param + "\n\n" + NAMES_GRID.replace("LOCAL", local).replace("SEQUENCE", sequence)
     (tmp_path / "f.lal").write_text(text)
     rows = {r.obligation: r for r in prove_family(load([tmp_path / "f.lal"]), "f")}

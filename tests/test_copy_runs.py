@@ -1,7 +1,7 @@
 """run_plan: the runs of a copy map, checked against the map itself."""
-from layoutalg.algebra import coalesce, invert_and_compose
-from layoutalg.layout import Layout
-from layoutalg.lower import run_plan
+from layoutalg.algebra.ops import coalesce, invert_and_compose
+from layoutalg.algebra.layout import Layout
+from layoutalg.runtime.lower import run_plan
 from layoutalg.mapping import CopyRun, merged_triples
 from layouts import random_compact
 
@@ -42,9 +42,9 @@ def test_strided_fragments_become_one_run():
 
 def test_fast_path_equals_the_algebra(corpus_rows):
     """lower's integer fast path computes exactly coalesce(invert_and_compose(...))."""
-    from layoutalg.corpus import layer_of
-    from layoutalg.lower import copy_map, fast_copy_map
-    from layoutalg.runtime import Deriver, _sizes
+    from layoutalg.runtime.corpus import layer_of
+    from layoutalg.runtime.lower import copy_map, fast_copy_map
+    from layoutalg.runtime.derive import Deriver, _sizes
     deriver = Deriver()
     seen = 0
     for row in corpus_rows[::7]:
@@ -63,9 +63,9 @@ def test_fast_path_equals_the_algebra(corpus_rows):
 def test_one_certificate_breaks_the_same_way_on_both_paths():
     """`tiling` is the one certificate: the fast path and `certify` refuse the same instances,
     and name the chain that breaks (local page, rank grid, canonical page)."""
-    from layoutalg.compiled import LocalDigit, RankDigit
-    from layoutalg.lower import TilingError, certify, fast_copy_map, lower
-    from layoutalg.runtime import compiled_library
+    from layoutalg.compile.compiled import LocalDigit, RankDigit
+    from layoutalg.runtime.lower import TilingError, certify, fast_copy_map, lower
+    from layoutalg.runtime.derive import compiled_library
     import pytest
     inst = compiled_library()["split_nhd"].evaluate(dict(
         tp=2, pcp=1, dcp=1, interleave=1, total_heads=4, heads=2, block_size=2, head_size=2,

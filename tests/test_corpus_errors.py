@@ -6,8 +6,8 @@ import json
 import pytest
 
 from layoutalg.cli import main
-from layoutalg.corpus import CorpusError, derive_corpus, derive_row, read_lines
-from layoutalg.runtime import Deriver
+from layoutalg.runtime.corpus import CorpusError, derive_corpus, derive_row, read_lines
+from layoutalg.runtime.derive import Deriver
 
 from conftest import DATA
 

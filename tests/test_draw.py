@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from layoutalg.draw import cell_bytes, draw, owners, owners_of_reading
+from layoutalg.tools.draw import cell_bytes, draw, owners, owners_of_reading
 from layoutalg.errors import LayoutalgError
 
 from conftest import ROOT
@@ -55,7 +55,7 @@ def test_draw_command(tmp_path):
 
 
 def test_the_spec_reading_agrees_with_the_runs():
-    from layoutalg.library import load_default
+    from layoutalg.dsl.library import load_default
     g = _group("split_hnd", 4, "tp=8")
     a, b = owners(g.mappings), owners_of_reading(load_default(), "split_hnd", g.sizes)
     assert (a.writers, a.holders, a.local) == (b.writers, b.holders, b.local)
@@ -88,8 +88,8 @@ def test_prove_draws_each_refutation_at_its_counterexample(tmp_path):
     assert proc.returncode == 1
     assert (tmp_path / "pics" / "split_nhd-writers-disjoint.png").stat().st_size > 1000
     assert "cells with two writers" in proc.stdout and "counterexample(s) drawn into" in proc.stdout
-    from layoutalg.library import load
-    from layoutalg.prove.runner import Budgets, prove_obligation
+    from layoutalg.dsl.library import load
+    from layoutalg.verify.prove.runner import Budgets, prove_obligation
     row = prove_obligation(load([tmp_path / "bad.lal"]), "split_nhd", "writers-disjoint", {}, Budgets.of())
     assert row.status == "refuted" and row.witness["tp"] >= 2
     assert f"tp={row.witness['tp']}" in row.detail
@@ -116,8 +116,8 @@ STATE = ["--size", "conv_kernel=3", "--size", "conv_bytes=2", "--size", "ssm_byt
 @pytest.mark.parametrize("groups", [1, 4])
 def test_a_page_of_regions_read_from_the_spec_agrees_with_the_runs(groups):
     """Mamba2's conv x | B | C and SSM regions, B and C copied on two ranks when groups < tp."""
-    from layoutalg.library import load_default
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.dsl.library import load_default
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
     names = dict(conv_kernel=3, conv_bytes=2, ssm_bytes=4, ssm_heads=4, ssm_head_dim=2, state_size=2,
                  n_groups=groups)
     page = 2 * 2 * (4 + 2 * max(1, groups // 2) * 2) + 4 * 2 * 2 * 2 + 6   # tp=2, a padded page
@@ -167,9 +167,9 @@ def test_a_refuted_region_is_drawn_as_its_page(tmp_path):
     """A Mamba2 page whose x channels forget the rank: the region's refuted row is pictured as
     the page at its counterexample, the region named."""
     import io
-    from layoutalg.library import load
-    from layoutalg.prove.cli import _draw_refutations
-    from layoutalg.prove.runner import Budgets, prove_obligation
+    from layoutalg.dsl.library import load
+    from layoutalg.cli.prove import _draw_refutations
+    from layoutalg.verify.prove.runner import Budgets, prove_obligation
     for name in ("grids", "state"):
         (tmp_path / f"{name}.lal").write_text((ROOT / "specs" / f"{name}.lal").read_text())
     text = (ROOT / "specs" / "mamba2.lal").read_text()

@@ -12,7 +12,7 @@ import torch
 import pytest
 
 from layoutalg import derive_canonical_mappings
-from layoutalg.vllm import engine_kind
+from layoutalg.runtime.vllm import engine_kind
 
 from test_vllm_adapter import cache_config, config, mla
 

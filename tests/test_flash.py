@@ -7,11 +7,12 @@ the reference's layout), never from the spec."""
 import pytest
 import torch
 
-from layoutalg import reshard, torch_copy
-from layoutalg.copy import plan
+from layoutalg.plans import reshard
+from layoutalg.copy import views as torch_copy
+from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch, SpecError
-from layoutalg.library import load
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.dsl.library import load
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 BS, D, N, TOTAL = 16, 8, 5, 8
 
@@ -220,7 +221,7 @@ def test_dims_before_the_block_must_be_outermost(tmp_path, indices, dims, messag
     spec = tmp_path / "f.lal"
     spec.write_text(ONE_BOX.format(indices=indices, dims=dims))
     with pytest.raises(SpecError, match=message) as e:
-        from layoutalg.compile import compile_named
+        from layoutalg.compile.codegen import compile_named
         compile_named(load([spec]), "f")
     assert e.value.span is not None and e.value.span.file.endswith("f.lal") and \
         e.value.span.text.strip().startswith("tensor (kv, block")
@@ -315,7 +316,7 @@ def test_an_index_may_not_be_named_block(tmp_path):
     spec = tmp_path / "f.lal"
     spec.write_text(ONE_BOX.format(indices="block < 2, t < T", dims="block, block, t").replace("kv", "block"))
     with pytest.raises(SpecError, match="index 'block' of layout 'l' has a reserved name") as e:
-        from layoutalg.compile import compile_named
+        from layoutalg.compile.codegen import compile_named
         compile_named(load([spec]), "f")
     assert e.value.span.line == 2
 

@@ -3,10 +3,10 @@ result, never a traceback, and every result copies each page exactly once."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from layoutalg import cli
-from layoutalg.check import tiling_errors
+from layoutalg.cli import main
+from layoutalg.verify.check import tiling_errors
 from layoutalg.errors import LayoutalgError
-from layoutalg.runtime import LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import LayerSpec, ParallelConfig, TensorLayout
 
 SETTINGS = settings(derandomize=True, database=None, deadline=None, max_examples=300,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -22,7 +22,7 @@ OPTIONS = ("--tp", "--pcp", "--dcp", "--interleave", "--heads", "--local-heads",
 def test_runs_arguments_get_a_result_or_a_clear_error(capsys, family, options):
     argv = ["runs", f"specs/{family}.lal"] + [x for o, v in options for x in (o, str(v))]
     try:
-        code = cli.main(argv)
+        code = main(argv)
     except SystemExit as e:  # argparse: a usage error, exit 2, its message on stderr
         assert e.code == 2 and "error:" in capsys.readouterr().err
         return

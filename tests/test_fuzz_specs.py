@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from layoutalg.cli import main
-from layoutalg.compile import compile_family
+from layoutalg.compile.codegen import compile_family
 from layoutalg.errors import LayoutalgError
-from layoutalg.family import check_layouts, resolve
-from layoutalg.library import load
+from layoutalg.ir.family import check_layouts, resolve
+from layoutalg.dsl.library import load
 
 from conftest import ROOT
 

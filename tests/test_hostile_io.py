@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from layoutalg import cache, draw
+from layoutalg.compile import cache
+from layoutalg.tools import draw
 from layoutalg.errors import LayoutalgError, Span, SpecError
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
 
@@ -37,7 +38,7 @@ def test_a_quoted_spec_line_never_passes_control_characters():
 
 
 def test_a_damaged_proof_cache_entry_is_a_miss(tmp_path, monkeypatch):
-    from layoutalg.prove import store
+    from layoutalg.verify.prove import store
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "c"))
     key = "0" * 64
     store.write(key, [])  # (the folder, private)
@@ -90,6 +91,6 @@ def test_a_spec_file_name_never_passes_control_characters():
 
 
 def test_a_spec_path_that_is_a_device_is_named_so():
-    from layoutalg.library import load
+    from layoutalg.dsl.library import load
     with pytest.raises(SpecError, match="cannot read spec file /dev/null: it is not a regular file"):
         load(["/dev/null"])

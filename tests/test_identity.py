@@ -3,11 +3,11 @@ import shutil
 
 import pytest
 
-from layoutalg.family import resolve
-from layoutalg.compile import compile_named
-from layoutalg.identity import layout_id
-from layoutalg.library import load, load_default
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.ir.family import resolve
+from layoutalg.compile.codegen import compile_named
+from layoutalg.ir.identity import layout_id
+from layoutalg.dsl.library import load, load_default
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 
@@ -81,7 +81,7 @@ def test_every_mapping_carries_the_family_id():
 
 @pytest.mark.parametrize("cache", ["off", "tmp"])
 def test_the_compiled_library_keeps_the_id(tmp_path, monkeypatch, cache):
-    from layoutalg.runtime import compiled_library, forget_compiled
+    from layoutalg.runtime.derive import compiled_library, forget_compiled
     monkeypatch.setenv("LAYOUTALG_CACHE", "off" if cache == "off" else str(tmp_path))
     forget_compiled()
     try:
@@ -147,8 +147,8 @@ def test_a_page_derived_from_sizes_alone_shares_its_format_with_no_other_engine(
     the tensor's layout and is found again by another process."""
     import subprocess
     import sys
-    from layoutalg.reshard import ReshardError, direct_plans
-    from layoutalg.runtime import unread
+    from layoutalg.plans.reshard import ReshardError, direct_plans
+    from layoutalg.runtime.derive import unread
     bs, h, d = 4, 2, 8
     layer = LayerSpec("attention", 2 * bs * h * d * 2, bs, h, d, 2)
     par = ParallelConfig(tp=2, total_kv_heads=4)
@@ -166,7 +166,7 @@ def test_a_page_derived_from_sizes_alone_shares_its_format_with_no_other_engine(
     # and the other engine's differs
     tensors = {"nhd": "TensorLayout((3, 2, 4, 2, 8), (128, 64, 16, 8, 1), 2)",
                "hnd": "TensorLayout((3, 2, 4, 2, 8), (128, 64, 8, 32, 1), 2)"}
-    code = ("from layoutalg.runtime import *; l = LayerSpec('attention', 256, 4, 2, 8, 2); "
+    code = ("from layoutalg.runtime.derive import *; l = LayerSpec('attention', 256, 4, 2, 8, 2); "
             "print(Deriver().derive(l, {}, ParallelConfig(tp=2, total_kv_heads=4), 3).mappings[0].format_id)")
     ids = {k: subprocess.run([sys.executable, "-c", code.format(t)], capture_output=True, text=True,
                              check=True).stdout.strip() for k, t in tensors.items()}

@@ -78,7 +78,7 @@ def test_the_runtime_loads_without_the_tools_it_keeps_off_its_path(tmp_path):
     code = ("import sys\nbefore = set(sys.modules)  # (an editable install's finder brings some at start-up)\n"
             "import layoutalg\nlayoutalg.Deriver()\n"
             "print(' '.join(sorted(m for m in ('dataclasses', 'typing', 'pathlib', 'json', 'hashlib', 'ast', 'lark',"
-            " 'sympy', 'z3', 'torch', 'layoutalg.whitelist', 'layoutalg.vllm') if m in set(sys.modules) - before)))\n")
+            " 'sympy', 'z3', 'torch', 'layoutalg.compile.whitelist', 'layoutalg.runtime.vllm') if m in set(sys.modules) - before)))\n")
     env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path)}
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
                            cwd=tmp_path).stdout.split() for _ in range(3)]

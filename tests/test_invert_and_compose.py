@@ -1,7 +1,7 @@
 import pytest
 
-from layoutalg.algebra import NotCompact, invert_and_compose
-from layoutalg.layout import Layout
+from layoutalg.algebra.ops import NotCompact, invert_and_compose
+from layoutalg.algebra.layout import Layout
 from layouts import random_compact
 
 
@@ -31,10 +31,10 @@ def test_symbolic_copy_map_instantiates_to_the_numeric_one():
     """The copy map derived once with formulas equals the one computed from numbers."""
     import sympy
 
-    from layoutalg.family import resolve, symbolic_copy_map
-    from layoutalg.library import load_default
-    from layoutalg.lower import copy_map
-    from layoutalg.runtime import compiled_library
+    from layoutalg.ir.family import resolve, symbolic_copy_map
+    from layoutalg.dsl.library import load_default
+    from layoutalg.runtime.lower import copy_map
+    from layoutalg.runtime.derive import compiled_library
     lib = load_default()
     sizes = dict(tp=4, pcp=2, dcp=1, interleave=2, total_heads=8, heads=2, block_size=8, head_size=4,
                  dtype_bytes=2, page_size=2 * 8 * 2 * 4 * 2, per_token_head_quant=0, compress_ratio=1)

@@ -5,10 +5,10 @@ plans take them as given, checked to sit where their views say, in one memory.""
 import pytest
 import torch
 
-from layoutalg.copy import plan
+from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch
 from layoutalg.mapping import TensorView
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 M = dict(ssm_heads=4, ssm_head_dim=4, state_size=2, conv_kernel=4, conv_bytes=2, ssm_bytes=4)
 PAD = 8
@@ -158,9 +158,9 @@ def test_regions_of_one_tensor_that_do_not_join_fail_closed(tmp_path):
     res = Deriver(tmp_path).derive(LayerSpec("things", 4, sizes={"n_things": 2}), None, ParallelConfig(1, 1))
     assert res.result == "no_mappings" and any("tensor 's' of family 'f' does not view its regions as one tensor"
                                                in r for r in res.reasons), res.reasons
-    from layoutalg.check import check_family
-    from layoutalg.compile import compile_named
-    from layoutalg.library import load
+    from layoutalg.verify.check import check_family
+    from layoutalg.compile.codegen import compile_named
+    from layoutalg.dsl.library import load
     lib = load([spec])
     report = check_family(lib, compile_named(lib, "f"))    # check says so too, never "ok"
     assert not report.ok and any("does not view its regions as one tensor" in e for e in report.errors)
@@ -193,8 +193,8 @@ def test_vllm_v0s_paged_attention_is_one_family_moved_across_a_tp_change_byte_fo
     """Two tensors apart (each its half of one buffer) derive as one family of two regions, the
     copy plans take them as they are, and a page stored by tp=2 and loaded by tp=4 gives every
     element back where vLLM's own head sharding puts it."""
-    from layoutalg.copy import plan
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.copy.executor import plan
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
     total, d, bs, blocks = 4, 8, 4, 3
     where = [2, 0, 1]  # page p lies in block where[p]
 
@@ -225,8 +225,8 @@ def test_vllm_v0s_whole_buffer_is_its_two_views_stacked_before_the_block():
     """The same layer given as vLLM v0 allocates it, one (2, blocks, ...) buffer: derive takes it
     as the family's two views stacked before the block, and its plans move the same bytes as the
     two views' plans (stored by the views at tp=2, loaded by the whole buffer at tp=4, and back)."""
-    from layoutalg.copy import plan
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.copy.executor import plan
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
     total, d, bs, blocks = 4, 8, 4, 3
     fill = lambda kv, b, h, c, t: 1 + c + d * (h + total * (t + bs * (b + blocks * kv)))  # noqa: E731
     ids = list(range(blocks))
@@ -260,7 +260,7 @@ def test_vllm_v0s_whole_buffer_is_its_two_views_stacked_before_the_block():
 
 
 def test_a_buffer_that_is_no_stack_of_the_views_is_refused_by_name():
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
     layer = LayerSpec("attention", 2 * 4 * 2 * 8 * 4, 4, 2, 8, 4)
     res = Deriver(V0).derive(layer, TensorLayout((3, 2, 64), (128, 64, 1), 4), ParallelConfig(2, 4), 3)
     assert res.result != "certified"
@@ -283,7 +283,7 @@ def test_a_plan_refuses_tensors_apart_laid_out_otherwise_than_it_was_made_for(de
 
 def test_runs_past_the_bytes_tensors_apart_hold_are_refused():
     from layoutalg.mapping import CanonicalPageMapping, CopyRun
-    from layoutalg.torch_copy import store
+    from layoutalg.copy.views import store
     views = (TensorView("k", 0, (2,), (1,), 2), TensorView("v", 4, (1,), (1,), 2))
     m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True, tensors=views)
     a, vb = torch.arange(6, dtype=torch.int16).view(3, 2), torch.arange(100, 106, dtype=torch.int16).view(3, 2)

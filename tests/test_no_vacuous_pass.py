@@ -1,11 +1,11 @@
 """The prover and `check`: a verdict that checked nothing is no pass."""
 import shutil
 
-from layoutalg.check import check_family
-from layoutalg.compile import compile_named
-from layoutalg.library import load
-from layoutalg.interpret import paths
-from layoutalg.prove.runner import Budgets, prove_family, witnesses
+from layoutalg.verify.check import check_family
+from layoutalg.compile.codegen import compile_named
+from layoutalg.dsl.library import load
+from layoutalg.dsl.interpret import paths
+from layoutalg.verify.prove.runner import Budgets, prove_family, witnesses
 
 from conftest import ROOT
 
@@ -116,8 +116,8 @@ family f serves attention:
 
 
 def test_overlapping_cases_in_another_order_are_another_format(tmp_path):
-    from layoutalg.identity import layout_id
-    from layoutalg.family import resolve
+    from layoutalg.ir.identity import layout_id
+    from layoutalg.ir.family import resolve
     first = _lib(tmp_path, OVERLAP)
     (tmp_path / "b").mkdir()
     a, b = OVERLAP.index("    case heads >= 1:"), OVERLAP.index("    local ")
@@ -133,7 +133,7 @@ def test_a_sequence_claim_on_a_page_of_regions_is_proved_region_by_region(tmp_pa
     text = text.replace("(kv, token(t), head(h), d)", "(kv, cp_rank * block_size + t, head(h), d)")
     shutil.copy(ROOT / "specs" / "quant_kv.lal", tmp_path / "quant_kv.lal")
     lib = _lib(tmp_path, text)
-    from layoutalg.prove.runner import Budgets, prove_obligation
+    from layoutalg.verify.prove.runner import Budgets, prove_obligation
     data = prove_obligation(lib, "quant_packed.data", "sequence-order", {}, Budgets.of())
     scale = prove_obligation(lib, "quant_packed.scale", "sequence-order", {}, Budgets.of())
     assert data.status == "refuted" and scale.status == "proved", (data, scale)
@@ -153,7 +153,7 @@ def test_rules_that_double_at_each_level_are_refused_quickly(tmp_path):
 
 def test_an_index_named_after_a_runtime_quantity_is_a_spec_error(tmp_path):
     from layoutalg.errors import SpecError
-    from layoutalg.family import check_layouts
+    from layoutalg.ir.family import check_layouts
     import pytest
     (tmp_path / "f.lal").write_text("layout l(P):\n    index pcp < 1, b < P\n")
     with pytest.raises(SpecError, match="index 'pcp' of layout 'l' has the name of a runtime quantity"):
@@ -161,7 +161,7 @@ def test_an_index_named_after_a_runtime_quantity_is_a_spec_error(tmp_path):
 
 
 def test_opaque_pages_of_two_layer_kinds_are_two_formats():
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
     d = Deriver()
     ids = {kind: d.derive(LayerSpec(kind, 512), None, ParallelConfig(tp=2, total_kv_heads=2)).mappings[0].format_id
            for kind in ("attention", "mla", "somekind")}
@@ -171,7 +171,7 @@ def test_opaque_pages_of_two_layer_kinds_are_two_formats():
 def test_a_fn_defined_twice_on_one_path_is_a_spec_error(tmp_path):
     """A rule's `fn token` after the grid's own would silently win: one definition a path."""
     from layoutalg.errors import SpecError
-    from layoutalg.family import resolve
+    from layoutalg.ir.family import resolve
     import pytest
     (tmp_path / "f.lal").write_text(
         "rules r:\n    fn token(t) = t + 1\ngrid g:\n    world tp\n    ranks tp_rank < tp\n    fn token(t) = t\n"

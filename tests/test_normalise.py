@@ -5,10 +5,10 @@ import pytest
 import sympy
 
 from layoutalg.errors import SpecError
-from layoutalg.interpret import Ops
-from layoutalg.itersum import normalise
-from layoutalg.sizes import Atoms, Scope
-from layoutalg.syntax import parse
+from layoutalg.dsl.interpret import Ops
+from layoutalg.ir.itersum import normalise
+from layoutalg.ir.sizes import Atoms, Scope
+from layoutalg.dsl.syntax import parse
 
 
 def expr(text):
@@ -17,7 +17,7 @@ def expr(text):
 
 def evaluate(e, env):
     """Direct integer evaluation of an expression syntax tree."""
-    from layoutalg.syntax import Name, Neg, Num
+    from layoutalg.dsl.syntax import Name, Neg, Num
     if isinstance(e, Num):
         return int(e.value)
     if isinstance(e, Name):

@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from layoutalg.notebook import run
+from layoutalg.tools.notebook import run
 
 from conftest import ROOT
 
@@ -54,12 +54,12 @@ def test_the_runner_writes_nothing_unless_asked(tmp_path):
     import sys
     path = notebook(tmp_path, "print(6 * 7)")
     before = path.read_bytes()
-    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", str(path)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.tools.notebook", str(path)], capture_output=True, text=True)
     assert proc.returncode == 0 and path.read_bytes() == before, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", "--inplace", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.tools.notebook", "--inplace", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "42" in "".join(o.get("text", "") for o in nbformat.read(str(path), as_version=4).cells[0].outputs)
-    proc = subprocess.run([sys.executable, "-m", "layoutalg.notebook", str(tmp_path / "missing.ipynb")],
+    proc = subprocess.run([sys.executable, "-m", "layoutalg.tools.notebook", str(tmp_path / "missing.ipynb")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1

@@ -3,8 +3,8 @@ model of that writer (no spec involved): stored at tp=4 and loaded at tp=1, ever
 values and of the scales comes back where the engine's own tp=1 cache holds it."""
 import torch
 
-from layoutalg.copy import plan
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.copy.executor import plan
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, D, BS, BLOCKS = 4, 64, 8, 3   # heads of the model, values a head, tokens a block, blocks
 S = D // 16                          # fp8 scales a head and token
@@ -87,8 +87,8 @@ def test_the_spec_reads_each_byte_as_the_engine_writes_it():
     itself), lands on the byte where the engine model wrote that element; the plain family read
     over the swizzled engine misses V's scales, so the check can fail."""
     import itertools
-    from layoutalg.interpret import Reading
-    from layoutalg.library import load_default
+    from layoutalg.dsl.interpret import Reading
+    from layoutalg.dsl.library import load_default
     lib = load_default()
     sizes = dict(tp=1, pcp=1, dcp=1, interleave=1, total_heads=TOTAL, heads=TOTAL, block_size=BS, head_size=D,
                  dtype_bytes=1, page_size=2 * TOTAL * BS * D * 9 // 16, per_token_head_quant=0, pcp_replicas=0,

@@ -14,11 +14,11 @@ import pytest
 
 from conftest import ROOT
 from engine_kv import round_trip
-from layoutalg.distributed import group_of, library_of
+from layoutalg.tools.distributed import group_of, library_of
 from layoutalg.errors import LayoutalgError
-from layoutalg.library import load, load_default
+from layoutalg.dsl.library import load, load_default
 from layoutalg.params import parse_config
-from layoutalg.prove.runner import Budgets, one_format, prove_family
+from layoutalg.verify.prove.runner import Budgets, one_format, prove_family
 
 ACROSS = ROOT / "tests" / "data" / "across"
 
@@ -91,11 +91,11 @@ def test_a_fresh_mutant_is_refuted_refused_and_loses_elements(tmp_path, monkeypa
     # the page path: the conversion between cp 1 and cp 2 is refused, naming the row
     config = {"cp > 1": "tp=2,dcp=2", "dcp > 1": "tp=2,dcp=2", "pcp > 1": "tp=1,pcp=2"}[when[0]]
     x, y = _groups(specs, "mutant", "tp=2", config, 4)
-    from layoutalg import pageformat
+    from layoutalg.plans import pageformat
     with pytest.raises(LayoutalgError, match="not one format with a single rank's"):
         pageformat.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
     # what it would lose: with both checks taken away, the engine's elements do not come home
-    import layoutalg.prove.meaning as meaning
+    import layoutalg.verify.prove.meaning as meaning
     monkeypatch.setattr(meaning, "unshown", lambda *a, **k: "")
     monkeypatch.setattr(pageformat, "_keeps_elements", lambda *a: None)
     conv = pageformat.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
@@ -108,7 +108,7 @@ def test_the_identity_permutation_is_proved_and_keeps_every_element(tmp_path):
     of the engine's fill comes home under the other cp."""
     specs = mutant(tmp_path, (2, 1, 0), WHEN[0])
     assert _row(specs, "mutant").status == "proved"
-    from layoutalg import pageformat
+    from layoutalg.plans import pageformat
     x, y = _groups(specs, "mutant", "tp=2", "tp=2,dcp=2", 4)
     conv = pageformat.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
     wrong, compared = round_trip(x, y, conv, 1, 8)
@@ -125,8 +125,8 @@ def test_rows_proved_before_do_not_stand_in_for_one_format(tmp_path):
     """`writers-cover` skips its parts that are, word for word, rows this run already proved; no
     other row may: one-format's parts are other questions. With every such row proved on every
     path, a family whose channels swap past one rank is still refuted (it was proved)."""
-    from layoutalg.interpret import paths
-    from layoutalg.prove.runner import LEMMAS
+    from layoutalg.dsl.interpret import paths
+    from layoutalg.verify.prove.runner import LEMMAS
     lib = load([str(ACROSS / "swapped_tp.lal")])
     proved = {n: set(paths(lib, "swapped_tp")) for n in LEMMAS}
     row = one_format(lib, "swapped_tp", Budgets.of(), proved=proved)
@@ -151,7 +151,7 @@ def test_a_family_read_only_by_its_writer_has_no_row():
 
 
 def test_the_reshard_prover_refuses_a_pair_of_a_family_that_is_not_one_format(tmp_path):
-    from layoutalg.prove.reshard import prove_plans
+    from layoutalg.verify.prove.reshard import prove_plans
     specs = mutant(tmp_path, (1, 2, 0), WHEN[0])
     x, y = _groups(specs, "mutant", "tp=2", "tp=2,dcp=2", 4)
     rows = prove_plans(library_of(specs), "mutant", x.sizes, y.sizes, [object()], Budgets.of().config)
@@ -236,7 +236,7 @@ def test_pages_of_two_block_sizes_are_compared_element_by_element(tmp_path):
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
     (tmp_path / "f.lal").write_text(TOKSWAP)
     assert one_format(load([tmp_path / "f.lal"]), "f", Budgets.of()).status == "proved"
-    from layoutalg import pageformat
+    from layoutalg.plans import pageformat
     x = group_of("f", parse_config("tp=2"), 1, 4, 4, "fp32", 4, specs=str(tmp_path))
     y = group_of("f", parse_config("tp=2,dcp=2"), 1, 4, 4, "fp32", 2, specs=str(tmp_path))
     with pytest.raises(LayoutalgError, match="not converted: byte .* which holds another element"):
@@ -248,7 +248,7 @@ def test_a_refutation_is_not_hidden_behind_an_agnostic_claim_not_shown(tmp_path,
     claim is not shown (the extent reads tp), and the pages, shared along `sequence t`, still
     mean two things; the row says refuted, not the claim's unknown. (Only the claim and
     one-format are asked: the other rows are the family's own tests'.)"""
-    import layoutalg.prove.runner as runner
+    import layoutalg.verify.prove.runner as runner
     monkeypatch.setattr(runner, "SYMBOLIC", ())
     monkeypatch.setattr(runner, "PER_CONFIGURATION", ())
     text = (ACROSS / "swapped_tp.lal").read_text()
@@ -258,7 +258,7 @@ def test_a_refutation_is_not_hidden_behind_an_agnostic_claim_not_shown(tmp_path,
                                              .replace(old, old.replace("total_heads,", "total_heads * tp // tp,")))
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
     lib = load([tmp_path / "swapped_tp.lal"])
-    from layoutalg.prove.runner import agnostic_rows
+    from layoutalg.verify.prove.runner import agnostic_rows
     assert [r.status for r in agnostic_rows(lib, "swapped_tp")] == ["unknown"]
     (row,) = [r for r in prove_family(lib, "swapped_tp") if r.obligation == "one-format"]
     assert row.status == "refuted" and "one page format names two elements" in row.detail, (row.status, row.detail)

@@ -4,13 +4,13 @@ import shutil
 
 import pytest
 
-from layoutalg.check import check_family
-from layoutalg.compile import compile_family
+from layoutalg.verify.check import check_family
+from layoutalg.compile.codegen import compile_family
 from layoutalg.errors import SpecError
-from layoutalg.family import resolve
-from layoutalg.library import load
-from layoutalg.prove.runner import prove_family
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.ir.family import resolve
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove.runner import prove_family
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import DATA
 
@@ -96,7 +96,7 @@ def test_a_declared_range_must_hold_its_samples(tmp_path):
 def test_pcp_as_replicas_is_a_grid_variant_chosen_by_a_runtime_name():
     """The shipped grids deal tokens out over PCP unless a layer says pcp_replicas = 1; then
     PCP ranks hold the same tokens and take turns writing, like GQA replicas."""
-    from layoutalg.check import tiling_errors
+    from layoutalg.verify.check import tiling_errors
     d = Deriver()
     tp, pcp, bs, heads, dim, e = 2, 2, 4, 2, 8, 2
     page = 2 * bs * heads * dim * e
@@ -205,7 +205,7 @@ def test_layer_sizes_none_is_no_sizes_and_a_name_twice_is_an_error():
 
 
 def test_the_corpus_format_carries_declared_sizes():
-    from layoutalg.corpus import layer_of
+    from layoutalg.runtime.corpus import layer_of
     layer, *_ = layer_of({"spec": {"kind": "mamba_ssm", "page_size_bytes": 8, "sizes": {"state_size": 2}},
                           "parallel": {"tp": 1, "total_kv_heads": 1}})
     assert layer.sizes == (("state_size", 2),)

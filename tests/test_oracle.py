@@ -3,11 +3,11 @@
 The direct reading (`interpret`) shares no code with the normal form, the algebra or
 the lowering, so a bug in any of them shows up here as a byte that lands elsewhere.
 """
-from layoutalg.compiled import GuardFailed
-from layoutalg.interpret import Reading, byte_map
-from layoutalg.library import load_default
-from layoutalg.lower import lower
-from layoutalg.runtime import compiled_library
+from layoutalg.compile.compiled import GuardFailed
+from layoutalg.dsl.interpret import Reading, byte_map
+from layoutalg.dsl.library import load_default
+from layoutalg.runtime.lower import lower
+from layoutalg.runtime.derive import compiled_library
 
 
 def test_random_configurations_agree_byte_for_byte(rng):

@@ -4,8 +4,8 @@ what it refuses is really broken, or outside what it can show (never a silent mi
 import random
 from itertools import product
 
-from layoutalg.compiled import Instance, LocalDigit, Page, RankDigit
-from layoutalg.lower import TilingError, lower_page
+from layoutalg.compile.compiled import Instance, LocalDigit, Page, RankDigit
+from layoutalg.runtime.lower import TilingError, lower_page
 
 
 def _dense(rng, size):

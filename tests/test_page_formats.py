@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from layoutalg.copy import plan
+from layoutalg.copy.executor import plan
 from layoutalg.errors import ConfigError, LayoutMismatch
-from layoutalg.library import load_default
-from layoutalg.pageformat import conversion
-from layoutalg.reshard import ReshardError, cross_plans, direct_plans
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout, element_part, form_part
-from layoutalg.vllm import derive_canonical_mappings
+from layoutalg.dsl.library import load_default
+from layoutalg.plans.pageformat import conversion
+from layoutalg.plans.reshard import ReshardError, cross_plans, direct_plans
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout, element_part, form_part
+from layoutalg.runtime.vllm import derive_canonical_mappings
 
 from conftest import ROOT
 from test_reshard import _group
@@ -272,9 +272,9 @@ def test_a_page_one_tensor_views_only_in_part_is_not_that_tensor(tmp_path):
 
 
 def test_a_tampered_view_is_refused_by_the_cache_or_fails_closed():
-    from layoutalg.compile import compile_named
-    from layoutalg.compiled import GuardFailed, _merged, valid_entry
-    from layoutalg.library import load
+    from layoutalg.compile.codegen import compile_named
+    from layoutalg.compile.compiled import GuardFailed, _merged, valid_entry
+    from layoutalg.dsl.library import load
     import json
     entry = json.loads(json.dumps(compile_named(load([ROOT / "specs"]), "quant_packed").to_json()))
     assert valid_entry(entry)

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from layoutalg.distributed import group_of, parse_config, reshard
+from layoutalg.tools.distributed import group_of, parse_config, reshard
 from layoutalg.errors import LayoutalgError
-from layoutalg.interpret import Reading
-from layoutalg.library import load_default
+from layoutalg.dsl.interpret import Reading
+from layoutalg.dsl.library import load_default
 from layoutalg.mapping import merged_triples
-from layoutalg.pageformat import conversion
+from layoutalg.plans.pageformat import conversion
 
 from conftest import ROOT
 from test_reshard import _group
@@ -97,9 +97,9 @@ def test_direct_plans_across_another_cp_execute_and_are_proved(family, heads, a,
     each consumer byte checked against the spec's coordinates; Z3 proves each plan, and
     refutes the plans of the parts taken the other way round."""
     from reshard_matrix import converted
-    from layoutalg.prove.reshard import prove_cross_plans
-    from layoutalg.prove.runner import Budgets
-    from layoutalg.reshard import cross_plans
+    from layoutalg.verify.prove.reshard import prove_cross_plans
+    from layoutalg.verify.prove.runner import Budgets
+    from layoutalg.plans.reshard import cross_plans
     assert converted(family, heads, a, b, direct=True)
     lib = load_default()
     x, y = _group(family, heads, a), _group(family, heads, b)
@@ -136,7 +136,7 @@ def test_pages_that_are_not_parts_of_one_another_do_not_convert(family, a, b, wh
 
 def test_convert_refuses_pages_of_the_wrong_shape():
     import torch
-    from layoutalg.pageformat import convert
+    from layoutalg.plans.pageformat import convert
     lib = load_default()
     c = conversion(lib, "mla", _group("mla", 1, "tp=2,dcp=2").sizes, _group("mla", 1, "tp=1").sizes)
     with pytest.raises(LayoutalgError, match="expected"):

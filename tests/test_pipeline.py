@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from layoutalg.distributed import group_of, parse_config, reshard
+from layoutalg.tools.distributed import group_of, parse_config, reshard
 from layoutalg.errors import ConfigError
 from layoutalg.params import stage_layers
 
@@ -63,7 +63,7 @@ def test_vllms_split_is_proved_a_partition_of_the_layers_and_a_broken_split_is_r
     """The `stages-tile` row: the proof's formula is `stage_layers`'s (by enumeration), proved a
     partition for all sizes; one extra layer too many (to r + 1 stages) is refuted."""
     import z3
-    from layoutalg.prove import pipeline
+    from layoutalg.verify.prove import pipeline
     for layers in range(1, 40):
         for pp in range(1, layers + 1):
             q, r = divmod(layers, pp)

@@ -8,12 +8,12 @@ import shutil
 import pytest
 import torch
 
-from layoutalg.check import check_family
-from layoutalg.compile import compile_family
-from layoutalg.family import resolve
-from layoutalg.library import load
-from layoutalg.prove.structural import agnostic_family
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.verify.check import check_family
+from layoutalg.compile.codegen import compile_family
+from layoutalg.ir.family import resolve
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove.structural import agnostic_family
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from layoutalg.compile import compile_family
-from layoutalg.family import resolve
-from layoutalg.library import load
-from layoutalg.prove import obligations
-from layoutalg.prove.runner import Budgets, prove_family
+from layoutalg.compile.codegen import compile_family
+from layoutalg.ir.family import resolve
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove import obligations
+from layoutalg.verify.prove.runner import Budgets, prove_family
 
 from conftest import ROOT
 
@@ -91,8 +91,8 @@ def test_a_bug_in_the_algebra_is_caught_by_digits_match_spec():
     """Translation validation: a wrong stride in the IR (not in the spec) is refuted."""
     import dataclasses
 
-    from layoutalg.family import resolve
-    from layoutalg.prove.runner import prove_obligation
+    from layoutalg.ir.family import resolve
+    from layoutalg.verify.prove.runner import prove_obligation
     lib = load([ROOT / "specs" / "split_hnd.lal"])
     fam = resolve(lib, "split_hnd")
     v = fam.variants[0]
@@ -131,7 +131,7 @@ def test_runtime_asks_coverage_without_z3(tmp_path):
     env = {**os.environ, "LAYOUTALG_CACHE": str(tmp_path)}
     subprocess.run([sys.executable, "-m", "layoutalg.cli", "prove", "specs/opaque.lal"],
                    capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    code = ("import sys\nfrom layoutalg.coverage import coverage\n"
+    code = ("import sys\nfrom layoutalg.verify.coverage import coverage\n"
             "c = coverage('opaque', dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=4, heads=2, block_size=16,"
             " head_size=128, dtype_bytes=2, page_size=16384, per_token_head_quant=0, compress_ratio=1))\n"
             "print(sorted(c.proved)[:2], sorted(c.not_covered), 'z3' in sys.modules)\n")
@@ -144,8 +144,8 @@ def test_runtime_asks_coverage_without_z3(tmp_path):
 @pytest.mark.parametrize("path", ALL_MUTANTS + EQUIVALENT, ids=[p.stem for p in ALL_MUTANTS + EQUIVALENT])
 def test_mutant_is_a_well_formed_spec(path):
     """A mutant must be wrong, not malformed: it parses, resolves and compiles."""
-    from layoutalg.compile import compile_family
-    from layoutalg.family import check_layouts, resolve
+    from layoutalg.compile.codegen import compile_family
+    from layoutalg.ir.family import check_layouts, resolve
     lib = load([path])
     check_layouts(lib)
     for name in _own_families(lib, path):

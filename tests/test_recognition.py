@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from conftest import ROOT
-from layoutalg.check import sample_domain
-from layoutalg.compile import compile_named
-from layoutalg.library import load
-from layoutalg.prove.together import pairs, together
-from layoutalg.recognition import confusions
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.verify.check import sample_domain
+from layoutalg.compile.codegen import compile_named
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove.together import pairs, together
+from layoutalg.verify.recognition import confusions
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 WORDS = {"flash_nhd": "kv_blocks_second == 1", "flash_hnd": "kv_blocks_second == 1", "aiter": "aiter_kv == 1",
          "split_nhd": "kv_blocks_second == 0", "packed_hnd": "aiter_kv == 0"}
@@ -117,7 +117,7 @@ def test_a_look_alike_beyond_the_samples_is_found_where_z3_says_both_apply(tmp_p
 def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, capsys, drop):
     """A fresh mutant (seeded): one family's distinguishing guard dropped. `check`'s recognition
     pass names the pair, the tensor and the byte they read apart, and fails."""
-    from layoutalg.cli import _recognition
+    from layoutalg.cli.app import _recognition
     lib, families = _library(tmp_path, drop)
     assert _recognition(lib, families) == 1
     found = together(lib, *sorted((drop, LOOK_ALIKE[drop])))  # apart for all sizes only with the word

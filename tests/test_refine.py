@@ -2,8 +2,8 @@
 import pytest
 import sympy
 
-from layoutalg.algebra import NotCompact, refine
-from layoutalg.layout import Layout
+from layoutalg.algebra.ops import NotCompact, refine
+from layoutalg.algebra.layout import Layout
 from layouts import random_compact
 
 

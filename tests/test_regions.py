@@ -5,10 +5,10 @@ element's global coordinate."""
 import pytest
 import torch
 
-from layoutalg.copy import plan
+from layoutalg.copy.executor import plan
 from layoutalg.errors import SpecError
-from layoutalg.library import load
-from layoutalg.runtime import LayerSpec, ParallelConfig
+from layoutalg.dsl.library import load
+from layoutalg.runtime.derive import LayerSpec, ParallelConfig
 
 from conftest import ROOT
 
@@ -183,7 +183,7 @@ def test_page_mistakes_are_spec_errors_at_their_line(tmp_path, extra, shards, me
     spec = tmp_path / "p.lal"
     spec.write_text(PAGE.format(extra=extra, shards=shards))
     with pytest.raises(SpecError, match=message) as e:
-        from layoutalg.compile import compile_named
+        from layoutalg.compile.codegen import compile_named
         lib = load([spec])
         compile_named(lib, "f")
     assert e.value.span is not None and e.value.span.file.endswith("p.lal")
@@ -199,9 +199,9 @@ def test_a_page_that_is_all_padding_is_refused(tmp_path):
 @pytest.mark.parametrize("offset,why", [("T - 1 + t", "byte 3 lies in two regions, 'a' and 'b'"),   # b overlaps a
                                         ("T + 1 + t", "bytes \\[4, 5\\) belong to no region \\(after 'a'\\)")])
 def test_regions_that_do_not_tile_are_refused_at_run_time_and_by_the_prover(tmp_path, offset, why):
-    from layoutalg.compile import compile_named
-    from layoutalg.lower import TilingError, lower
-    from layoutalg.prove.runner import prove_family
+    from layoutalg.compile.codegen import compile_named
+    from layoutalg.runtime.lower import TilingError, lower
+    from layoutalg.verify.prove.runner import prove_family
     spec = tmp_path / "p.lal"
     spec.write_text(PAGE.format(extra="", shards="    shard a (t) -> (t)\n    shard b (t) -> (t)\n")
                     .replace("offset T + t", f"offset {offset}"))
@@ -211,12 +211,12 @@ def test_regions_that_do_not_tile_are_refused_at_run_time_and_by_the_prover(tmp_
         lower(page)
     rows = prove_family(lib, "f", quick=True)
     assert any(r.status == "refuted" for r in rows), [(r.family, r.obligation, r.status) for r in rows]
-    from layoutalg.prove.structural import page_tiles
+    from layoutalg.verify.prove.structural import page_tiles
     assert page_tiles(lib, "f", "local").status == "unknown"  # the concatenation argument does not hold
 
 
 def test_a_family_of_pages_is_proved_for_all_sizes():
-    from layoutalg.prove.runner import prove_family
+    from layoutalg.verify.prove.runner import prove_family
     rows = prove_family(load([ROOT / "specs" / "quant_split.lal"]), "quant_split")
     assert {r.family for r in rows} == {"quant_split.data", "quant_split.scale", "quant_split"}
     assert [r.obligation for r in rows if r.family == "quant_split"] == ["regions-tile-local",
@@ -268,13 +268,13 @@ BROKEN = ROOT / "tests" / "data" / "broken"
 
 
 def test_regions_that_swap_canonical_places_get_different_ids():
-    from layoutalg.compile import compile_named
+    from layoutalg.compile.codegen import compile_named
     lib = load([BROKEN / "swapped_regions.lal"])
     assert compile_named(lib, "kfirst").layout_id != compile_named(lib, "vfirst").layout_id
 
 
 def test_agnostic_claim_covers_the_canonical_pads():
-    from layoutalg.prove.runner import agnostic_rows, prove_family
+    from layoutalg.verify.prove.runner import agnostic_rows, prove_family
     lib = load([BROKEN / "agnostic_pad.lal"])
     rows = prove_family(lib, "f")
     pad = [r for r in rows if r.family == "f.z'" and r.obligation == "one-format"]
@@ -289,9 +289,9 @@ def test_agnostic_claim_covers_the_canonical_pads():
 def test_sound_specs_are_proved_and_run(spec):
     """A replica named twice counts once; an empty region copies nothing; a replica on the shard
     map of one box is the family's."""
-    from layoutalg.check import check_family
-    from layoutalg.compile import compile_named
-    from layoutalg.prove.runner import prove_family
+    from layoutalg.verify.check import check_family
+    from layoutalg.compile.codegen import compile_named
+    from layoutalg.verify.prove.runner import prove_family
     lib = load([BROKEN / f"{spec}.lal"])
     assert check_family(lib, compile_named(lib, "f")).ok
     rows = prove_family(lib, "f")
@@ -354,7 +354,7 @@ def test_a_layout_of_one_box_merges_no_tensor_dims(tmp_path):
 
 
 def test_a_replica_that_is_no_rank_digit_is_named_where_it_is_written(tmp_path):
-    from layoutalg.compile import compile_named
+    from layoutalg.compile.codegen import compile_named
     spec = tmp_path / "p.lal"
     spec.write_text(PAGE.format(extra="", shards="    shard a (t) -> (t)\n    shard b (t) -> (t) replica t\n"))
     with pytest.raises(SpecError, match="replica 't' is not a rank digit") as e:
@@ -363,8 +363,8 @@ def test_a_replica_that_is_no_rank_digit_is_named_where_it_is_written(tmp_path):
 
 
 def test_check_refuses_an_agnostic_claim_whose_canonical_layout_moves_with_tp():
-    from layoutalg.check import check_family
-    from layoutalg.compile import compile_named
+    from layoutalg.verify.check import check_family
+    from layoutalg.compile.codegen import compile_named
     lib = load([BROKEN / "false_agnostic.lal"])
     rep = check_family(lib, compile_named(lib, "f"))
     assert not rep.ok and any("canonical layouts of those cases differ" in e for e in rep.errors), rep.errors

@@ -5,13 +5,13 @@ import os
 
 import pytest
 
-from layoutalg.distributed import group_of
+from layoutalg.tools.distributed import group_of
 from layoutalg.errors import LayoutalgError
-from layoutalg.library import load_default
+from layoutalg.dsl.library import load_default
 from layoutalg.params import parse_config
-from layoutalg.prove import replan, symplan
-from layoutalg.prove.runner import Budgets
-from layoutalg.reshard import direct_plans
+from layoutalg.verify.prove import replan, symplan
+from layoutalg.verify.prove.runner import Budgets
+from layoutalg.plans.reshard import direct_plans
 
 from test_cli import run
 
@@ -175,7 +175,7 @@ def _odd_plans(edit_plans):
 
 def _shifted_q(plan):
     """`plan` with its residue quotient q = (n - rho) / k read one larger, (n - rho + k) / k."""
-    from layoutalg.sizes import Atom
+    from layoutalg.ir.sizes import Atom
     q = next(s for s in plan.atoms if s.name.startswith("block"))
     a = plan.atoms[q]
     return plan._replace(atoms={**plan.atoms, q: Atom(q, a.op, a.num + a.den, a.den)})
@@ -203,7 +203,7 @@ def test_an_atom_one_plan_defines_and_another_reads_as_a_size_is_never_proved(li
     no definition in that plan, reads the size: Z3 and the runtime would read two plans."""
     import sympy
 
-    from layoutalg.sizes import Atom
+    from layoutalg.ir.sizes import Atom
 
     def edit(plans):
         q = next(s for s in plans[0].atoms if s.name == "block0.q")
@@ -225,7 +225,7 @@ def test_a_domain_reading_a_derived_size_is_never_proved(lib):
     (always 0: every size), so the two would take the case at different sizes."""
     import sympy
 
-    from layoutalg.sizes import Atom
+    from layoutalg.ir.sizes import Atom
 
     def edit(plans):
         if any(a.is_Add for p in plans for a, _ in p.domain):
@@ -301,8 +301,8 @@ def test_a_plan_across_block_sizes_reading_the_wrong_part_is_refuted(lib):
     ("split_hnd", "tp=4,block_size=48", "tp=2,block_size=16"),   # a big producer page read as three
 ])
 def test_the_runtime_plan_across_block_sizes_is_the_proved_plan(lib, family, store, load):
-    from layoutalg.pageformat import conversion
-    from layoutalg.reshard import cross_plans
+    from layoutalg.plans.pageformat import conversion
+    from layoutalg.plans.reshard import cross_plans
     cs, cl = parse_config(store, also=("block_size",)), parse_config(load, also=("block_size",))
     bs, bl = cs.pop("block_size"), cl.pop("block_size")
     x, y = group_of(family, cs, 4, bs, 8, "bf16", 2), group_of(family, cl, 4, bl, 8, "bf16", 2)
@@ -424,7 +424,7 @@ def test_a_page_plan_reading_the_wrong_producer_is_refuted(lib):
 def _edited(tmp_path, spec, *changes):
     import shutil
     from conftest import ROOT
-    from layoutalg.library import load
+    from layoutalg.dsl.library import load
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
     path = tmp_path / "specs" / spec
     text = path.read_text()
@@ -489,7 +489,7 @@ def test_canonical_pages_of_another_size_have_no_plan(tmp_path):
 
 def test_a_division_by_zero_in_a_plan_is_no_proof(lib):
     import sympy
-    from layoutalg.sizes import Atom
+    from layoutalg.ir.sizes import Atom
     q = sympy.Symbol("_zero", integer=True)
 
     def edit(plans):
@@ -500,7 +500,7 @@ def test_a_division_by_zero_in_a_plan_is_no_proof(lib):
 
 
 def lib_family(lib, family):
-    from layoutalg.family import resolve
+    from layoutalg.ir.family import resolve
     return resolve(lib, family)
 
 
@@ -524,7 +524,7 @@ def test_the_summary_counts_rows_proved_only_on_a_domain(lib):
 
     import sympy
 
-    from layoutalg.prove.cli import _table
+    from layoutalg.cli.prove import _table
 
     def thirds(plans):
         return tuple(p._replace(domain=p.domain + ((sympy.Symbol("block_size", integer=True, positive=True), 3),))
@@ -559,7 +559,7 @@ def test_negative_extents_are_no_plan(lib):
 
 def test_a_division_that_is_never_exact_leaves_no_proof(lib):
     import sympy
-    from layoutalg.sizes import Atom
+    from layoutalg.ir.sizes import Atom
     q = sympy.Symbol("_never", integer=True)
     never = Atom(q, "/", 2 * sympy.Symbol("block_size", integer=True, positive=True) + 1, sympy.Integer(2))
 
@@ -574,7 +574,7 @@ def test_a_division_that_is_never_exact_leaves_no_proof(lib):
 
 def _mutated(tmp_path, old, new):
     from conftest import ROOT
-    from layoutalg.library import load
+    from layoutalg.dsl.library import load
     grids = (ROOT / "specs" / "grids.lal").read_text()
     assert old in grids
     (tmp_path / "grids.lal").write_text(grids.replace(old, new))
@@ -604,7 +604,7 @@ grid heads:   # a small grid: tp heads shards, a cp of 1
 
 def _small(tmp_path, ranks):
     from conftest import ROOT
-    from layoutalg.library import load
+    from layoutalg.dsl.library import load
     (tmp_path / "grids.lal").write_text(_SMALL_GRID.format(ranks=ranks))
     (tmp_path / "split_nhd.lal").write_text((ROOT / "specs" / "split_nhd.lal").read_text())
     return load([str(tmp_path / "split_nhd.lal")])
@@ -622,8 +622,8 @@ def test_a_requirement_the_compiler_adds_is_read_by_the_reshard_prover(tmp_path)
     """Without `require block_size % interleave == 0` the compiler still splits `t // interleave`
     exactly and refuses a block that is no whole number of chunks: the plan is proved where the
     runtime serves, the prover reading the compiler's guard as the runtime checks it."""
-    from layoutalg.compile import compile_named
-    from layoutalg.compiled import GuardFailed
+    from layoutalg.compile.codegen import compile_named
+    from layoutalg.compile.compiled import GuardFailed
     lib = _mutated(tmp_path, "        require block_size % interleave == 0\n", "")
     rows = _rows(lib, "split_nhd", "tp=1,pcp=2,interleave=2", "tp=1,pcp=2")
     assert {r.status for r in rows.values()} == {"proved"}, {n: r.detail for n, r in rows.items()}
@@ -649,7 +649,7 @@ def test_configurations_are_read_strictly(lib, tmp_path):
 
 def test_ranks_that_are_not_ints_and_unknown_divisions_are_no_plan(lib):
     import sympy
-    from layoutalg.sizes import Atom
+    from layoutalg.ir.sizes import Atom
     half = _rows(lib, "split_nhd", "tp=2", "tp=1", _first_run(lambda rs: rs[:1] + tuple(r._replace(producer=0.5)
                                                                                         for r in rs[1:])))
     assert {r.status for r in half.values()} == {"refuted"} and "ranks are ints" in half["reshard-cover"].detail
@@ -674,7 +674,7 @@ def _slot_library(tmp_path):
     """split_nhd on a grid that deals tokens round robin (token(t) = t * cp + cp_rank) while its
     shard map places them in blocks by another of the grid's fns (slot): the pages tile."""
     from conftest import ROOT
-    from layoutalg.library import load
+    from layoutalg.dsl.library import load
     grids = (ROOT / "specs/grids.lal").read_text()
     for old, new in [("        fn token(t) = t\n", "        fn token(t) = t\n        fn slot(t) = t\n"),
                      ("        require block_size % interleave == 0\n"
@@ -701,7 +701,7 @@ def test_a_cross_cp_plan_rests_on_the_sequence_claim(tmp_path):
 
 def test_a_cross_cp_plan_of_one_pair_rests_on_the_sequence_claim_there(lib, tmp_path):
     """The same for the plans `layoutalg reshard --direct` proves per pair (`prove_cross_plans`)."""
-    from layoutalg.prove.reshard import sequence_unshown
+    from layoutalg.verify.prove.reshard import sequence_unshown
     x, y = (group_of("split_nhd", parse_config(c), 1, 4, 8, "bf16", 2) for c in ("tp=2", "tp=2,dcp=2"))
     budget = Budgets.of().config
     assert sequence_unshown(lib, "split_nhd", x.sizes, y.sizes, budget) == ""
@@ -726,8 +726,8 @@ def test_the_runtime_plan_across_another_cp_is_the_proved_plan_at_its_sizes(lib,
     fragments; at every size its bytes are those of the plan proved for all sizes, of the
     residue case the sizes lie in (virtual consumer `part * world + s` is consumer s's plan
     for that part)."""
-    from layoutalg.pageformat import conversion
-    from layoutalg.reshard import cross_plans
+    from layoutalg.plans.pageformat import conversion
+    from layoutalg.plans.reshard import cross_plans
     x = group_of(family, parse_config(store), heads, block_size, 8, "bf16", 2)
     y = group_of(family, parse_config(load), heads, block_size, 8, "bf16", 2)
     big, small = (x, y) if x.mappings[0].canonical_page_size_bytes > y.mappings[0].canonical_page_size_bytes else (y, x)

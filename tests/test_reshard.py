@@ -8,15 +8,15 @@ import sys
 import pytest
 import torch
 
-from layoutalg.copy import plan
-from layoutalg.distributed import coordinates, group_of, hashed, layout_of_pages, parse_config, reshard
+from layoutalg.copy.executor import plan
+from layoutalg.tools.distributed import coordinates, group_of, hashed, layout_of_pages, parse_config, reshard
 from layoutalg.errors import ConfigError, LayoutalgError
-from layoutalg.library import load_default
+from layoutalg.dsl.library import load_default
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
-from layoutalg.prove.reshard import prove_plans
-from layoutalg.prove.runner import Budgets
-from layoutalg.reshard import ReshardError, check_plan, direct_plans, execute
-from layoutalg.torch_copy import layer_segments
+from layoutalg.verify.prove.reshard import prove_plans
+from layoutalg.verify.prove.runner import Budgets
+from layoutalg.plans.reshard import ReshardError, check_plan, direct_plans, execute
+from layoutalg.copy.views import layer_segments
 
 from conftest import ROOT
 
@@ -179,7 +179,7 @@ def test_reshard_of_a_configuration_it_cannot_serve_exits_2():
 
 def test_gather_and_scatter_refuse_bad_input_untouched():
     from layoutalg.errors import LayoutMismatch
-    from layoutalg.reshard import gather, scatter
+    from layoutalg.plans.reshard import gather, scatter
     x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=4")
     p = direct_plans(x.mappings, y.mappings)[0]
     kv = x.empty().zero_()
@@ -208,7 +208,7 @@ def _pair():
 
 @pytest.mark.parametrize("lie", ["producer", "negative", "consumer", "repeated", "missing", "page"])
 def test_a_plan_that_is_no_plan_of_the_pair_is_never_proved(lie):
-    from layoutalg.reshard import DirectRun
+    from layoutalg.plans.reshard import DirectRun
     x, y, plans = _pair()
     p = plans[0]
     n = p.runs[0].fragment_size * p.runs[0].num_fragments
@@ -248,7 +248,7 @@ def test_direct_plans_of_random_groups_execute_exactly():
     """Seeded random groups (a fragment may be held by two ranks): every plan built executes,
     with non-negative strides, and puts each producer byte where its canonical byte belongs."""
     import random
-    from layoutalg.reshard import execute
+    from layoutalg.plans.reshard import execute
     rng = random.Random(7)
     built = 0
     for _ in range(300):
@@ -296,7 +296,7 @@ def test_parallel_sizes_below_one_are_refused_by_name(text):
 def test_opaque_pages_of_two_configurations_are_two_formats():
     """The fallback's canonical page is the group's pages side by side: 2 x 256 bytes and
     1 x 512 bytes are one size and one family, but not one format."""
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
     d = Deriver()
     two = d.derive(LayerSpec("other", 256), None, ParallelConfig(2, 1)).mappings
     one = d.derive(LayerSpec("other", 512), None, ParallelConfig(1, 1)).mappings
@@ -310,7 +310,7 @@ def test_opaque_pages_of_two_configurations_are_two_formats():
 @pytest.mark.parametrize("a, b, same", [((2, 8, 4), (4, 8, 4), True), ((2, 8, 4), (2, 4, 8), False),
                                         ((1, 8, 4), (8, 8, 4), True)])
 def test_an_agnostic_format_is_one_across_tp_and_another_at_other_sizes(a, b, same):
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
     d, out = Deriver(), []
     for tp, heads, dim in (a, b):
         kv = torch.zeros(1, 2, 4, max(heads // tp, 1), dim, dtype=torch.bfloat16)
@@ -332,7 +332,7 @@ MAMBA = dict(conv_kernel=4, conv_bytes=2, ssm_bytes=4, ssm_heads=8, ssm_head_dim
 
 def _mamba(tp, groups, pad=6):
     """Every rank's mapping of a padded Mamba2 page (groups sharded, or one copied when fewer than tp)."""
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
     here = groups // tp if groups % tp == 0 else 1
     page = 2 * 3 * (8 // tp * 4 + 2 * here * 2) + 4 * (8 // tp) * 4 * 2 + pad
     names = {**MAMBA, "n_groups": groups}
@@ -343,7 +343,7 @@ def _mamba(tp, groups, pad=6):
 
 @pytest.mark.parametrize("a, b, groups", [(2, 4, 2), (4, 1, 1), (1, 4, 2)])
 def test_direct_plans_of_padded_pages_are_proved_and_a_wrong_one_refuted(a, b, groups):
-    from layoutalg.reshard import DirectPlan
+    from layoutalg.plans.reshard import DirectPlan
     (xm, xs), (ym, ys) = _mamba(a, groups), _mamba(b, groups)
     plans = direct_plans(xm, ym)          # the consumers' padding is written by no plan
     budget = Budgets.of().config
@@ -386,7 +386,7 @@ def test_the_direct_plan_is_composed_in_the_algebra(family, heads, store, load):
     """The runtime composes the plans from the groups' tilings (`direct`, the same pieces the
     all-sizes proof checks), not from byte intervals; they move the bytes the fragments' composition does."""
     import dataclasses
-    from layoutalg.reshard import _composed
+    from layoutalg.plans.reshard import _composed
     x, y = _group(family, heads, store), _group(family, heads, load)
     assert _composed(x.mappings, y.mappings) is not None
     bare = [[dataclasses.replace(m, tilings=()) for m in g.mappings] for g in (x, y)]
@@ -399,7 +399,7 @@ def test_a_tiling_that_is_not_the_runs_is_not_used():
     swap canonical strides proposes a plan that reads the wrong bytes: the certificate refuses it,
     and the plan is composed from the runs instead (as for ranks listed in another order)."""
     import dataclasses
-    from layoutalg.reshard import DirectPlan, _composed, _merged, _strided
+    from layoutalg.plans.reshard import DirectPlan, _composed, _merged, _strided
     x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
     (t,) = y.mappings[0].tilings
     i, j = next((i, j) for i in range(len(t.local)) for j in range(i) if t.local[i].extent == t.local[j].extent
@@ -429,7 +429,7 @@ def test_a_plan_is_one_whichever_way_it_was_composed():
 
 
 def test_a_plan_of_floats_is_validated_even_after_its_equal_of_ints():
-    from layoutalg.reshard import gather
+    from layoutalg.plans.reshard import gather
     x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
     p = direct_plans(x.mappings, y.mappings)[0]
     kvs, _, blocks = _filled(x)
@@ -447,7 +447,7 @@ def test_a_tiling_from_outside_that_is_no_tiling_of_the_pages_is_not_composed(ho
     """A tiling is only used where it is ints numbering exactly the pages and the group (so nothing
     it enumerates is unbounded); otherwise the runs' fragments are composed, and the plan is the same."""
     import dataclasses
-    from layoutalg.reshard import _composed
+    from layoutalg.plans.reshard import _composed
     x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
     (t,) = y.mappings[0].tilings
     first = t.local[0]
@@ -469,7 +469,7 @@ def test_pages_of_regions_are_composed_in_the_algebra_region_by_region(a, b, gro
     """A padded Mamba2 page: each region's tilings refined on their own (B and C replicated when
     there are fewer groups than ranks, x sharded), the same bytes as the fragments' composition."""
     import dataclasses
-    from layoutalg.reshard import _composed
+    from layoutalg.plans.reshard import _composed
     (xm, _), (ym, _) = _mamba(a, groups), _mamba(b, groups)
     assert len(xm[0].tilings) == 4 and _composed(xm, ym) is not None
     bare = [[dataclasses.replace(m, tilings=()) for m in g] for g in (xm, ym)]
@@ -481,8 +481,8 @@ def test_gather_and_scatter_check_the_tensors_the_mappings_were_derived_for():
     """A direct plan carries both groups' tensor views: a tensor of another layout but the right
     page size (HND strides given to an NHD plan) is refused before a byte moves, as a copy plan does."""
     from layoutalg.errors import LayoutMismatch
-    from layoutalg.reshard import gather, scatter
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.plans.reshard import gather, scatter
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
     def group(tp):
         layer = LayerSpec("attention", 2 * 4 * (8 // tp) * 16 * 2, block_size=4, num_kv_heads=8 // tp, head_size=16,
@@ -510,12 +510,12 @@ def test_gather_and_scatter_check_the_tensors_the_mappings_were_derived_for():
     ("cpu", 4, 0, "gloo"), ("cpu", 4, 8, "gloo"), ("cuda", 4, 4, "nccl"), ("cuda", 6, 8, "nccl"),
     ("cuda", 4, 1, "gloo")])  # NCCL refuses two ranks on one GPU: gloo, through host memory
 def test_the_process_group_backend_follows_the_device(device, world, gpus, backend):
-    from layoutalg.distributed import backend_for
+    from layoutalg.tools.distributed import backend_for
     assert backend_for(device, world, gpus) == backend
 
 
 def test_an_unknown_or_absent_device_is_a_clear_error():
-    from layoutalg.distributed import backend_for
+    from layoutalg.tools.distributed import backend_for
     with pytest.raises(ConfigError, match="device 'tpu' is not one of cpu, cuda"):
         backend_for("tpu", 2, 0)
     x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=4")
@@ -530,7 +530,7 @@ def _failing_worker(rank, job):
 
 def test_a_rank_whose_process_fails_is_a_clear_error():
     """Not a traceback from torch.multiprocessing: which rank's failure, in one line."""
-    from layoutalg.distributed import _spawn
+    from layoutalg.tools.distributed import _spawn
     with pytest.raises(ConfigError, match=r"reshard: a rank's process failed: ValueError: rank \d cannot go on"):
         _spawn(_failing_worker, {}, 2)
 
@@ -551,9 +551,9 @@ def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path, monkey
     cp 2 are not one another's parts element by element. The conversion refuses it twice over:
     `one-format` at the two configurations (Z3, each canonical index one element), and, with that
     taken away, the elements read through the runs, naming the byte."""
-    from layoutalg.distributed import library_of
-    from layoutalg.pageformat import conversion
-    import layoutalg.prove.meaning as meaning
+    from layoutalg.tools.distributed import library_of
+    from layoutalg.plans.pageformat import conversion
+    import layoutalg.verify.prove.meaning as meaning
     specs = _swapped(tmp_path)
     big = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
     small = group_of("swapped_channels", parse_config("tp=2"), 2, 4, 4, "bf16", 4, specs=specs)
@@ -570,7 +570,7 @@ def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path, monkey
     assert conv.k == 2
     # a check that compares nothing passes nothing: a conversion moving no byte is not shown to keep any
     from types import SimpleNamespace
-    from layoutalg.oracle import unkept
+    from layoutalg.verify.oracle import unkept
     empty = SimpleNamespace(mapping=SimpleNamespace(runs=()), small_page=conv.small_page)
     assert "moves no byte" in unkept(library_of(None), "split_nhd", big.sizes, small.sizes, empty)
     assert unkept(library_of(None), "split_nhd", big.sizes, small.sizes, conv) == ""
@@ -580,8 +580,8 @@ def test_check_refutes_a_family_whose_pages_mean_other_things_under_another_cp()
     """`check` compares pages of one model under two cp element by element (`oracle.unkept_between`)
     and names the shard line; split NHD, read the same way, passes (`test_cli` checks every family)."""
     from conftest import ROOT
-    from layoutalg.check import check_family
-    from layoutalg.compile import compile_named
+    from layoutalg.verify.check import check_family
+    from layoutalg.compile.codegen import compile_named
     lib = load_default(ROOT / "tests" / "data" / "across")
     rep = check_family(lib, compile_named(lib, "swapped_channels"))
     assert any("swapped_channels.lal:23: pages of another cp: canonical byte" in e for e in rep.errors), rep.errors
@@ -597,9 +597,9 @@ def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(t
     indices, each a global index by the grid's placements. With the conversion's own element
     check taken away, the pages of the family above move, and the byte check fails every
     loading rank, where the spec's own reading of both layouts (the check before) passed them."""
-    from layoutalg import pageformat
-    from layoutalg.distributed import library_of
-    import layoutalg.prove.meaning as meaning
+    from layoutalg.plans import pageformat
+    from layoutalg.tools.distributed import library_of
+    import layoutalg.verify.prove.meaning as meaning
     specs = _swapped(tmp_path)
     monkeypatch.setattr(pageformat, "_keeps_elements", lambda *a: None)
     monkeypatch.setattr(meaning, "unshown", lambda *a, **k: "")
@@ -612,8 +612,8 @@ def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(t
 
 
 def test_the_engine_naming_reads_placements_and_reports_what_it_takes_from_the_spec():
-    from layoutalg.library import load
-    from layoutalg.oracle import naming
+    from layoutalg.dsl.library import load
+    from layoutalg.verify.oracle import naming
     from conftest import ROOT
     lib = load([ROOT / "specs"])
     sizes = dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=4, heads=2, block_size=2, head_size=2,
@@ -631,6 +631,6 @@ def test_the_engine_naming_reads_placements_and_reports_what_it_takes_from_the_s
     n = naming(inline, "mamba_ssm", dict(tp=2, pcp=1, dcp=1, ssm_heads=4, head_dim=1, state_size=1, dtype_bytes=1,
                                          page_size=2), 1, 2)
     assert n.trusted == ("mamba_ssm.h: the shard map places it by the rank's digits, not by a grid placement",)
-    from layoutalg.oracle import trusted
+    from layoutalg.verify.oracle import trusted
     assert trusted(inline, "mamba_ssm", dict(tp=2, pcp=1, dcp=1, ssm_heads=4, head_dim=1, state_size=1,
                                              dtype_bytes=1, page_size=2)) == n.trusted  # said without naming a byte

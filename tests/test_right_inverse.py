@@ -1,9 +1,9 @@
 import pytest
 import sympy
 
-from layoutalg.algebra import NotCompact, right_inverse
-from layoutalg.layout import Layout
-from layoutalg.sizes import Atoms
+from layoutalg.algebra.ops import NotCompact, right_inverse
+from layoutalg.algebra.layout import Layout
+from layoutalg.ir.sizes import Atoms
 from layouts import random_compact, random_layout
 
 

@@ -6,13 +6,13 @@ import pytest
 import sympy
 
 from layoutalg.cli import main
-from layoutalg.compile import compile_named
-from layoutalg.family import Atoms, layout_ir, resolve
-from layoutalg.identity import layout_id
-from layoutalg.library import load
-from layoutalg.prove.store import dependencies
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
-from layoutalg.syntax import parse
+from layoutalg.compile.codegen import compile_named
+from layoutalg.ir.family import Atoms, layout_ir, resolve
+from layoutalg.ir.identity import layout_id
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove.store import dependencies
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.dsl.syntax import parse
 
 from conftest import ROOT
 

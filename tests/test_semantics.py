@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from layoutalg import LayerSpec, ParallelConfig, TensorLayout
-from layoutalg.torch_copy import load, store
+from layoutalg.copy.views import load, store
 
 
 def split_nhd(n, bs, h, d, dtype=torch.float16):

@@ -7,7 +7,7 @@ import random
 import semantics_oracle
 from semantics_sweep import differ, sweep
 
-from layoutalg.runtime import Deriver
+from layoutalg.runtime.derive import Deriver
 
 
 def test_a_slice_of_the_sweep_agrees_with_the_oracle():

@@ -4,8 +4,8 @@ unknown where the grid says nothing to check it against; never proved by default
 
 import pytest
 
-from layoutalg.library import load
-from layoutalg.prove.runner import Budgets, prove_obligation
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove.runner import Budgets, prove_obligation
 
 from conftest import ROOT
 
@@ -44,7 +44,7 @@ def test_a_grid_without_a_token_function_leaves_the_claim_unknown(tmp_path):
     grids = (SPECS / "grids.lal").read_text().replace("fn token(t) =", "fn place(t) =")
     path = _copy(tmp_path, "(kv, token(t), head(h)", "(kv, place(t), head(h)", grids)
     lib = load([path])
-    from layoutalg.prove.runner import prove_family
+    from layoutalg.verify.prove.runner import prove_family
     rows = {r.obligation: r for r in prove_family(lib, "split_nhd", Budgets.of(), quick=False)}
     assert rows["sequence-order"].status == "unknown" and "fn token" in rows["sequence-order"].detail
     assert rows["writers-cover"].status == "proved"   # the rest of the family is still proved

@@ -3,8 +3,8 @@ every obligation `proved`, none `unknown` (`layoutalg prove specs/`, the main jo
 them all; the heavier attention families are proved there and by their own tests' slices)."""
 import pytest
 
-from layoutalg.library import load
-from layoutalg.prove.runner import prove_family
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove.runner import prove_family
 
 from conftest import ROOT
 

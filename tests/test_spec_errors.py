@@ -6,11 +6,11 @@ import sys
 import pytest
 
 from layoutalg.cli import main
-from layoutalg.compile import compile_family
+from layoutalg.compile.codegen import compile_family
 from layoutalg.errors import SpecError
-from layoutalg.family import check_layouts, resolve
-from layoutalg.library import MAX_IMPORT_DEPTH, load
-from layoutalg.syntax import MAX_DEPTH, parse
+from layoutalg.ir.family import check_layouts, resolve
+from layoutalg.dsl.library import MAX_IMPORT_DEPTH, load
+from layoutalg.dsl.syntax import MAX_DEPTH, parse
 
 from conftest import ROOT
 
@@ -246,7 +246,7 @@ def test_importing_a_device_or_a_pipe_is_an_error_not_a_hang(tmp_path, target):
 
 
 def test_a_spec_file_past_the_size_limit_is_refused(tmp_path):
-    from layoutalg.syntax import MAX_FILE_BYTES
+    from layoutalg.dsl.syntax import MAX_FILE_BYTES
     (tmp_path / "big.lal").write_bytes(b"#" * (MAX_FILE_BYTES + 1))
     with pytest.raises(SpecError, match="more than a spec file's"):
         load([tmp_path / "big.lal"])

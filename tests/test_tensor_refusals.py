@@ -7,11 +7,12 @@ import sys
 import pytest
 import torch
 
-from layoutalg import derive_canonical_mappings, reshard
-from layoutalg.copy import plan
+from layoutalg import derive_canonical_mappings
+from layoutalg.plans import reshard
+from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch, SpecError
-from layoutalg.library import load
-from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.dsl.library import load
+from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 from test_vllm_adapter import attention, cache_config, config, mla

@@ -9,7 +9,7 @@ import torch
 from layoutalg import LayerSpec, ParallelConfig, TensorLayout
 from layoutalg.errors import ConfigError, LayoutalgError, LayoutMismatch
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
-from layoutalg.torch_copy import load, page_bytes, store
+from layoutalg.copy.views import load, page_bytes, store
 
 
 
@@ -147,7 +147,7 @@ def test_not_a_tensor_is_named():
 def test_a_store_writes_only_its_own_bytes_so_ranks_sharing_pages_never_race(deriver, monkeypatch):
     """Rank 1 stores while rank 0's store is under way (forced: right when rank 0 makes its
     first view). A store that copied pages out and wrote them back whole lost rank 1's bytes."""
-    import layoutalg.torch_copy as tc
+    import layoutalg.copy.views as tc
     kvs = [torch.full((3, 2, 4, 1, 8), 257 * (r + 1), dtype=torch.int16) for r in range(2)]
     m0, m1 = (mapping_for(deriver, kvs[0], tp=2, rank=r, total=2) for r in range(2))
     pages = torch.zeros(3, m0.canonical_page_size_bytes, dtype=torch.uint8)
@@ -173,7 +173,7 @@ def test_a_store_writes_only_its_own_bytes_so_ranks_sharing_pages_never_race(der
     (CopyRun(8, 8, 4, 1, -4, 4), r"run 1 .* has a negative local stride"),
 ])
 def test_hand_built_runs_are_refused_before_any_byte_moves(run, message):
-    from layoutalg.copy import plan
+    from layoutalg.copy.executor import plan
     m = CanonicalPageMapping(16, 16, (CopyRun(0, 0, 8, 1, 8, 8), run), 1, 0, True)
     kv = torch.arange(32, dtype=torch.uint8).reshape(2, 16)
     pages = torch.zeros(2, 16, dtype=torch.uint8)
@@ -184,14 +184,14 @@ def test_hand_built_runs_are_refused_before_any_byte_moves(run, message):
 
 
 def test_a_mapping_that_is_not_one_is_named():
-    from layoutalg.copy import plan
+    from layoutalg.copy.executor import plan
     with pytest.raises(ConfigError, match="mapping must be a CanonicalPageMapping, got str"):
         plan("x", torch.zeros(2, 16, dtype=torch.uint8))
 
 
 def test_pages_in_the_memory_of_the_kv_blocks_are_refused():
     """Page 0 is block 1's own bytes: a copy would read what it has already written."""
-    from layoutalg.copy import plan
+    from layoutalg.copy.executor import plan
     m = CanonicalPageMapping(16, 16, (CopyRun(0, 8, 8, 1, 8, 8), CopyRun(8, 0, 8, 1, 8, 8)), 1, 0, False)
     raw = torch.arange(48, dtype=torch.uint8)
     kv, pages = raw[0:32].view(2, 16), raw[16:48].view(2, 16)

@@ -3,7 +3,7 @@ residue of n mod k, checked by enumeration (the pieces across another cp where a
 chunks of tokens do not divide evenly among the small pages)."""
 import pytest
 
-from layoutalg.direct import transposed
+from layoutalg.algebra.refine import transposed
 
 
 def transposed_post(k: int, rho: int, q: int, pieces) -> None:

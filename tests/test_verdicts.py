@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from layoutalg.compile import compile_family
-from layoutalg.check import check_family
-from layoutalg.family import resolve
-from layoutalg.library import load
-from layoutalg.prove.runner import Budgets, agnostic_rows, prove_family, prove_obligation, configurations, prove_applies
+from layoutalg.compile.codegen import compile_family
+from layoutalg.verify.check import check_family
+from layoutalg.ir.family import resolve
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove.runner import Budgets, agnostic_rows, prove_family, prove_obligation, configurations, prove_applies
 
 from conftest import ROOT
 
@@ -124,7 +124,7 @@ def test_zero_witnesses_are_unknown_never_proved():
 def test_runs_on_no_configuration_are_unknown():
     lib = load([SPECS / "opaque.lal"])
     cf = compile_family(resolve(lib, "opaque"))
-    from layoutalg.prove.runner import prove_runs
+    from layoutalg.verify.prove.runner import prove_runs
     row = prove_runs(lib, "opaque", "runs-match-spec", {}, Budgets.of(), cf)
     assert row.status == "unknown" and "no configuration" in row.method
 
@@ -197,7 +197,7 @@ def test_verdicts_are_the_same_on_every_run():
 
 
 def test_a_guard_decided_result_is_never_cached():
-    from layoutalg.prove.cli import cacheable
+    from layoutalg.cli.prove import cacheable
     row = dict(spec="s", family="f", obligation="local-bijective", status="proved",
                method="symbolic: all sizes, all ranks", seconds=0.0, detail="", configurations=[], final=True)
     assert cacheable([row]) and cacheable([{**row, "status": "refuted"}])
@@ -208,7 +208,7 @@ def test_a_guard_decided_result_is_never_cached():
 
 def test_a_forged_proof_cache_entry_is_not_believed(tmp_path, monkeypatch):
     import json
-    from layoutalg.prove import store
+    from layoutalg.verify.prove import store
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path))
     tmp_path.chmod(0o700)
     lib = load([SPECS / "opaque.lal"])
@@ -253,7 +253,7 @@ def test_a_negative_divisor_fails_closed_where_the_prover_assumes_it_positive(tm
     cf = compile_family(resolve(lib, "neg"))
     sizes = dict(tp=2, pcp=1, dcp=1, interleave=1, total_heads=1, heads=1, block_size=4, head_size=128,
                  dtype_bytes=1, page_size=8, per_token_head_quant=0, compress_ratio=1)
-    from layoutalg.compiled import GuardFailed
+    from layoutalg.compile.compiled import GuardFailed
     with pytest.raises(GuardFailed, match="not positive|is positive does not hold"):
         cf.evaluate(sizes)
     rows = {r.obligation: r for r in prove_family(lib, "neg")}
@@ -298,7 +298,7 @@ def test_check_sees_a_single_rank_that_moves_bytes(tmp_path):
 
 def test_a_group_past_the_proved_domain_is_refused():
     from layoutalg.errors import ConfigError
-    from layoutalg.runtime import ParallelConfig
+    from layoutalg.runtime.derive import ParallelConfig
     with pytest.raises(ConfigError, match=r"pcp = 1000000 is outside the proved domain \[1, 64\]"):
         ParallelConfig(1024, 1, pcp=10 ** 6)
 
@@ -338,7 +338,7 @@ def test_a_division_behind_or_is_evaluated_and_fails_closed(tmp_path, monkeypatc
         "    local     rows(block_size, page_size / block_size)\n"
         "    canonical rows(block_size * tp * pcp, page_size / block_size)\n"
         "    shard (t, b) -> (rank * block_size + t, b)\n")
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
     d = Deriver(str(tmp_path))
     assert d.derive(LayerSpec("blob", 8, 4), None, ParallelConfig(1, 1)).result == "certified"
     res = d.derive(LayerSpec("blob", 6, 3), None, ParallelConfig(1, 1))
@@ -367,7 +367,7 @@ def test_a_family_that_claims_nothing_and_shares_no_page_has_no_one_format_row()
 
 
 def test_the_proof_cache_key_follows_a_grid_taken_from_a_file_not_imported(tmp_path):
-    from layoutalg.prove.store import proof_key
+    from layoutalg.verify.prove.store import proof_key
     shutil.copy(SPECS / "grids.lal", tmp_path / "grids.lal")
     (tmp_path / "split_nhd.lal").write_text((SPECS / "split_nhd.lal").read_text().replace('import "grids.lal"', ""))
     before = proof_key(load([tmp_path]), "split_nhd")
@@ -378,7 +378,7 @@ def test_the_proof_cache_key_follows_a_grid_taken_from_a_file_not_imported(tmp_p
 
 def test_a_size_no_family_reads_is_an_error():
     from layoutalg.errors import ConfigError
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
     with pytest.raises(ConfigError, match="no family of this spec library reads 'pcp_replica'"):
         Deriver().derive(LayerSpec("attention", 64, 4, 1, 8, 2, sizes={"pcp_replica": 1}), None, ParallelConfig(1, 1))
 
@@ -454,7 +454,7 @@ family van serves fallback:
 def test_an_exact_division_that_cancels_is_still_checked_where_the_prover_assumes_it(tmp_path):
     """The prover reads every `/` as exact; so must the runtime, even where sympy cancels the
     division away. Else odd tp passed the guards the prover took to exclude it."""
-    from layoutalg.compiled import GuardFailed
+    from layoutalg.compile.compiled import GuardFailed
     folder = _folder(tmp_path, van=CANCELLED_DIVISION)
     cf = compile_family(resolve(load([folder / "van.lal"]), "van"))
     sizes = {"tp": 1, "pcp": 1, "page_size": 12}
@@ -485,7 +485,7 @@ family lets serves fallback:
 
 def test_a_division_in_a_let_is_checked_only_where_the_let_is_read(tmp_path):
     """As the spec's reading (and the prover) evaluates a let only where it is used."""
-    from layoutalg.compiled import GuardFailed
+    from layoutalg.compile.compiled import GuardFailed
     folder = _folder(tmp_path, lets=UNUSED_LET)
     cf = compile_family(resolve(load([folder / "lets.lal"]), "lets"))
     assert cf.evaluate({"tp": 2, "pcp": 1, "page_size": 8}).canonical_page == 16   # tp / 3, tp / 5 not asked
@@ -514,7 +514,7 @@ family viafn serves fallback:
 
 
 def test_a_let_read_through_a_function_has_its_division_checked(tmp_path):
-    from layoutalg.compiled import GuardFailed
+    from layoutalg.compile.compiled import GuardFailed
     folder = _folder(tmp_path, viafn=THROUGH_A_FUNCTION)
     cf = compile_family(resolve(load([folder / "viafn.lal"]), "viafn"))
     assert cf.evaluate({"tp": 2, "pcp": 1, "page_size": 8}).canonical_page == 16
@@ -532,10 +532,10 @@ def test_an_agnostic_claim_read_through_the_per_rank_page_is_not_proved():
 
 
 def test_mlas_agnostic_claim_says_it_reads_the_page_as_a_model_size():
-    from layoutalg.library import load_default
+    from layoutalg.dsl.library import load_default
     row = next(r for r in prove_family(load_default(), "mla") if r.obligation == "one-format")
     assert row.status == "proved"
-    from layoutalg.prove.structural import agnostic
+    from layoutalg.verify.prove.structural import agnostic
     fam = resolve(load_default(), "mla")
     details = [agnostic(fam, v).detail for v in fam.variants if str(v.agnostic) != "False"]
     assert any("page_size) is read as a model size" in d for d in details), details
@@ -568,7 +568,7 @@ def test_rows_of_a_spec_that_changed_during_the_run_are_not_cached(tmp_path, mon
     reads later. Where the two differ the rows are not stored (a stale 'proved' for a
     broken spec would otherwise be replayed): the parent's key is made to differ here."""
     import io
-    from layoutalg.prove import cli
+    from layoutalg.verify.prove import cli
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
     written = []
     monkeypatch.setattr(cli, "_write", lambda key, data: written.append(key))

@@ -260,7 +260,7 @@ def test_a_deployments_own_spec_class_is_read_as_the_kind_it_names():
     """The kind comes from a table along the class hierarchy (`SPEC_KINDS`), which a
     deployment extends: a spec class of its own, no AttentionSpec, is read as attention."""
     from layoutalg.errors import ConfigError
-    from layoutalg.vllm import spec_kind
+    from layoutalg.runtime.vllm import spec_kind
 
     class ForkAttentionSpec:  # a fork's spec: the attention fields, no vLLM base class
         block_size, num_kv_heads, head_size, dtype = 16, 2, 64, torch.bfloat16
@@ -364,15 +364,15 @@ def test_runtime_never_imports_z3_or_matplotlib():
             "r = d.derive(layoutalg.LayerSpec('attention', 8192, 16, 2, 64, 2), layoutalg.TensorLayout.of(t),\n"
             "             layoutalg.ParallelConfig(tp=2, total_kv_heads=4), 3)\n"
             "assert r.result == 'certified'\n"
-            "import layoutalg.copy, layoutalg.reshard\n"
+            "import layoutalg.copy.executor, layoutalg.plans.reshard\n"
             "print('z3' in sys.modules, 'matplotlib' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
 
 def test_specs_are_parsed_once_per_process():
-    from layoutalg import syntax
-    from layoutalg.runtime import compiled_library
+    from layoutalg.dsl import syntax
+    from layoutalg.runtime.derive import compiled_library
     compiled_library()
     before = syntax._parse_cached.cache_info().misses
     layoutalg.Deriver()
@@ -436,8 +436,8 @@ def gdn_spec(tp, k_heads=2, v_heads=4, k_dim=2, v_dim=3, k=3):
 
 @pytest.mark.parametrize("make,n_groups", [(mamba2_spec, 1), (mamba2_spec, 4), (gdn_spec, 1)])
 def test_state_layers_map_onto_their_families(make, n_groups):
-    from layoutalg.runtime import Deriver
-    from layoutalg.vllm import state_layer
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.vllm import state_layer
     spec = make(2, n_groups) if make is mamba2_spec else make(2)
     kv = cache_config([(spec, ["layers.0.mixer"])])
     default = derive_canonical_mappings(state_config(2, 1, n_groups), kv, {})
@@ -451,7 +451,7 @@ def test_state_layers_map_onto_their_families(make, n_groups):
 
 
 def layoutalg_parallel(tp):
-    from layoutalg.runtime import ParallelConfig as PC
+    from layoutalg.runtime.derive import ParallelConfig as PC
     return PC(tp, 4)
 
 
@@ -467,7 +467,7 @@ def test_state_layers_fail_closed_on_what_they_cannot_read(monkeypatch, caplog):
 
 
 def test_dim_first_conv_state_maps_onto_its_own_format(monkeypatch):
-    from layoutalg.runtime import Deriver
+    from layoutalg.runtime.derive import Deriver
     sd = derive_canonical_mappings(state_config(2, 1), cache_config([(mamba2_spec(2), ["m"])]), {},
                                    state_layers=True)["m"]
     monkeypatch.setenv("VLLM_SSM_CONV_STATE_LAYOUT", "DS")
@@ -480,7 +480,7 @@ def test_dim_first_conv_state_maps_onto_its_own_format(monkeypatch):
 
 
 def test_hybrid_model_with_attention_and_mamba_groups():
-    from layoutalg.runtime import Deriver
+    from layoutalg.runtime.derive import Deriver
     names = [f"layers.{i}.attn" for i in range(2)]
     kv = cache_config([(attention(), names), (mamba2_spec(2), ["layers.2.mixer", "layers.3.mixer"])])
     out = derive_canonical_mappings(state_config(2, 0), kv, {n: split_nhd() for n in names}, state_layers=True)
@@ -521,7 +521,7 @@ def engine_state_tensors(spec, num_blocks=3):
 
 
 def test_a_state_layers_tensors_are_recognised_and_planned():
-    from layoutalg.copy import plan
+    from layoutalg.copy.executor import plan
     spec = mamba2_spec(2, 4)
     kv = cache_config([(spec, ["m"])], num_blocks=3)
     tensors = engine_state_tensors(spec, kv.num_blocks)
@@ -557,7 +557,7 @@ def test_opaque_state_layers_of_other_specs_are_other_formats(monkeypatch):
 
 
 def test_element_types_of_one_size_are_other_formats():
-    from layoutalg.runtime import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
     ids = set()
     for dtype in (torch.bfloat16, torch.float16):
         kv = torch.zeros(3, 2, 16, 2, 64, dtype=dtype)
@@ -595,8 +595,8 @@ def test_a_gdn_state_whose_key_and_value_dims_are_one_size_needs_the_word_that_o
     """(heads, 128, 128) does not say which dim is the value dim (vLLM swapped them between
     versions): without the deployment's word, or with an order no family reads, the layer is
     opaque and says why; with it, the gdn family holds it. Dims of two sizes need no word."""
-    from layoutalg.runtime import Deriver
-    from layoutalg.vllm import state_layer
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.vllm import state_layer
     spec = gdn_spec(2, k_dim=3, v_dim=3)
     layer, why = state_layer(spec, 2, state_config(2, 0).model_config, gdn_recurrent=word)
     if family is None:
@@ -610,7 +610,7 @@ def test_a_gdn_state_whose_key_and_value_dims_are_one_size_needs_the_word_that_o
 
 
 def ParallelConfig_(tp):
-    from layoutalg.runtime import ParallelConfig as RuntimeParallel
+    from layoutalg.runtime.derive import ParallelConfig as RuntimeParallel
     return RuntimeParallel(tp=tp, total_kv_heads=1)
 
 
@@ -665,7 +665,7 @@ def test_a_hybrid_models_state_moves_across_a_tp_change_byte_for_byte(model, for
     """Stored by two ranks, loaded by four, through layoutalg's own plans of the mappings the vLLM
     adapter derives from the engine's tensors as they are: every element comes home, as the
     engine's own sharding puts it on the loading ranks."""
-    from layoutalg.copy import plan
+    from layoutalg.copy.executor import plan
     where = [1, 0]  # page p lies in block where[p]
     page_of_block = [where.index(b) for b in range(2)]
     pages = None

@@ -11,7 +11,7 @@ import random
 import pytest
 import z3
 
-from layoutalg.prove.z3ops import Z3Ops
+from layoutalg.verify.prove.z3ops import Z3Ops
 
 
 def _consts(e, out=None):
@@ -184,7 +184,7 @@ def test_a_query_the_default_tactic_gives_up_on_is_asked_of_the_smt_core_again()
     it decides when idle): `check` asks the clock-free SMT core again, within a share of the budget.
     A query stopped by the wall-clock guard is not asked again (its verdict is marked not final)."""
     import z3
-    from layoutalg.prove.z3ops import check
+    from layoutalg.verify.prove.z3ops import check
     x, y = z3.Ints("x y")
     gives_up = z3.Tactic("fail").solver()  # a stand-in for a tactic whose stages ran out of time
     gives_up.add(x * y == 12, x > 1, y > 1, x < y)

@@ -117,13 +117,13 @@ def mutate(text: str, rng: random.Random, lines_re: str = FAMILY_LINES, only=Non
 
 def enumerate_faults(lib, name) -> list[str]:
     """Faults of the runs the lowering emits, on the sample configurations where the family applies."""
-    from layoutalg.check import configurations, instantiate, tiling_errors
-    from layoutalg.compile import compile_family
-    from layoutalg.compiled import GuardFailed
-    from layoutalg.family import resolve
-    from layoutalg.interpret import Reading, byte_map
-    from layoutalg.lower import lower_uncertified
-    from layoutalg.algebra import NotCompact
+    from layoutalg.verify.check import configurations, instantiate, tiling_errors
+    from layoutalg.compile.codegen import compile_family
+    from layoutalg.compile.compiled import GuardFailed
+    from layoutalg.ir.family import resolve
+    from layoutalg.dsl.interpret import Reading, byte_map
+    from layoutalg.runtime.lower import lower_uncertified
+    from layoutalg.algebra.ops import NotCompact
     cf = compile_family(resolve(lib, name))
     faults = []
     for sizes in configurations():
@@ -159,8 +159,8 @@ def enumerate_page_faults(lib, name) -> list[str]:
     certificate, tiling with the pads, the direct reading of every region) on the samples of every
     name it reads, or on Z3's models of its guards where no sample applies. Nothing to check is a
     fault of its own kind, so a vacuous enumeration never counts as sound."""
-    from layoutalg.check import check_family
-    from layoutalg.compile import compile_named
+    from layoutalg.verify.check import check_family
+    from layoutalg.compile.codegen import compile_named
     rep = check_family(lib, compile_named(lib, name))
     if rep.certified == 0 and not rep.errors:
         return ["unchecked: no configuration applies"]
@@ -169,11 +169,11 @@ def enumerate_page_faults(lib, name) -> list[str]:
 
 def judge(text: str, family: str, folder: Path) -> dict | None:
     """Prove and enumerate one mutant; None when it is not a well-formed spec."""
-    from layoutalg.compile import compile_named
+    from layoutalg.compile.codegen import compile_named
     from layoutalg.errors import LayoutalgError
-    from layoutalg.family import check_layouts
-    from layoutalg.library import load
-    from layoutalg.prove.runner import prove_family
+    from layoutalg.ir.family import check_layouts
+    from layoutalg.dsl.library import load
+    from layoutalg.verify.prove.runner import prove_family
     path = folder / f"{family}.lal"
     path.write_text(text)
     try:

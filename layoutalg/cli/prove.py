@@ -1,0 +1,200 @@
+"""`layoutalg prove`: every obligation of every family, as a table; cached."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from ..errors import LayoutalgError
+from ..dsl.library import load, spec_files
+from ..verify.prove.store import Row, describe, proof_key, read as _read, write as _write
+
+
+def _prove_one(args) -> tuple[str, list[dict], float, str]:
+    from ..verify.prove.runner import Budgets, prove_family, to_json  # Z3 and sympy load only when something is proved
+    paths, family, rlimit, guard_s = args
+    lib = load(paths)
+    key = proof_key(lib, family, rlimit)  # of the bytes this worker read, which may be newer than the parent's
+    t = time.perf_counter()
+    return family, to_json(prove_family(lib, family, Budgets.of(rlimit, guard_s))), time.perf_counter() - t, key
+
+
+def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
+    """Workers that each prove one family, starting from the same state.
+
+    Z3's choices (which model, and near the budget even which verdict) depend on what
+    the process solved before, so a worker reused across families would make a family's
+    table depend on scheduling. A fork server with the prover preloaded starts every
+    family from one state, cheaply; where there is none, a fresh interpreter does.
+    """
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods:
+        ctx.set_forkserver_preload(["layoutalg.verify.prove.runner"])
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
+
+
+def cacheable(rows: list[dict]) -> bool:
+    """Only definite, deterministic results are kept: never an unknown, never a guard's verdict."""
+    return bool(rows) and all(r["status"] != "unknown" and r.get("final", True) for r in rows)
+
+
+def _progress(family: str, data: list[dict], seconds: float, k: int, n: int) -> None:
+    bad = {s: sum(1 for r in data if r["status"] == s) for s in ("refuted", "unknown")}
+    verdict = "refuted" if bad["refuted"] else "unknown" if bad["unknown"] else "proved"
+    print(f"[{k}/{n}] {family}: {verdict} ({len(data)} rows, {seconds:.1f} s)", file=sys.stderr, flush=True)
+
+
+def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool = True, out=None,
+                guard_s: float | None = None) -> list:
+    from ..verify.prove import GUARD_S
+    from ..verify.prove import RLIMIT
+    out = sys.stdout if out is None else out
+    rlimit, guard_s = rlimit or RLIMIT, guard_s or GUARD_S
+    lib = load(paths)
+    if not lib.families:
+        raise LayoutalgError(f"nothing to prove: no family in {', '.join(map(str, paths))} "
+                             f"({len(lib.modules)} file(s), {len(lib.grids)} grid(s), {len(lib.layouts)} layout(s))")
+    files = [str(f.resolve()) for f in spec_files(paths)]
+    todo, rows, cached = [], {}, set()
+    for fam in lib.families:
+        key = proof_key(lib, fam, rlimit)
+        hit = _read(key) if use_cache else None
+        if hit is not None:
+            rows[fam] = hit
+            cached.add(fam)
+        else:
+            todo.append((fam, key))
+    if todo:
+        from ..ir.family import check_layouts
+        check_layouts(lib)
+    args = [(files, fam, rlimit, guard_s) for fam, _ in todo]
+    keys = dict(todo)
+
+    def finish(result, k):
+        fam, data, seconds, key = result
+        rows[fam] = data
+        _progress(fam, data, seconds, k, len(args))
+        if key != keys[fam]:  # a spec changed while this run was under way: these rows are of other bytes
+            print(f"prove: {fam}: its spec files changed during the run; the rows shown are of the newer "
+                  f"files and are not cached", file=sys.stderr)
+        elif cacheable(data):
+            _write(key, data)
+
+    if args:
+        with _fresh_processes(min(jobs, len(args))) as pool:
+            futures = [pool.submit(_prove_one, a) for a in args]
+            for k, f in enumerate(as_completed(futures), 1):
+                finish(f.result(), k)
+    out_rows = [Row(**r) for fam in lib.families for r in rows[fam]]
+    _table(out_rows, cached, out)
+    return out_rows
+
+
+def _table(rows: list, cached: set, out) -> None:
+    print(f"{'spec':<22} {'family':<11} {'obligation':<21} {'result':<8} {'time':>7}  method", file=out)
+    for r in rows:
+        spec = os.path.relpath(r.spec) if os.path.isabs(r.spec) else r.spec
+        t = "cached" if r.family in cached else f"{r.seconds:.2f}s"
+        print(f"{spec:<22} {r.family:<11} {r.obligation:<21} {r.status:<8} {t:>7}  {r.method}", file=out)
+        if r.detail and r.status != "proved":
+            print(f"    {r.detail}", file=out)
+    n = len(rows)
+    sym = sum(1 for r in rows if r.status == "proved" and "all sizes" in r.method)
+    conf = sum(1 for r in rows if r.status == "proved" and "configurations" in r.method)
+    other = sum(1 for r in rows if r.status == "proved") - sym - conf
+    bad = {s: sum(1 for r in rows if r.status == s) for s in ("refuted", "unknown")}
+    part = sum(1 for r in rows if r.status == "proved" and "see reshard-domain" in r.method)
+    sym_text = f"{sym} proved for all sizes" + (f" ({part} of them only at the sizes where the plan's pieces "
+                                                f"divide: see reshard-domain)" if part else "")
+    print(f"\n{n} obligations: {sym_text}, {conf} proved on stated configurations, "
+          f"{other} proved by the runtime's check with a witness, {bad['refuted']} refuted, "
+          f"{bad['unknown']} unknown", file=out)
+
+
+def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int | None = None,
+                  guard_s: float | None = None) -> list[Row]:
+    """The direct plan from configuration `store` to `load` ('tp=2,dcp=1') of each family
+    (or `family`), proved for all sizes (`replan.prove_all_sizes`)."""
+    from ..params import parse_config
+    from ..verify.prove import GUARD_S
+    from ..verify.prove import RLIMIT
+    from ..verify.prove.replan import prove_all_sizes
+    from ..verify.prove.runner import Budget
+    lib = load(paths)
+    names = [family] if family else list(lib.families)
+    if not names:
+        raise LayoutalgError(f"nothing to prove: no family in {', '.join(map(str, paths))}")
+    for n in names:
+        if n not in lib.families:
+            raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
+    x, y = parse_config(store, also=("block_size",)), parse_config(load_, also=("block_size",))
+    budget = Budget(rlimit or RLIMIT, guard_s or GUARD_S)
+    return [r for n in names for r in prove_all_sizes(lib, n, x, y, budget)]
+
+
+def prove_command(args, out=None) -> int:
+    out = sys.stdout if out is None else out  # (the stdout of this call, not of the first import)
+    from .._resources import specs_dir
+    paths = args.specs or [str(specs_dir())]
+    t = time.perf_counter()
+    if getattr(args, "pipeline", False):
+        from ..verify.prove import GUARD_S
+        from ..verify.prove import RLIMIT
+        from ..verify.prove.pipeline import stages_row
+        rows = [stages_row(args.rlimit or RLIMIT, args.timeout or GUARD_S)]
+        _table(rows, set(), out)
+        print(f"({time.perf_counter() - t:.1f} s)", file=out)
+        return 0 if rows[0].status == "proved" else 1
+    if getattr(args, "reshard", None):
+        rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout)
+        print(f"direct plans from {args.reshard[0]} to {args.reshard[1]}, for all sizes:", file=out)
+        _table(rows, set(), out)
+        print(f"({time.perf_counter() - t:.1f} s)", file=out)
+        return 1 if any(r.status != "proved" for r in rows) else 0
+    if getattr(args, "family", None):
+        raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
+                             "give its spec file")
+    folder = getattr(args, "draw", None)
+    if folder:
+        from ..tools.draw import need_matplotlib
+        need_matplotlib()  # before any proof: the pictures could not be drawn
+    if folder and os.path.exists(folder) and not os.path.isdir(folder):  # say it before the proof, not after
+        raise LayoutalgError(f"prove: --draw {folder}: not a folder (the pictures are files in it)")
+    rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout)
+    print(f"({time.perf_counter() - t:.1f} s)", file=out)
+    if getattr(args, "draw", None):
+        _draw_refutations(paths, rows, args.draw, out)
+    print("\nobligations:\n" + describe(), file=out)
+    return 1 if any(r.status != "proved" for r in rows) else 0
+
+
+def _draw_refutations(paths, rows, folder: str, out) -> None:
+    """Each refuted row with a counterexample configuration, as a picture of who writes which
+    bytes there; a row that cannot be drawn says why, and the verdicts stand as they are."""
+    import os
+    from ..tools.draw import draw, owners_of_reading
+    from ..dsl.library import load
+    lib = load(paths)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise LayoutalgError(f"prove: --draw {folder}: cannot make the folder: {e.strerror or e}") from None
+    drawn = 0
+    for r in rows:
+        if r.status != "refuted" or not r.witness:
+            continue
+        name = os.path.join(folder, f"{r.family}-{r.obligation}.png")
+        page, _, region = r.family.rpartition(".")  # a region's row is drawn as its page, the region named
+        family, what = (page, f"{page} (region '{region}')") if r.family not in lib.families and page in \
+            lib.families else (r.family, r.family)
+        try:
+            sizes = ", ".join(f"{k}={v}" for k, v in r.witness.items())
+            print(draw(owners_of_reading(lib, family, r.witness), name, f"{what} {r.obligation}: {sizes}"),
+                  file=out)
+            drawn += 1
+        except Exception as e:  # noqa: BLE001 - a picture is a courtesy, never the verdict
+            print(f"not drawn: {r.family} {r.obligation}: {e}", file=out)
+    print(f"{drawn} counterexample(s) drawn into {folder}", file=out)

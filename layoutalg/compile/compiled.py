@@ -1,0 +1,436 @@
+"""Compiled families: what the runtime executes (plain Python, no sympy, lark or Z3).
+
+A `CompiledFamily` is the printed Python source of a family's grid cases plus the
+texts and spec positions its failure messages need. It can be rebuilt from that data
+alone, which is how the precompiled cache (`cache.py`) skips parsing and compiling.
+
+Source handed in as data is never executed on trust: `whitelist.check_source` admits
+exactly the shapes `compile.py` prints and nothing else. The one exception is the
+precompiled cache, a private folder whose files carry a checksum: the whitelist is checked
+where source enters it (`cache.store`), and an entry read back runs the bytecode it holds
+(`code`), as Python runs its own `__pycache__`.
+"""
+from __future__ import annotations
+
+import marshal
+from math import prod
+
+from ..errors import LayoutalgError
+from .instance import Bound, Instance, LocalDigit, RankDigit  # noqa: F401 - Bound: the families' bounds
+from ..record import named_tuple, record
+
+
+class GuardFailed(LayoutalgError):
+    """The family does not apply to this configuration; the layer fails closed."""
+
+
+class MissingName(GuardFailed):
+    """The family reads a runtime name the layer does not give (`name`)."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
+
+
+# A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition
+# for b > 0), so a configuration that divides by zero or a negative number fails closed.
+def _exact(a, b, k):
+    if b <= 0 or a % b:
+        raise _AtomFailed(k, a, b)
+    return a // b
+
+
+def _floor(a, b, k):
+    if b <= 0:
+        raise _AtomFailed(k, a, b)
+    return a // b
+
+
+def _mod(a, b, k):
+    if b <= 0:
+        raise _AtomFailed(k, a, b)
+    return a % b
+
+
+class _AtomFailed(Exception):
+    def __init__(self, k, a, b):
+        self.k, self.a, self.b = k, a, b
+
+
+class _Guard(Exception):
+    def __init__(self, variant, index):
+        self.variant, self.index = variant, index
+
+
+def misfit(inst: Instance, page: int, group: int) -> str:
+    """Why an instance does not fit the layer the runtime holds ('' when it does).
+
+    Every family, the fallback included, applies only where its local layout is exactly
+    the page and its grid is the worker group (`group` = tp * pcp ranks): what the runtime
+    demands, what `check` samples and what the prover assumes.
+    """
+    if inst.local_page != page:
+        return f"layout holds {inst.local_page} bytes but the page is {page}"
+    if inst.world != group:
+        return f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}"
+    return ""
+
+
+def valid_json(d, check: bool = True) -> bool:
+    """True when `d` has the shape of `CompiledFamily.to_json` and its source passes `check_source`
+    (without `check`: the shape alone, with the bytecode the private cache holds)."""
+    def strings(x, n):
+        return isinstance(x, list) and len(x) == n and all(isinstance(s, str) for s in x)
+
+    def items(x, ok):
+        return isinstance(x, list) and all(ok(i) for i in x)
+
+    if not (isinstance(d, dict) and all(isinstance(d.get(k), str)
+                                        for k in ("name", "serves", "where", "source", "layout_id"))
+            and type(d.get("order")) is int and type(d.get("claims_agnostic")) is bool
+            and type(d.get("tensor_outer")) is int and isinstance(d.get("tensor"), list)
+            and 0 <= d["tensor_outer"] <= len(d["tensor"])
+            and items(d.get("guards"), lambda v: items(v, lambda g: strings(g, 2)))
+            and items(d.get("atoms"), lambda a: strings(a, 3))
+            and items(d.get("tensor"), lambda t: isinstance(t, str))
+            and items(d.get("bounds"), lambda b: isinstance(b, list) and len(b) == 3 and isinstance(b[0], str)
+                      and all(type(x) is int for x in b[1:]))):
+        return False
+    if not check:
+        return isinstance(d.get("code"), bytes)
+    from .whitelist import UnsafeSource, check_source
+    try:
+        check_source(d["source"], tuple(len(v) for v in d["guards"]), len(d["atoms"]))
+    except UnsafeSource:
+        return False
+    return True
+
+
+@record
+class CompiledFamily:
+    """A family ready for the runtime: `evaluate(sizes)` gives its `Instance`.
+
+    `guards[v][k]` is (spec position, text) of guard k of variant v; `atoms[k]` is
+    (spec position, operator, text) of division k.
+    """
+
+    name: str
+    serves: str
+    order: int
+    where: str  # spec position of the family
+    source: str
+    guards: tuple
+    atoms: tuple
+    tensor: tuple = ()  # index of each dim of the tensor the family recognises, after the block dim
+    layout_id: str = ""  # the canonical page format's identity (`identity.layout_id`)
+    bounds: tuple = ()  # a `Bound` of each runtime name the family reads: where it is proved
+    family: object = None  # the family IR, when compiled in this process
+    # its grid claims `agnostic` in some case: the canonical indices name the data (a token,
+    # a head), not where a rank put it, so the canonical layout's numbers are its format
+    claims_agnostic: bool = True
+    tensor_outer: int = 0  # dims of `tensor` before the block dim (FlashAttention's (2, blocks, ...))
+
+    code: bytes | None = None  # marshalled bytecode of `source`, from the trusted cache only
+
+    def __post_init__(self):
+        if self.code is None:  # source handed in: admitted by the whitelist before anything runs
+            self._held = self._run(_checked(self.name, self.source, self.guards, self.atoms))
+
+    @property
+    def _variants(self) -> tuple:
+        """The functions of the variants, from the trusted cache's bytecode when first called
+        (a process runs few of its library's families); bytecode that does not load, run or
+        define them is dropped for the source, admitted by the whitelist."""
+        held = self.__dict__.get("_held")
+        if held is None:
+            try:
+                held = self._run(marshal.loads(self.code))
+            except Exception:  # noqa: BLE001 - whatever damaged bytecode raises, the source is compiled
+                held = self._run(_checked(self.name, self.source, self.guards, self.atoms))
+            self._held = held
+        return held
+
+    def _run(self, code) -> tuple:
+        env = {"__builtins__": {}, "bool": bool, "_exact": _exact, "_floor": _floor, "_mod": _mod,
+               "_Guard": _Guard, "_Instance": Instance}
+        exec(code, env)
+        return tuple(env[f"_variant_{k}"] for k in range(len(self.guards)))
+
+    def to_json(self) -> dict:
+        """The family as plain data (the private cache adds the bytecode: `admitted`)."""
+        return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
+                                           "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer")}
+
+    @staticmethod
+    def from_json(d: dict, trusted: bool = False) -> "CompiledFamily":
+        """The family of `to_json`'s data. Its source passes `check_source` first, unless the data
+        is `trusted` (read back from the private cache) and carries its bytecode."""
+        code = d["code"] if trusted and isinstance(d.get("code"), bytes) else None
+        return CompiledFamily(d["name"], d["serves"], d["order"], d["where"], d["source"],
+                              tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
+                              tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"],
+                              tuple(Bound(*b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"],
+                              tensor_outer=d["tensor_outer"], code=code)
+
+    @property
+    def tensor_dims(self) -> int:
+        return len(self.tensor)
+
+    def outside_domain(self, sizes: dict) -> str:
+        """'' when every name the family reads lies in its proved bounds, else which one does not:
+        past the declared domain nothing is proved, so the family fails closed there."""
+        for name, lo, hi in self.bounds:
+            v = sizes.get(name)
+            if v is not None and not lo <= v <= hi:
+                return f"{name} = {v} is outside the proved domain [{lo}, {hi}]"
+        return ""
+
+    def evaluate(self, sizes: dict, bounded: bool = True) -> Instance:
+        """The numeric digit table at `sizes` (a value for each runtime name the family reads).
+
+        Raises `GuardFailed` naming the spec line of the first guard that fails, or the
+        runtime name the family reads that `sizes` does not give.
+        """
+        outside = self.outside_domain(sizes) if bounded else ""  # unbounded: tools probing a layout's size
+        if outside:
+            raise GuardFailed(f"{self.where}: {outside}")
+        for k, fn in enumerate(self._variants):
+            try:
+                out = fn(sizes)
+            except KeyError as e:
+                raise MissingName(f"{self.where}: family '{self.name}' reads the runtime name {e.args[0]!r}, "
+                                  f"which this layer does not give", e.args[0]) from None
+            except _Guard as g:
+                where, text = self.guards[g.variant][g.index]
+                raise GuardFailed(f"{where}: {text} does not hold") from None
+            except _AtomFailed as a:
+                where, op, text = self.atoms[a.k]
+                what = "divides by a number that is not positive" if a.b <= 0 else "is not a whole number"
+                raise GuardFailed(f"{where}: {text} = {a.a} {op} {a.b} {what}") from None
+            if out is not None:  # the compiled code returns plain tuples: name their fields once, here
+                out = out._replace(local=tuple(LocalDigit._make(d) for d in out.local),
+                                   ranks=tuple(RankDigit._make(r) for r in out.ranks))
+            if out is not None and not bounded:
+                return out  # a tool probing a layout's size at a made-up page
+            if out is not None:
+                bad = next((n for (e, *_), n in zip(out.local, out.local_names) if e < 0), None)
+                if bad is None:
+                    bad = next((n for (e, *_), n in zip(out.ranks, out.rank_names) if e < 0), None)
+                if bad is not None:  # an empty box is a box; a negative extent is no size at all
+                    raise GuardFailed(f"{self.where}: family '{self.name}': digit '{bad}' has a negative extent "
+                                      f"at these sizes")
+                return out
+        raise GuardFailed(f"{self.where}: no case of the grid holds for family '{self.name}'")
+
+
+@named_tuple
+class Page:
+    """A family of pages at one configuration: each data region's instance, and the pads.
+
+    A region's instance is that of its part family (`Instance.local_base` places it in the
+    page); a pad's instance gives its local digits only (it is never copied)."""
+
+    family: str
+    regions: tuple        # ((region name, Instance), ...) of the data regions, in page order
+    local_pads: tuple     # (Instance, ...) of the local page's pads
+    canonical_pads: tuple  # (Instance, ...) of the canonical page's pads (local digits: the pad's box)
+    local_page: int
+    canonical_page: int
+    world: int
+    agnostic: bool
+    tensor_shape: tuple = ()  # pages are not recognised from one tensor
+    names_data: bool = False  # every region's and canonical pad's instance names the engine's elements
+
+
+@record
+class CompiledPage:
+    """A family of pages ready for the runtime: one compiled part family per region.
+
+    Every part runs the family's grid and statements, so they take the same case at any
+    configuration; `evaluate` fails closed if they do not agree."""
+
+    name: str
+    serves: str
+    order: int
+    where: str
+    parts: tuple          # (region name, CompiledFamily) of each data region
+    local_pads: tuple     # CompiledFamily of each local pad
+    canonical_pads: tuple
+    layout_id: str = ""
+    family: object = None
+    views: tuple = ()  # (tensor name, (region or pad, ...), dims merged) of each layer tensor viewing the page
+
+    tensor = ()
+    tensor_dims = 0
+
+    @property
+    def claims_agnostic(self) -> bool:
+        return any(cf.claims_agnostic for _, cf in self.parts)
+
+    def tensor_views(self, page: Page) -> tuple:
+        """Each tensor's `TensorView` at this configuration: its regions (and pads) joined along
+        the one dimension they continue each other in, then the dims that hold several indices
+        merged. Raises `GuardFailed` where they do not join or do not merge."""
+        from ..mapping import TensorView
+        insts = {**dict(page.regions), **{_region(cf.name): inst for cf, inst in zip(self.local_pads, page.local_pads)}}
+        out = []
+        for name, regions, groups in self.views:
+            first = insts[regions[0]]
+            shape, base = list(first.tensor_shape), first.local_base
+            for prev, r in zip(regions, regions[1:]):
+                inst = insts[r]
+                d = _joined(shape, base, first, inst)
+                if d is None:
+                    raise GuardFailed(f"{self.where}: tensor '{name}' of family '{self.name}' does not view its "
+                                      f"regions as one tensor: region '{r}' ({inst.tensor_shape} at byte "
+                                      f"{inst.local_base}, strides {inst.tensor_strides}) does not continue "
+                                      f"'{prev}' along one dimension of shape {tuple(shape)} at byte {base}")
+                shape[d] += inst.tensor_shape[d]
+            shape, strides = _merged(tuple(shape), first.tensor_strides, groups,
+                                     f"{self.where}: tensor '{name}' of family '{self.name}'")
+            view = TensorView(name, base, shape, strides, first.element)
+            held = sum(insts[r].local_page for r in regions)
+            if view.bytes_per_block != held:
+                raise GuardFailed(f"{self.where}: tensor '{name}' of family '{self.name}' views "
+                                  f"{view.bytes_per_block} bytes of a block but its regions "
+                                  f"({', '.join(regions)}) hold {held}")
+            out.append(view)
+        return tuple(out)
+
+    @property
+    def bounds(self) -> tuple:
+        return tuple(sorted({b for _, cf in self.parts for b in cf.bounds}
+                            | {b for cf in self.local_pads + self.canonical_pads for b in cf.bounds}))
+
+    def outside_domain(self, sizes: dict) -> str:
+        for cf in (*(cf for _, cf in self.parts), *self.local_pads, *self.canonical_pads):
+            why = cf.outside_domain(sizes)
+            if why:
+                return why
+        return ""
+
+    def evaluate(self, sizes: dict, bounded: bool = True) -> Page:
+        """Every region's instance at `sizes`; raises `GuardFailed` as `CompiledFamily.evaluate`."""
+        regions = tuple((r, cf.evaluate(sizes, bounded)) for r, cf in self.parts)
+        lpads = tuple(cf.evaluate(sizes, bounded) for cf in self.local_pads)
+        cpads = tuple(cf.evaluate(sizes, bounded) for cf in self.canonical_pads)
+        first = regions[0][1]
+        for r, inst in regions[1:]:
+            if (inst.world, inst.agnostic) != (first.world, first.agnostic):
+                raise GuardFailed(f"{self.where}: regions '{regions[0][0]}' and '{r}' of family '{self.name}' "
+                                  f"take different cases of the grid")
+        local = sum(i.local_page for _, i in regions) + sum(p.local_page for p in lpads)
+        canonical = sum(i.canonical_page for _, i in regions) + sum(p.local_page for p in cpads)
+        named = all(i.names_data for _, i in regions) and all(p.names_data for p in cpads)
+        return Page(self.name, regions, lpads, cpads, local, canonical, first.world, first.agnostic, (), named)
+
+    def to_json(self) -> dict:
+        return {"page": True, "name": self.name, "serves": self.serves, "order": self.order, "where": self.where,
+                "layout_id": self.layout_id, "parts": [[r, cf.to_json()] for r, cf in self.parts],
+                "local_pads": [cf.to_json() for cf in self.local_pads],
+                "canonical_pads": [cf.to_json() for cf in self.canonical_pads],
+                "views": [[t, list(regions), list(groups)] for t, regions, groups in self.views]}
+
+    @staticmethod
+    def from_json(d: dict, trusted: bool = False) -> "CompiledPage":
+        return CompiledPage(d["name"], d["serves"], d["order"], d["where"],
+                            tuple((r, CompiledFamily.from_json(p, trusted)) for r, p in d["parts"]),
+                            tuple(CompiledFamily.from_json(p, trusted) for p in d["local_pads"]),
+                            tuple(CompiledFamily.from_json(p, trusted) for p in d["canonical_pads"]), d["layout_id"],
+                            views=tuple((t, tuple(regions), tuple(groups)) for t, regions, groups in d["views"]))
+
+
+def _merged(shape: tuple, strides: tuple, groups: tuple, what: str) -> tuple[tuple, tuple]:
+    """The tensor dims when each holds `groups[k]` consecutive index dims (row-major: each
+    index's stride is the next one's extent times its stride). Raises `GuardFailed` where the
+    indices of one dim are not contiguous.
+
+    Examples:
+        >>> _merged((4, 2, 16), (32, 16, 1), (1, 2), "t")
+        ((4, 32), (32, 1))
+        >>> _merged((3, 5), (7, 1), (), "t")
+        ((3, 5), (7, 1))
+    """
+    if not groups:
+        return shape, strides
+    if sum(groups) != len(shape):
+        raise GuardFailed(f"{what}: its dims hold {sum(groups)} indices but its regions have {len(shape)}")
+    out_shape, out_strides, i = [], [], 0
+    for g in groups:
+        for k in range(i, i + g - 1):
+            if shape[k] != 1 and strides[k] != shape[k + 1] * strides[k + 1]:
+                raise GuardFailed(f"{what}: its dimension {len(out_shape) + 1} holds indices of extents "
+                                  f"{shape[i:i + g]} and strides {strides[i:i + g]} (elements), which are not "
+                                  f"contiguous (stride {strides[k]} is not {shape[k + 1]} * {strides[k + 1]})")
+        out_shape.append(prod(shape[i:i + g]))
+        out_strides.append(strides[i + g - 1])
+        i += g
+    return tuple(out_shape), tuple(out_strides)
+
+
+def _joined(shape: list, base: int, first: Instance, inst: Instance) -> int | None:
+    """The dimension along which region `inst` continues a tensor view (`shape` at byte `base`,
+    `first`'s strides and element), or None."""
+    if (inst.tensor_strides, inst.element, len(inst.tensor_shape)) != (first.tensor_strides, first.element,
+                                                                       len(shape)):
+        return None
+    for d, (extent, stride) in enumerate(zip(shape, first.tensor_strides)):
+        same = all(a == b for k, (a, b) in enumerate(zip(shape, inst.tensor_shape)) if k != d)
+        if same and inst.local_base == base + extent * stride * first.element:
+            return d
+    return None
+
+
+def valid_entry(d, check: bool = True) -> bool:
+    """`valid_json` for a compiled family or a compiled family of pages (every part checked)."""
+    if isinstance(d, dict) and d.get("page") is True:
+        return (all(isinstance(d.get(k), str) for k in ("name", "serves", "where", "layout_id"))
+                and type(d.get("order")) is int and isinstance(d.get("parts"), list) and d["parts"]
+                and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and valid_json(p[1], check)
+                        for p in d["parts"])
+                and all(isinstance(d.get(k), list) and all(valid_json(p, check) for p in d[k])
+                        for k in ("local_pads", "canonical_pads"))
+                and isinstance(d.get("views"), list)
+                and all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and isinstance(v[1], list)
+                        and v[1] and all(isinstance(r, str) and r in _part_names(d) for r in v[1])
+                        and isinstance(v[2], list)
+                        and all(type(g) is int and g >= 1 for g in v[2]) for v in d["views"]))
+    return valid_json(d, check)
+
+
+def admitted(d) -> dict | None:
+    """An entry of `to_json()` as the private cache may hold it: its source checked
+    (`valid_entry`) and its bytecode compiled here from that source, never taken as given;
+    None where the source is not admitted."""
+    if not valid_entry(d, check=True):
+        return None
+
+    def coded(f: dict) -> dict:
+        return {**f, "code": marshal.dumps(_checked(f["name"], f["source"], f["guards"], f["atoms"]))}
+    if d.get("page") is True:
+        return {**d, "parts": [[r, coded(f)] for r, f in d["parts"]],
+                "local_pads": [coded(f) for f in d["local_pads"]],
+                "canonical_pads": [coded(f) for f in d["canonical_pads"]]}
+    return coded(d)
+
+
+def _checked(name: str, source: str, guards, atoms):
+    """The bytecode of a family's `source`, which the whitelist admits first (`whitelist.checked_code`)."""
+    from .whitelist import checked_code  # only where source enters: a load from the cache runs bytecode
+    return checked_code(name, source, guards, atoms)
+
+
+def _part_names(d: dict) -> set:
+    """The regions and local pads a compiled page's views may name."""
+    return {p[0] for p in d["parts"]} | {_region(p["name"]) for p in d["local_pads"]
+                                         if isinstance(p, dict) and isinstance(p.get("name"), str)}
+
+
+def _region(part: str) -> str:
+    """The region (or pad) a part family is of: `quant_packed.tail` is of `tail`."""
+    return part.rsplit(".", 1)[-1]
+
+
+def from_entry(d: dict, trusted: bool = False):
+    cls = CompiledPage if d.get("page") is True else CompiledFamily
+    return cls.from_json(d, trusted)

@@ -1,0 +1,67 @@
+"""Guard rewriting: the substitutions a variant's equality guards and cases imply, and the
+sizes of a variant normalised by them (`guarded_equality`), as the identity and the
+structural prover read them."""
+from __future__ import annotations
+
+import sympy
+
+from .resolved import Family, Variant
+
+
+def _rewrites(v: Variant, atoms) -> dict:
+    """Substitutions implied by equality guards and cases: `x == e` with x a parameter."""
+    subs = {}
+    for g in list(v.cases) + list(v.guards):
+        for c in _conjuncts(g.cond):
+            if isinstance(c, sympy.Eq) and c.rhs == 0 and c.lhs in atoms.by_symbol:
+                a = atoms.by_symbol[c.lhs]
+                if a.op == "%" and a.num == 1 and isinstance(a.den, sympy.Symbol):
+                    subs[a.den] = sympy.Integer(1)  # a positive divisor of 1 is 1
+            if isinstance(c, sympy.Eq):
+                lhs, rhs = atoms.expand(c.lhs), atoms.expand(c.rhs)
+                if isinstance(lhs, sympy.Symbol) and lhs not in rhs.free_symbols:
+                    subs[lhs] = rhs
+                elif rhs == 1 and isinstance(lhs, sympy.Mul) and all(
+                        isinstance(f, sympy.Symbol) and f not in atoms.by_symbol for f in lhs.args):
+                    # runtime names are never negative, so a product of them that is 1 has every
+                    # factor 1; a quotient (an atom) may be negative, so it is left alone
+                    subs.update({f: sympy.Integer(1) for f in lhs.args})
+    return subs
+
+
+def _conjuncts(c):
+    return list(c.args) if isinstance(c, sympy.And) else [c]
+
+
+def guarded_equality(family: Family, v: Variant):
+    """`(norm, eq)` for sizes of a variant: equal for every size where its guards hold.
+
+    Equality guards and cases become rewrite rules (`heads == total_heads / shards`
+    replaces `heads`), exact divisions become rational functions; `eq` compares the
+    results exactly. False means "not shown", not "different".
+    """
+    atoms, subs = family.atoms, _rewrites(v, family.atoms)
+    # the compiler and the prover ask for the same sizes many times over, under few sets of
+    # rewrites; a norm depends on the family's atoms and the rewrites alone (sympy applies a
+    # dict of them in an order of its own, not the dict's), so they key what is remembered
+    seen: dict = family.normals.setdefault(frozenset(subs.items()), {})
+
+    def norm(x):
+        x = sympy.sympify(x)
+        if x not in seen:
+            seen[x] = _normal(x)
+        return seen[x]
+
+    def _normal(x):
+        x = atoms.expand(x)
+        for _ in range(4):
+            y = x.subs(subs)
+            if y == x:
+                break
+            x = y
+        return sympy.cancel(x)
+
+    def eq(a, b):
+        return norm(a) == norm(b) or sympy.cancel(norm(a) - norm(b)) == 0
+
+    return norm, eq

@@ -1,0 +1,825 @@
+"""Direct reshard plans for all sizes: one configuration pair, every model size.
+
+`layoutalg.plans.reshard` builds a consumer rank's direct plan at one set of sizes, from the two
+groups' runs, and `prove.reshard` checks that plan at those sizes. Here the plan is built
+once for every size, in the algebra (`prove.symplan`: the common refinement of the two
+configurations' digit tables), and checked by Z3 for every size.
+
+The plan is not trusted. With the two configurations' grid names as numbers and every other
+size a Z3 variable (one for both configurations: one model, two groups), each consumer
+rank's plan is read against the spec's own reading (`interpret`) of both sides:
+
+    reshard-cover  every consumer byte is written exactly once, from a byte inside one of
+                   the producers' pages;
+    reshard-match  that byte holds the same canonical byte (the two canonical pages are
+                   first shown to be one layout: same extents, element and offsets).
+
+A name the rank grid is built from that is not a grid number (GQA: `total_heads < tp` gives
+`total_heads` ranks holding distinct heads) takes each of its few values in turn, found by
+Z3 under both configurations' guards; every other size stays symbolic.
+
+Across another cp the small side's ranks are `k` virtual ranks each (`symplan.Cross`), and
+the match asks that the two bytes name one canonical index, the small page's token shifted
+by its part: the token's own place only where the family's `sequence` claim holds, which is
+proved first. Where a rank's chunks of tokens need not divide evenly among the small pages
+the plan comes in cases, one per residue (`symplan.cases`), each checked on its domain
+(`block_size % 2 == 0`, `(block_size - 1) % 2 == 0`): that domain is assumed by every query
+of the case, a case whose domain Z3 shows empty checks nothing and covers nothing, and the
+sizes no case covers (none, where the cases are every residue) are a row of their own
+(`reshard-domain`), never proved.
+
+A page of regions (Mamba2 and GDN state, quantised KV with its scales) is proved region by
+region: each region's plan is built as above from its own digit tables, its sources and
+destinations shifted by the region's base in each local page, and checked against the
+region's reading (its bytes, as many as the region holds, read from the same region of the
+producer's page); a region whose rows have the other regions between them is refined as the
+compact tiling it is (`direct.pieces`). The regions and pads of both pages share no byte
+(the regions-tile-local certificate for all sizes, else at each configuration, else Z3
+case by case), so together the plans write every data byte once and never a pad, each
+from a producer byte of one region.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import NamedTuple
+
+import sympy
+import z3
+
+from ...errors import LayoutalgError
+from ...ir.family import resolve
+from ...dsl.interpret import paths
+from ...dsl.library import Library
+from .obligations import Budget, Model, family_names, query, value
+from .reshard import _solve
+from .store import Row
+from .structural import page_tiles
+from .symplan import (CONFIGURATION, DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun, block_ratio, cases,
+                      cross_of, rank_names)
+
+RESHARD = ("reshard-cover", "reshard-match")
+DOMAIN = "reshard-domain"  # across another cp: the sizes where the plan's pieces do not divide, never proved
+MAX_VALUES = 64  # values of the rank grid's other names tried in turn; beyond, unknown
+
+
+# ---- proving: the plan against both readings of the spec, every size symbolic ---------------
+
+def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: Budget, edit=None) -> list[Row]:
+    """The rows `reshard-cover` and `reshard-match` of the plan from `store` to `load` (each a
+    configuration: numbers for `CONFIGURATION`), for every other size in the declared domain.
+    `edit`, for tests, changes the built plans before they are checked (a mutant plan)."""
+    from ...compile.codegen import compile_family
+    t0 = time.perf_counter()
+    if family not in lib.families:
+        raise LayoutalgError(f"prove_all_sizes: no family {family!r}; the library's: {', '.join(lib.families)}")
+    spec = lib.family_def(family).span.file
+
+    def rows(status, method, detail=""):
+        return [Row(spec, family, n, status, method, time.perf_counter() - t0, detail) for n in RESHARD]
+    parts = lib.parts_of(family)
+    try:
+        fams = {p: resolve(lib, p) for p in parts}
+    except LayoutalgError as e:
+        return rows("unknown", f"not in normal form: {e}")
+    if not all(compile_family(f).claims_agnostic for f in fams.values()):
+        return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
+                               "backed by the grid): no direct plan between two configurations")
+    given = [c.get("block_size") for c in (store, load)]
+    sx, sy, bounds, store, load = _sizes(lib, family, store, load)
+    blocks = "" if "block_size" not in store and "block_size" not in load else \
+        f" (block sizes {given[0]} and {given[1]} read as B and {max(given) // min(given)} * B, for every B)"
+    if blocks:  # the numbers given fix only k: each must still be a block size the family serves
+        alone = _served_nowhere(lib, parts[0], {**sx, "block_size": given[0]}, {**sy, "block_size": given[1]}, bounds,
+                                budget, ("xb.", "yb."))
+        if alone:
+            return rows("unknown", f"the {alone} configuration's block_size={given[alone == 'load']} is served by no "
+                                   f"case of the family at any size (its cases, guards and page do not hold there)")
+    checked, cases, seen, outside, crossing, splits = 0, 0, [], [], False, set()
+    verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
+
+    def note(row, status, why):
+        if status != "proved" and (row not in verdict or status == "refuted" != verdict[row][0]):
+            verdict[row] = (status, why)
+    # a page of regions: each region's plan is proved as a layout of its own, from its base of
+    # both pages; the regions and pads of both pages share no byte (the regions-tile-local
+    # certificate for all sizes, else `_pages_tiled` by Z3), so together the plans write every
+    # data byte of the consumer page once and no pad, each from a producer byte of one region
+    one = parts == [family]
+    tiled = one or page_tiles(lib, family, "local").status == "proved"  # both pages; else Z3, case pair by pair
+    for k, part in enumerate(parts):
+        where = "" if one else f"region '{lib.family_def(part).shard.region}': "
+        tags = ("x.", "y.") if one else (f"x{k}.", f"y{k}.")
+        found, c, n, s, out, crossed = _prove_cases(lib, fams[part], part, sx, sy, bounds, store, load, budget, edit, tags)
+        for row, (st, why) in found.items():
+            note(row, st, where + why)
+        outside += [(where + said, at, pair) for said, at, pair in out]
+        crossing = crossing or crossed[0]
+        splits |= crossed[1]
+        checked += n
+        if not c:
+            alone = _served_nowhere(lib, part, sx, sy, bounds, budget, tags)
+            if alone:
+                return rows("unknown", f"{where if k else ''}the {alone} configuration "
+                                       f"({_shown_config(store if alone == 'store' else load)}) is served by no case "
+                                       f"of the family at any size: its cases, guards and page do not hold there")
+            return rows("unknown", f"{where if k else ''}no case of the family applies at both configurations, with "
+                                   f"canonical pages of one shape (or k of one along the sequence index, across "
+                                   f"another cp), at any size: the runtime plans only between pages of one format "
+                                   f"or parts of one another")
+        if k == 0:  # every region is read under the same cases and grid
+            cases, seen = c, s
+        elif c != cases:  # a case pair some region was not checked at: its bytes there are not shown
+            return rows("unknown", f"{where}applies at case pairs {c} (store, load), the first region at {cases}")
+    if not tiled:
+        for row, (st, why) in _pages_tiled(lib, parts[0], cases, sx, sy, bounds, budget).items():
+            note(row, st, why)
+    for part in parts:  # the match takes a canonical index for one element at both configurations
+        st, why = _one_format_unproved(lib, part, budget)
+        if why:
+            for row in RESHARD:
+                note(row, st, why)
+    if crossing:  # the match takes the canonical `sequence` index for the token's place: the claim must hold
+        for part in parts:
+            why = _sequence_unproved(lib, part, budget)
+            if why:
+                for row in RESHARD:
+                    note(row, "unknown", why)
+    taken = f"; rank grids at {'; '.join(sorted(s for s in seen if s))}" if any(seen) else ""
+    what = f"{len(cases)} case pair(s), {checked} consumer plans" if one else \
+        f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
+    shape = "where the canonical pages have one shape" if not crossing else \
+        "across another cp or block size, where a big canonical page is k small ones along the sequence index" + \
+        blocks + \
+        ("" if not outside else ", at the sizes where the plan's divisions are whole (see reshard-domain)") + \
+        ("" if not splits else f", by cases of how a rank's chunks of tokens fall into the small pages "
+                               f"({'; '.join(sorted(splits))})")
+    out = [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
+               time.perf_counter() - t0, verdict[n][1]) if n in verdict else
+           Row(spec, family, n, "proved", f"all sizes at this configuration pair {shape}: {what}, symbolic fragment "
+                                          f"and byte{taken}", time.perf_counter() - t0) for n in RESHARD]
+    if outside:  # the rest of the domain: the plan's pieces do not divide there, so nothing is proved of it
+        by: dict = {}
+        for said, at, pair in outside:
+            by.setdefault(said, ([], at))[0].append(pair)
+        out.append(Row(spec, family, DOMAIN, "unknown", "the sizes outside the plan's domain: no plan of strided "
+                                                        "pieces there (the runtime's plan is proved per pair)",
+                       time.perf_counter() - t0,
+                       "; ".join(f"the plan holds only where {said} (case pairs {', '.join(map(str, pairs))}; "
+                                 f"{at})" for said, (pairs, at) in by.items())))
+    return out
+
+
+def _sequence_unproved(lib, part: str, budget: Budget) -> str:
+    """Why the part's `sequence` claim (canonical index t is the token's place in the
+    sequence, the grid's token(t)) is not shown for all sizes, or ''. Across another cp a
+    plan is checked by canonical indices, the small page's token shifted by its part: that
+    is the token's own place only where the claim holds (a shard map placing tokens by
+    another fn would otherwise be proved)."""
+    from .runner import Budgets, prove_obligation
+    row = prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s))
+    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
+        return ""
+    return f"across another cp the plan matches tokens by the canonical index '{lib.family_def(part).sequence.id}'" \
+           f", which is the token's place only where `sequence` holds; sequence-order is not proved for all sizes " \
+           f"({row.status}: {row.detail or row.method})"
+
+
+def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:
+    """(status, why) where the part's pages are not shown one format for all sizes (a plan
+    matches canonical indices, which must name one element of the engine's at both
+    configurations: the `one-format` row), else ('proved', '')."""
+    from .runner import Budgets, _safely, one_format
+    row = _safely(lib.family_def(part).span.file, part, "one-format",
+                  lambda: one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s)))
+    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
+        return "proved", ""
+    return ("refuted" if row.status == "refuted" else "unknown",
+            f"the plan matches canonical indices, each one element of the engine's at both configurations only "
+            f"where one-format holds; it is not proved for all sizes ({row.status}: {row.detail or row.method})")
+
+
+def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, tags):
+    """({row: (status, why)} of the failures, the case pairs that apply, consumer plans
+    checked, rank grid values taken) for every case pair of one layout (a family, or a region
+    of a page: `family` a part, its models tagged apart from the other regions')."""
+    found_all: dict = {}
+    checked, cases, seen, outside, crossed, splits = 0, [], [], [], [], set()
+    seq = lib.family_def(family).sequence
+
+    def note(row, status, why):
+        if row not in found_all or status == "refuted" != found_all[row][0]:
+            found_all[row] = (status, why)
+    for (kx, px), (ky, py) in itertools.product(enumerate(paths(lib, family)), repeat=2):
+        try:
+            mx = Model(lib, family, px, sizes=sx, tag=tags[0])
+            my = Model(lib, family, py, sizes=sy, tag=tags[1])
+            mx.touch()  # the divisions the spec reads lazily join the side conditions before the pair
+            my.touch()  # is found to apply: one that is never exact leaves it applying nowhere
+        except (ArithmeticError, LookupError, TypeError) as e:  # not shown to apply nowhere: unknown
+            for row in RESHARD:
+                note(row, "unknown", f"cases {kx} (store) and {ky} (load): the spec cannot be read at these "
+                                     f"configurations ({e})")
+            continue
+        cross = cross_of(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
+        shape = _same_shape(mx, my, cross)  # the runtime plans only between pages of one format (or k of one)
+        status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
+        if status == "unsat":
+            continue
+        cases.append((kx, ky))
+        crossed.append(cross)
+        try:
+            if status != "sat":
+                raise NotEstablished("undecided whether the two cases apply together")
+            for extra, vx, vy in _values(fam, mx, my, kx, ky, store, load, bounds, budget):
+                found, n, out, split = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
+                                              {**load, **vy}, bounds + extra + [shape], budget, edit, cross)
+                if split:
+                    splits.add(split)
+                for row, (st, why) in found.items():
+                    note(row, st, f"cases {kx} (store) and {ky} (load): {why}")
+                if out:
+                    outside.append((*out, (kx, ky)))
+                checked += n
+                seen.append(", ".join(f"{n}={v}" for n, v in sorted({**vx, **vy}.items())))
+        except NotEstablished as e:
+            for row in RESHARD:
+                note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
+    return found_all, cases, checked, seen, outside, (any(c is not None for c in crossed), splits)
+
+
+def _served_nowhere(lib, family: str, sx: dict, sy: dict, bounds: list, budget: Budget, tags) -> str:
+    """"store" or "load" where no case of the family applies to that configuration at any size
+    (Z3 shows each case unsatisfiable there), else ''."""
+    for side, sizes, tag in (("store", sx, tags[0]), ("load", sy, tags[1])):
+        for path in paths(lib, family):
+            try:
+                m = Model(lib, family, path, sizes=sizes, tag=tag)
+                m.touch()
+            except (ArithmeticError, LookupError, TypeError):
+                break  # not shown to apply nowhere
+            if _solve(m, None, z3.And(*bounds), budget)[0] != "unsat":
+                break
+        else:
+            return side
+    return ""
+
+
+def _shown_config(config: dict) -> str:
+    return ",".join(f"{n}={v}" for n, v in config.items() if n in CONFIGURATION)
+
+
+def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, budget: Budget) -> dict:
+    """{row: (status, why)} where the regions and pads of a page may share a byte, in either
+    configuration, at some case pair that applies ({} where Z3 shows them apart).
+
+    In the consumer's page two data regions sharing a byte is one byte written by two
+    regions' plans, and a pad sharing one with a region is a pad byte written (reshard-cover,
+    refuted); in the producer's page it is one byte read as two canonical bytes
+    (reshard-match, refuted). Anything else that keeps the page from being tiled (two pads
+    that meet, a pad not one-to-one in the page) leaves both rows unknown: the runtime
+    refuses such a page."""
+    out: dict = {}
+    for side, tag, sizes, row, ks in (("consumer", "ya.", sy, "reshard-cover", {ky for _, ky in cases}),
+                                      ("producer", "xa.", sx, "reshard-match", {kx for kx, _ in cases})):
+        for k in sorted(ks):
+            if row in out:
+                break
+            found = _tiling_violation(lib, part, k, side, tag, sizes, bounds, budget)
+            if found is None:
+                continue
+            if found[0] == "refuted":
+                out[row] = found
+            else:  # a page not shown tiled: neither row is shown
+                out = {**dict.fromkeys(RESHARD, found), **out}
+    return out
+
+
+def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, bounds: list, budget: Budget):
+    """The first way case `k` of one configuration's page is not tiled, as (status, why), or None
+    (shown tiled: by the sympy certificate at this configuration, else by Z3)."""
+    config = {n: v for n, v in sizes.items() if type(v) is int}  # this configuration's numbers
+    if page_tiles(lib, lib.family_def(part).part_of, "local", k, config).status == "proved":
+        return None
+    m = Model(lib, part, paths(lib, part)[k], sizes=sizes, tag=tag)
+    _, w = query(m, "regions-tile-local")
+    case = f"case {k} of the {'load' if side == 'consumer' else 'store'} configuration"
+    undecided = None  # every part is asked: a refutation of one outranks another left undecided
+    for part_query, (kind, a, c) in zip(w["parts"], w["meaning"]):
+        status, model = _solve(m, None, z3.And(*bounds, part_query), budget)
+        if status == "unsat":
+            continue
+        what = f"regions '{a[0]}' and '{c[0]}'" if kind == "overlap" else f"pad '{a[0]}'"
+        if status != "sat":
+            undecided = undecided or ("unknown", f"{case}: undecided whether {what} of the {side} page share a byte"
+                                      if kind == "overlap" else
+                                      f"{case}: undecided whether {what} of the {side} page is one-to-one inside it")
+            continue
+        at = _sizes_at(None, m, model) if side == "consumer" else _sizes_at(m, None, model)
+        if kind != "overlap" or (a[1].pad and c[1].pad):
+            return "unknown", f"{case}: the {side} page is not tiled by its regions and pads ({what}, at {at}): the " \
+                              f"runtime refuses it"
+        meaning = ("a byte both their plans write" if not (a[1].pad or c[1].pad) else
+                   "a pad byte the region's plan writes") if side == "consumer" else "one byte read as two canonical bytes"
+        return "refuted", f"{case}: {what} of the {side} page share a byte, {meaning}, at {at}"
+    return undecided
+
+
+def _sizes(lib: Library, family: str, store: dict, load: dict):
+    """Both sides' sizes (configuration numbers, per-side and shared Z3 variables), the domain
+    bounds of every variable, and both configurations in full (what was not given at its
+    default)."""
+    vocab = lib.vocabulary()
+    full = []
+    for side, config in (("store", store), ("load", load)):
+        fixed = {}
+        for n in CONFIGURATION:
+            default = 0 if n == "pcp_replicas" else 1
+            v = config.get(n, default)
+            if type(v) is not int:
+                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n} is {v!r}, not a whole number")
+            if n not in vocab:  # a library whose grids never read it: only its default means anything
+                if v != default:
+                    raise LayoutalgError(f"prove_all_sizes: the {side} configuration sets {n}={v}, but the "
+                                         f"loaded specs declare no {n}")
+                continue
+            if not vocab[n].lo <= v <= vocab[n].hi:
+                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n}={v} is outside the "
+                                     f"declared domain [{vocab[n].lo}, {vocab[n].hi}]")
+            fixed[n] = v
+        extra = sorted(set(config) - set(CONFIGURATION) - {"block_size"})
+        if extra:
+            raise LayoutalgError(f"prove_all_sizes: the {side} configuration names {extra[0]!r}; a configuration "
+                                 f"gives {', '.join(CONFIGURATION)}")
+        full.append(fixed)
+    names = family_names(lib, family) | set(PER_SIDE)
+    shared = {n: z3.Int(n) for n in names if n in vocab and n not in CONFIGURATION and n not in PER_SIDE}
+    sides = [{**shared, **{n: z3.Int(tag + n) for n in PER_SIDE}, **fixed} for tag, fixed in zip(("x.", "y."), full)]
+    k, big = block_ratio(store, load, "block_size" in shared, vocab.get("block_size"))
+    if k > 1:  # one block size k times the other: every block size B against k * B, B symbolic
+        sides[big]["block_size"] = k * shared["block_size"]
+        full[big]["block_size"] = k * sympy.Symbol("block_size", integer=True)
+    bounds = [c for s in sides for n, x in s.items() if z3.is_expr(x)
+              for c in (x >= vocab[n].lo, x <= vocab[n].hi)]
+    return sides[0], sides[1], bounds, full[0], full[1]
+
+
+def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
+    """(constraints, store values, load values) for each value of the names the two rank grids
+    read beyond the configuration (none: one empty assignment)."""
+    names = [(n, "x") for n in sorted(rank_names(fam, fam.variants[kx], store))] + \
+        [(n, "y") for n in sorted(rank_names(fam, fam.variants[ky], load))]
+    if not names:
+        yield [], {}, {}
+        return
+    terms = [(mx if side == "x" else my).sizes[n] for n, side in names]
+    block, found = [], 0
+    while True:
+        status, model = _solve(mx, my, z3.And(*bounds, *block), budget)
+        if status == "unsat":
+            return
+        if status != "sat" or found >= MAX_VALUES:
+            raise NotEstablished(f"the rank grids read {', '.join(n for n, _ in names)}, whose values under the "
+                                 f"guards were not all found ({found} so far)")
+        vals = [value(model, t) for t in terms]
+        found += 1
+        block.append(z3.Or(*[t != v for t, v in zip(terms, vals)]))
+        # a shared name has its value on both sides; a name of one side only there
+        shared = {n: v for (n, s), v in zip(names, vals) if n not in PER_SIDE}
+        yield [t == v for t, v in zip(terms, vals)], \
+            {**shared, **{n: v for (n, s), v in zip(names, vals) if s == "x"}}, \
+            {**shared, **{n: v for (n, s), v in zip(names, vals) if s == "y"}}
+
+
+def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: list, budget: Budget, edit=None,
+           cross: Cross | None = None):
+    """({row: (status, what)}, consumer plans checked, the sizes left outside the plan's
+    domain as (where it holds, an example outside) or None) for one case pair at one
+    assignment of the rank grids' names."""
+    where = z3.And(*extra)
+
+    def solve(violation):
+        return _solve(mx, my, z3.And(where, violation), budget)
+
+    def both(status, why):
+        return {row: (status, why) for row in RESHARD}, 0, None, ""
+    status, model = solve(_grid_short(mx, my))
+    if status != "unsat":  # then some rank has no digits: a plan for it, or read from it, is vacuous
+        return both("unknown", "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
+                               "`layoutalg prove` checks writers-cover)" +
+                    (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+    status, model = solve(_canonical_differs(mx, my)) if cross is None else ("unsat", None)
+    if status != "unsat":  # (across a cp the match compares canonical indices, each page's own layout)
+        return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
+                    (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+    found, checked, held = {}, 0, []
+    # the spec's own properties the plan's checks lean on: they hold at every size where they hold
+    # at all, so they are asked once, without any case's domain (`_cover` says what each spares)
+    in_page = all(solve(_outside_page(m))[0] == "unsat" for m in (my, mx))
+    one_to_one = solve(query(my, "local-bijective")[0])[0] == "unsat"
+    for built in cases(fam, vx, vy, store, load, cross):  # across a cp: one case per residue, each on its domain
+        built = edit(built) if edit is not None else built
+        out = _check_case(fam, mx, my, built, where, budget, cross, (in_page, one_to_one))
+        if out is None:  # no size lies in this case's domain: it checks nothing, and covers nothing
+            continue
+        case, n, domain = out
+        for row, v in case.items():
+            if row not in found or v[0] == "refuted" != found[row][0]:
+                found[row] = v
+        checked += n
+        held.append(domain)
+    if not held:
+        return both("unknown", "no size is shown where the plan's pieces divide")
+    outside = None
+    said = " or ".join(" and ".join(f"{f'({a})' if a.is_Add else a} % {b} == 0" for a, b, _ in d) or "always"
+                       for d in held)
+    if any(held):  # the sizes no case's domain holds: nothing is proved there, and the row says so
+        status, model = solve(z3.Not(z3.Or(*[z3.And(*[c for _, _, c in d], z3.BoolVal(True)) for d in held])))
+        if status != "unsat":
+            outside = (said, f"not at {_sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
+    return found, checked, outside, said if len(held) > 1 else ""
+
+
+def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, spec_facts):
+    """({row: (status, what)} of the failures, consumer plans checked, the case's domain as
+    (dividend, divisor, Z3 condition)) for the plans of one case, or None where Z3 shows no
+    size in its domain (a refuted shape or an unknown division: the pair's verdict).
+    `spec_facts`: (in_page, one_to_one) as `_cover` takes them, shown for the pair."""
+    def solve(violation):
+        return _solve(mx, my, z3.And(where, violation), budget)
+
+    own, clash = _case_atoms(fam, built)
+    z = _Terms(fam, mx, my, own)
+    pairs = tuple(dict.fromkeys(d for p in built for d in p.domain))
+    clash = clash or _unread(pairs, z)
+    domain = () if clash else tuple((a, b, z(a) % int(b) == 0) for a, b in pairs)
+
+    def both(status, why):
+        return {row: (status, why) for row in RESHARD}, 0, domain
+    if clash:  # Z3 and the runtime would read the case otherwise: what Z3 checked would not be the plan
+        return both("unknown", f"not checked: {clash}")
+    if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
+        status, _ = solve(z3.And(*[c for _, _, c in domain]))
+        if status == "unsat":
+            return None
+        if status != "sat":
+            return both("unknown", f"undecided whether any size lies where the plan's pieces divide "
+                                   f"({' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)})")
+        # a residue case's q = (n - rho) / k is an atom of the plan: that it is exact here is a
+        # consequence of the domain, stated linearly (Z3 rarely finds it through the division)
+        exact = [z(s) * int(a.den) == z(a.num) for s, a in z.atoms.items()
+                 if a.op == "/" and (a.num, a.den) in {(n, d) for n, d, _ in domain}]
+        where = z3.And(where, *[c for _, _, c in domain], *exact)
+        if exact:  # a fact that held nowhere would make every query below vacuously unsat
+            status, _ = _solve(mx, my, where, budget)
+            if status != "sat":
+                return both("unknown", "the case's quotients are not shown exact at any size of its domain "
+                                       f"({' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)}; {status})")
+    shape = _malformed(built)
+    if shape:
+        return both("refuted", f"not a plan: {shape}")
+    worlds = [z3.simplify(z3.IntVal(0) + m.r.world) for m in (mx, my)]
+    if not all(z3.is_int_value(w) for w in worlds):
+        return both("unknown", f"the groups' worlds are {worlds[0]} and {worlds[1]}, not numbers")
+    sides = _Sides(*(w.as_long() for w in worlds), cross)
+    consumers = sorted(p.consumer for p in built)
+    if consumers != list(range(sides.consumers)):
+        return {"reshard-cover": ("refuted", f"plans for consumer ranks {consumers}; the load group has "
+                                             f"{sides.consumers} {'virtual ' if sides.consumers != sides.world_y else ''}"
+                                             f"ranks, each written once"),
+                "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0, domain
+    queries, readings = [], []
+    # every byte the plan copies is checked to be the spec's byte of an index in its box (the
+    # readings, first), so where the spec keeps such bytes inside its page, so does the plan:
+    # a query on the spec alone, which spares Z3 the plan's products of sizes
+    for plan in built:
+        runs = [_z3_run(z, r) for r in plan.runs]
+        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides, *spec_facts)]
+        for run in runs:
+            reading, match = _match(mx, my, plan.consumer, run, sides)
+            readings.append((plan, reading))
+            queries.append((plan, "reshard-match", "a byte is read from a producer byte holding another canonical "
+                                                   "byte", match))
+    divisions = z.divisions
+    # each division of the plan's sizes: by a positive divisor, and `/` exact, wherever the spec applies
+    # (one query a division: together they are one nonlinear query Z3 may leave to its budget)
+    for op, n, d in {(op, str(n), str(d)): (op, n, d) for op, n, d in divisions}.values():
+        # where the spec divides the same terms, its remainder is defined (n = q * d + r, 0 <= r < d):
+        # a linear fact for Z3, where `n % d` of two sizes is a nonlinear one it may leave undecided
+        qr = next((q for q in (m.ops.quotient(n, d) for m in (mx, my)) if q is not None), None)
+        rest = qr[1] if qr is not None else n % d
+        status, model = solve(z3.Or(d <= 0, rest != 0) if op == "/" else d <= 0)
+        if status != "unsat":
+            return both("unknown", f"the plan divides {n} by {d} where the guards do not show the divisor positive"
+                                   f"{' and the division exact' if op == '/' else ''}" +
+                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
+    for plan, violation in readings:  # the plan's own reading of its bytes, which both rows take
+        status, model = solve(violation)
+        if status != "unsat":
+            return both("unknown", f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
+                                   f"not shown to be the spec's" +
+                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+    found = {}
+    for plan, row, what, violation in queries:
+        if row in found:
+            continue
+        status, model = solve(violation)
+        if status == "sat":
+            found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {_sizes_at(mx, my, model)}")
+        elif status != "unsat":
+            found[row] = ("unknown", f"undecided for consumer rank {plan.consumer} ({what})")
+    return found, len(built), domain
+
+
+class _Sides(NamedTuple):
+    """The two groups' worlds, and across another cp which of them reads small pages: its
+    ranks are then `k` virtual ranks each, `part * world + rank`."""
+
+    world_x: int
+    world_y: int
+    cross: Cross | None
+
+    @property
+    def producers(self) -> int:
+        return self.world_x * (self.cross.k if self.cross is not None and self.cross.small == "producer" else 1)
+
+    @property
+    def consumers(self) -> int:
+        return self.world_y * (self.cross.k if self.cross is not None and self.cross.small == "consumer" else 1)
+
+    def producer(self, v: int) -> tuple[int, int]:
+        """(rank, part) of (virtual) producer `v`."""
+        return (v % self.world_x, v // self.world_x) if self.producers != self.world_x else (v, 0)
+
+    def consumer(self, v: int) -> tuple[int, int]:
+        return (v % self.world_y, v // self.world_y) if self.consumers != self.world_y else (v, 0)
+
+
+def _sizes_at(mx: Model | None, my: Model | None, model) -> str:
+    out = {}
+    for tag, m in (("store ", mx), ("load ", my)):
+        if m is None:  # a query of one configuration: the other's sizes mean nothing there
+            continue
+        other = my if m is mx else mx
+        for n, x in sorted(m.sizes.items()):
+            if z3.is_expr(x):
+                apart = str(x).startswith(("x.", "y.")) or other is not None and n in other.sizes and \
+                    not _same_term(x, other.sizes[n])
+                out[(tag if apart else "") + n] = value(model, x)
+    return ", ".join(f"{n}={v}" for n, v in out.items())
+
+
+def _same_term(a, b) -> bool:
+    """Whether two sizes are one term (or one number)."""
+    if z3.is_expr(a) and z3.is_expr(b):
+        return a.eq(b)
+    return not z3.is_expr(a) and not z3.is_expr(b) and a == b
+
+
+class _Terms:
+    """The plan's sympy sizes as Z3 terms over both configurations' sizes (`x.heads`, `y.heads`
+    and the shared ones). A division is Z3's own, total: it adds no side condition, which
+    could empty the domain and leave every query vacuously unsat. Each is listed instead
+    (`divisions`: op, dividend, divisor) to be shown positive and, for `/`, exact wherever
+    the spec applies (`_check`)."""
+
+    def __init__(self, fam, mx: Model, my: Model, own: dict):
+        self.sizes = {n: x for n, x in mx.sizes.items() if n not in PER_SIDE}
+        # a name of both sides with a value of each (one block size k times the other's): the
+        # plan's symbol is the shared size, each side's value a term of it
+        self.sizes.update({n: z3.Int(n) for n, x in mx.sizes.items()
+                           if n not in PER_SIDE and n in my.sizes and not _same_term(x, my.sizes[n])})
+        self.sizes.update({f"x.{n}": mx.sizes[n] for n in PER_SIDE}, **{f"y.{n}": my.sizes[n] for n in PER_SIDE})
+        self.atoms = {**fam.atoms.by_symbol, **own}
+        self.divisions: list = []
+        self.models = (my, mx)
+        self._memo: dict = {}  # the plans of a case repeat their sizes: each is read once
+
+    def __call__(self, e):
+        e = sympy.sympify(e)
+        if e not in self._memo:
+            n, d = sympy.fraction(sympy.together(sympy.cancel(e)))  # (1/2 as a coefficient too)
+            self._memo[e] = self._div("/", self._term(sympy.expand(n)), self._term(sympy.expand(d))) if d != 1 \
+                else self._term(sympy.expand(n))
+        return self._memo[e]
+
+    def _div(self, op, a, b):
+        if op not in DIVISIONS:
+            raise NotEstablished(f"a division {op!r} is none of /, //, %")
+        if isinstance(a, int) and isinstance(b, int):
+            if b > 0 and (op != "/" or a % b == 0):
+                return a // b if op != "%" else a % b
+            a, b = z3.IntVal(a), z3.IntVal(b)  # listed, so shown never to hold: no proof reads it
+        self.divisions.append((op, a, b))
+        # the spec's reading divides the same terms: its quotient, defined by its side conditions
+        # (equal to Z3's where the divisor is positive, which `divisions` shows), keeps the two
+        # readings of one size one term, where Z3's own division would leave it a nonlinear fact
+        for m in self.models:
+            q = m.ops.quotient(a, b)
+            if q is not None:
+                return q[1] if op == "%" else q[0]
+        return a % b if op == "%" else a / b
+
+    def _term(self, e):
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            if e in self.atoms:
+                a = self.atoms[e]
+                return self._div(a.op, self._term(sympy.expand(a.num)), self._term(sympy.expand(a.den)))
+            if e.name not in self.sizes:
+                raise NotEstablished(f"a size of the plan reads {e.name}, whose side is not known")
+            return self.sizes[e.name]
+        if e.is_Add or e.is_Mul:
+            parts = [self._term(x) for x in e.args]
+            out = parts[0]
+            for x in parts[1:]:
+                out = out + x if e.is_Add else out * x
+            return out
+        if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+            out = 1
+            for _ in range(int(e.exp)):
+                out = out * self._term(e.base)
+            return out
+        raise NotEstablished(f"a size of the plan, {e}, is not a polynomial of sizes and divisions")
+
+
+def _z3_run(z: _Terms, r: SymbolicRun):
+    """(producer, src, dst, [(extent, src stride, dst stride)], dst reading, src reading) as Z3 terms."""
+    def at(table):
+        return [(i, z(base), [z(w) for w in ws]) for i, base, ws in table]
+    return (r.producer, z(r.src), z(r.dst), [(z(e), z(a), z(b)) for e, a, b in r.modes], at(r.dst_at), at(r.src_at))
+
+
+def _pick(m: Model, run):
+    """One byte of a run, symbolic: (constraints, coordinates, src byte, dst byte)."""
+    _, src, dst, modes = run[:4]
+    cs = [m.fresh("c") for _ in modes]
+    inside = [z3.And(c >= 0, c < e) for c, (e, _, _) in zip(cs, modes)]
+    return inside, cs, src + sum(c * a for c, (_, a, _) in zip(cs, modes)), \
+        dst + sum(c * b for c, (_, _, b) in zip(cs, modes))
+
+
+def _outside_page(m: Model):
+    """A byte of an element the spec's local layout puts outside the local page."""
+    i, ci = m.index("local", "")
+    b = m.fresh("b")
+    byte = m.r.offset("local", i) + b
+    return z3.And(*ci, b >= 0, b < m.element(), z3.Or(byte < 0, byte >= m.r.page("local")))
+
+
+def _cover(mx: Model, my: Model, runs, sides: _Sides, in_page: bool = False, one_to_one: bool = False):
+    """(meaning, violation) of each way the plan can fail to write every consumer byte once.
+    `in_page`: both local layouts are shown to keep their bytes inside their pages, so the
+    plan's bytes (the spec's, by its readings) are inside too, and that query is not asked;
+    `one_to_one`: the consumer's local layout is shown one-to-one (else it is asked here)."""
+    if not in_page:
+        yield "the plan writes a byte of more than a consumer page", z3.Or(*[z3.And(*inside, z3.Or(
+            dst < 0, dst >= my.r.page("local"), src < 0, src >= mx.r.page("local")))
+            for inside, _, src, dst in (_pick(my, r) for r in runs)], z3.BoolVal(False))
+    yield "a mode of the plan has a negative extent", \
+        z3.Or(*[e < 0 for r in runs for e, _, _ in r[3]], z3.BoolVal(False))
+    yield "the plan reads a producer rank outside the group", \
+        z3.Or(*[z3.Or(z3.IntVal(r[0]) < 0, z3.IntVal(r[0]) >= sides.producers) for r in runs], z3.BoolVal(False))
+    total = sum((prod_z3(e for e, _, _ in r[3]) for r in runs), z3.IntVal(0))
+    if my.part:  # a region of a page: the plan writes its bytes, the pads between regions never
+        yield f"the plan writes fewer or more bytes than region '{my.fdef.shard.region}' of the consumer page " \
+              f"holds", total != my.r.bytes_of(*my.r.layout("local"))
+    else:
+        yield "the plan writes fewer or more bytes than the consumer page holds", total != my.r.page("local")
+    # no byte twice: the plan's readings of its bytes are the spec's (checked first, `_match`)
+    # and the local layout is one-to-one, so two writes of one byte are writes of one element
+    if not one_to_one:
+        yield "the consumer's local layout is not one-to-one", query(my, "local-bijective")[0]
+    # two bytes of each run, each with its reading: a pair of runs takes one of each (a byte of
+    # each copy, apart even for one run); the queries are solved apart, so they may share names
+    picks = [[_pick(my, r) for r in runs] for _ in range(2)]
+    reads = [[_reading(my, cs, r[4], dst, "") for (_, cs, _, dst), r in zip(copy, runs)] for copy in picks]
+    for j in range(len(runs)):
+        for k in range(j, len(runs)):
+            (ia, ca, _, _), (ib, cb, _, _) = picks[0][j], picks[1][k]
+            (iy, by, _), (iy2, by2, _) = reads[0][j], reads[1][k]
+            apart = z3.BoolVal(True) if j != k else z3.Or(*[x != y for x, y in zip(ca, cb)], z3.BoolVal(False))
+            yield f"runs {j} and {k} write one consumer byte twice", \
+                z3.And(*ia, *ib, apart, by == by2, *[iy[n] == iy2[n] for n in iy])
+
+
+def prod_z3(xs):
+    out = z3.IntVal(1)
+    for x in xs:
+        out = out * x
+    return out
+
+
+def _reading(m: Model, cs, table, byte, what: str):
+    """The spec index and byte the plan says `byte` is, and what makes that reading wrong: an
+    index outside the spec's box, or a byte the spec's offset puts elsewhere."""
+    values = {i: base + sum((c * w for c, w in zip(cs, ws)), z3.IntVal(0)) for i, base, ws in table}
+    ext = m.r.extents("local")
+    idx = {n: values.get(n, z3.IntVal(0)) for n in ext}
+    b = values.get("", z3.IntVal(0))
+    wrong = z3.Or(*[z3.Or(idx[n] < 0, idx[n] >= ext[n]) for n in ext], b < 0, b >= m.element(),
+                  byte != m.r.offset("local", idx) + b)
+    return idx, b, wrong
+
+
+def _match(mx: Model, my: Model, consumer: int, run, sides: _Sides):
+    """(violation of the plan's reading of its bytes, violation of the match given it). The
+    first is the construction's fault (unknown), the second a plan that reads the wrong byte.
+    Across another cp the two bytes must name one canonical index (each page's own), the
+    small page's token shifted by the part of the big page it is, and one byte of it."""
+    inside, cs, src, dst = _pick(my, run)
+    iy, by, wrong_y = _reading(my, cs, run[4], dst, "consumer")
+    ix, bx, wrong_x = _reading(mx, cs, run[5], src, "producer")
+    dy, cdy = my.digits("")
+    dx, cdx = mx.digits("")
+    (s, sj), (p, pj) = sides.consumer(consumer), sides.producer(run[0])
+    ranks = [*cdy, *cdx, my.rank_of(dy) == s, mx.rank_of(dx) == p]
+    nowhere = z3.Or(z3.IntVal(run[0]) < 0, z3.IntVal(run[0]) >= sides.producers)  # no producer holds anything there
+    unreal = z3.Or(*[e < 0 for e, _, _ in run[3]], z3.BoolVal(False))  # no byte of the run exists: none matched
+    if sides.cross is None:
+        differ = my.canonical_byte(iy, dy) + by != mx.canonical_byte(ix, dx) + bx
+    else:
+        cy, cx, t = my.r.shard(iy, dy), mx.r.shard(ix, dx), sides.cross.token
+        shifted = cy[t] + sj * my.r.extents("canonical")[t] == cx[t] + pj * mx.r.extents("canonical")[t]
+        differ = z3.Or(z3.Not(shifted), by != bx, *[cx[n] != cy[n] for n in cx if n != t])
+    return z3.And(*inside, z3.Or(wrong_y, wrong_x)), \
+        z3.Or(z3.And(*inside, nowhere), unreal, z3.And(*inside, *ranks, differ))
+
+
+def _same_shape(mx: Model, my: Model, cross: Cross | None = None):
+    """The two canonical pages have the same indices, extents and element size (a region of a
+    page: and the pages the same size): where they do not, their formats differ and the
+    runtime builds no direct plan (assumed, not proved). Across another cp, the small page's
+    token extent is the big one's over `k` (the runtime converts between such pages)."""
+    ex, ey = mx.r.extents("canonical"), my.r.extents("canonical")
+    if set(ex) != set(ey):
+        return z3.BoolVal(False)
+    if cross is not None:
+        t, k = cross.token, cross.k
+        token = ey[t] == k * ex[t] if cross.small == "producer" else ex[t] == k * ey[t]
+        return z3.And(token, *[ex[n] == ey[n] for n in ex if n != t],
+                      mx.element("canonical") == my.element("canonical"))
+    page = [mx.r.page("canonical") == my.r.page("canonical")] if mx.part else []  # its regions and pads together
+    return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"), *page)
+
+
+def _case_atoms(fam, built) -> tuple[dict, str]:
+    """The one table of derived sizes (atoms) Z3 reads for every plan of a case, and what keeps
+    it from being each plan's own as the runtime reads it (`symplan.evaluate`: the family's
+    atoms, then the plan's) ('' when nothing): every plan of the case defines the same atoms,
+    and none otherwise than the family does."""
+    table = dict(built[0].atoms) if built else {}
+    for p in built:
+        for s in {*p.atoms, *table}:
+            if p.atoms.get(s) != table.get(s):
+                said = lambda a: a.text if a is not None else "nothing"  # noqa: E731
+                return table, (f"consumer rank {p.consumer}'s plan defines {s} as {said(p.atoms.get(s))}, "
+                               f"consumer rank {built[0].consumer}'s as {said(table.get(s))}")
+    for s, a in table.items():
+        if fam.atoms.by_symbol.get(s, a) != a:
+            return table, f"the plans define {s} as {a.text}, the family as {fam.atoms.by_symbol[s].text}"
+    return {**fam.atoms.by_symbol, **table}, ""
+
+
+def _unread(pairs, z: "_Terms") -> str:
+    """What keeps a case from meaning one thing to Z3 and to the runtime ('' when nothing):
+    no derived size (atom) under the name of a size, which the runtime would take for the
+    size where a plan does not define it; the domain, pairs (dividend, divisor), each divisor
+    a positive whole number and each dividend a polynomial in sizes alone (a derived size
+    there is read with Z3's division, shown exact only inside the domain it would decide)."""
+    for s, a in z.atoms.items():
+        if s.name in z.sizes:
+            return f"the plans define {s.name} as {a.text}, the name of a size"
+    for a, b in pairs:
+        if not (isinstance(b, int) or getattr(b, "is_Integer", False)) or int(b) <= 0:
+            return f"the case's domain divides {a} by {b}, not by a positive whole number"
+        e = sympy.sympify(a)
+        odd = [s for s in e.free_symbols if s in z.atoms or s.name not in z.sizes]
+        if odd or not e.is_polynomial():
+            return f"the case's domain reads {a}, whose {odd[0] if odd else 'form'} is no size"
+    return ""
+
+
+def _malformed(built) -> str:
+    """What makes `built` no plan at all ('' when nothing): consumers and producers are ranks,
+    plain ints (a float would be truncated by one check and compared exactly by another), and
+    every division of its sizes is one the language has."""
+    for p in built:
+        if type(p.consumer) is not int or any(type(r.producer) is not int for r in p.runs):
+            return f"consumer {p.consumer!r} reads producers {[r.producer for r in p.runs]!r}: ranks are ints"
+        bad = [a.op for a in p.atoms.values() if a.op not in DIVISIONS]
+        if bad:
+            return f"a division {bad[0]!r} of its sizes is none of /, //, %"
+    return ""
+
+
+def _grid_short(mx: Model, my: Model):
+    """A configuration's rank digits do not number exactly its world: some rank would have none."""
+    return z3.Or(*[prod_z3(e for _, e in m.r.rank_extents()) != m.r.world for m in (mx, my)])
+
+
+def _canonical_differs(mx: Model, my: Model):
+    """Some canonical index of one shape has another offset in the two configurations."""
+    idx, inside = my.index("canonical", "")
+    return z3.And(*inside, mx.r.offset("canonical", idx) != my.r.offset("canonical", idx))

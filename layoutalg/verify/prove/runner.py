@@ -1,0 +1,776 @@
+"""Which obligations are proved how, with counterexamples.
+
+For each family and each path through its grid's cases:
+0. `page-size`: the path applies somewhere: Z3 finds a configuration in the declared
+   domain (`params.TABLE` and each `param`) where its guards hold and the local layout is the page (the
+   runtime's own check). Such witnesses also seed the per-configuration steps, so a
+   family that applies anywhere is exercised there. A path with no configuration at all
+   is dead (the runtime never takes it); a family with no live path is refuted.
+1. every other obligation, fully symbolic over the declared domain: unsat proves it for
+   every size and rank; a counterexample found there is shown again at small sizes when
+   Z3 finds one quickly;
+2. where the whole domain is undecided within its budget: a hunt for counterexamples at
+   small sizes, then symbolic rank on each configuration of that path; never on zero
+   configurations (that is unknown, not proved).
+Budgets are Z3 resource units (`rlimit`), so verdicts do not depend on the machine or
+its load. A wall-clock guard remains as a last resort; a result reached under it is
+marked not final and never cached.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+
+import z3
+
+from ... import params
+from ...compile.codegen import compile_family
+from ...compile.compiled import GuardFailed
+from ...errors import SpecError
+from ...ir.family import resolve
+from ...dsl.interpret import Reading, paths
+from ...dsl.library import Library
+from ...runtime.lower import TilingError, _region_plan, lower_uncertified, run_plan, certify as certify_instance
+from ..samples import instantiate, sample_domain
+from . import GUARD_S
+from . import RLIMIT
+from . import meaning
+from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, holding, runs_query, value
+from .obligations import query as _asked
+from .store import Row
+from .structural import Certificate, agnostic_family, certify, page_tiles
+
+
+def query(m: Model, name: str, *extra):
+    """(violation, witness terms) of obligation `name` on `m`: one-format's from `meaning` (its
+    elements are the oracle's), every other row's from `obligations`."""
+    return meaning.query(m) if name == "one-format" else _asked(m, name, *extra)
+
+class _Capped(dict):
+    """Bounds of every runtime name capped at `cap` (page_size at `page`): a dict that
+    answers for names a spec declares too, capped the same way."""
+
+    def __init__(self, cap: int, page: int):
+        super().__init__()
+        self.cap, self.page = cap, page
+
+    def get(self, name, domain):
+        lo, hi = domain
+        return (lo, min(hi, self.page if name == "page_size" else max(lo, self.cap)))
+
+
+SMALL = _Capped(8, 1 << 20)
+"""Sizes for the counterexample hunt: small, so counterexamples are easy to read."""
+
+WITNESS = _Capped(16, 1 << 24)
+"""Sizes for witness configurations: small enough to lower and to enumerate."""
+
+@dataclass(frozen=True)
+class Budgets:
+    full: Budget
+    small: Budget
+    config: Budget
+    seeds: int = 3
+
+    @staticmethod
+    def of(rlimit: int = RLIMIT, guard_s: float = GUARD_S) -> "Budgets":
+        return Budgets(Budget(rlimit, guard_s), Budget(max(1, rlimit // 20), guard_s),
+                       Budget(max(1, rlimit // 10), guard_s))
+
+
+def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dict[tuple, list[dict]]:
+    """Configurations from the sample values of the names the family reads where it applies, by case path."""
+    out: dict[tuple, list[dict]] = {}
+    seen = set()
+    samples = sample_domain(lib, cf)
+    names = list(samples)
+    for values in itertools.product(*(samples[n] for n in names)):
+        try:
+            inst, sizes = instantiate(cf, dict(zip(names, values)))
+        except (GuardFailed, ArithmeticError):
+            continue
+        key = tuple(sorted(sizes.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            path = tuple(Reading(lib, family, sizes).taken)
+        except (LookupError, ArithmeticError):
+            continue
+        group = out.setdefault(path, [])
+        if len(group) < limit:
+            group.append(sizes)
+    return out
+
+
+def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, avoid=()) -> tuple[list[dict], str]:
+    """Up to `n` configurations of one case path, found by Z3 as models of its guards.
+
+    Small sizes are asked for first (every size at most 2, then 4, then 16), so the
+    configurations are cheap to lower and easy to read; failing those, any size in the
+    declared domain. Returns (configurations, status of the last query): 'unsat' with no
+    configuration means the path applies nowhere in the domain.
+    """
+    found, status = [], "sat"
+    for cap in (2, 4, 16):
+        m = Model(lib, family, path, bounds=_Capped(cap, WITNESS.page))
+        m.touch()
+        other = lambda sizes: z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes])  # noqa: E731
+        block = [other(sizes) for sizes in [*avoid, *found]]
+        while len(found) < n:
+            status, model = m.solve(z3.And(*block) if block else z3.BoolVal(True), budget)
+            if status != "sat":
+                break
+            found.append({k: value(model, v) for k, v in m.sizes.items()})
+            block.append(other(found[-1]))
+        if len(found) >= n:
+            break
+    if not found:  # nothing small: a path is dead only if nothing in the whole domain takes it
+        m = Model(lib, family, path)
+        m.touch()
+        status, model = m.solve(z3.BoolVal(True), budget)
+        if status == "sat":
+            found.append({k: value(model, v) for k, v in m.sizes.items()})
+    return found, status
+
+
+def _where(lib: Library, family: str, name: str) -> str:
+    f = lib.family_def(family)
+    span = f.shard.span if f.shard else f.span
+    if name in ("local-bijective", "canonical-bijective"):
+        use = f.local if name.startswith("local") else f.canonical
+        span = lib.layouts[use.call.fn].span if use.call.fn in lib.layouts else span
+    if name == "writers-cover" and f.canonical:
+        span = f.canonical.span
+    if name == "page-size" and f.local:
+        span = f.local.span
+    return f"{os.path.relpath(span.file)}:{span.line}"
+
+
+def _sizes_text(m: Model, model) -> str:
+    used = _used(m.lib, m.family)
+    return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in m.sizes if n in used)
+
+
+def _witness(m: Model, model) -> dict:
+    """The counterexample's configuration, every runtime name as an int (empty if it cannot be read)."""
+    try:
+        return {n: value(model, v) for n, v in m.sizes.items()}
+    except Exception:  # noqa: BLE001 - the refutation stands without its picture
+        return {}
+
+
+def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
+    """A counterexample a person can act on, in the spec's own names (never raises)."""
+    where = _where(lib, family, name)
+    try:
+        return _explain(lib, family, name, m, model, w, where, _sizes_text(m, model))
+    except Exception as e:  # noqa: BLE001 - the refutation stands even if its text cannot be made
+        return f"{where}: counterexample found (its description failed: {type(e).__name__}: {e})"
+
+
+def _explain(lib, family, name, m, model, w, where, sizes) -> str:
+    def idx(x):
+        return ", ".join(f"{n}={value(model, v)}" for n, v in x.items())
+
+    def rank(d):
+        return value(model, m.rank_of(d))
+
+    def holds(x):
+        return z3.is_true(model.eval(x, model_completion=True))
+
+    if name in ("local-bijective", "canonical-bijective"):
+        ldef, bound = m.r.layout(w["role"])
+        i, j = w["i"], w["j"]
+        oi = value(model, m.r.expr(ldef.offset, {**bound, **i}))
+        if holds(w["clash"]):
+            return (f"{where}: the {w['role']} layout sends ({idx(i)}) and ({idx(j)}) both to element {oi}, "
+                    f"with {sizes}")
+        unit = "bytes of the page" if m.part else "elements"
+        return (f"{where}: the {w['role']} layout sends ({idx(i)}) to element {oi}, outside its "
+                f"{value(model, w['size'])} {unit}, with {sizes}")
+    if name == "shard-in-range":
+        return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) to canonical ({idx(w['c'])}), "
+                f"outside the canonical box, with {sizes}")
+    if name == "shard-injective":
+        return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) and ({idx(w['j'])}) to the same "
+                f"canonical index, with {sizes}")
+    if name == "writers-disjoint":
+        d, e = w["d"], w["e"]
+        c = m.r.shard(w["i"], d)
+        byte = value(model, m.r.offset("canonical", c))
+        return (f"{where}: ranks {rank(d)} and {rank(e)} both write canonical byte {byte} of block "
+                f"{_block(m, model, d)} ({idx(c)}) with {sizes}")
+    if name == "writers-cover":
+        return f"{where}: {_cover_text(m, model, w, idx, rank, holds)}, with {sizes}" + _gap_text(lib, family, m, model)
+    if name == "single-rank-identity":
+        pages = (value(model, m.r.page("local")), value(model, m.r.page("canonical")))
+        if not m.part and pages[0] != pages[1]:
+            return (f"{where}: on a single rank the local page is {pages[0]} bytes but the canonical page is "
+                    f"{pages[1]}, with {sizes}")
+        return f"{where}: on a single rank local ({idx(w['i'])}) moves to another canonical byte, with {sizes}"
+    if name == "runs-match-spec":
+        spec_byte = value(model, m.canonical_byte(w["i"], w["d"]) + w["b"])
+        return (f"{where}: rank {rank(w['d'])} copies local byte {value(model, w['x'])} to canonical byte "
+                f"{value(model, w['claimed'])}, but the spec puts it (local {idx(w['i'])}) at canonical byte "
+                f"{spec_byte}, with {sizes}")
+    if name == "runs-cover-local":
+        return f"{where}: the runs cover some local byte twice or not at all, with {sizes}"
+    if name == "sequence-order":
+        s = w["seq"]
+        return (f"{where}: rank {rank(w['d'])} puts local {s}={value(model, w['i'][s])} at canonical "
+                f"{s}={value(model, w['c'][s])}, but token({value(model, w['i'][s])}) = "
+                f"{value(model, w['want'])} is its place in the sequence, with {sizes}")
+    if name in PAGE:
+        return _tiling_text(model, w, where, sizes, idx)
+    if name == "one-format":
+        return meaning.explain(m, model, w, where, sizes)
+    if name == "digits-match-spec":
+        vals = {k: value(model, w[k]) for k in ("local", "want_local", "canon", "want_canon")}
+        return (f"{where}: on rank {rank(w['d'])}, local ({idx(w['i'])}) is at local byte {vals['local']} and "
+                f"canonical byte {vals['canon']} by the digit table, but at {vals['want_local']} and "
+                f"{vals['want_canon']} by the spec, with {sizes}")
+    return f"{where}: counterexample with {sizes}"
+
+
+def _tiling_text(model, w, where, sizes, idx) -> str:
+    hit = holding(model, w)
+    if hit is not None:
+        kind, a, c = hit
+        if kind == "overlap":
+            return (f"{where}: regions '{a[1].name}' ({idx(a[3])}) and '{c[1].name}' ({idx(c[3])}) both hold "
+                    f"{w['role']} byte {value(model, a[5])}, with {sizes}")
+        return (f"{where}: pad '{a[1].name}' ({idx(a[3])}) is at {w['role']} byte {value(model, a[5])}: shared "
+                f"with another of its bytes or outside the {value(model, w['page'])}-byte page, with {sizes}")
+    return f"{where}: the regions of the {w['role']} page do not tile it, with {sizes}"
+
+
+def _block(m: Model, model, d: dict) -> int:
+    """The block a writer class stores first: the mixed radix of its replica digits."""
+    rext = dict((n, value(model, x)) for n, x in m.r.rank_extents())
+    block = 0
+    for n in m.r.replicas:
+        block = block * rext[n] + value(model, d[n])
+    return block
+
+
+def _cover_text(m, model, w, idx, rank, holds) -> str:
+    if holds(w["count"]):
+        world, writers = value(model, w["world"]), value(model, w["writers"])
+        return (f"{world} ranks in {writers} writer class(es) store {world // max(1, writers)} x "
+                f"{value(model, w['local'])} bytes into a {value(model, w['canon_page'])}-byte canonical page")
+    if holds(w["collide"]):
+        return (f"ranks {rank(w['d'])} and {rank(w['e'])} of the writers of block {_block(m, model, w['d'])} "
+                f"both store canonical ({idx(w['a'])}) (from local ({idx(w['i'])}) and ({idx(w['j'])})), so "
+                f"the writers hold fewer canonical bytes than the page has and some are never written")
+    if holds(w["outside"]):
+        return (f"rank {rank(w['d'])} stores local ({idx(w['i'])}) at canonical ({idx(w['a'])}), outside the "
+                f"canonical box, so the page is not what its writers hold")
+    return (f"the canonical layout sends ({idx(w['k'])}) to an element that is shared or outside its page, "
+            f"so some canonical byte belongs to no canonical index")
+
+
+def _gap_text(lib, family, m, model) -> str:
+    """Name the first canonical bytes no writer stores, at the counterexample's sizes."""
+    try:
+        sizes = {n: value(model, m.sizes[n]) for n in m.sizes}
+        inst = compile_family(resolve(lib, family)).evaluate(sizes)
+        if max(inst.local_page, inst.canonical_page) * max(1, inst.world) > params.CHECK_PAGE_LIMIT:
+            return ""
+        from ...runtime.lower import tiling_errors
+        errs = tiling_errors(lower_uncertified(inst))
+    except Exception:  # noqa: BLE001 - the gap is a courtesy; the refutation stands without it
+        return ""
+    return f" ({errs[0]})" if errs else ""
+
+
+def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = False) -> tuple[Row, dict]:
+    """The `page-size` row, and each path's status: 'live' (with witnesses), 'dead' or 'unknown'.
+
+    A family applies only where its local layout holds exactly the runtime's page
+    (`page_size`): the runtime checks it at every use, so a layout of the wrong size is
+    never copied; this row shows the check can pass, with a configuration where it does.
+    """
+    t0 = time.perf_counter()
+    spec = lib.family_def(family).span.file
+    status, shown = {}, []
+    for path in paths(lib, family):
+        found, st = witnesses(lib, family, path, 1, budgets.config)
+        status[path] = ("live", found) if found else ("dead" if st == "unsat" else "unknown", [])
+        if found and not shown:
+            shown = found
+    live = [p for p, (s, _) in status.items() if s == "live"]
+    unknown = [p for p, (s, _) in status.items() if s == "unknown"]
+    if live:
+        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in _used(lib, family))
+        dead = len(status) - len(live) - len(unknown)
+        note = f"; {dead} of {len(status)} case(s) apply nowhere" if dead else ""
+        how = "runtime page check" if quick or not _page_implied(lib, family, live, budgets) else \
+            "symbolic: all sizes (the guards make the local layout the page)"
+        return Row(spec, family, "page-size", "unknown" if quick else "proved",
+                   f"{how}; applies at {example}{note}", time.perf_counter() - t0), status
+    elapsed = time.perf_counter() - t0
+    if unknown:
+        return Row(spec, family, "page-size", "unknown", "no configuration found within the budget",
+                   elapsed), status
+    return Row(spec, family, "page-size", "refuted", "symbolic sizes: no configuration", elapsed,
+               _never_applies(lib, family, budgets)), status
+
+
+def _page_implied(lib: Library, family: str, live: list, budgets: Budgets) -> bool:
+    """Whether the guards alone make the local layout exactly `page_size` bytes on every live path."""
+    for path in live:
+        m = Model(lib, family, path, page_guard=False)
+        if m.solve(z3.Not(m.page_fits()), budgets.config)[0] != "unsat":
+            return False
+    return True
+
+
+def _used(lib: Library, family: str) -> set:
+    """The runtime names the family's own files (and what they import) mention."""
+    from .store import dependencies
+    text = ""
+    for path in sorted(dependencies(lib, family)):
+        try:
+            text += open(path, encoding="utf-8", errors="replace").read()
+        except OSError:
+            pass
+    return {n for n in lib.vocabulary() if re.search(rf"\b{n}\b", text)}
+
+
+def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
+    """Why no configuration passes: the page never fits, or the guards never hold."""
+    where = _where(lib, family, "page-size")
+    for path in paths(lib, family):
+        m = Model(lib, family, path, bounds=WITNESS, page_guard=False, compiled=False)  # the spec's guards alone
+        page = m.r.page("local")  # before solving: its divisions bring definitions the model must obey
+        status, model = m.solve(z3.BoolVal(True), budgets.config)
+        if status == "sat":
+            exact = Model(lib, family, path, bounds=WITNESS, page_guard=False)
+            exact.touch()
+            if exact.solve(z3.BoolVal(True), budgets.config)[0] == "unsat":
+                return (f"{where}: the family never applies: where its guards hold, a '/' it reads (in its layouts, "
+                        f"a page's regions and pads, the shard map or a `sequence` claim's token fn) is never exact, e.g. at "
+                        f"{_sizes_text(m, model)}")
+            try:
+                local = value(model, page)
+                return (f"{where}: the family never applies: its local layout never holds exactly page_size bytes "
+                        f"(e.g. {local} bytes with {_sizes_text(m, model)}), and the runtime copies a page only "
+                        f"where it does")
+            except Exception:  # noqa: BLE001
+                break
+    return (f"{where}: the family never applies: no configuration in the declared domain satisfies its grid "
+            f"cases and guards with the local layout exactly the page")
+
+
+LEMMAS = ("writers-disjoint", "shard-injective", "shard-in-range", "canonical-bijective")
+"""The rows whose queries are, word for word, parts 1-4 of writers-cover (part 0 is the count)."""
+
+
+def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1, known: tuple = ()):
+    """`m.solve(v)`, or part by part where the query is a disjunction of parts (each gets the
+    budget). `known[k]` true: part k is an obligation this run already proved for all sizes
+    on this path, so it is not asked again."""
+    parts = w.get("parts")
+    if not parts:
+        return m.solve(v, budget, seeds)
+    result = "unsat", None
+    for k, part in enumerate(parts):
+        if k < len(known) and known[k]:
+            continue
+        st, model = m.solve(part, budget, seeds)
+        if st == "sat":
+            return st, model
+        if st == "unknown":
+            result = st, None
+    return result
+
+
+def _smaller(lib, family, name, path, extra, budgets, m, model, w):
+    """The same violation at small sizes when Z3 finds one there quickly; else the one given."""
+    small = Model(lib, family, path, bounds=SMALL)
+    v2, w2 = query(small, name, *extra)
+    st, model2 = solve(small, v2, w2, budgets.small)
+    return (small, model2, w2) if st == "sat" else (m, model, w)
+
+
+def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budgets: Budgets,
+                     quick: bool = False, fam=None, status: dict | None = None, proved: dict | None = None) -> Row:
+    """One obligation on every case path. `proved` maps obligation -> the paths already proved
+    for all sizes in this run; this row's own such paths are added to it."""
+    proved = {} if proved is None else proved
+    t0 = time.perf_counter()
+    spec = lib.family_def(family).span.file
+    if name == "digits-match-spec" and fam is None:
+        return Row(spec, family, name, "unknown", "not in normal form", 0.0)
+    methods, proved_configs, undecided, guard = [], [], [], False
+    for k, path in enumerate(paths(lib, family)):
+        if status and status.get(path, ("live",))[0] == "dead":
+            methods.append("dead")
+            continue
+        extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
+        # the whole domain first: unsat proves it. A counterexample (from there, or from the
+        # small-size hunt where the whole domain is undecided) is shown at small sizes if any.
+        steps = ((SMALL, budgets.small),) if quick else ((None, budgets.full), (SMALL, budgets.small))
+        decided = False
+        for bounds, budget in steps:
+            m = Model(lib, family, path, bounds=bounds)
+            v, w = query(m, name, *extra)
+            known = (False,) + tuple(path in proved.get(n, ()) for n in LEMMAS) \
+                if bounds is None and name == "writers-cover" else ()  # (its parts alone are those rows)
+            st, model = solve(m, v, w, budget, 1 if bounds is SMALL else budgets.seeds, known)
+            guard |= m.guard_hit
+            if st == "sat" and _no_reference(name, model, w):
+                return Row(spec, family, name, "unknown", "symbolic sizes, symbolic rank", time.perf_counter() - t0,
+                           explain(lib, family, name, m, model, w), final=not guard)
+            if st == "sat":
+                if bounds is None:
+                    m, model, w = _smaller(lib, family, name, path, extra, budgets, m, model, w)
+                return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w),
+                           witness=_witness(m, model))
+            if st == "unsat" and bounds is None:
+                methods.append("symbolic")
+                proved.setdefault(name, set()).add(path)
+                decided = True
+                break
+        if decided or quick:
+            continue
+        configs = by_path.get(path, [])
+        done = 0
+        for sizes in configs:
+            m = Model(lib, family, path, sizes=sizes)
+            v, w = query(m, name, *extra)
+            st, model = solve(m, v, w, budgets.config)
+            guard |= m.guard_hit
+            if st == "sat" and _no_reference(name, model, w):
+                return Row(spec, family, name, "unknown", "symbolic rank, one configuration",
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w), final=not guard)
+            if st == "sat":
+                return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w), witness=dict(sizes))
+            if st == "unsat":
+                proved_configs.append(sizes)
+                done += 1
+        if done == 0 or done < len(configs):  # zero witnesses prove nothing
+            undecided.append(k)
+        methods.append(f"{done} configurations")
+    elapsed = time.perf_counter() - t0
+    if quick:  # quick mode only hunts counterexamples: finding none proves nothing
+        return Row(spec, family, name, "unknown", "quick mode: no counterexample on small sizes", elapsed)
+    if undecided:
+        return Row(spec, family, name, "unknown",
+                   f"undecided in case(s) {', '.join(map(str, undecided))}: the symbolic query exceeded its "
+                   f"budget and not every configuration of the case was proved", elapsed, final=not guard)
+    live = [x for x in methods if x != "dead"]
+    if not live:
+        return Row(spec, family, name, "unknown", "no case of the family applies anywhere", elapsed)
+    sym = live.count("symbolic")
+    if sym == len(live):
+        return Row(spec, family, name, "proved", "symbolic: all sizes, all ranks", elapsed, final=not guard)
+    # an obligation for all sizes that held on sampled configurations only is not proved: the
+    # runtime re-checks none of sequence-order, single-rank-identity or digits-match-spec, and
+    # a spec may break it at a size no sample reaches
+    rest = [str(k) for k, x in enumerate(methods) if x not in ("dead", "symbolic")]
+    return Row(spec, family, name, "unknown",
+               f"symbolic in {sym} of {len(live)} cases; symbolic rank on {len(proved_configs)} configurations "
+               f"for the rest", elapsed, f"undecided for all sizes in case(s) {', '.join(rest)}: it holds on the "
+               f"{len(proved_configs)} configurations checked, which shows nothing of the others",
+               configurations=proved_configs, final=not guard)
+
+
+def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Budgets, cf) -> Row:
+    """A runs obligation on each configuration: the runs are what the lowering emits there."""
+    t0 = time.perf_counter()
+    spec = lib.family_def(family).span.file
+    proved, guard = [], False
+    for path, configs in by_path.items():
+        for sizes in configs:
+            text = ", ".join(f"{k}={v}" for k, v in sizes.items())
+            try:
+                inst = cf.evaluate(sizes)
+                region = lib.family_def(family).shard.region if lib.family_def(family).page else None
+                plan = _region_plan(inst, region) if region else run_plan(certify_instance(inst))
+            except GuardFailed as e:
+                return Row(spec, family, name, "unknown", "the compiled family disagrees with the spec",
+                           time.perf_counter() - t0, f"{_where(lib, family, name)}: the spec applies at "
+                                                      f"{text} but the compiled family fails closed: {e}")
+            except TilingError as e:
+                return Row(spec, family, name, "refuted", "lowering certificate, one configuration",
+                           time.perf_counter() - t0, f"{_where(lib, family, name)}: {e}, with {text}",
+                           witness=dict(sizes))
+            m = Model(lib, family, path, sizes=sizes)
+            v, w = runs_query(m, name, inst, *plan)
+            status, model = m.solve(v, budgets.config)
+            guard |= m.guard_hit
+            if status == "sat":
+                return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
+                           time.perf_counter() - t0, explain(lib, family, name, m, model, w), witness=dict(sizes))
+            if status == "unknown":
+                return Row(spec, family, name, "unknown", f"undecided at {text}", time.perf_counter() - t0,
+                           final=not guard)
+            proved.append(sizes)
+    if not proved:  # a check that finds nothing to check is not a pass
+        return Row(spec, family, name, "unknown", "no configuration to check", time.perf_counter() - t0)
+    order = paths(lib, family)  # numbered as prove_obligation numbers the cases
+    unreached = [str(order.index(path)) if path in order else repr(path) for path, configs in by_path.items()
+                 if not configs]
+    if unreached:  # a live case no configuration exercised: its runs were never compared
+        return Row(spec, family, name, "unknown", f"no configuration small enough to lower reaches live case(s) "
+                   f"{', '.join(unreached)}; the others' runs match on {len(proved)} configurations",
+                   time.perf_counter() - t0, configurations=proved, final=not guard)
+    return Row(spec, family, name, "proved",
+               f"symbolic rank on {len(proved)} configurations (per configuration: the runs are what the numeric "
+               f"lowering emits there; digits-match-spec is their all-sizes counterpart)",
+               time.perf_counter() - t0, configurations=proved, final=not guard)
+
+
+def configurations(lib: Library, family: str, cf, status: dict, budgets: Budgets,
+                   limit: int = 48, least: int = 8) -> dict[tuple, list[dict]]:
+    """Per live path: sample configurations, topped up with Z3 witnesses to at least `least`."""
+    by_path = sample_configurations(lib, family, cf, limit)
+    for path, (st, found) in status.items():
+        if st != "live":
+            by_path.pop(path, None)
+            continue
+        have = by_path.setdefault(path, [])
+        if len(have) < least:
+            extra, _ = witnesses(lib, family, path, least - len(have), budgets.config, avoid=have)
+            have += [s for s in extra if s not in have and _lowerable(cf, s)]
+    return by_path
+
+
+def _lowerable(cf, sizes: dict) -> bool:
+    """Small enough to lower and to state as one Z3 query per configuration."""
+    try:
+        inst = cf.evaluate(sizes)
+    except GuardFailed:
+        return True  # kept: prove_runs reports the disagreement with the spec
+    return max(inst.local_page, inst.canonical_page) <= params.CHECK_PAGE_LIMIT and inst.world <= 4096
+
+
+_LAYOUT_CLAIM = "canonical layout free of parallel sizes and one across the claiming cases (sympy): all sizes"
+_PAD_CLAIM = "canonical pad free of parallel sizes (sympy): all sizes"
+
+
+def _agnostic_row(spec: str, name: str, fam, method: str) -> list[Row]:
+    """The `one-format` row of one part's `agnostic` claim alone (sympy), or none where no case
+    claims anything (nothing to show)."""
+    t0 = time.perf_counter()
+    claim = agnostic_family(fam) if fam is not None else None
+    return [] if claim is None else [Row(spec, name, "one-format", claim.status, method, time.perf_counter() - t0,
+                                         claim.detail if claim.status != "proved" else "")]
+
+
+def agnostic_rows(lib: Library, family: str) -> list[Row]:
+    """The `one-format` rows of the family's `agnostic` claim alone (each data region's part and
+    canonical pad of a page), without the Z3 queries that take minutes: for a question about
+    the claim alone.
+
+    Post-conditions: a row unknown here is unknown in `prove_family`; a row proved here may
+    still be unknown or refuted there, where a shared page means another thing at another
+    configuration (the Z3 half of `one-format`) or the family applies nowhere."""
+    spec = lib.family_def(family).span.file
+    parts = lib.parts_of(family)
+    rows = [r for part in parts for r in _agnostic_row(spec, part, resolve(lib, part), _LAYOUT_CLAIM)]
+    if parts != [family]:
+        rows += [r for pad in lib.parts_of(family, pads=True) if pad not in parts and pad.endswith("'")
+                 for r in _agnostic_row(spec, pad, resolve(lib, pad), _PAD_CLAIM)]
+    return rows
+
+
+def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False) -> list[Row]:
+    """A family of pages: every obligation of each data region's part (`family.region`, with
+    'page' the whole page), then that the regions and pads tile both pages."""
+    parts = lib.parts_of(family)
+    rows, found = [], {}
+    for part in parts:
+        rows += prove_family(lib, part, budgets, quick, found if part == parts[0] else None)
+        if quick and any(r.status == "refuted" for r in rows):
+            return rows
+    first = parts[0]
+    applies = next((r for r in rows if r.family == first and r.obligation == "page-size"), None)
+    spec = lib.family_def(family).span.file
+    if applies is not None and applies.status == "refuted":
+        return [_nowhere(r) for r in rows] + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
+                                             for n in PAGE]
+    status, by_path = found.get("status", {}), found.get("by_path", {})  # the first region's: one grid, one page
+    pads = [p for p in lib.parts_of(family, pads=True) if p not in parts]
+    if not quick:  # the concatenation argument reads the pads' digit tables: they must be the spec's
+        rows += [_safely(spec, pad, "digits-match-spec", lambda: _pad_digits(lib, pad, budgets)) for pad in pads]
+        for pad in (p for p in pads if p.endswith("'")):  # the canonical page's size and places are its pads' too
+            rows += _agnostic_row(spec, pad, resolve(lib, pad), _PAD_CLAIM)
+    for name in PAGE:
+        t0 = time.perf_counter()
+        try:
+            cert = page_tiles(lib, family, name.split("-")[-1]) if not quick else None
+        except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, SpecError) as e:
+            cert = Certificate("unknown", f"the concatenation argument failed: {type(e).__name__}: {e}")
+        if cert is not None and cert.status == "proved" and any(
+                r.obligation == "digits-match-spec" and r.status != "proved" for r in rows):
+            cert = Certificate("unknown", "a region's digit table is not shown to be the spec's")
+        if cert is not None and cert.status == "proved":
+            rows.append(Row(spec, family, name, "proved", cert.detail, time.perf_counter() - t0))
+            continue
+        # where the concatenation argument does not hold, the page is likely broken: Z3 hunts with
+        # the small budget (each region pair is its own query) before the stated configurations
+        hunt = Budgets(budgets.small, budgets.small, budgets.config, budgets.seeds)
+        row = _safely(spec, family, name, lambda: prove_obligation(lib, first, name, by_path, hunt, quick,
+                                                                   None, status))
+        if cert is not None and row.status != "refuted":
+            row = Row(**{**asdict(row), "detail": (row.detail + "; " if row.detail else "") +
+                         f"structural: {cert.detail}"})
+        rows.append(Row(**{**asdict(row), "family": family}))
+    return rows
+
+
+def _pad_digits(lib: Library, pad: str, budgets: Budgets) -> Row:
+    """`digits-match-spec` of a pad (`family.pad`, or `family.pad'` of the canonical page): its
+    digit table gives the spec's offsets, for all sizes. No page assumption: the pad's part
+    reads one page's layout with its own arguments."""
+    t0 = time.perf_counter()
+    fam, spec = resolve(lib, pad), lib.family_def(pad).span.file
+    for k, path in enumerate(paths(lib, pad)):
+        m = Model(lib, pad, path, page_guard=False)
+        v, w = query(m, "digits-match-spec", fam.variants[k], fam.atoms)
+        st, model = m.solve(v, budgets.full, budgets.seeds)
+        if st == "sat":
+            return Row(spec, pad, "digits-match-spec", "refuted", "symbolic sizes, symbolic rank",
+                       time.perf_counter() - t0, explain(lib, pad, "digits-match-spec", m, model, w))
+        if st != "unsat":
+            return Row(spec, pad, "digits-match-spec", "unknown", f"undecided in case {k}", time.perf_counter() - t0,
+                       final=not m.guard_hit)
+    return Row(spec, pad, "digits-match-spec", "proved", "symbolic: all sizes, all ranks", time.perf_counter() - t0)
+
+
+def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quick: bool = False,
+                 found: dict | None = None) -> list[Row]:
+    """Every obligation of one family, plus its structural certificate. `found`, when given,
+    receives each case path's status and configurations (a family of pages reuses its first
+    region's for the page's own rows).
+
+    `quick` hunts counterexamples only (small sizes, a few configurations) and stops at
+    the first refutation: what the mutation tests need. It never reports "proved".
+    """
+    budgets = budgets or Budgets.of()
+    if lib.parts_of(family) != [family]:
+        return prove_page(lib, family, budgets, quick)
+    rows = []
+    t0 = time.perf_counter()
+    spec = lib.family_def(family).span.file
+    try:
+        fam = resolve(lib, family)
+    except SpecError as e:  # the runtime cannot compile it, so it applies nowhere: nothing to prove
+        why = f"not in normal form: {e.message}"
+        return [Row(spec, family, "structure", "unknown", "stride chains (sympy): all sizes",
+                    time.perf_counter() - t0, why)] + \
+            [Row(spec, family, n, "unknown", "the runtime never applies a family it cannot compile", 0.0, why)
+             for n in ("page-size", *SYMBOLIC, *PER_CONFIGURATION)]
+    cf = compile_family(fam) if fam is not None else None
+    if fam is not None and not quick:
+        certs = [certify(fam, v) for v in fam.variants]
+        bad = [c.detail for c in certs if c.status != "proved"]
+        rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
+                        "stride chains (sympy): all sizes", time.perf_counter() - t0,
+                        "; ".join(dict.fromkeys(bad))))  # each reason once, however many cases give it
+    claim = _agnostic_row(spec, family, fam, _LAYOUT_CLAIM) if fam is not None and not quick else []
+    applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
+                              lambda row: (row, {}))
+    rows.append(applies)
+    if applies.status == "refuted":  # a claim of no configuration checked nothing: not a proof
+        return [_nowhere(r) for r in rows + claim] + [Row(spec, family, n, "unknown", "the family applies nowhere",
+                                                         0.0) for n in SYMBOLIC + PER_CONFIGURATION]
+    by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
+        if fam is not None else {}
+    if found is not None:
+        found.update(status=status, by_path=by_path)
+    lemmas: dict = {}
+    for name in SYMBOLIC:
+        rows.append(_safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,
+                                                                         fam, status, lemmas)))
+        if quick and rows[-1].status == "refuted":
+            return rows
+    if lib.family_def(family).sequence is not None:  # the claim pages of another cp are converted by
+        rows.append(_safely(spec, family, "sequence-order", lambda: prove_obligation(
+            lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
+        if quick and rows[-1].status == "refuted":
+            return rows
+    if meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
+        row = _safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
+                                                                     status, lemmas))
+        if claim and row.status != "refuted":  # a refutation says more than a claim not shown
+            row = claim[0] if claim[0].status != "proved" else \
+                Row(**{**asdict(row), "method": f"{row.method}; where claimed agnostic, {_LAYOUT_CLAIM}"})
+        rows.append(row)
+        if quick and rows[-1].status == "refuted":
+            return rows
+    else:  # pages only their writer's configuration reads, but for what the claim says
+        rows += claim
+    for name in PER_CONFIGURATION:
+        if fam is None:
+            rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))
+            continue
+        row = _safely(spec, family, name, lambda: prove_runs(lib, family, name, by_path, budgets, cf))
+        if quick and row.status == "proved":  # a handful of configurations is a hunt, not a proof
+            row = Row(spec, family, name, "unknown", "quick mode: no counterexample on a few configurations",
+                      row.seconds)
+        rows.append(row)
+        if quick and row.status == "refuted":
+            return rows
+    if applies.status != "proved":  # no configuration shown to apply: a proof may hold of nothing
+        rows = [r if r.obligation in ("structure", "page-size") else
+                _nowhere(r, "no configuration was found where the family applies (page-size undecided): not shown "
+                            "to hold of any") for r in rows]
+    return rows
+
+
+def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None = None, quick: bool = False,
+               fam=None, status: dict | None = None, proved: dict | None = None) -> Row:
+    """The `one-format` row: on every case path whose pages another configuration reads
+    (`meaning.shared_paths`), each canonical byte holds the element it holds on a single rank holding the
+    page (`prove.meaning`); unknown where no path's pages are read elsewhere (nothing shown)."""
+    fam = resolve(lib, family) if fam is None else fam
+    shared = meaning.shared_paths(lib, family, fam)
+    if not shared:
+        return Row(lib.family_def(family).span.file, family, "one-format", "unknown",
+                   "no case's pages are read under another configuration", 0.0)
+    dead = {**(status or {}), **{p: ("dead", []) for p in paths(lib, family) if p not in shared}}
+    try:
+        return prove_obligation(lib, family, "one-format", by_path or {}, budgets, quick, fam, dead, proved)
+    except LookupError as e:  # an element the engine does not name (the spec's own arithmetic): no proof
+        return Row(lib.family_def(family).span.file, family, "one-format", "unknown",
+                   "the engine's names of its elements", 0.0, str(e))
+
+
+def _no_reference(name: str, model, w: dict) -> bool:
+    """A `one-format` violation that finds no single-rank reading to compare with: unknown."""
+    if name != "one-format":
+        return False
+    return meaning.no_reference(model, w)
+
+
+def _nowhere(row: Row, why: str = "the family applies nowhere: no configuration to hold of") -> Row:
+    """`row` of a family that applies nowhere (or, `why`, is not shown to apply anywhere): a claim
+    proved "for all sizes" may hold of no configuration the family serves, so it is unknown, saying so."""
+    if row.status != "proved":
+        return row
+    return Row(**{**asdict(row), "status": "unknown", "detail": f"holds of the spec's tables, but {why}"})
+
+
+def _safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
+    """`prove()`, or an unknown row saying what stopped it: a spec the reader cannot take
+    (say, one the compiler rejects) gets an honest row, never a traceback."""
+    try:
+        return prove()
+    except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, AttributeError, SpecError,
+            z3.Z3Exception) as e:
+        text = str(e).splitlines()[0] if str(e) else ""
+        return wrap(Row(spec, family, name, "unknown", "not checked: the spec's direct reading failed", 0.0,
+                        f"{type(e).__name__}: {text}"))
+
+
+def to_json(rows: list[Row]) -> list[dict]:
+    return [asdict(r) for r in rows]

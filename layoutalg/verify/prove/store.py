@@ -1,0 +1,174 @@
+"""Cached proof results, keyed by what they depend on. Imports no Z3."""
+from __future__ import annotations
+
+import hashlib
+import re
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from ...compile import cache
+from . import PROVER_VERSION
+from . import RLIMIT
+
+OBLIGATIONS = {
+    "structure": "the local, rank and canonical stride chains of the digit table hold for all sizes (sympy)",
+    "page-size": "the family applies only where its local layout is exactly the runtime's page, and applies "
+                 "somewhere (a witness configuration)",
+    "local-bijective": "the local layout maps its index box one-to-one onto [0, page)",
+    "canonical-bijective": "the canonical layout maps its index box one-to-one onto [0, page)",
+    "shard-in-range": "every rank sends every local index into the canonical box",
+    "shard-injective": "no rank sends two local indices to one canonical index",
+    "writers-disjoint": "two ranks that store the same block never write the same canonical byte",
+    "writers-cover": "every canonical byte has a writer in each block: surjectivity by pigeonhole (as many "
+                     "writer bytes as canonical bytes, sent injectively into the page; the injectivity and range "
+                     "parts are the rows above, asked again where they were not proved for all sizes)",
+    "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
+    "sequence-order": "where a family says `sequence t`, every local token t lands at canonical t = token(t), "
+                      "its place in the sequence by the grid (pages of another cp join along t)",
+    "one-format": "a page read under another configuration than its writer's (another tp, pcp, dcp or "
+                  "interleave; pages of another cp joined along `sequence`): each canonical byte holds, at every "
+                  "configuration, the engine element it holds on a single rank holding the whole page (elements "
+                  "named by the grid's placements, never by the shard map's arithmetic); and where a grid says "
+                  "`agnostic when ...`, the canonical page (and each canonical pad) is built from no size that moves "
+                  "with the parallel configuration (tp, pcp, dcp, interleave, heads, rank digits), each canonical "
+                  "index that depends on the rank placed by a fn of the grid (`head(h)`: the grid's word on the "
+                  "engine), one in every case that claims it",
+    "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
+    "runs-match-spec": "the emitted runs send each local byte where the spec says",
+    "runs-cover-local": "each rank's runs cover its local page exactly once",
+    "regions-tile-local": "a page of regions: no two regions or pads of the local page share a byte, and each pad "
+                          "is one-to-one inside the page (with each region's own rows, and the page as large as "
+                          "its regions together: they tile it exactly)",
+    "regions-tile-canonical": "the same for the canonical page",
+}
+"""In a family of pages each row but `structure` and `page-size` is asked of every
+data region (`family.region`), with 'page' the whole page the region lies in."""
+
+
+def describe() -> str:
+    return "\n".join(f"  {k:<22} {v}" for k, v in OBLIGATIONS.items())
+
+
+@dataclass
+class Row:
+    spec: str
+    family: str
+    obligation: str
+    status: str  # proved | refuted | unknown
+    method: str
+    seconds: float
+    detail: str = ""
+    configurations: list = field(default_factory=list)  # proved configurations, where not all sizes
+    final: bool = True  # False when the wall-clock guard decided part of it: never cached
+    witness: dict = field(default_factory=dict)  # a refutation's configuration (name -> int), to draw it
+
+
+def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
+    """What a cached proof depends on: the family's spec files, the prover, Z3, the budget.
+
+    Only definite results reached within Z3's deterministic budget are cached, so the
+    same key gives the same table on any machine; the wall-clock guard is not part of it.
+    """
+    texts = sorted((p, Path(p).read_bytes().hex()) for p in dependencies(lib, family))
+    parts = [PROVER_VERSION, cache.compiler_fingerprint(), metadata.version("z3-solver"), family,
+             repr(texts), _prover_fingerprint(), str(rlimit)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def dependencies(lib, family: str) -> set[str]:
+    """Every file the family's meaning comes from: its own, those it imports (transitively),
+    and those that define its grid, its layouts, any shared `let` or `fn`, and the `param`s
+    its files read: files loaded together share one namespace, so a family may use a grid
+    from a file it never names (a param it never mentions changes nothing, so loading the
+    family alone or with the whole folder keys its proof alike)."""
+    by_path = {m.path: m for m in lib.modules}
+    f = lib.family_def(family)
+    used = [lib.grids.get(f.grid.id) if f.grid else None,
+            *(lib.layouts.get(u.call.fn) for u in (f.local, f.canonical) if u is not None),
+            *lib.lets.values(), *lib.fns.values()]
+    seen: set[str] = set()
+    todo = [f.span.file] + [d.span.file for d in used if d is not None and d.span is not None]
+    if used[0] is not None:  # a grid's `use`d rules may come from a file that is not imported
+        todo += _statement_files(used[0].body)
+    params = dict(lib.params)
+    while todo:
+        while todo:
+            p = todo.pop()
+            if p in seen or p not in by_path:
+                continue
+            seen.add(p)
+            todo += [str((Path(p).parent / i.path).resolve()) for i in by_path[p].imports]
+        text = "".join(_text(p) for p in sorted(seen))
+        for name in [n for n in params if re.search(rf"\b{n}\b", text)]:
+            todo.append(params.pop(name).span.file)
+    return seen
+
+
+def _statement_files(body) -> list[str]:
+    from ...dsl.syntax import Case
+    out = []
+    for s in body:
+        out.append(s.span.file)
+        if isinstance(s, Case):
+            out += _statement_files(s.body)
+    return out
+
+
+def _text(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _prover_fingerprint() -> str:
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+
+
+def _cache_file(key: str) -> Path | None:
+    d = cache.cache_dir()
+    return d / f"proof-{key[:32]}.json" if d else None
+
+
+def read(key: str):
+    """The cached rows for `key`, or None: only from a private folder, only an entry made for
+    this very key, and only rows of the right shape (a forged "proved" is not believed)."""
+    p = _cache_file(key)
+    try:
+        if not (p and p.is_file() and cache.private(p.parent) and cache.private(p)) or \
+                p.stat().st_size > cache.MAX_ENTRY_BYTES:
+            return None
+        entry = json.loads(p.read_text())
+    except (OSError, ValueError, RecursionError):  # a damaged entry is a miss, never an error of the spec's
+        return None
+    rows = entry.get("rows") if isinstance(entry, dict) and entry.get("key") == key else None
+    return rows if isinstance(rows, list) and rows and all(_valid_row(r) for r in rows) else None
+
+
+def _valid_row(r) -> bool:
+    fields = {f.name for f in Row.__dataclass_fields__.values()}
+    return isinstance(r, dict) and set(r) == fields and r["status"] in ("proved", "refuted", "unknown") \
+        and isinstance(r["configurations"], list) and isinstance(r["witness"], dict) \
+        and all(isinstance(k, str) and type(v) is int for k, v in r["witness"].items()) and all(isinstance(r[k], str) for k in
+                                                            ("spec", "family", "obligation", "method", "detail"))
+
+
+def write(key: str, data) -> None:
+    p = _cache_file(key)
+    if p is None:
+        return
+    try:
+        p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not cache.private(p.parent):
+            return
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": key, "rows": data}, f)
+        os.replace(tmp, p)
+    except OSError:
+        pass

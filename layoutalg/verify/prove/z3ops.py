@@ -1,0 +1,328 @@
+"""Integer arithmetic for `interpret.Reading` over Z3 terms.
+
+`//` and `%` are encoded by their definition (a = q*b + r, 0 <= r < b, for b > 0) and
+exact `/` by a = q*b, each with a fresh quotient: nothing of the algebra's normal form
+is reused, so the proofs read the spec independently of the code they check. Two ints
+are combined in Python, so configurations with concrete sizes stay linear.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import z3
+from z3 import z3core as C
+
+from ...dsl.interpret import Ops
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int)
+
+
+def _key(x):
+    return ("i", x) if _is_int(x) else ("z", x.get_id())
+
+
+class _Division(NamedTuple):
+    """One division `a = q * b + r` of an arithmetic: its memo key (the ids of a and b), and its
+    place in the order the divisions were made."""
+
+    key: tuple
+    order: int
+    a: object
+    q: object
+    r: object
+
+
+class Z3Ops(Ops):
+    """Z3 arithmetic; `side` is the definitions of its quotients and remainders and the
+    theorems between them, `definitions` the first alone."""
+
+    def __init__(self, tag: str = ""):
+        self.tag = tag  # names this arithmetic's quotients apart from another's in one query
+        # the side conditions in the order made: a constraint, or (a quotient's id, how many
+        # divisions by its divisor came before) for the monotonicity theorems between it and
+        # each of those, built only when asked (`_lemma`): a proof that reads many divisions by
+        # one divisor would otherwise build theorems for every pair, its time and memory quadratic
+        self._events: list = []
+        self._memo: dict = {}
+        self._by_divisor: dict = {}  # a divisor's key -> the ids of the quotients by it, in the order made
+        self._divisions: dict = {}  # a quotient's id -> its `_Division`
+        self._lemma_memo: dict = {}
+        self._alive: list = []
+        self._n = 0
+        # the definitions by what they define (`side_for`): a quotient's or remainder's Z3 id ->
+        # (its definition, dividend, divisor, the ids of both)
+        self._defines: dict = {}
+        self._always: list = []   # conditions of no quotient (a division by a non-positive int)
+        self._exact: set = set()  # the remainders stated zero (`exact`): each once
+        self._const_memo: dict = {}  # a term's id -> the ids of its constants (`_consts`)
+        self._held: list = []        # the terms of those ids, held so that no id is reused
+        self.cmp = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
+                    ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+    def _fresh(self, what: str):
+        self._n += 1
+        return z3.Int(f"{self.tag}{what}!{self._n}")
+
+    def _divmod(self, a, b):
+        key = (_key(a), _key(b))
+        if key not in self._memo:
+            q, r = self._fresh("q"), self._fresh("r")
+            known = self._known(a, b)
+            definition = [b > 0, a == q * b + r, r >= 0, r < b] if known is None else \
+                [b > 0, a == q * b + r, q == known, r == 0]  # (the same four places: `apart` reads them so)
+            self._events += definition
+            self._defines[q.get_id()] = self._defines[r.get_id()] = (definition, a, b, (q.get_id(), r.get_id()))
+            # Floor division is monotone in the dividend: theorems for every pair of divisions
+            # by the same divisor (`_lemma`), listed here, built when asked
+            same = self._by_divisor.setdefault(key[1], [])
+            self._events.append((q.get_id(), len(same)))
+            same.append(q.get_id())
+            self._divisions[q.get_id()] = _Division(key, len(self._divisions), a, q, r)
+            self._memo[key] = (q, r)
+            self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
+        return self._memo[key]
+
+    def _known(self, a, b):
+        """A quotient of `a` by `b` this arithmetic states outright where `b` is positive, or None
+        (none here; `prove.meaning.Cancelling` states one)."""
+        return None
+
+    @property
+    def side(self) -> list:
+        """Every side condition made so far: definitions and theorems, in the order made."""
+        out: list = []
+        for e in self._events:
+            if type(e) is tuple:  # a division: its theorems with each earlier one by its divisor
+                q, n = e
+                for older in self._by_divisor[self._divisions[q].key[1]][:n]:
+                    out += self._lemma((q, older))
+            else:
+                out.append(e)
+        return out
+
+    @property
+    def definitions(self) -> list:
+        """The side conditions that are not theorems: every model of them satisfies `side`."""
+        return [e for e in self._events if type(e) is not tuple]
+
+    def _lemma(self, pair: tuple) -> list:
+        """The monotonicity theorems of the divisions whose quotients' ids are `pair` (the
+        newer first), made once. Floor division is monotone in the dividend; Z3's nonlinear
+        arithmetic rarely finds this itself (it needs dividing an inequality by b), so it is
+        stated: theorems, hence sound to add."""
+        if pair not in self._lemma_memo:
+            (_, _, a, q, r), (_, _, a2, q2, r2) = self._divisions[pair[0]], self._divisions[pair[1]]
+            self._lemma_memo[pair] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
+                                      z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
+                                      z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+        return self._lemma_memo[pair]
+
+    def _lemmas_among(self, reached: set) -> list:
+        """The theorems between two of this arithmetic's divisions whose quotients are both in
+        `reached` (ids)."""
+        out, by = [], {}
+        for i in sorted((i for i in reached if i in self._divisions), key=lambda i: self._divisions[i].order):
+            by.setdefault(self._divisions[i].key[1], []).append(i)
+        for same in by.values():  # each in the order made, as `side` lists them
+            for j, newer in enumerate(same):
+                for older in same[:j]:
+                    out += self._lemma((newer, older))
+        return out
+
+    def shared_equal(self, other: "Z3Ops") -> list:
+        """Equalities between this arithmetic's divisions and `other`'s of one dividend by one
+        divisor (the same terms: two configurations' readings of a size over the sizes they
+        share, each with a quotient of its own). Both define `a = q*b + r, 0 <= r < b, b > 0`,
+        so the two quotients and remainders are equal: a theorem, stated because Z3's
+        nonlinear arithmetic rarely derives it. Only these: monotonicity between every pair of
+        one divisor would cost other queries their budget. `side_for` states those of the
+        quotients its terms read (`_shared_among`); here, every one."""
+        return self._shared_among(other, set(self._divisions) | {q.get_id() for q, _ in other._memo.values()})
+
+    def apart(self) -> tuple[list, list]:
+        """(definitions, conditions) of this arithmetic's divisions, apart: each definition holds
+        wherever its divisor is positive (so it is satisfiable in every model, and makes the
+        quotient and remainder functions of the dividend and divisor where they matter), and the
+        conditions are where every division is one the runtime makes (a positive divisor, an exact
+        `/` exact, no int divisor that fails). Together they are `definitions`. Apart, a query may
+        ask whether the conditions hold, or fail, of a reading it does not assume (a case of
+        another configuration), its quotients fixed by the definitions either way."""
+        defs, conds, seen = [], list(self._always), set()
+        for definition, _, _, _ in self._defines.values():
+            if id(definition) in seen:
+                continue
+            seen.add(id(definition))
+            positive, *rest = definition
+            defs.append(z3.Implies(positive, z3.And(*rest[:3])))
+            conds += [positive, *rest[3:]]  # the remainder zero, where a `/` made it
+        return defs, conds
+
+    def quotient(self, a, b):
+        """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
+        (its side conditions say so), else None: defines nothing."""
+        return self._memo.get((_key(a), _key(b)))
+
+    def floordiv(self, a, b):
+        if _is_int(a) and _is_int(b):
+            return a // b if self._positive(b) else 0
+        return self._divmod(a, b)[0]
+
+    def mod(self, a, b):
+        if _is_int(a) and _is_int(b):
+            return a % b if self._positive(b) else 0
+        return self._divmod(a, b)[1]
+
+    def side_for(self, terms, *others: "Z3Ops") -> list:
+        """The side conditions of this arithmetic and `others` that the quotients `terms` read
+        need: each one's definition, those its dividend and divisor read in turn, and the
+        theorems between two of them (of one arithmetic, and `shared_equal` between two). A
+        definition of a quotient the terms never read is left out: its constraints only add
+        conditions, so a query unsat without them is unsat with them, and Z3 is spared the
+        definitions every earlier query made. `side` (and `shared_equal`) are all of them.
+
+        Post-conditions: every returned constraint is in some `side` or `shared_equal`; a quotient
+        read by `terms` has its definition returned."""
+        arith = (self, *others)
+        out = [c for o in arith for c in o._always]
+        reached: set = set()
+        taken: set = set()
+        todo = set().union(*[self._consts(e) for e in terms])
+        while todo:  # (each arithmetic's table looked up in turn: merged, it would cost every query
+            i = todo.pop()  # time in all the divisions made so far)
+            found = next((o._defines[i] for o in arith if i in o._defines), None)
+            if found is None:
+                continue
+            definition, a, b, pair = found
+            reached |= set(pair)  # a remainder read is its quotient defined: the theorems on either hold
+            if id(definition) not in taken:
+                taken.add(id(definition))
+                out += definition
+                todo |= (self._consts(a) | self._consts(b)) - reached
+        out += [c for o in arith for c in o._lemmas_among(reached)]
+        for i, o in enumerate(arith):
+            out += [c for o2 in arith[i + 1:] for c in o._shared_among(o2, reached)]
+        return out
+
+    def _shared_among(self, other: "Z3Ops", reached: set) -> list:
+        """The equalities of `shared_equal(other)` whose two quotients are both in `reached` (ids)."""
+        out = []
+        for i in sorted(i for i in reached if i in self._divisions):
+            key, _, _, q, r = self._divisions[i]
+            if key in other._memo and other._memo[key][0].get_id() in reached:
+                q2, r2 = other._memo[key]
+                out += [q == q2, r == r2]
+        return out
+
+    def _consts(self, e) -> frozenset:
+        """The ids of the constants in `e`, remembered for every subterm (a proof's queries
+        share their terms: each is walked once). The walk reads Z3's terms through its C API,
+        without a Python object per subterm (a proof walks hundreds of thousands); `e` is held,
+        and with it every subterm, so no id is reused."""
+        if not z3.is_expr(e):
+            return frozenset()
+        memo, ctx = self._const_memo, e.ctx.ref()
+        top = e.as_ast()
+        if C.Z3_get_ast_id(ctx, top) in memo:
+            return memo[C.Z3_get_ast_id(ctx, top)]
+        self._held.append(e)
+        stack = [(top, None)]
+        while stack:
+            a, kids = stack.pop()
+            i = C.Z3_get_ast_id(ctx, a)
+            if i in memo:
+                continue
+            if kids is None:
+                kids = _kids(ctx, a)
+                stack.append((a, kids))
+                stack += [(k, None) for k in kids]
+                continue
+            leaf = not kids and C.Z3_get_ast_kind(ctx, a) == z3.Z3_APP_AST and C.Z3_get_decl_kind(
+                ctx, C.Z3_get_app_decl(ctx, C.Z3_to_app(ctx, a))) == z3.Z3_OP_UNINTERPRETED
+            memo[i] = frozenset((i,)) if leaf else frozenset().union(*[memo[C.Z3_get_ast_id(ctx, k)] for k in kids])
+        return memo[C.Z3_get_ast_id(ctx, top)]
+
+    def _positive(self, b: int) -> bool:
+        """A divisor must be positive (the runtime fails closed otherwise): else nothing holds."""
+        if b <= 0:
+            self._events.append(z3.BoolVal(False))
+            self._always.append(z3.BoolVal(False))
+        return b > 0
+
+    def exact(self, a, b):
+        if _is_int(a) and _is_int(b):
+            if b <= 0 or a % b:
+                self._events.append(z3.BoolVal(False))
+                self._always.append(z3.BoolVal(False))
+                return 0
+            return a // b
+        q, r = self._divmod(a, b)
+        if r.get_id() not in self._exact:  # once: a reading that divides again adds nothing to either list
+            self._exact.add(r.get_id())
+            self._events.append(r == 0)
+            self._defines[q.get_id()][0].append(r == 0)  # (the list `side` took: exactness joins the definition)
+        return q
+
+    def and_(self, xs):
+        return z3.And(*xs) if any(not isinstance(x, bool) for x in xs) else all(xs)
+
+    def or_(self, xs):
+        return z3.Or(*xs) if any(not isinstance(x, bool) for x in xs) else any(xs)
+
+    def not_(self, x):
+        return z3.Not(x) if not isinstance(x, bool) else not x
+
+
+def _kids(ctx, a) -> list:
+    """The direct subterms of the Z3 term `a` (a pointer): an application's arguments, a
+    quantifier's body."""
+    kind = C.Z3_get_ast_kind(ctx, a)
+    if kind == z3.Z3_APP_AST:
+        app = C.Z3_to_app(ctx, a)
+        return [C.Z3_get_app_arg(ctx, app, j) for j in range(C.Z3_get_app_num_args(ctx, app))]
+    return [C.Z3_get_quantifier_body(ctx, a)] if kind == z3.Z3_QUANTIFIER_AST else []
+
+
+def solver(rlimit: int, guard_s: float | None = None, seed: int = 0) -> z3.Solver:
+    """The solver every proof query runs on: bounded by Z3's resource count (`rlimit`), with a
+    wall-clock `guard_s` as a last guard only (where it decides, the caller says the verdict
+    is not final).
+
+    Not yet a function of the query and `rlimit` alone: for nonlinear integer queries
+    `z3.Solver()` runs Z3's `qfnia` tactic, whose SMT and nlsat stages are given seconds of
+    wall clock (`try_for`), so a query near those bounds may be decided on an idle machine
+    and not under load. The SMT core alone (`SimpleSolver`) and the tactic's stages without
+    the clocks were tried: both left the shipped proofs many times slower.
+    """
+    s = z3.Solver()
+    s.set("rlimit", max(1, rlimit))
+    if guard_s is not None:
+        s.set("timeout", max(1, int(guard_s * 1000)))
+    s.set("random_seed", seed)
+    return s
+
+
+FALLBACK_SHARE = 4
+"""The fallback's budget: this fraction of the query's own (`check`)."""
+
+
+def check(s: z3.Solver, rlimit: int, guard_s: float | None = None):
+    """(result, the solver that reached it) of `s`, asked again of Z3's SMT core alone where the
+    default tactic leaves it unknown for any reason but the wall-clock guard. The default's
+    nonlinear stages stop on clocks of their own, so under load a query it decides when idle can
+    come back unknown; the SMT core consults no clock, so what it decides within its resource
+    budget (`rlimit // FALLBACK_SHARE`) it decides the same way on every run. A verdict is then
+    unknown only where neither decides: the same every time wherever the core decides alone.
+    Both are sound, so either's sat or unsat is the query's."""
+    res = s.check()
+    if res != z3.unknown or "timeout" in s.reason_unknown():
+        return res, s
+    again = z3.SimpleSolver()
+    again.set("rlimit", max(1, rlimit // FALLBACK_SHARE))
+    if guard_s is not None:
+        again.set("timeout", max(1, int(guard_s * 1000)))
+    again.add(*s.assertions())
+    decided = again.check()
+    return (decided, again) if decided != z3.unknown else (res, s)
+

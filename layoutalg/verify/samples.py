@@ -1,0 +1,56 @@
+"""Which configurations of a family exist, and with what page: the sample values of every
+runtime name, their product, and a family's instance at one of them with a page that fits.
+`check` enumerates them; the prover takes its per-configuration steps and witnesses from them.
+"""
+from __future__ import annotations
+
+import itertools
+
+from .. import params
+from ..compile.compiled import CompiledFamily, GuardFailed, misfit
+from ..dsl.library import Library
+
+DEFAULT_DOMAIN = params.SAMPLES
+"""The configurations `check` enumerates for the built-in names (page_size is fitted to each)."""
+
+
+def sample_domain(lib: Library, cf: CompiledFamily | None = None) -> dict:
+    """The sample values of every runtime name the library knows, declared ones included.
+
+    With `cf`, only the names the family reads are varied (the others keep their first
+    sample): a name it never reads only multiplies the same configuration.
+    """
+    read = {b.name for b in cf.bounds} if cf is not None and cf.bounds else None
+    return {n: p.samples if read is None or n in read else p.samples[:1]
+            for n, p in lib.vocabulary().items() if n != "page_size"}
+
+
+def configurations(domain: dict = DEFAULT_DOMAIN):
+    names = list(domain)
+    for values in itertools.product(*(domain[n] for n in names)):
+        yield dict(zip(names, values))
+
+
+def instantiate(cf: CompiledFamily, sizes: dict):
+    """The family's instance at `sizes`, with page_size chosen to fit its local layout."""
+    trial = []
+    try:
+        inst = cf.evaluate({**sizes, "page_size": 0}, bounded=False)  # only to learn the page it holds
+        if inst.local_page > 0:
+            trial.append(inst.local_page)
+        if hasattr(inst, "regions"):  # a page padded to the runtime's page: its data, then with room to spare
+            used = sum(i.local_page for _, i in inst.regions)
+            trial += [used, used + 2 * sizes.get("block_size", 1)]
+    except (GuardFailed, ZeroDivisionError):
+        pass
+    trial += [sizes.get("block_size", 1) * k for k in (3, 8)]  # (a family that reads no block_size: any page)
+    last = None
+    for page in trial:
+        try:
+            inst = cf.evaluate({**sizes, "page_size": page})
+        except GuardFailed as e:
+            last = e
+            continue
+        if not misfit(inst, page, sizes["tp"] * sizes["pcp"]):  # what the runtime demands
+            return inst, {**sizes, "page_size": page}
+    raise last or GuardFailed("no page size fits the local layout")
