@@ -22,7 +22,8 @@ import torch
 
 from layoutalg.copy.executor import plan
 from layoutalg.tools.distributed import group_of, parse_config
-from layoutalg.plans.reshard import direct_plans, execute
+from layoutalg.plans.reshard import direct_plans
+from layoutalg.copy.direct import execute
 
 BLOCKS = 256
 PAIRS = [("split_hnd", 8, 128, "tp=2", "tp=4"), ("split_hnd", 8, 128, "tp=4", "tp=2"),

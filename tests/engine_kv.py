@@ -45,10 +45,10 @@ def engine_fill(config: dict, rank: int, total_heads: int, head_size: int, block
 def round_trip(store, load, conv, total_heads: int, head_size: int) -> tuple[int, int]:
     """Fill `store`'s ranks (fp32 `distributed.Group`s, split-NHD tensors) by the engine, store
     their canonical pages by layoutalg's plans, convert them to `load`'s format (`conv`, a
-    `pageformat.PageConversion`, or None for one format), load them on `load`'s ranks and
+    `PageConversion`, or None for one format), load them on `load`'s ranks and
     compare with the engine's own fill there: (elements wrong, elements compared)."""
     from layoutalg.copy.executor import plan
-    from layoutalg.plans.pageformat import convert
+    from layoutalg.copy.direct import convert
     blocks_x, blocks_y = store.blocks, load.blocks
     tokens = blocks_x * store.sizes["block_size"] * store.config["dcp"] * store.config["pcp"]
     pages_x = torch.arange(blocks_x)

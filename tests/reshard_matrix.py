@@ -27,7 +27,8 @@ from layoutalg.copy.executor import plan
 from layoutalg.tools.distributed import global_coordinates, hashed, layout_of_pages
 from layoutalg.errors import ConfigError, LayoutalgError
 from layoutalg.verify.oracle import spec_coordinates
-from layoutalg.plans.pageformat import conversion, convert
+from layoutalg.copy.direct import convert
+from layoutalg.verify.conversions import conversion
 from layoutalg.dsl.library import load_default
 from layoutalg.copy.views import layer_segments
 from layoutalg.params import parse_config
@@ -124,7 +125,8 @@ def _same(have, want, canon) -> bool:
 
 
 def _direct(x, y, conv, G, kvs, blocks_x, pages_y, blocks_y, small) -> bool:
-    from layoutalg.plans.reshard import cross_plans, gather, scatter
+    from layoutalg.plans.reshard import cross_plans
+    from layoutalg.copy.direct import gather, scatter
     cross = cross_plans(x.mappings, y.mappings, conv)
     out = [y.empty().zero_() for _ in y.mappings]
     for p, v, rank, src, dst in cross.transfers(G):

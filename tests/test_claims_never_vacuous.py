@@ -335,7 +335,7 @@ def test_a_false_sequence_claim_fails_check_and_no_conversion_joins_pages_by_it(
     conversion between pages of another cp joined pages along t: the sequence reordered."""
     from layoutalg.verify.check import check_family
     from layoutalg.errors import LayoutalgError
-    from layoutalg.plans.pageformat import conversion
+    from layoutalg.verify.conversions import conversion
     lib = load([BROKEN / "rank_major_tokens.lal"])
     rep = check_family(lib, compile_named(lib, "rank_major"))
     assert len(rep.errors) == 1 and "rank_major_tokens.lal:30: `sequence t` does not hold: rank 0 puts local " \

@@ -91,14 +91,14 @@ def test_a_fresh_mutant_is_refuted_refused_and_loses_elements(tmp_path, monkeypa
     # the page path: the conversion between cp 1 and cp 2 is refused, naming the row
     config = {"cp > 1": "tp=2,dcp=2", "dcp > 1": "tp=2,dcp=2", "pcp > 1": "tp=1,pcp=2"}[when[0]]
     x, y = _groups(specs, "mutant", "tp=2", config, 4)
-    from layoutalg.plans import pageformat
+    from layoutalg.verify import conversions
     with pytest.raises(LayoutalgError, match="not one format with a single rank's"):
-        pageformat.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
+        conversions.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
     # what it would lose: with both checks taken away, the engine's elements do not come home
     import layoutalg.verify.prove.meaning as meaning
     monkeypatch.setattr(meaning, "unshown", lambda *a, **k: "")
-    monkeypatch.setattr(pageformat, "_keeps_elements", lambda *a: None)
-    conv = pageformat.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
+    monkeypatch.setattr(conversions, "_keeps_elements", lambda *a: None)
+    conv = conversions.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
     wrong, compared = round_trip(x, y, conv, 1, 8)
     assert compared and wrong, (wrong, compared)
 
@@ -108,9 +108,9 @@ def test_the_identity_permutation_is_proved_and_keeps_every_element(tmp_path):
     of the engine's fill comes home under the other cp."""
     specs = mutant(tmp_path, (2, 1, 0), WHEN[0])
     assert _row(specs, "mutant").status == "proved"
-    from layoutalg.plans import pageformat
+    from layoutalg.verify import conversions
     x, y = _groups(specs, "mutant", "tp=2", "tp=2,dcp=2", 4)
-    conv = pageformat.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
+    conv = conversions.conversion(library_of(specs), "mutant", y.sizes, x.sizes)
     wrong, compared = round_trip(x, y, conv, 1, 8)
     assert compared == 2 * 2 * 2 * 4 * 8 and wrong == 0  # 2 ranks, 2 blocks, K/V, 4 tokens, 1 head, 8 channels
 
@@ -236,11 +236,11 @@ def test_pages_of_two_block_sizes_are_compared_element_by_element(tmp_path):
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
     (tmp_path / "f.lal").write_text(TOKSWAP)
     assert one_format(load([tmp_path / "f.lal"]), "f", Budgets.of()).status == "proved"
-    from layoutalg.plans import pageformat
+    from layoutalg.verify import conversions
     x = group_of("f", parse_config("tp=2"), 1, 4, 4, "fp32", 4, specs=str(tmp_path))
     y = group_of("f", parse_config("tp=2,dcp=2"), 1, 4, 4, "fp32", 2, specs=str(tmp_path))
     with pytest.raises(LayoutalgError, match="not converted: byte .* which holds another element"):
-        pageformat.conversion(library_of(str(tmp_path)), "f", y.sizes, x.sizes)
+        conversions.conversion(library_of(str(tmp_path)), "f", y.sizes, x.sizes)
 
 
 def test_a_refutation_is_not_hidden_behind_an_agnostic_claim_not_shown(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import torch
 from layoutalg.copy.executor import plan
 from layoutalg.errors import ConfigError, LayoutMismatch
 from layoutalg.dsl.library import load_default
-from layoutalg.plans.pageformat import conversion
+from layoutalg.verify.conversions import conversion
 from layoutalg.plans.reshard import ReshardError, cross_plans, direct_plans
 from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout, element_part, form_part
 from layoutalg.runtime.vllm import derive_canonical_mappings
@@ -31,7 +31,7 @@ def test_a_conversion_is_used_only_between_the_groups_it_was_made_for():
     # a half-size model's conversion: k small pages a big one as here, but other formats
     with pytest.raises(ReshardError, match="made for other sizes or another family"):
         cross_plans(big.mappings, small.mappings, other)
-    with pytest.raises(ReshardError, match="must be a pageformat.PageConversion"):
+    with pytest.raises(ReshardError, match="must be a PageConversion"):
         cross_plans(big.mappings, small.mappings, conv.mapping)
 
 

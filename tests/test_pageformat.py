@@ -13,7 +13,7 @@ from layoutalg.errors import LayoutalgError
 from layoutalg.dsl.interpret import Reading
 from layoutalg.dsl.library import load_default
 from layoutalg.mapping import merged_triples
-from layoutalg.plans.pageformat import conversion
+from layoutalg.verify.conversions import conversion
 
 from conftest import ROOT
 from test_reshard import _group
@@ -136,7 +136,7 @@ def test_pages_that_are_not_parts_of_one_another_do_not_convert(family, a, b, wh
 
 def test_convert_refuses_pages_of_the_wrong_shape():
     import torch
-    from layoutalg.plans.pageformat import convert
+    from layoutalg.copy.direct import convert
     lib = load_default()
     c = conversion(lib, "mla", _group("mla", 1, "tp=2,dcp=2").sizes, _group("mla", 1, "tp=1").sizes)
     with pytest.raises(LayoutalgError, match="expected"):

@@ -301,7 +301,7 @@ def test_a_plan_across_block_sizes_reading_the_wrong_part_is_refuted(lib):
     ("split_hnd", "tp=4,block_size=48", "tp=2,block_size=16"),   # a big producer page read as three
 ])
 def test_the_runtime_plan_across_block_sizes_is_the_proved_plan(lib, family, store, load):
-    from layoutalg.plans.pageformat import conversion
+    from layoutalg.verify.conversions import conversion
     from layoutalg.plans.reshard import cross_plans
     cs, cl = parse_config(store, also=("block_size",)), parse_config(load, also=("block_size",))
     bs, bl = cs.pop("block_size"), cl.pop("block_size")
@@ -726,7 +726,7 @@ def test_the_runtime_plan_across_another_cp_is_the_proved_plan_at_its_sizes(lib,
     fragments; at every size its bytes are those of the plan proved for all sizes, of the
     residue case the sizes lie in (virtual consumer `part * world + s` is consumer s's plan
     for that part)."""
-    from layoutalg.plans.pageformat import conversion
+    from layoutalg.verify.conversions import conversion
     from layoutalg.plans.reshard import cross_plans
     x = group_of(family, parse_config(store), heads, block_size, 8, "bf16", 2)
     y = group_of(family, parse_config(load), heads, block_size, 8, "bf16", 2)

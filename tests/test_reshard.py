@@ -15,7 +15,8 @@ from layoutalg.dsl.library import load_default
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
 from layoutalg.verify.prove.reshard import prove_plans
 from layoutalg.verify.prove.runner import Budgets
-from layoutalg.plans.reshard import ReshardError, check_plan, direct_plans, execute
+from layoutalg.plans.reshard import ReshardError, check_plan, direct_plans
+from layoutalg.copy.direct import execute
 from layoutalg.copy.views import layer_segments
 
 from conftest import ROOT
@@ -179,7 +180,7 @@ def test_reshard_of_a_configuration_it_cannot_serve_exits_2():
 
 def test_gather_and_scatter_refuse_bad_input_untouched():
     from layoutalg.errors import LayoutMismatch
-    from layoutalg.plans.reshard import gather, scatter
+    from layoutalg.copy.direct import gather, scatter
     x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=4")
     p = direct_plans(x.mappings, y.mappings)[0]
     kv = x.empty().zero_()
@@ -248,7 +249,7 @@ def test_direct_plans_of_random_groups_execute_exactly():
     """Seeded random groups (a fragment may be held by two ranks): every plan built executes,
     with non-negative strides, and puts each producer byte where its canonical byte belongs."""
     import random
-    from layoutalg.plans.reshard import execute
+    from layoutalg.copy.direct import execute
     rng = random.Random(7)
     built = 0
     for _ in range(300):
@@ -429,7 +430,7 @@ def test_a_plan_is_one_whichever_way_it_was_composed():
 
 
 def test_a_plan_of_floats_is_validated_even_after_its_equal_of_ints():
-    from layoutalg.plans.reshard import gather
+    from layoutalg.copy.direct import gather
     x, y = _group("split_hnd", 8, "tp=2"), _group("split_hnd", 8, "tp=4")
     p = direct_plans(x.mappings, y.mappings)[0]
     kvs, _, blocks = _filled(x)
@@ -481,7 +482,7 @@ def test_gather_and_scatter_check_the_tensors_the_mappings_were_derived_for():
     """A direct plan carries both groups' tensor views: a tensor of another layout but the right
     page size (HND strides given to an NHD plan) is refused before a byte moves, as a copy plan does."""
     from layoutalg.errors import LayoutMismatch
-    from layoutalg.plans.reshard import gather, scatter
+    from layoutalg.copy.direct import gather, scatter
     from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
 
     def group(tp):
@@ -552,7 +553,7 @@ def test_a_conversion_that_gives_other_elements_back_is_refused(tmp_path, monkey
     `one-format` at the two configurations (Z3, each canonical index one element), and, with that
     taken away, the elements read through the runs, naming the byte."""
     from layoutalg.tools.distributed import library_of
-    from layoutalg.plans.pageformat import conversion
+    from layoutalg.verify.conversions import conversion
     import layoutalg.verify.prove.meaning as meaning
     specs = _swapped(tmp_path)
     big = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
@@ -597,15 +598,15 @@ def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(t
     indices, each a global index by the grid's placements. With the conversion's own element
     check taken away, the pages of the family above move, and the byte check fails every
     loading rank, where the spec's own reading of both layouts (the check before) passed them."""
-    from layoutalg.plans import pageformat
+    from layoutalg.verify import conversions
     from layoutalg.tools.distributed import library_of
     import layoutalg.verify.prove.meaning as meaning
     specs = _swapped(tmp_path)
-    monkeypatch.setattr(pageformat, "_keeps_elements", lambda *a: None)
+    monkeypatch.setattr(conversions, "_keeps_elements", lambda *a: None)
     monkeypatch.setattr(meaning, "unshown", lambda *a, **k: "")
     store = group_of("swapped_channels", parse_config("tp=2"), 2, 4, 4, "bf16", 4, specs=specs)
     load = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
-    conv = pageformat.conversion(library_of(specs), "swapped_channels", load.sizes, store.sizes)
+    conv = conversions.conversion(library_of(specs), "swapped_channels", load.sizes, store.sizes)
     assert reshard(store, load, 1, conversion=conv, log=lambda *a: None) == (0, 4)
     same = group_of("swapped_channels", parse_config("tp=4"), 2, 4, 4, "bf16", 4, specs=specs)
     assert reshard(store, same, 1, log=lambda *a: None) == (4, 0)  # the control: one cp, one meaning

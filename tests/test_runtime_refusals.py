@@ -15,7 +15,8 @@ from layoutalg.copy.executor import plan, plan_model
 from layoutalg.runtime.corpus import CorpusError, derive_corpus
 from layoutalg.errors import ConfigError, LayoutMismatch
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
-from layoutalg.plans.reshard import direct_plans, gather, scatter
+from layoutalg.plans.reshard import direct_plans
+from layoutalg.copy.direct import gather, scatter
 
 from conftest import ROOT
 from test_vllm_adapter import MambaSpec, attention, cache_config, config, mla, split_nhd, state_config
@@ -137,7 +138,7 @@ def test_a_strided_receive_buffer_reaching_into_the_consumers_pages_fills_them_r
 def test_direct_plans_of_mappings_from_sizes_alone_take_the_engines_tensors_and_refuse_others():
     """Gather and scatter raised AttributeError for any tensor of more than
     two dims (a plan's side carried no format); now they check it as a copy plan does."""
-    from layoutalg.plans.reshard import execute
+    from layoutalg.copy.direct import execute
     logging.disable(logging.WARNING)
     try:
         kvc = cache_config([(mla(block_size=16, head_size=576), ["mla"])], num_blocks=2)
@@ -181,7 +182,7 @@ def test_a_model_plan_reads_ids_given_once_for_every_layer(one_shot):
 
 def test_execute_reads_block_ids_given_once():
     """Execute's checks used up generator ids; the copy then moved nothing."""
-    from layoutalg.plans.reshard import execute
+    from layoutalg.copy.direct import execute
     spec = lambda h: attention(block_size=4, heads=h, head_size=8, dtype=torch.bfloat16)  # noqa: E731
     torch.manual_seed(2)
     full = torch.randn(4, 2, 4, 4, 8).to(torch.bfloat16)

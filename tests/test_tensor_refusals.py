@@ -9,6 +9,7 @@ import torch
 
 from layoutalg import derive_canonical_mappings
 from layoutalg.plans import reshard
+from layoutalg.copy import direct
 from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch, SpecError
 from layoutalg.dsl.library import load
@@ -130,7 +131,7 @@ def test_direct_reshard_refuses_a_consumer_sharing_memory_with_a_producer():
     plans = reshard.direct_plans(_int_group(2, [p0, p1], TOT, D), _int_group(1, [consumer], TOT, D))
     before = buf.clone()
     with pytest.raises(LayoutMismatch, match="producer 1 kv and the consumer kv share memory in the blocks asked for"):
-        reshard.execute(plans[0], [p0, p1], [0, 1], consumer, [0, 1])
+        direct.execute(plans[0], [p0, p1], [0, 1], consumer, [0, 1])
     assert torch.equal(buf, before)  # nothing written
 
 
@@ -146,10 +147,10 @@ def test_direct_reshard_lets_a_consumer_share_a_producers_tensor_in_other_blocks
     p0, p1 = full[:, :, :, :H].contiguous(), buf[2 * block:2 * block + full.numel() // 2].view(N, 2, T, H, D)
     p1.copy_(full[:, :, :, H:])  # its blocks 0 and 1 lie in the consumer's block 2
     plans = reshard.direct_plans(_int_group(2, [p0, p1], TOT, D), _int_group(1, [consumer], TOT, D))
-    reshard.execute(plans[0], [p0, p1], [0, 1], consumer, [0, 1])
+    direct.execute(plans[0], [p0, p1], [0, 1], consumer, [0, 1])
     assert torch.equal(consumer[:2], full[:2])
     with pytest.raises(LayoutMismatch, match="producer 1 kv and the consumer kv share memory in the blocks"):
-        reshard.execute(plans[0], [p0, p1], [0, 1], consumer, [1, 2])  # block 2 is where producer 1 is read
+        direct.execute(plans[0], [p0, p1], [0, 1], consumer, [1, 2])  # block 2 is where producer 1 is read
 
 
 def test_the_fallback_does_not_read_a_tensor_that_keeps_kv_outside_the_blocks():
@@ -243,5 +244,5 @@ def test_one_producer_may_reshard_within_its_own_tensor():
     spec = attention(block_size=T, heads=2, head_size=2, dtype=torch.int32)
     (m,) = [derive_canonical_mappings(config(tp=1, rank=0, total=2), cache_config([(spec, ["l"])], 4), {"l": kv})["l"]]
     p, = reshard.direct_plans([m], [m])
-    reshard.execute(p, [kv], [0, 1], kv, [2, 3])
+    direct.execute(p, [kv], [0, 1], kv, [2, 3])
     assert torch.equal(kv[2:], kv[:2])

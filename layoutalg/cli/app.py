@@ -281,7 +281,7 @@ def _reshard(args) -> int:
     a, b = store.mappings[0].canonical_page_size_bytes, load.mappings[0].canonical_page_size_bytes
     if a != b and store.mappings[0].layout_id == load.mappings[0].layout_id:
         from ..tools.distributed import library_of
-        from ..plans.pageformat import conversion as converting
+        from ..verify.conversions import conversion as converting
         big, small = (store, load) if a > b else (load, store)
         conversion = converting(library_of(specs), args.family, big.sizes, small.sizes)
         blocks = args.blocks * conversion.k if small is load else args.blocks // conversion.k
@@ -540,7 +540,7 @@ def _draw_reshard(args) -> int:
     if a == b:
         print(draw_reshard(direct_plans(producers, consumers), len(producers), args.output, title))
         return 0
-    from ..plans.pageformat import conversion
+    from ..verify.conversions import conversion
     from ..plans.reshard import cross_plans
     lib, _ = _families_in(args.spec, cf.name)
     big, small = (big, small) if a > b else (small, big)

@@ -48,16 +48,16 @@ except ImportError:  # pragma: no cover - torch works without it, and so do the 
 
 from ..errors import ConfigError, LayoutMismatch
 from ..mapping import CanonicalPageMapping
-from .views import (CANONICAL, LOCAL, _check_runs, check_apart, check_blocks_apart, check_stretches_apart,
-                         in_segments, layer_segments, outer_of, page_bytes, stretch_length,
-                         stretch_starts)
+from ..runtime.runs import check_runs
+from .views import (CANONICAL, LOCAL, check_apart, check_blocks_apart, check_stretches_apart, in_segments,
+                    layer_segments, outer_of, page_bytes, stretch_length, stretch_starts)
 
 
 def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     """A plan for `kv`: a tensor holding the mapping's local page in each block, or the
     list of tensors that view it (a Mamba layer's conv and SSM state), checked against the
     tensors the mapping was derived for (`torch_copy.layer_bytes`)."""
-    _check_runs(mapping, "plan")  # a mapping, every run inside both pages, every writer election sound
+    check_runs(mapping, "plan")  # a mapping, every run inside both pages, every writer election sound
     if not mapping.runs:  # a store would write nothing and a load fill nothing, each reporting its blocks done
         raise ConfigError(f"plan: the mapping holds no run: not one byte of its {mapping.local_page_size_bytes}-byte "
                           f"local page has a canonical byte")

@@ -370,12 +370,12 @@ def load_default(spec_dir: str | Path | None = None) -> Library:
     """The shipped spec library (or `spec_dir`), loaded once per process and again whenever a
     file it was read from changes or the folder's spec files do (`unchanged`): an edited spec
     is never served stale."""
-    from ..compile import cache
+    from . import sources as files
     folder = Path(spec_dir or specs_dir()).resolve()
     hit = _LOADED.get(str(folder))
-    if hit is not None and cache.unchanged(hit[0], folder, hit[1]):
+    if hit is not None and files.unchanged(hit[0], folder, hit[1]):
         return hit[2]
-    listing = cache.folder_listing(folder)
+    listing = files.folder_listing(folder)
     lib = load((str(folder),))
     if len(_LOADED) >= 8:
         _LOADED.pop(next(iter(_LOADED)))

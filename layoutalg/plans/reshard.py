@@ -39,18 +39,14 @@ from bisect import bisect_right
 from math import prod
 from typing import NamedTuple, Sequence
 
-import torch
 
 from ..algebra.ops import NotCompact
-from ..copy.executor import _ids as read_ids
 from ..algebra.refine import consumer_runs, owners, pieces
 from ..errors import ConfigError, LayoutalgError
 from ..runtime.lower import strided_fragments, strided_runs
 from ..mapping import CanonicalPageMapping, CopyRun, PageConversion, TensorView
-from ..copy.views import (_check_runs, check_blocks_apart, in_segments, layer_segments, overlap, shared_byte,
-                         stretch_length)
+from ..runtime.runs import check_runs, shared_byte
 
-_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
 
 
@@ -248,7 +244,7 @@ def _compatible(producers, consumers) -> None:
             if not isinstance(m, CanonicalPageMapping):
                 raise ConfigError(f"direct reshard: {role} rank {r} is a {type(m).__name__}, "
                                   f"expected a CanonicalPageMapping")
-            _check_runs(m, f"direct reshard ({role} rank {r})")
+            check_runs(m, f"direct reshard ({role} rank {r})")
     first = producers[0]
     for role, group in (("producer", producers), ("consumer", consumers)):
         for r, m in enumerate(group):
@@ -460,135 +456,6 @@ def _canonical(table, lo: int, n: int):
     return [tuple(x) for x in out]
 
 
-# ---- execution: gather on the producer, scatter on the consumer ----------------------------
-
-def _word_of(segs, runs: Sequence[DirectRun], side: str) -> int:
-    """The widest word dividing every run's offsets, sizes and strides on that side, and the
-    base, block stride and length of each of `segs`, the local page's stretches."""
-    values = [x for seg in segs for x in (seg.bytes.storage_offset(), seg.bytes.stride(0), seg.bytes.shape[1])]
-    for r in runs:
-        values += [r.src_offset if side == "src" else r.dst_offset, r.fragment_size,
-                   (r.src_stride if side == "src" else r.dst_stride) if r.num_fragments > 1 else 0]
-    w = next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
-    return w
-
-
-def _run_view(raw, w: int, offset: int, stride: int, r: DirectRun):
-    words = torch.empty(0, dtype=_WORDS[w], device=raw.device).set_(raw.untyped_storage())
-    return words.as_strided((raw.shape[0], r.num_fragments, r.fragment_size // w),
-                            (raw.stride(0) // w, stride // w, 1), (raw.storage_offset() + offset) // w)
-
-
-def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
-    """Checked before anything moves: the plan, the producer, the tensor's pages (the
-    producer's for a gather, the consumer's for a scatter) and the block ids; with the
-    producer's runs that move bytes."""
-    if type(producer) is not int or producer < 0:
-        raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
-    _validated(plan)
-    segs = _layer(plan, kv, op == "gather", op)
-    raw = segs[0].bytes
-    blocks = _ids(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
-    runs = tuple(r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size)
-    side = ("src_offset", "src_stride") if op == "gather" else ("dst_offset", "dst_stride")
-    other = ("dst_offset", "dst_stride") if op == "gather" else ("src_offset", "src_stride")
-    # cut where the tensor holds its page in stretches apart, in the runs' byte order: what the
-    # gather sends in that order the scatter receives in it, however either side is cut
-    pieces = in_segments(runs, stretch_length(segs), side, other)
-    return segs, blocks, pieces
-
-
-def gather(plan: DirectPlan, producer: int, kv, block_ids):
-    """Producer side: the bytes consumer `plan.consumer` reads from `producer`, for each block
-    of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire): one
-    strided view per run, gathered for every block at once."""
-    segs, blocks, pieces = _side(plan, producer, kv, block_ids, "gather")
-    if not pieces or not blocks.numel():
-        return torch.zeros(0, dtype=torch.uint8, device=segs[0].bytes.device)
-    w = _word_of(segs, [r for _, r in pieces], "src")
-    parts = [_run_view(segs[s].bytes, w, r.src_offset, r.src_stride, r).index_select(0, blocks)
-             .reshape(blocks.numel(), -1) for s, r in pieces]
-    data = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (one run: no second copy)
-    return data.view(torch.uint8).reshape(-1)
-
-
-def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
-    """Consumer side: put what `gather` sent from `producer` into the blocks `block_ids` of `kv`."""
-    segs, blocks, pieces = _side(plan, producer, kv, block_ids, "scatter")
-    raw = segs[0].bytes
-    per_block = sum(r.fragment_size * r.num_fragments for _, r in pieces)
-    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1 or \
-            data.numel() != blocks.numel() * per_block:
-        raise ConfigError(f"scatter: received {tuple(getattr(data, 'shape', ()))} {getattr(data, 'dtype', type(data))} "
-                          f"from producer rank {producer}, "
-                          f"expected {blocks.numel()} blocks x {per_block} bytes of uint8")
-    if not pieces or not blocks.numel():
-        return
-    w = _word_of(segs, [r for _, r in pieces], "dst")
-    if not data.is_contiguous() or any(overlap(data.view(1, -1), seg.bytes) for seg in segs):  # received into the
-        data = data.clone(memory_format=torch.contiguous_format)  # kv's own memory, the runs would overwrite bytes
-        # they have yet to read (a strided buffer spans more than its elements: copied as well)
-    rows = data.to(raw.device).view(blocks.numel(), per_block)
-    at = 0
-    for s, r in pieces:
-        n = r.fragment_size * r.num_fragments
-        chunk = rows[:, at:at + n].contiguous().view(_WORDS[w])
-        _run_view(segs[s].bytes, w, r.dst_offset, r.dst_stride, r).index_copy_(
-            0, blocks, chunk.view(blocks.numel(), r.num_fragments, r.fragment_size // w))
-        at += n
-
-
-def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:
-    """In one process: fill consumer blocks `dst_blocks` of `kv` from producer blocks `src_blocks`
-    (block i of one is block i of the other) of every producer rank's tensor."""
-    if not isinstance(plan, DirectPlan):
-        raise ConfigError(f"execute: expected a DirectPlan, got {type(plan).__name__}")
-    if isinstance(producer_kvs, torch.Tensor) or not isinstance(producer_kvs, Sequence):
-        raise ConfigError(f"execute: producer_kvs must be a list of every producer rank's tensor, got "
-                          f"{type(producer_kvs).__name__}")
-    validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
-    into = _layer(plan, kv, False, "execute")
-    src_blocks = read_ids(src_blocks, "producer block ids", "execute")  # read once (a generator is read
-    dst = dst_blocks = _ids(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
-    several = len(plan.producers()) > 1
-    for p in plan.producers():  # everything checked before the first byte moves
-        segs = _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")
-        src = _ids(src_blocks, segs[0].bytes.shape[0], "execute")
-        if src.numel() != dst.numel():
-            raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
-        # producer by producer, a scatter into memory a later producer is read from would
-        # hand it bytes already overwritten: the consumer blocks share none with any producer's
-        # blocks read (one producer is gathered whole before the scatter: it may be the consumer)
-        if several:
-            check_blocks_apart([(f"producer {p} kv", segs, src), ("the consumer kv", into, dst)], "execute",
-                               "a producer scattered first would overwrite bytes a later one is read from")
-    for p in plan.producers():
-        scatter(plan, p, gather(plan, p, producer_kvs[p], src_blocks), kv, dst_blocks)
-
-
-class _Side(NamedTuple):
-    tensors: tuple
-    local_page_size_bytes: int
-    format_id: str = ""
-    reads: tuple = ()
-
-
-def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
-    """One side's pages as `Segment`s of `(blocks, bytes)`, the tensor checked against the views
-    its group's mappings were derived for (`torch_copy.layer_segments`, as a copy plan checks it)."""
-    side = _Side(plan.producer_tensors, plan.producer_page_size_bytes, plan.producer_format, plan.producer_reads) \
-        if producer else _Side(plan.consumer_tensors, plan.local_page_size_bytes, plan.consumer_format,
-                               plan.consumer_reads)
-    return layer_segments(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
-
-
-def _ids(ids, n: int, op: str):
-    t = read_ids(ids, "block ids", op)
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
-        raise ConfigError(f"{op}: block ids must lie in [0, {n}), got {t.min().item()}..{t.max().item()}")
-    if t.unique().numel() != t.numel():
-        raise ConfigError(f"{op}: block ids repeat")
-    return t
 
 
 # ---- across another cp: pages of two formats --------------------------------------------------
@@ -597,7 +464,7 @@ def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: in
                 format_id: str = "") -> CanonicalPageMapping:
     """`m`, a mapping onto small canonical pages, as a mapping onto the big page whose part
     `part` (of `k`) its page is: `conversion⁻¹ ∘ shift(part)`, composed as a direct plan with
-    the conversion (`pageformat.conversion(...).mapping`: big page -> group of k small pages)
+    the conversion (`conversions.conversion(...).mapping`: big page -> group of k small pages)
     as the one producer.
 
     Examples:
@@ -657,11 +524,11 @@ def cross_plans(producers: Sequence[CanonicalPageMapping], consumers: Sequence[C
     """Direct plans across another cp: the small group's mappings expressed onto the big pages
     (`in_pages_of`, one per part), then composed as for one format (`direct_plans`).
 
-    `conversion` is the `pageformat.PageConversion` between the two groups' page formats:
+    `conversion` is the `PageConversion` between the two groups' page formats:
     one made for other sizes (another head size, another family), or groups of other element
     types, are refused (`ReshardError`), as `direct_plans` refuses two formats of one cp."""
     if not isinstance(conversion, PageConversion):
-        raise ReshardError(f"cross_plans: conversion must be a pageformat.PageConversion (it names the formats it "
+        raise ReshardError(f"cross_plans: conversion must be a PageConversion (it names the formats it "
                            f"converts between), got {type(conversion).__name__}")
     if not producers or not consumers:
         raise ReshardError(f"direct reshard: {len(producers)} producer and {len(consumers)} consumer mappings")

@@ -21,6 +21,7 @@ import os
 from math import prod
 
 from .. import params
+from ..dsl import sources as files
 from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, Page, from_entry, misfit
 from ..errors import ConfigError, MissingNames
 from .lower import TilingError, lower
@@ -740,7 +741,7 @@ def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_
 
 
 _COMPILED: dict[str, tuple] = {}
-"""Per folder: (the times of the files it was made from, `cache.stats`, and when they were
+"""Per folder: (the times of the files it was made from, `sources.stats`, and when they were
 recorded; or None, and the sources it was compiled from, `library.sources`; its spec files;
 its families)."""
 
@@ -755,7 +756,7 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     hit = _COMPILED.get(folder)
     if hit is not None and _still(hit, folder):
         return hit[3]
-    listing = cache.folder_listing(folder)
+    listing = files.folder_listing(folder)
     recalled = cache.recall("library", folder) if os.path.isdir(folder) else None
     out = _from_entries(recalled.data) if recalled is not None else None
     if out is not None:  # by the folder's index: nothing hashed, nothing parsed
@@ -763,7 +764,7 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     # the disk cache is keyed by a folder's spec files: a path that is no folder (a file, nothing)
     # has none, and would be served any empty folder's entry; it is read (or refused) as given
     key, data, entry = cache.load("library", folder, with_files=True) if os.path.isdir(folder) else (None, None, None)
-    read = cache.snapshot(entry[0]) if data is not None else (None, ())
+    read = files.snapshot(entry[0]) if data is not None else (None, ())
     if data is not None and read[0] == entry[1]:  # the files as read now are those the entry was made from
         out, made_from = _from_entries(data), read[1]
     if out is None:
@@ -789,12 +790,11 @@ def _held(folder: str, entry: tuple) -> dict:
 def _still(hit: tuple, folder: str) -> bool:
     """Whether a library this process holds may be served again: the files it was made from
     have the times recorded (and those vouch for them), else the bytes it was compiled from."""
-    from ..compile import cache
     if hit[0] is not None:
         (sig, at), listing = hit[0], hit[2]
-        return (listing == cache.folder_listing(folder) and cache.settled(sig, at)
-                and cache.stats(p for p, *_ in sig) == sig)
-    return cache.unchanged(hit[1], folder, hit[2])
+        return (listing == files.folder_listing(folder) and files.settled(sig, at)
+                and files.stats(p for p, *_ in sig) == sig)
+    return files.unchanged(hit[1], folder, hit[2])
 
 
 def _from_entries(data: list) -> dict | None:

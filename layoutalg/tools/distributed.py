@@ -406,7 +406,7 @@ def _direct_worker(process: int, job: dict):
     """Process `process` of one group holding every stage of both sides: producers first (stage
     by stage, each stage's ranks in order), then consumers. A layer's bytes go from the ranks of
     the store stage that owns it to those of the load stage that owns it."""
-    from ..plans.reshard import gather, scatter
+    from ..copy.direct import gather, scatter
     store, load, folder = job["store"], job["load"], job["folder"]
     producers = store.world * len(job["store_stages"])
     dist, dev, backend = _init(process, producers + load.world * len(job["load_stages"]), job, "direct")
@@ -461,7 +461,7 @@ def _synchronize(dev) -> None:
 def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print,
             conversion=None, device: str = "cpu", stages: tuple = ((), ())) -> tuple[int, int]:
     """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
-    read pages of another cp, `conversion` (`pageformat.conversion`, big to small pages)
+    read pages of another cp, `conversion` (`conversions.conversion`, big to small pages)
     converts the stored pages between the two formats in between, or with `direct` is
     composed into the plans (`reshard.cross_plans`). The byte check names each byte by the engine
     element it holds (`element_coordinates`), never by the spec's canonical layout, the
@@ -580,7 +580,7 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
 def _convert(job: dict) -> None:
     """The stored pages in the other format: big pages to groups of k small ones, or back.
     Sequence pages are consecutive page ids, so a group of k small pages is one row."""
-    from ..plans.pageformat import convert
+    from ..copy.direct import convert
     conv, layers = job["conversion"], job["layers"]
     store, load = job["store"], job["load"]
     src = torch.from_file(job["pages"], shared=True, size=layers * store.blocks *

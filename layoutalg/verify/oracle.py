@@ -259,7 +259,7 @@ def meaning(lib, family: str, sizes: dict) -> tuple[list, list]:
 
 
 def unkept(lib, family: str, big: dict, small: dict, conv) -> str:
-    """'' where the conversion `conv` (`pageformat.PageConversion`) gives every engine element of a
+    """'' where the conversion `conv` (`PageConversion`) gives every engine element of a
     big page back in its small pages, at these sizes; else the first byte it does not, said."""
     eb, tb = meaning(lib, family, big)
     es, ts = meaning(lib, family, small)
