@@ -17,7 +17,7 @@ def expr(text):
 
 def evaluate(e, env):
     """Direct integer evaluation of an expression syntax tree."""
-    from layoutalg.dsl.syntax import Name, Neg, Num
+    from layoutalg.dsl.tree import Name, Neg, Num
     if isinstance(e, Num):
         return int(e.value)
     if isinstance(e, Name):

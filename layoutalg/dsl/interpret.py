@@ -13,8 +13,8 @@ import operator
 from dataclasses import dataclass, field
 
 from .library import Library
-from .syntax import (Agnostic, BoolOp, Call, Compare, Fn, LayoutDef, Let, Name, Neg, Not,
-                     Num, Ranks, Replica, Require, World, grouped)
+from .tree import (Agnostic, BoolOp, Call, Compare, Fn, LayoutDef, Let, Name, Neg, Not, Num, Ranks, Replica,
+                   Require, World, grouped)
 
 
 class Ops:

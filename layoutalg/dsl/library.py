@@ -13,8 +13,9 @@ from pathlib import Path
 from .. import params
 from .._resources import specs_dir
 from ..errors import SpecError
-from .syntax import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef, Ranks, Replica,
-                     RESERVED, RulesDef, Shard, Use, grouped, parse_file)
+from .syntax import parse_file
+from .tree import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef,
+                   Ranks, Replica, RESERVED, RulesDef, Shard, Use, grouped)
 
 
 MAX_IMPORT_DEPTH = 64

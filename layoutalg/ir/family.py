@@ -25,7 +25,7 @@ from ..errors import SpecError
 from .itersum import IterSum, Split, digits_of, expand_call, normalise
 from ..dsl.library import Library
 from .sizes import Atoms, Scope, param
-from ..dsl.syntax import BinOp, Call, Expr, FamilyDef, Name, Neg
+from ..dsl.tree import BinOp, Call, Expr, FamilyDef, Name, Neg
 from .guards import _conjuncts, _rewrites, guarded_equality  # noqa: F401 - the family's own API
 from .resolved import Digit, Family, Guard, LayoutIR, Target, Variant  # noqa: F401
 from .layouts import check_layouts, instantiate, layout_ir  # noqa: F401

@@ -16,7 +16,7 @@ import sympy
 
 from ..errors import SpecError
 from .sizes import Scope
-from ..dsl.syntax import BinOp, Call, Expr, Name, Neg, Num
+from ..dsl.tree import BinOp, Call, Expr, Name, Neg, Num
 
 
 @dataclass(frozen=True)

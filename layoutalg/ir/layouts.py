@@ -10,7 +10,7 @@ from .itersum import normalise
 from ..dsl.library import Library
 from .sizes import Atoms, Scope
 from .resolved import LayoutIR
-from ..dsl.syntax import RESERVED, Call, LayoutDef
+from ..dsl.tree import RESERVED, Call, LayoutDef
 
 
 def instantiate(lib: Library, use, scope: Scope, role: str) -> LayoutIR:

@@ -14,7 +14,7 @@ import sympy
 
 from .. import params
 from ..errors import SpecError, Span
-from ..dsl.syntax import BinOp, BoolOp, Call, Compare, Cond, Expr, Name, Neg, Not, Num
+from ..dsl.tree import BinOp, BoolOp, Call, Compare, Cond, Expr, Name, Neg, Not, Num
 
 
 MAX_DEGREE = 32

@@ -14,7 +14,7 @@ import sympy
 from ..errors import Span, SpecError
 from .resolved import Guard
 from .sizes import Scope
-from ..dsl.syntax import Agnostic, BinOp, Call, Expr, Fn, Let, Name, Ranks, Replica, Require, World, grouped
+from ..dsl.tree import (Agnostic, BinOp, Call, Expr, Fn, Let, Name, Ranks, Replica, Require, World, grouped)
 
 
 def _text(span: Span | None) -> str:

@@ -25,7 +25,7 @@ import itertools
 from typing import NamedTuple
 
 from ..dsl.interpret import _MEMO, Reading, _Lazy, rank_digits
-from ..dsl.syntax import BinOp, Call, Name, Neg, Num
+from ..dsl.tree import BinOp, Call, Name, Neg, Num
 
 NO_TOKEN = -1
 

@@ -19,7 +19,7 @@ from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ...dsl.interpret import Reading, paths
 from ...dsl.library import Library
-from ...dsl.syntax import Name
+from ...dsl.tree import Name
 from .z3ops import check, solver
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .z3ops import Z3Ops

@@ -108,7 +108,7 @@ def dependencies(lib, family: str) -> set[str]:
 
 
 def _statement_files(body) -> list[str]:
-    from ...dsl.syntax import Case
+    from ...dsl.tree import Case
     out = []
     for s in body:
         out.append(s.span.file)
