@@ -22,7 +22,8 @@ import time
 import torch
 
 from layoutalg.copy.executor import plan
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 BLOCKS = 512
 

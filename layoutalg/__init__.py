@@ -6,8 +6,8 @@ The pipeline, one folder a room (docs/design.md):
     verification: verify (check, oracle, recognition, prove with Z3)
 """
 _PUBLIC = {"CanonicalPageMapping": "mapping", "CopyRun": "mapping", "Deriver": "runtime.derive",
-           "LayerResult": "runtime.derive", "LayerSpec": "runtime.derive", "ParallelConfig": "runtime.derive",
-           "TensorLayout": "runtime.derive", "derive_canonical_mappings": "runtime.vllm"}
+           "LayerResult": "runtime.records", "LayerSpec": "runtime.records", "ParallelConfig": "runtime.records",
+           "TensorLayout": "runtime.records", "derive_canonical_mappings": "runtime.vllm"}
 __all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"
 

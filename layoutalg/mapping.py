@@ -135,7 +135,7 @@ class CanonicalPageMapping:
     tilings: tuple[Tiling, ...] = field(default=(), compare=False)
     # derived with no tensor, for a family whose spec names no tensor dims (MLA's latent rows):
     # `(box,)`, the local index box a given tensor's dims must group or be grouped by
-    # (`runtime.as_it_lies`; None: a page of regions, read as flat pages only); () otherwise
+    # (`runtime.tensors.as_it_lies`; None: a page of regions, read as flat pages only); () otherwise
     reads: tuple = field(default=(), compare=False)
 
     def __post_init__(self):
@@ -196,5 +196,5 @@ class PageConversion:
     mapping: CanonicalPageMapping
     big_page: int
     small_page: int
-    big_format: str = ""    # the page formats it converts between (`runtime.form_part` of a mapping's
+    big_format: str = ""    # the page formats it converts between (`runtime.formats.form_part` of a mapping's
     small_format: str = ""  # format id): plans across another cp use it only between groups of those

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from layoutalg.copy.executor import plan
-from layoutalg.runtime.derive import LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, BS, D, N = 4, 4, 8, 6
 

@@ -19,7 +19,8 @@ from layoutalg.compile.compiled import CompiledFamily, valid_entry, valid_json
 from layoutalg.compile.whitelist import UnsafeSource, check_source
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout, compiled_library, forget_compiled
+from layoutalg.runtime.derive import Deriver, compiled_library, forget_compiled
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 

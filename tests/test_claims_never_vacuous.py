@@ -15,7 +15,8 @@ from layoutalg.ir.claims import names_data
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load, load_default
 from layoutalg.verify.prove.runner import agnostic_rows, prove_family
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 

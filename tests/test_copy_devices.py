@@ -11,7 +11,8 @@ from layoutalg.copy.executor import plan, plan_model
 from layoutalg.tools.distributed import group_of, parse_config
 from layoutalg.errors import LayoutMismatch
 from layoutalg.mapping import CopyRun
-from layoutalg.runtime.derive import Deriver, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import ParallelConfig, TensorLayout
 
 from test_layer_tensors import layer as mamba_layer
 

@@ -5,7 +5,7 @@ import torch
 
 from layoutalg.copy.executor import plan
 from layoutalg.errors import ConfigError, LayoutMismatch
-from layoutalg.runtime.derive import LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, BS, D, N = 8, 4, 8, 6
 

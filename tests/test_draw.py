@@ -117,7 +117,8 @@ STATE = ["--size", "conv_kernel=3", "--size", "conv_bytes=2", "--size", "ssm_byt
 def test_a_page_of_regions_read_from_the_spec_agrees_with_the_runs(groups):
     """Mamba2's conv x | B | C and SSM regions, B and C copied on two ranks when groups < tp."""
     from layoutalg.dsl.library import load_default
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig
     names = dict(conv_kernel=3, conv_bytes=2, ssm_bytes=4, ssm_heads=4, ssm_head_dim=2, state_size=2,
                  n_groups=groups)
     page = 2 * 2 * (4 + 2 * max(1, groups // 2) * 2) + 4 * 2 * 2 * 2 + 6   # tp=2, a padded page

@@ -13,7 +13,8 @@ from layoutalg.copy import views as torch_copy
 from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch, SpecError
 from layoutalg.dsl.library import load
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 BS, D, N, TOTAL = 16, 8, 5, 8
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from layoutalg.cli import main
 from layoutalg.verify.check import tiling_errors
 from layoutalg.errors import LayoutalgError
-from layoutalg.runtime.derive import LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 SETTINGS = settings(derandomize=True, database=None, deadline=None, max_examples=300,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

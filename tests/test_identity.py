@@ -7,7 +7,8 @@ from layoutalg.ir.family import resolve
 from layoutalg.compile.codegen import compile_named
 from layoutalg.ir.identity import layout_id
 from layoutalg.dsl.library import load, load_default
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 
@@ -148,7 +149,7 @@ def test_a_page_derived_from_sizes_alone_shares_its_format_with_no_other_engine(
     import subprocess
     import sys
     from layoutalg.plans.reshard import ReshardError, direct_plans
-    from layoutalg.runtime.derive import unread
+    from layoutalg.runtime.formats import unread
     bs, h, d = 4, 2, 8
     layer = LayerSpec("attention", 2 * bs * h * d * 2, bs, h, d, 2)
     par = ParallelConfig(tp=2, total_kv_heads=4)

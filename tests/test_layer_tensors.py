@@ -8,7 +8,8 @@ import torch
 from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch
 from layoutalg.mapping import TensorView
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 M = dict(ssm_heads=4, ssm_head_dim=4, state_size=2, conv_kernel=4, conv_bytes=2, ssm_bytes=4)
 PAD = 8
@@ -194,7 +195,8 @@ def test_vllm_v0s_paged_attention_is_one_family_moved_across_a_tp_change_byte_fo
     copy plans take them as they are, and a page stored by tp=2 and loaded by tp=4 gives every
     element back where vLLM's own head sharding puts it."""
     from layoutalg.copy.executor import plan
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
     total, d, bs, blocks = 4, 8, 4, 3
     where = [2, 0, 1]  # page p lies in block where[p]
 
@@ -226,7 +228,8 @@ def test_vllm_v0s_whole_buffer_is_its_two_views_stacked_before_the_block():
     as the family's two views stacked before the block, and its plans move the same bytes as the
     two views' plans (stored by the views at tp=2, loaded by the whole buffer at tp=4, and back)."""
     from layoutalg.copy.executor import plan
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
     total, d, bs, blocks = 4, 8, 4, 3
     fill = lambda kv, b, h, c, t: 1 + c + d * (h + total * (t + bs * (b + blocks * kv)))  # noqa: E731
     ids = list(range(blocks))
@@ -260,7 +263,8 @@ def test_vllm_v0s_whole_buffer_is_its_two_views_stacked_before_the_block():
 
 
 def test_a_buffer_that_is_no_stack_of_the_views_is_refused_by_name():
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
     layer = LayerSpec("attention", 2 * 4 * 2 * 8 * 4, 4, 2, 8, 4)
     res = Deriver(V0).derive(layer, TensorLayout((3, 2, 64), (128, 64, 1), 4), ParallelConfig(2, 4), 3)
     assert res.result != "certified"

@@ -161,7 +161,8 @@ def test_an_index_named_after_a_runtime_quantity_is_a_spec_error(tmp_path):
 
 
 def test_opaque_pages_of_two_layer_kinds_are_two_formats():
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig
     d = Deriver()
     ids = {kind: d.derive(LayerSpec(kind, 512), None, ParallelConfig(tp=2, total_kv_heads=2)).mappings[0].format_id
            for kind in ("attention", "mla", "somekind")}

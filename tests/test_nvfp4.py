@@ -4,7 +4,8 @@ values and of the scales comes back where the engine's own tp=1 cache holds it."
 import torch
 
 from layoutalg.copy.executor import plan
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 TOTAL, D, BS, BLOCKS = 4, 64, 8, 3   # heads of the model, values a head, tokens a block, blocks
 S = D // 16                          # fp8 scales a head and token

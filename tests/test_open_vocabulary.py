@@ -10,7 +10,8 @@ from layoutalg.errors import SpecError
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load
 from layoutalg.verify.prove.runner import prove_family
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import DATA
 

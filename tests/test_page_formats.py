@@ -9,7 +9,9 @@ from layoutalg.errors import ConfigError, LayoutMismatch
 from layoutalg.dsl.library import load_default
 from layoutalg.verify.conversions import conversion
 from layoutalg.plans.reshard import ReshardError, cross_plans, direct_plans
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout, element_part, form_part
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.formats import element_part, form_part
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 from layoutalg.runtime.vllm import derive_canonical_mappings
 
 from conftest import ROOT

@@ -13,7 +13,8 @@ from layoutalg.compile.codegen import compile_family
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load
 from layoutalg.verify.prove.structural import agnostic_family
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 

@@ -22,7 +22,8 @@ from layoutalg.compile.codegen import compile_named
 from layoutalg.dsl.library import load
 from layoutalg.verify.prove.together import pairs, together
 from layoutalg.verify.recognition import confusions
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 WORDS = {"flash_nhd": "kv_blocks_second == 1", "flash_hnd": "kv_blocks_second == 1", "aiter": "aiter_kv == 1",
          "split_nhd": "kv_blocks_second == 0", "packed_hnd": "aiter_kv == 0"}

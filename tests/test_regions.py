@@ -8,7 +8,7 @@ import torch
 from layoutalg.copy.executor import plan
 from layoutalg.errors import SpecError
 from layoutalg.dsl.library import load
-from layoutalg.runtime.derive import LayerSpec, ParallelConfig
+from layoutalg.runtime.records import LayerSpec, ParallelConfig
 
 from conftest import ROOT
 

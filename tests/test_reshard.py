@@ -297,7 +297,8 @@ def test_parallel_sizes_below_one_are_refused_by_name(text):
 def test_opaque_pages_of_two_configurations_are_two_formats():
     """The fallback's canonical page is the group's pages side by side: 2 x 256 bytes and
     1 x 512 bytes are one size and one family, but not one format."""
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig
     d = Deriver()
     two = d.derive(LayerSpec("other", 256), None, ParallelConfig(2, 1)).mappings
     one = d.derive(LayerSpec("other", 512), None, ParallelConfig(1, 1)).mappings
@@ -311,7 +312,8 @@ def test_opaque_pages_of_two_configurations_are_two_formats():
 @pytest.mark.parametrize("a, b, same", [((2, 8, 4), (4, 8, 4), True), ((2, 8, 4), (2, 4, 8), False),
                                         ((1, 8, 4), (8, 8, 4), True)])
 def test_an_agnostic_format_is_one_across_tp_and_another_at_other_sizes(a, b, same):
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
     d, out = Deriver(), []
     for tp, heads, dim in (a, b):
         kv = torch.zeros(1, 2, 4, max(heads // tp, 1), dim, dtype=torch.bfloat16)
@@ -333,7 +335,8 @@ MAMBA = dict(conv_kernel=4, conv_bytes=2, ssm_bytes=4, ssm_heads=8, ssm_head_dim
 
 def _mamba(tp, groups, pad=6):
     """Every rank's mapping of a padded Mamba2 page (groups sharded, or one copied when fewer than tp)."""
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig
     here = groups // tp if groups % tp == 0 else 1
     page = 2 * 3 * (8 // tp * 4 + 2 * here * 2) + 4 * (8 // tp) * 4 * 2 + pad
     names = {**MAMBA, "n_groups": groups}
@@ -483,7 +486,8 @@ def test_gather_and_scatter_check_the_tensors_the_mappings_were_derived_for():
     page size (HND strides given to an NHD plan) is refused before a byte moves, as a copy plan does."""
     from layoutalg.errors import LayoutMismatch
     from layoutalg.copy.direct import gather, scatter
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
     def group(tp):
         layer = LayerSpec("attention", 2 * 4 * (8 // tp) * 16 * 2, block_size=4, num_kv_heads=8 // tp, head_size=16,

@@ -11,7 +11,8 @@ from layoutalg.ir.family import Atoms, layout_ir, resolve
 from layoutalg.ir.identity import layout_id
 from layoutalg.dsl.library import load
 from layoutalg.verify.prove.store import dependencies
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 from layoutalg.dsl.syntax import parse
 
 from conftest import ROOT

@@ -401,7 +401,8 @@ def test_unhashable_arguments_are_named_not_a_traceback(args, message):
 def test_a_layer_missing_a_name_every_family_of_its_kind_reads_is_a_config_error():
     import pytest
     from layoutalg.errors import ConfigError, MissingNames
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig
     sizes = {"ssm_heads": 8, "ssm_head_dim": 4, "state_size": 16, "conv_kernel": 4, "conv_bytes": 2, "ssm_bytes": 4}
     par = ParallelConfig(tp=2, total_kv_heads=1)
     with pytest.raises(MissingNames, match="a 'mamba2' layer must give 'n_groups'") as e:
@@ -419,7 +420,8 @@ def test_a_layer_missing_a_name_every_family_of_its_kind_reads_is_a_config_error
 def test_a_state_layer_needs_no_attention_fields_and_an_attention_layer_is_told_what_it_lacks():
     import pytest
     from layoutalg.errors import MissingNames
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
     sizes = {"ssm_heads": 8, "ssm_head_dim": 4, "state_size": 16, "conv_kernel": 4, "conv_bytes": 2, "ssm_bytes": 4,
              "n_groups": 1}
     page = 3 * (4 * 4 + 2 * 16) * 2 + 4 * 4 * 16 * 4

@@ -13,7 +13,8 @@ from layoutalg.copy import direct
 from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch, SpecError
 from layoutalg.dsl.library import load
-from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from layoutalg.runtime.derive import Deriver
+from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 
 from conftest import ROOT
 from test_vllm_adapter import attention, cache_config, config, mla

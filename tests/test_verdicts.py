@@ -298,7 +298,7 @@ def test_check_sees_a_single_rank_that_moves_bytes(tmp_path):
 
 def test_a_group_past_the_proved_domain_is_refused():
     from layoutalg.errors import ConfigError
-    from layoutalg.runtime.derive import ParallelConfig
+    from layoutalg.runtime.records import ParallelConfig
     with pytest.raises(ConfigError, match=r"pcp = 1000000 is outside the proved domain \[1, 64\]"):
         ParallelConfig(1024, 1, pcp=10 ** 6)
 
@@ -338,7 +338,8 @@ def test_a_division_behind_or_is_evaluated_and_fails_closed(tmp_path, monkeypatc
         "    local     rows(block_size, page_size / block_size)\n"
         "    canonical rows(block_size * tp * pcp, page_size / block_size)\n"
         "    shard (t, b) -> (rank * block_size + t, b)\n")
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig
     d = Deriver(str(tmp_path))
     assert d.derive(LayerSpec("blob", 8, 4), None, ParallelConfig(1, 1)).result == "certified"
     res = d.derive(LayerSpec("blob", 6, 3), None, ParallelConfig(1, 1))
@@ -378,7 +379,8 @@ def test_the_proof_cache_key_follows_a_grid_taken_from_a_file_not_imported(tmp_p
 
 def test_a_size_no_family_reads_is_an_error():
     from layoutalg.errors import ConfigError
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig
     with pytest.raises(ConfigError, match="no family of this spec library reads 'pcp_replica'"):
         Deriver().derive(LayerSpec("attention", 64, 4, 1, 8, 2, sizes={"pcp_replica": 1}), None, ParallelConfig(1, 1))
 

@@ -451,7 +451,7 @@ def test_state_layers_map_onto_their_families(make, n_groups):
 
 
 def layoutalg_parallel(tp):
-    from layoutalg.runtime.derive import ParallelConfig as PC
+    from layoutalg.runtime.records import ParallelConfig as PC
     return PC(tp, 4)
 
 
@@ -557,7 +557,8 @@ def test_opaque_state_layers_of_other_specs_are_other_formats(monkeypatch):
 
 
 def test_element_types_of_one_size_are_other_formats():
-    from layoutalg.runtime.derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
     ids = set()
     for dtype in (torch.bfloat16, torch.float16):
         kv = torch.zeros(3, 2, 16, 2, 64, dtype=dtype)
@@ -610,7 +611,7 @@ def test_a_gdn_state_whose_key_and_value_dims_are_one_size_needs_the_word_that_o
 
 
 def ParallelConfig_(tp):
-    from layoutalg.runtime.derive import ParallelConfig as RuntimeParallel
+    from layoutalg.runtime.records import ParallelConfig as RuntimeParallel
     return RuntimeParallel(tp=tp, total_kv_heads=1)
 
 

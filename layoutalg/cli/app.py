@@ -652,7 +652,7 @@ def _derived(args):
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}",
                             (lib, names[0], {**sizes, "page_size": page}))
     from ..record import replace
-    from ..runtime.derive import format_id, names_data  # as the runtime names the page, so plans compare formats as it does
+    from ..runtime.formats import format_id, names_data  # as the runtime names the page, so plans compare formats as it does
     sizes = {**sizes, "page_size": page}
     fmt = format_id(cf.layout_id, inst, names_data(inst), sizes)
     return cf, inst, [replace(m, format_id=fmt) for m in maps], sizes

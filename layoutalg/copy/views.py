@@ -96,7 +96,8 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
         why = "the mapping names no tensor view nor the box its family reads (it was derived from the layer's " \
               "sizes alone, or from a tensor no family could read as this layer's: derivation logs why)"
         if m.reads:
-            from ..runtime.derive import TensorLayout, as_it_lies
+            from ..runtime.tensors import as_it_lies
+            from ..runtime.records import TensorLayout
             t = TensorLayout(tuple(kv.shape), tuple(kv.stride()), kv.element_size())
             why = as_it_lies(t, kv.shape[0], m.local_page_size_bytes, True, m.reads[0])[1]
         if why:
@@ -365,7 +366,7 @@ def in_segments(runs, length: int | tuple, side: tuple, other: tuple) -> tuple:
 
 
 def _check_view(t: torch.Tensor, v, name: str, op: str) -> None:
-    from ..runtime.derive import view_mismatch  # the runtime's own test, on the tensor itself
+    from ..runtime.tensors import view_mismatch  # the runtime's own test, on the tensor itself
     why = view_mismatch(v, tuple(t.shape), tuple(t.stride()), t.element_size())
     if not why and v.dtype and str(t.dtype) != v.dtype and "torch.uint8" not in (str(t.dtype), v.dtype):
         # (uint8 is bytes of any encoding: vLLM keeps fp8 caches as uint8, either may be given)
@@ -473,7 +474,7 @@ def _check_dense(pages: torch.Tensor, name: str, op: str) -> None:
     Sorted by stride, each dimension must step over exactly the dimensions below it;
     otherwise the page read from memory holds gaps (padding, another layer) or overlaps.
     """
-    from ..runtime.derive import dense_gap  # the runtime's own test, on the tensor's shape and strides
+    from ..runtime.tensors import dense_gap  # the runtime's own test, on the tensor's shape and strides
     gap = dense_gap(tuple(pages.shape), tuple(pages.stride()))
     if gap:
         d, stride, expected = gap

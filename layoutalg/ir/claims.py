@@ -374,7 +374,7 @@ def names_data(family: Family) -> tuple[bool, ...]:
     """Per variant: whether its canonical indices name the engine's elements wherever the case
     applies, `agnostic` or not (a page of DCP-dealt tokens names each token by its place in
     the sequence: `token(t)` is the grid's word), so that two configurations of it with one
-    canonical layout hold one page format (`runtime.format_id`). A case qualifies when no
+    canonical layout hold one page format (`runtime.formats.format_id`). A case qualifies when no
     target reads a rank digit or a size the canonical numbers do not fix under the case's own
     guards (`unplaced_target`), and its targets put every local index where each other such
     case, and each agnostic claim, puts it (`_same_targets`), with the sizes they read fixed

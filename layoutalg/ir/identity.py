@@ -5,7 +5,7 @@ same bytes in the same places, in every case of their grids, share it; any diffe
 the element size or the base gives another. It is computed from the family IR, not
 from file text or a hand-kept version string, so comments, names of layouts and
 parameters, `let`s and the local layout do not change it. At one configuration a mapping
-adds the sizes (`CanonicalPageMapping.format_id`, `runtime.format_id`): key stored pages
+adds the sizes (`CanonicalPageMapping.format_id`, `runtime.formats.format_id`): key stored pages
 by that, since one family at other sizes (8 heads of 4 or 4 of 8) puts bytes elsewhere.
 
     layout_id(resolve(lib, "split_nhd"))   # 'lal3-...' (16 hex digits)

@@ -549,7 +549,7 @@ def cross_plans(producers: Sequence[CanonicalPageMapping], consumers: Sequence[C
 
 
 def _same_formats(producers, consumers, conversion, producers_big: bool) -> None:
-    from ..runtime.derive import element_part, form_part
+    from ..runtime.formats import element_part, form_part
     groups = (("producer", producers), ("consumer", consumers))
     for role, group in groups:
         odd = next((m for m in group if m.format_id != group[0].format_id), None)

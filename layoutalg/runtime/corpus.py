@@ -18,7 +18,8 @@ import zlib
 from typing import IO, Iterator
 
 from ..errors import LayoutalgError
-from .derive import Deriver, LayerSpec, ParallelConfig, TensorLayout
+from .derive import Deriver
+from .records import LayerSpec, ParallelConfig, TensorLayout
 
 
 class CorpusError(LayoutalgError):

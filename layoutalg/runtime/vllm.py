@@ -28,7 +28,8 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..mapping import CanonicalPageMapping
 from ..record import replace
-from .derive import Deriver, LayerResult, LayerSpec, ParallelConfig, TensorLayout, as_int
+from .derive import Deriver
+from .records import LayerResult, LayerSpec, ParallelConfig, TensorLayout, as_int
 
 _DERIVERS: dict = {}
 _log = logging.getLogger("layoutalg")
@@ -404,7 +405,7 @@ def _as_bytes(tensor):
     dims its backend views them by; any other tensor is left as it is, for the families to refuse."""
     if not isinstance(tensor, TensorLayout) or len(tensor.shape) < 2:
         return tensor
-    from .derive import dense_gap
+    from .tensors import dense_gap
     if dense_gap(tensor.shape, tensor.stride, row_major=True):
         return tensor
     page = 1
@@ -457,9 +458,9 @@ orientation, an attention layer's heads and sizes."""
 
 def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None, kinds=None) -> str:
     """`fmt` with what the spec (and the deployment's cache dtype) says of the bytes folded into
-    its element part (`runtime.element_part`), so the form part still names the layout."""
+    its element part (`runtime.formats.element_part`), so the form part still names the layout."""
     import hashlib
-    from .derive import element_part, form_part
+    from .formats import element_part, form_part
     seen = [element_part(fmt)] + [f"{f}={getattr(spec, f, None)!r}" for f in (_OPAQUE_FIELDS if opaque
                                                                                 else _ELEMENT_FIELDS)]
     cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)

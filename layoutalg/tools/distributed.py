@@ -30,7 +30,9 @@ from .. import params
 from ..params import CONFIG_NAMES, parse_config  # noqa: F401 - re-exported: the CLI's and tests' way in
 from ..compile.compiled import CompiledFamily
 from ..errors import ConfigError
-from ..runtime.derive import FALLBACK, Deriver, LayerSpec, ParallelConfig, TensorLayout, block_tensor, compiled_library
+from ..runtime.derive import Deriver, compiled_library
+from ..runtime.tensors import block_tensor
+from ..runtime.records import FALLBACK, LayerSpec, ParallelConfig, TensorLayout
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
           "int8": torch.int8}

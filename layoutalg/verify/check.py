@@ -242,7 +242,7 @@ def _unplaced(lib: Library, cf) -> list[str]:
 
 def sized_cases(lib: Library, name: str) -> list[str]:
     """Each case of a family (each part of a family of pages) whose pages are keyed by their
-    sizes too (`runtime.names_data`): its canonical indices are not shown to name the
+    sizes too (`runtime.formats.names_data`): its canonical indices are not shown to name the
     engine's elements, so its pages reload only under the configuration that stored them.
     Where the `agnostic` claim holds, the claim decides instead."""
     import sympy

@@ -17,7 +17,7 @@ from ..dsl.interpret import Reading
 from ..errors import LayoutalgError
 from ..mapping import PageConversion
 from ..plans.pageformat import Box, page_runs, pages_joined
-from ..runtime.derive import format_id, names_data
+from ..runtime.formats import format_id, names_data
 from ..runtime.lower import TilingError
 from .oracle import unkept
 from .prove import meaning

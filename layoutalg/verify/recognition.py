@@ -46,7 +46,8 @@ class Confusion(NamedTuple):
 def tensors_of(cf, inst, blocks: int) -> tuple:
     """The engine tensors `cf` takes at `inst` with `blocks` blocks, one a view (a family that
     names no tensor dims: the flat `(blocks, page)` bytes)."""
-    from ..runtime.derive import TensorLayout, block_tensor
+    from ..runtime.tensors import block_tensor
+    from ..runtime.records import TensorLayout
     page = inst.local_page
     if isinstance(cf, CompiledPage):
         views = [(v.shape, v.strides, v.element, v.outer) for v in cf.tensor_views(inst)]
@@ -59,7 +60,7 @@ def tensors_of(cf, inst, blocks: int) -> tuple:
 
 
 def _layer(cf, sizes: dict):
-    from ..runtime.derive import LayerSpec
+    from ..runtime.records import LayerSpec
     from .. import params
     return LayerSpec(cf.serves, sizes["page_size"], sizes.get("block_size", 0), sizes.get("heads", 0),
                      sizes.get("head_size", 0), sizes.get("dtype_bytes", 0),
@@ -148,7 +149,7 @@ def confusions(lib, families: dict, domain: dict, limit: int = 1000,
 def by_kind(families: dict) -> dict:
     """The compiled families (`families`: name -> compiled family) of each kind they serve, the
     fallback aside (it is no family of a kind: it takes what none of them does)."""
-    from ..runtime.derive import FALLBACK
+    from ..runtime.records import FALLBACK
     out: dict = {}
     for cf in families.values():
         if cf.serves != FALLBACK:
