@@ -6,7 +6,7 @@ torch) are checked against a copy on one executor, so the pairing is tested with
 import pytest
 import torch
 
-import layoutalg.copy.executor as copy_mod
+import layoutalg.copy.move as copy_mod
 from layoutalg.copy.executor import plan, plan_model
 from layoutalg.tools.distributed import group_of, parse_config
 from layoutalg.errors import LayoutMismatch

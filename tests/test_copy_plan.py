@@ -36,10 +36,10 @@ def shard(full, tp, rank, like):
 @pytest.mark.parametrize("src,dst,layout", [(4, 2, "nhd"), (2, 4, "nhd"), (8, 1, "hnd"), (1, 8, "nhd"), (16, 4, "hnd")])
 @pytest.mark.parametrize("executor", ["numpy rows", "torch rows and views"])
 def test_store_under_one_tp_load_under_another(deriver, src, dst, layout, executor, monkeypatch):
-    import layoutalg.copy.executor
+    from layoutalg.copy import move
     if executor != "numpy rows":  # what runs off the CPU (a CUDA tensor) or without numpy
-        monkeypatch.setattr(layoutalg.copy.executor, "_np", None)
-    monkeypatch.setattr(layoutalg.copy.executor, "_CHUNK", 3 * 1024)  # several chunks a batch, a last one short
+        monkeypatch.setattr(move, "_np", None)
+    monkeypatch.setattr(move, "_CHUNK", 3 * 1024)  # several chunks a batch, a last one short
     full = torch.randn(N, 2, BS, TOTAL, D, generator=torch.Generator().manual_seed(src * 10 + dst)).to(torch.bfloat16)
     maps, like = group(deriver, src, layout)
     pages = torch.zeros(N + 3, maps[0].canonical_page_size_bytes, dtype=torch.uint8)
@@ -176,10 +176,10 @@ def test_plan_refuses_any_bad_run_before_a_byte_moves(deriver):
 def test_ids_that_live_in_the_bytes_being_copied_are_read_once(deriver, executor, monkeypatch):
     """Ids held in the kv tensor (load) or in the pages (store) were re-read by each
     chunk of the copy, after earlier chunks had overwritten them: the wrong blocks were filled."""
-    import layoutalg.copy.executor
+    from layoutalg.copy import move
     if executor != "numpy rows":
-        monkeypatch.setattr(layoutalg.copy.executor, "_np", None)
-    monkeypatch.setattr(layoutalg.copy.executor, "_CHUNK", 512)  # one block a chunk: the ids are read again after each
+        monkeypatch.setattr(move, "_np", None)
+    monkeypatch.setattr(move, "_CHUNK", 512)  # one block a chunk: the ids are read again after each
     maps, like = group(deriver, 2)
     m, P = maps[0], maps[0].canonical_page_size_bytes
     pages = torch.randint(0, 256, (N, P), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
@@ -364,7 +364,7 @@ def test_a_repeated_id_is_found_by_the_table_and_by_the_sort(numpy, monkeypatch)
     a sort) says what a set says, on ids of both kinds of range."""
     import random
 
-    import layoutalg.copy.executor as copy_mod
+    from layoutalg.copy import ids as copy_mod
     if not numpy:
         monkeypatch.setattr(copy_mod, "_np", None)
     rng = random.Random(17)
@@ -381,7 +381,7 @@ def test_big_fragments_go_through_the_staging_array_and_land_exactly(deriver, ch
     """Fragments of whole 4 KiB multiples go numpy to numpy through a staging array placed
     apart from both sides modulo 4 KiB (`_copy_staged`): every rank's store and load gives
     the bytes the plain gather of numpy gives (the staging turned off)."""
-    import layoutalg.copy.executor as copy_mod
+    from layoutalg.copy import move as copy_mod
     monkeypatch.setattr(copy_mod, "_CHUNK", chunk)
     bs, d, n = 16, 128, 6                                  # split HND tp=4: 8 KiB fragments
     kv = torch.randn(n, 2, 2, bs, d, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).transpose(2, 3)
@@ -417,7 +417,7 @@ def test_the_staging_array_lies_apart_from_both_sides():
     EPYC), for its every fragment of whole 4 KiB multiples, of the size asked for."""
     import random
 
-    from layoutalg.copy.executor import _apart
+    from layoutalg.copy.move import _apart
     rng = random.Random(23)
     for _ in range(500):
         src, dst, n, f = rng.randrange(1 << 40), rng.randrange(1 << 40), rng.randint(1, 64), rng.choice([4096, 8192])

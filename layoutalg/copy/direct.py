@@ -11,7 +11,7 @@ import torch
 from ..errors import ConfigError, LayoutalgError
 from ..mapping import PageConversion
 from ..plans.reshard import DirectPlan, DirectRun, _validated, validate
-from .executor import _ids as read_ids
+from .ids import _ids as read_ids
 from .executor import plan
 from .views import check_blocks_apart, in_segments, layer_segments, overlap, stretch_length
 
