@@ -118,7 +118,7 @@ def test_a_look_alike_beyond_the_samples_is_found_where_z3_says_both_apply(tmp_p
 def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, capsys, drop):
     """A fresh mutant (seeded): one family's distinguishing guard dropped. `check`'s recognition
     pass names the pair, the tensor and the byte they read apart, and fails."""
-    from layoutalg.cli.app import _recognition
+    from layoutalg.cli.check import _recognition
     lib, families = _library(tmp_path, drop)
     assert _recognition(lib, families) == 1
     found = together(lib, *sorted((drop, LOOK_ALIKE[drop])))  # apart for all sizes only with the word

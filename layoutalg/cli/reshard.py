@@ -1,0 +1,109 @@
+"""`layoutalg reshard`: store under one parallel configuration, load under another, across real
+processes, with every byte checked by its engine element (`tools.distributed`)."""
+from __future__ import annotations
+
+from ..errors import LayoutalgError
+from .common import sizes_once
+
+
+def _reshard(args) -> int:
+    from ..tools.distributed import group_of, reshard
+    names = sizes_once("reshard", args.size)
+    specs = args.specs
+    if args.pages is not None:
+        return _reshard_job(args, names)
+    if args.store is None or args.load is None:
+        raise LayoutalgError("reshard: give both --store and --load (or one of them with --pages, under torchrun)")
+    (x, sx), (y, sy) = (_side(text, args.layers) for text in (args.store, args.load))
+    bx, by = x.pop("block_size", args.block_size), y.pop("block_size", args.block_size)  # each side's blocks
+    model = (args.heads, bx, args.head_size, args.dtype, args.blocks)
+    store = group_of(args.family, x, *model, names=names, specs=specs)
+    load = group_of(args.family, y, args.heads, by, *model[2:], names=names, specs=specs)
+    conversion = None
+    a, b = store.mappings[0].canonical_page_size_bytes, load.mappings[0].canonical_page_size_bytes
+    if a != b and store.mappings[0].layout_id == load.mappings[0].layout_id:
+        from ..tools.distributed import library_of
+        from ..verify.conversions import conversion as converting
+        big, small = (store, load) if a > b else (load, store)
+        conversion = converting(library_of(specs), args.family, big.sizes, small.sizes)
+        blocks = args.blocks * conversion.k if small is load else args.blocks // conversion.k
+        if small is store and args.blocks % conversion.k:
+            raise LayoutalgError(f"reshard: --blocks {args.blocks} stored pages of {a} bytes do not fill whole "
+                                 f"loading pages of {b} bytes ({conversion.k} each)")
+        load = group_of(args.family, y, args.heads, by, *model[2:4], blocks, names=names, specs=specs)
+        print(f"another {'block size' if bx != by else 'cp'}: {conversion.k} pages of {min(a, b)} bytes are one of {max(a, b)}; "
+              f"{'the plans compose' if args.direct else 'the stored pages are converted by'} a conversion of "
+              f"{len(conversion.mapping.runs)} runs (by the algebra)")
+    if args.direct:
+        from ..tools.distributed import library_of
+        from ..verify.prove.reshard import prove_cross_plans, prove_plans
+        from ..verify.prove.runner import Budgets
+        from ..plans.reshard import cross_plans, direct_plans
+        if conversion is None:
+            plans = direct_plans(store.mappings, load.mappings)
+            rows = prove_plans(library_of(specs), args.family, store.sizes, load.sizes, plans, Budgets.of().config)
+        else:
+            cross = cross_plans(store.mappings, load.mappings, conversion)
+            rows = prove_cross_plans(library_of(specs), args.family, store.sizes, load.sizes, cross, conversion.token,
+                                     Budgets.of().config)
+            plans = [p for part in cross.parts for p in part]
+        for r in rows:
+            print(f"{r.obligation:<14} {r.status:<8} {r.method}{': ' + r.detail if r.detail else ''}")
+        if any(r.status != "proved" for r in rows):
+            print("0 passed, 0 failed: the direct plan is not proved for this pair; nothing was moved")
+            return 1
+        reads = ", ".join(f"{p.consumer}<-{'+'.join(map(str, p.producers()))}" for p in plans)
+        print(f"direct plan: consumer<-producers {reads}; {sum(len(p.runs) for p in plans)} runs"
+              + ("" if conversion is None else f" (producers numbered part * {store.world} + rank where the "
+                                               f"producers read the small pages; one plan per part otherwise)"))
+    from ..tools.distributed import trusted
+    taken = sorted(set(trusted(store)) | set(trusted(load)))
+    print("byte check: each byte is named by the engine element it holds (the local layout's indices, each a "
+          "global index by the grid's placements: the engine's word), never by the spec's canonical layout"
+          + ("; taken from the spec: " + "; ".join(taken) if taken else ""))
+    passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion, device=args.device,
+                             stages=(sx, sy))
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
+
+
+def _reshard_job(args, names: dict) -> int:
+    """One side of a reshard as a job of its own under torchrun, its pages in files (`node`)."""
+    from ..tools.distributed import group_of
+    from ..tools.node import load_job, store_job, under_torchrun
+    if (args.store is None) == (args.load is None):
+        raise LayoutalgError("reshard --pages: give one of --store and --load: a job is one side, its pages "
+                             "stored for a later job (or loaded from an earlier one)")
+    if args.direct:
+        raise LayoutalgError("reshard --pages: --direct moves bytes between two groups at once; a job of one "
+                             "side goes through its pages")
+    if not under_torchrun():
+        raise LayoutalgError("reshard --pages: run it under torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
+                             "MASTER_PORT unset), e.g. torchrun --nproc-per-node 4 -m layoutalg reshard ...")
+    config, stages = _side(args.store if args.store is not None else args.load, args.layers)
+    block = config.pop("block_size", args.block_size)
+    group = group_of(args.family, config, args.heads, block, args.head_size, args.dtype, args.blocks,
+                     names=names, specs=args.specs)
+    job = store_job if args.store is not None else load_job
+    return job(group, stages, args.layers, args.pages)
+
+
+def _side(text: str, layers: int) -> tuple[dict, tuple]:
+    """A reshard side's configuration ('pp=2,tp=2,block_size=64') and its pipeline stages: `pp=N`
+    splits the layers by vLLM's rule, `pp=3+5` gives each stage's layer count."""
+    from ..tools.distributed import parse_config
+    from ..params import stage_layers
+    items = [t.strip() for t in text.split(",")]
+    pp = [t for t in items if t.partition("=")[0] == "pp"]
+    if len(pp) > 1:
+        raise LayoutalgError(f"configuration {text!r}: pp is given twice")
+    config = parse_config(",".join(t for t in items if t not in pp), also=("block_size",), shown=text)
+    if not pp:
+        return config, (range(layers),)
+    counts = pp[0].partition("=")[2].split("+")
+    if not all(c.isascii() and c.isdigit() and len(c) <= 18 for c in counts):
+        raise LayoutalgError(f"configuration {text!r}: pp must be a number of stages (pp=2) or each stage's "
+                             f"layer count (pp=3+5), got {pp[0]!r}")
+    if len(counts) == 1:
+        return config, stage_layers(layers, int(counts[0]))
+    return config, stage_layers(layers, split=tuple(map(int, counts)))
