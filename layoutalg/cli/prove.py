@@ -153,6 +153,7 @@ def prove_command(args, out=None) -> int:
         print(f"direct plans from {args.reshard[0]} to {args.reshard[1]}, for all sizes:", file=out)
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
+        print("\nobligations:\n" + describe(dict.fromkeys(r.obligation for r in rows)), file=out)
         return 1 if any(r.status != "proved" for r in rows) else 0
     if getattr(args, "family", None):
         raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "

@@ -26,10 +26,9 @@ import z3
 from ...dsl.interpret import Reading
 from ...dsl.library import Library
 from .obligations import Budget, Model, value
-from .store import Row
+from .store import RESHARD, Row
 from .z3ops import check, solver
 
-RESHARD = ("reshard-cover", "reshard-match")
 
 
 def prove_plans(lib: Library, family: str, store: dict, load: dict, plans: Sequence, budget: Budget) -> list[Row]:

@@ -47,9 +47,22 @@ OBLIGATIONS = {
 """In a family of pages each row but `structure` and `page-size` is asked of every
 data region (`family.region`), with 'page' the whole page the region lies in."""
 
+RESHARD_OBLIGATIONS = {
+    "reshard-cover": "each consumer rank's direct plan writes every byte of its local page exactly once, from a "
+                     "byte inside one of the producers' pages",
+    "reshard-match": "each byte the plan writes holds the canonical byte (across another cp: the canonical index, "
+                     "the small page's token shifted by its part) that the producer byte it reads holds",
+    "reshard-domain": "across another cp, the sizes where a plan's pieces do not divide: never proved",
+}
+"""The rows of `prove --reshard`: a plan between two configurations against the spec's reading
+of both (`reshard` at the given sizes, `replan` for all sizes)."""
+RESHARD = ("reshard-cover", "reshard-match")
 
-def describe() -> str:
-    return "\n".join(f"  {k:<22} {v}" for k, v in OBLIGATIONS.items())
+
+def describe(names=None) -> str:
+    """Each obligation (of `names`, default: a library proof's) and what it means."""
+    meant = {**OBLIGATIONS, **RESHARD_OBLIGATIONS}
+    return "\n".join(f"  {k:<22} {meant[k]}" for k in (OBLIGATIONS if names is None else names))
 
 
 @dataclass
