@@ -14,7 +14,8 @@ from layoutalg.errors import SpecError
 from layoutalg.ir.claims import names_data
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load, load_default
-from layoutalg.verify.prove.runner import agnostic_rows, prove_family
+from layoutalg.verify.prove.runner import prove_family
+from layoutalg.verify.prove.meaning import agnostic_rows
 from layoutalg.runtime.derive import Deriver
 from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
 

@@ -258,7 +258,7 @@ def test_a_refutation_is_not_hidden_behind_an_agnostic_claim_not_shown(tmp_path,
                                              .replace(old, old.replace("total_heads,", "total_heads * tp // tp,")))
     (tmp_path / "grids.lal").write_text((ROOT / "specs" / "grids.lal").read_text())
     lib = load([tmp_path / "swapped_tp.lal"])
-    from layoutalg.verify.prove.runner import agnostic_rows
+    from layoutalg.verify.prove.meaning import agnostic_rows
     assert [r.status for r in agnostic_rows(lib, "swapped_tp")] == ["unknown"]
     (row,) = [r for r in prove_family(lib, "swapped_tp") if r.obligation == "one-format"]
     assert row.status == "refuted" and "one page format names two elements" in row.detail, (row.status, row.detail)

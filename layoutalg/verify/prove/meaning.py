@@ -25,10 +25,16 @@ once) is the family's other rows at S, which is a configuration the family appli
 """
 from __future__ import annotations
 
+import time
+
 import z3
 
 from ...dsl.interpret import Reading, paths
+from ...dsl.library import Library
+from ...ir.family import resolve
 from ..oracle import element_terms
+from .store import Row
+from .structural import agnostic_family
 from .z3ops import Z3Ops
 
 SINGLE = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
@@ -290,3 +296,35 @@ def shared_paths(lib, family: str, fam) -> list:
         return []
     from ...ir.claims import names_data
     return [p for p, named in zip(every, names_data(fam)) if named]
+
+
+LAYOUT_CLAIM = "canonical layout free of parallel sizes and one across the claiming cases (sympy): all sizes"
+
+
+PAD_CLAIM = "canonical pad free of parallel sizes (sympy): all sizes"
+
+
+def claim_row(spec: str, name: str, fam, method: str) -> list[Row]:
+    """The `one-format` row of one part's `agnostic` claim alone (sympy), or none where no case
+    claims anything (nothing to show)."""
+    t0 = time.perf_counter()
+    claim = agnostic_family(fam) if fam is not None else None
+    return [] if claim is None else [Row(spec, name, "one-format", claim.status, method, time.perf_counter() - t0,
+                                         claim.detail if claim.status != "proved" else "")]
+
+
+def agnostic_rows(lib: Library, family: str) -> list[Row]:
+    """The `one-format` rows of the family's `agnostic` claim alone (each data region's part and
+    canonical pad of a page), without the Z3 queries that take minutes: for a question about
+    the claim alone.
+
+    Post-conditions: a row unknown here is unknown in `prove_family`; a row proved here may
+    still be unknown or refuted there, where a shared page means another thing at another
+    configuration (the Z3 half of `one-format`) or the family applies nowhere."""
+    spec = lib.family_def(family).span.file
+    parts = lib.parts_of(family)
+    rows = [r for part in parts for r in claim_row(spec, part, resolve(lib, part), LAYOUT_CLAIM)]
+    if parts != [family]:
+        rows += [r for pad in lib.parts_of(family, pads=True) if pad not in parts and pad.endswith("'")
+                 for r in claim_row(spec, pad, resolve(lib, pad), PAD_CLAIM)]
+    return rows
