@@ -114,15 +114,23 @@ def _table(rows: list, cached: set, out) -> None:
           f"{bad['unknown']} unknown", file=out)
 
 
+def _reshard_one(args) -> list[dict]:
+    from dataclasses import asdict
+    from ..verify.prove.replan import prove_all_sizes
+    from ..verify.prove.runner import Budget
+    paths, family, x, y, rlimit, guard_s = args
+    return [asdict(r) for r in prove_all_sizes(load(paths), family, x, y, Budget(rlimit, guard_s))]
+
+
 def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int | None = None,
-                  guard_s: float | None = None) -> list[Row]:
+                  guard_s: float | None = None, jobs: int = 1) -> list[Row]:
     """The direct plan from configuration `store` to `load` ('tp=2,dcp=1') of each family
-    (or `family`), proved for all sizes (`replan.prove_all_sizes`)."""
+    (or `family`), proved for all sizes (`replan.prove_all_sizes`), each family in a fresh
+    process as the library's proofs are (`_fresh_processes`): a verdict never depends on what
+    the calling process solved before."""
     from ..params import parse_config
     from ..verify.prove import GUARD_S
     from ..verify.prove import RLIMIT
-    from ..verify.prove.replan import prove_all_sizes
-    from ..verify.prove.runner import Budget
     lib = load(paths)
     names = [family] if family else list(lib.families)
     if not names:
@@ -131,8 +139,10 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
         if n not in lib.families:
             raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
     x, y = parse_config(store, also=("block_size",)), parse_config(load_, also=("block_size",))
-    budget = Budget(rlimit or RLIMIT, guard_s or GUARD_S)
-    return [r for n in names for r in prove_all_sizes(lib, n, x, y, budget)]
+    files = [str(f.resolve()) for f in spec_files(paths)]
+    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S) for n in names]
+    with _fresh_processes(max(1, min(jobs, len(args)))) as pool:
+        return [Row(**r) for rows in pool.map(_reshard_one, args) for r in rows]
 
 
 def prove_command(args, out=None) -> int:
@@ -149,7 +159,7 @@ def prove_command(args, out=None) -> int:
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
         return 0 if rows[0].status == "proved" else 1
     if getattr(args, "reshard", None):
-        rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout)
+        rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout, args.jobs)
         print(f"direct plans from {args.reshard[0]} to {args.reshard[1]}, for all sizes:", file=out)
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
