@@ -23,3 +23,27 @@ def deriver():
     """A Deriver of the shipped library (its memo is keyed by the layer: tests may share it)."""
     from layoutalg.runtime.derive import Deriver
     return Deriver()
+
+
+
+def _blocks(kv, m) -> int:
+    from layoutalg.copy.views import layer_segments
+    return layer_segments(kv, m, "kv", "test")[0].bytes.shape[0]
+
+
+def store_all(kv, pages, m, blocks=None):
+    """Through a copy plan: block b of `kv` into page b, for every block (or `blocks`)."""
+    import torch
+    from layoutalg.copy.executor import plan
+    p = plan(m, kv)
+    ids = torch.arange(_blocks(kv, m)) if blocks is None else blocks
+    return p.store(kv, ids, pages, ids)
+
+
+def load_all(pages, kv, m):
+    """Through a copy plan: page b into block b of `kv`, for every block."""
+    import torch
+    from layoutalg.copy.executor import plan
+    p = plan(m, kv)
+    ids = torch.arange(_blocks(kv, m))
+    return p.load(pages, ids, kv, ids)

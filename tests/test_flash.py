@@ -10,6 +10,7 @@ import torch
 from layoutalg.plans import reshard
 from layoutalg.copy import direct
 from layoutalg.copy import views as torch_copy
+from conftest import load_all, store_all
 from layoutalg.copy.executor import plan
 from layoutalg.errors import LayoutMismatch, SpecError
 from layoutalg.dsl.library import load
@@ -101,11 +102,11 @@ def test_the_legacy_store_and_load_read_the_stretches(deriver):
     m = flash.mappings[2]
     a = torch.zeros(N, m.canonical_page_size_bytes, dtype=torch.uint8)
     b = torch.zeros_like(a)
-    torch_copy.store(sk[2], a, split.mappings[2])
-    torch_copy.store(fk[2], b, m)
+    store_all(sk[2], a, split.mappings[2])
+    store_all(fk[2], b, m)
     assert torch.equal(a, b)
     back = torch.zeros_like(fk[2])
-    torch_copy.load(b, back, m)
+    load_all(b, back, m)
     assert _same(back, fk[2])
 
 
@@ -250,7 +251,7 @@ def test_the_flash_tensor_in_a_list_or_as_bytes_is_refused_and_nothing_moves(der
         with pytest.raises(LayoutMismatch, match=message):
             plan(m, wrong)
         with pytest.raises(LayoutMismatch, match=message):
-            torch_copy.store(wrong, pages, m)
+            store_all(wrong, pages, m)
     with pytest.raises(LayoutMismatch, match="no \\(blocks, page\\) view"):
         torch_copy.layer_bytes([kv], m)
     assert torch.equal(pages, torch.full_like(pages, 7))

@@ -287,7 +287,7 @@ def test_a_plan_refuses_tensors_apart_laid_out_otherwise_than_it_was_made_for(de
 
 def test_runs_past_the_bytes_tensors_apart_hold_are_refused():
     from layoutalg.mapping import CanonicalPageMapping, CopyRun
-    from layoutalg.copy.views import store
+    from conftest import store_all as store
     views = (TensorView("k", 0, (2,), (1,), 2), TensorView("v", 4, (1,), (1,), 2))
     m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True, tensors=views)
     a, vb = torch.arange(6, dtype=torch.int16).view(3, 2), torch.arange(100, 106, dtype=torch.int16).view(3, 2)

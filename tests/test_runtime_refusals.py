@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from layoutalg import derive_canonical_mappings
-from layoutalg.copy import views as torch_copy
+from conftest import store_all
 from layoutalg.copy.executor import plan, plan_model
 from layoutalg.runtime.corpus import CorpusError, derive_corpus
 from layoutalg.errors import ConfigError, LayoutMismatch
@@ -80,11 +80,11 @@ def test_a_gated_delta_net_state_of_key_dim_zero_is_opaque_with_its_reason(caplo
     assert "has key dim 0" in caplog.text
 
 
-def test_block_ids_on_the_meta_device_are_refused_by_the_low_level_store():
+def test_block_ids_on_the_meta_device_are_refused_by_a_store():
     m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
     canonical = torch.zeros(3, 8, dtype=torch.uint8)
-    with pytest.raises(ConfigError, match="meta device"):
-        torch_copy.store(torch.ones(3, 8, dtype=torch.uint8), canonical, m, torch.arange(3, device="meta"))
+    with pytest.raises(LayoutMismatch, match="block_ids are on the meta device: they hold no values"):
+        store_all(torch.ones(3, 8, dtype=torch.uint8), canonical, m, torch.arange(3, device="meta"))
     assert not canonical.any()
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from layoutalg import LayerSpec, ParallelConfig, TensorLayout
-from layoutalg.copy.views import load, store
+from conftest import load_all as load, store_all as store
 
 
 def split_nhd(n, bs, h, d, dtype=torch.float16):
@@ -180,17 +180,17 @@ def test_copies_reject_pages_that_do_not_fit(deriver):
     t = split_nhd(2, 4, 2, 8)
     m = derive(deriver, t, 4, 2, 8, tp=2, total_kv_heads=4).mappings[0]
     small = torch.zeros(2, m.canonical_page_size_bytes - 1, dtype=torch.uint8)
-    with pytest.raises(LayoutMismatch, match=r"canonical tensor: one block is \(511,\) elements of 1 bytes = 511 bytes, "
-                                             r"expected a 512-byte page"):
+    with pytest.raises(LayoutMismatch, match=r"store: pages must be a \(num_pages, 512\) uint8 tensor, got "
+                                             r"\(\(2, 511\), torch.uint8\)"):
         store(t, small, m)
     overlapping = torch.zeros(768, dtype=torch.uint8).as_strided((2, 512), (256, 1))
-    with pytest.raises(LayoutMismatch, match=r"canonical tensor, dimension 0 \(block\): stride 256 elements "
+    with pytest.raises(LayoutMismatch, match=r"store: pages tensor, dimension 0 \(block\): stride 256 elements "
                                              r"\(256 bytes\), expected at least 512 bytes"):
         store(t, overlapping, m)
-    with pytest.raises(LayoutMismatch, match=r"local is not the tensor 'kv' the mapping was derived for: shape "
+    with pytest.raises(LayoutMismatch, match=r"plan: kv is not the tensor 'kv' the mapping was derived for: shape "
                                              r"\(2, 1, 4, 2, 8\) is not \(2, 2, 4, 2, 8\)"):
         load(torch.zeros(2, 512, dtype=torch.uint8), t[:, :1], m)
-    with pytest.raises(LayoutMismatch, match=r"local \(bytes\) is not the tensor 'kv' the mapping was derived for: "
+    with pytest.raises(LayoutMismatch, match=r"plan: kv \(bytes\) is not the tensor 'kv' the mapping was derived for: "
                                              r"shape \(2, 1, 4, 2, 16\) is not \(2, 2, 4, 2, 16\)"):
         load(torch.zeros(2, 512, dtype=torch.uint8), t[:, :1].view(torch.uint8), m)  # bytes, a page too short
     offset_view = torch.zeros(2 * 128 + 64, dtype=torch.float16)[64:].view(2, 2, 4, 2, 8)

@@ -132,7 +132,7 @@ class _Side(NamedTuple):
 
 def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
     """One side's pages as `Segment`s of `(blocks, bytes)`, the tensor checked against the views
-    its group's mappings were derived for (`torch_copy.layer_segments`, as a copy plan checks it)."""
+    its group's mappings were derived for (`copy.views.layer_segments`, as a copy plan checks it)."""
     side = _Side(plan.producer_tensors, plan.producer_page_size_bytes, plan.producer_format, plan.producer_reads) \
         if producer else _Side(plan.consumer_tensors, plan.local_page_size_bytes, plan.consumer_format,
                                plan.consumer_reads)

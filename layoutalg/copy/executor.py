@@ -51,7 +51,7 @@ from .views import (CANONICAL, LOCAL, check_apart, check_blocks_apart, check_str
 def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
     """A plan for `kv`: a tensor holding the mapping's local page in each block, or the
     list of tensors that view it (a Mamba layer's conv and SSM state), checked against the
-    tensors the mapping was derived for (`torch_copy.layer_bytes`)."""
+    tensors the mapping was derived for (`copy.views.layer_bytes`)."""
     check_runs(mapping, "plan")  # a mapping, every run inside both pages, every writer election sound
     if not mapping.runs:  # a store would write nothing and a load fill nothing, each reporting its blocks done
         raise ConfigError(f"plan: the mapping holds no run: not one byte of its {mapping.local_page_size_bytes}-byte "
@@ -409,7 +409,7 @@ def _by_election(m: CanonicalPageMapping) -> list:
 @functools.lru_cache(maxsize=256)
 def _split(runs: tuple, length: int) -> tuple:
     """`(stretch, run)` of each run, cut at the stretches of `length` bytes of the local page
-    (`torch_copy.in_segments`, remembered: a plan cuts the same runs every batch)."""
+    (`copy.views.in_segments`, remembered: a plan cuts the same runs every batch)."""
     return in_segments(runs, length, LOCAL, CANONICAL)
 
 

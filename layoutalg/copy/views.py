@@ -1,12 +1,9 @@
-"""Executing copy runs with torch: one strided view copy per run, for many blocks at once.
-
-A run is an arithmetic progression of equal fragments in both pages, so it is one
-`as_strided` view on each side, `(blocks, num_fragments, fragment_size)`; copying a
-run is a single `copy_` between views, for every block of the batch together.
-
-`store` and `load` check everything (each block one dense page, the block counts, the
-block ids, the runs inside both pages) before the first byte moves: a rejected call
-leaves both tensors as they were.
+"""A layer's tensors as the bytes of its pages: each block one dense page (`page_bytes`,
+`layer_bytes`), or stretches apart (`layer_segments`: a page held by several tensors, or by
+one tensor whose blocks interleave); the runs cut where those stretches end (`in_segments`);
+and the checks that two tensors, or two batches of blocks, share no byte (`check_apart`,
+`check_blocks_apart`). Every refusal names the tensor, the dimension and the expected versus
+the actual stride; what the copy plans (`executor`) and direct plans (`direct`) read.
 """
 from __future__ import annotations
 
@@ -15,9 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..errors import ConfigError, LayoutMismatch
-from ..mapping import MAX_STRETCHES, CanonicalPageMapping, CopyRun
-from ..runtime.runs import check_runs
+from ..errors import LayoutMismatch
+from ..mapping import MAX_STRETCHES, CanonicalPageMapping
 
 
 def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages", op: str = "page_bytes") -> torch.Tensor:
@@ -113,7 +109,7 @@ def byte_form(v, name: str, op: str):
     of another layout of one size (HND for NHD) must not pass as raw page bytes.
 
     Examples:
-        >>> from layoutalg.mapping import TensorView
+        >>> from layoutalg.mapping import CopyRun, TensorView
         >>> tuple(byte_form(TensorView("kv", 0, (2, 4, 8), (32, 8, 1), 2), "kv", "plan"))[2:5]
         ((2, 4, 16), (64, 16, 1), 1)
     """
@@ -160,7 +156,7 @@ def layer_segments(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "lay
     sharing a byte.
 
     Examples:
-        >>> from layoutalg.mapping import TensorView
+        >>> from layoutalg.mapping import CopyRun, TensorView
         >>> m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True,
         ...                          tensors=(TensorView("kv", 0, (2, 2), (2, 1), 2, outer=1),))
         >>> kv = torch.arange(12, dtype=torch.int16).view(2, 3, 2)   # (kv, block, d)
@@ -214,7 +210,7 @@ def _apart(tensors, views: tuple, page: int, name: str, op: str) -> tuple | None
     them, or says why not.
 
     Examples:
-        >>> from layoutalg.mapping import TensorView
+        >>> from layoutalg.mapping import CopyRun, TensorView
         >>> m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True, tensors=(
         ...     TensorView("k", 0, (2,), (1,), 2), TensorView("v", 4, (2,), (1,), 2)))
         >>> buf = torch.arange(12, dtype=torch.int16).view(2, 3, 2)   # (kv, block, d): K blocks, then V blocks
@@ -330,6 +326,7 @@ def in_segments(runs, length: int | tuple, side: tuple, other: tuple) -> tuple:
     where `length` is 0 (the page is one stretch).
 
     Examples:
+        >>> from layoutalg.mapping import CopyRun
         >>> r = CopyRun(0, 0, 8, 2, 8, 8)
         >>> [(s, tuple(p)) for s, p in in_segments([r], 4, ("local_offset", "local_stride"),
         ...                                          ("canonical_offset", "canonical_stride"))]
@@ -481,74 +478,4 @@ def _check_dense(pages: torch.Tensor, name: str, op: str) -> None:
         raise LayoutMismatch(f"{op}: {name} tensor, dimension {d}: stride {stride} elements, expected {expected} "
                              f"for each block to be one dense page (a padded or overlapping view?)")
 
-
-def _same_blocks(lb: torch.Tensor, cb: torch.Tensor, op: str) -> int:
-    if lb.shape[0] != cb.shape[0]:
-        raise LayoutMismatch(f"{op}: local tensor has {lb.shape[0]} blocks but canonical tensor has {cb.shape[0]}; "
-                             f"block b of one is block b of the other, so the counts must match")
-    return lb.shape[0]
-
-
-def _block_ids(blocks, num_blocks: int) -> torch.Tensor:
-    if blocks is None:
-        return torch.arange(num_blocks)
-    if not isinstance(blocks, torch.Tensor):
-        raise ConfigError(f"store: blocks must be a 1-D int64 torch.Tensor of block ids, got {type(blocks).__name__}")
-    if blocks.dtype != torch.int64 or blocks.dim() != 1:
-        raise ConfigError(f"store: blocks must be a 1-D int64 tensor of block ids, got {blocks.dim()}-D {blocks.dtype}")
-    if blocks.device.type == "meta":
-        raise ConfigError("store: blocks is on the meta device, which holds no ids; give them on the CPU or the "
-                          "tensors' device")
-    ids = blocks.to("cpu", copy=True)  # its own: ids held in the tensors it copies would change under the copy
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_blocks):
-        bad = ids[(ids < 0) | (ids >= num_blocks)][0]
-        raise ConfigError(f"store: block id {int(bad)} is outside the {num_blocks} blocks (valid ids: 0 to "
-                          f"{num_blocks - 1})")
-    if ids.unique().numel() != ids.numel():
-        raise ConfigError("store: blocks lists a block id more than once; each block is stored once")
-    return ids
-
-
-def _view(b: torch.Tensor, run: CopyRun, local: bool) -> torch.Tensor:
-    off, stride = (run.local_offset, run.local_stride) if local else (run.canonical_offset, run.canonical_stride)
-    return b.as_strided((b.shape[0], run.num_fragments, run.fragment_size),
-                        (b.stride(0), stride, 1), b.storage_offset() + off)
-
-
-def store(local: torch.Tensor, canonical: torch.Tensor, m: CanonicalPageMapping,
-          blocks: torch.Tensor | None = None) -> None:
-    """Copy this rank's local pages into canonical pages (same block ids), where it is the writer.
-
-    `local` is (num_blocks, ...) with `m.local_page_size_bytes` bytes per block and
-    `canonical` (num_blocks, canonical_page_size_bytes) uint8; `blocks` selects block ids
-    (a 1-D int64 tensor, each id once).
-    """
-    check_runs(m, "store")
-    segs, cb = _sides(local, canonical, m, "store")
-    ids = _block_ids(blocks, _same_blocks(segs[0].bytes, cb, "store"))
-    for n, w in sorted(set(m.elections)):  # regions replicated differently elect their own writers
-        mine = ids[(ids % n) == w]
-        if mine.numel() == 0:
-            continue
-        mine = mine.to(cb.device)
-        runs = tuple(run for run, e in zip(m.runs, m.elections) if e == (n, w))
-        for s, run in in_segments(runs, stretch_length(segs), LOCAL, CANONICAL):  # only this rank's fragments, in place: ranks sharing a page never race
-            _view(cb, run, local=False)[mine] = _view(segs[s].bytes, run, local=True)[mine]
-
-
-def load(canonical: torch.Tensor, local: torch.Tensor, m: CanonicalPageMapping) -> None:
-    """Fill this rank's local pages from canonical pages (every block, every rank)."""
-    check_runs(m, "load")
-    segs, cb = _sides(local, canonical, m, "load")
-    _same_blocks(segs[0].bytes, cb, "load")
-    for s, run in in_segments(m.runs, stretch_length(segs), LOCAL, CANONICAL):
-        _view(segs[s].bytes, run, local=True).copy_(_view(cb, run, local=False))
-
-
-def _sides(local, canonical, m: CanonicalPageMapping, op: str) -> tuple:
-    segs = layer_segments(local, m, "local", op)
-    cb = page_bytes(canonical, m.canonical_page_size_bytes, "canonical", op)
-    for seg in segs:
-        check_apart(seg.bytes, cb, op, "the local and canonical tensors")
-    return segs, cb
 

@@ -230,7 +230,7 @@ def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: Tens
     that reads the tensor must find its shape, strides and page in each block. (That the
     layout is the page and the grid the group is `compiled.misfit`, for every family.)
     Dims before the block dim (`cf.tensor_outer`) are matched by extent: their strides are
-    the tensor's, held apart by `torch_copy` where bytes move."""
+    the tensor's, held apart by `copy.views` where bytes move."""
     page, names, k = layer.page_size_bytes, cf.tensor, cf.tensor_outer
     if inst.tensor_shape:  # the family reads a tensor: recognise it by shape and strides
         if tensor is None:

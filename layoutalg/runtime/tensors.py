@@ -191,7 +191,7 @@ def raw_page(t: TensorLayout, num_blocks, page: int) -> str:
     """Why `t` is not a page's raw bytes ('' when it is): bytes (one-byte elements), the block
     dim first, each block one dense `page`-byte stretch of memory, the blocks apart. It is how
     vLLM allocates a Mamba layer's pages (`(num_blocks, 1, 1, page bytes)` int8) and how a copy
-    plan takes a page of regions in one tensor (`torch_copy.page_bytes`): the spec's views say
+    plan takes a page of regions in one tensor (`copy.views.page_bytes`): the spec's views say
     where each region lies in it.
 
     Examples:
@@ -218,7 +218,7 @@ def raw_page(t: TensorLayout, num_blocks, page: int) -> str:
 
 def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_blocks=None) -> str:
     """Why a tensor of `shape` and `stride` (elements) is not view `v` ('' when it is). The
-    strides of dims before the block dim (`v.outer`) are the tensor's own: `torch_copy`
+    strides of dims before the block dim (`v.outer`) are the tensor's own: `copy.views`
     checks that they keep its segments apart."""
     k = v.outer
     blocks = num_blocks if num_blocks is not None else (shape[k] if len(shape) > k else None)

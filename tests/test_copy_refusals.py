@@ -1,4 +1,5 @@
-"""store and load refuse what they cannot copy exactly, before the first byte moves."""
+"""A copy plan refuses what it cannot copy exactly, before the first byte moves: the tensor, the
+ids, the mapping's runs; and a store writes only its own bytes."""
 from __future__ import annotations
 
 import re
@@ -9,7 +10,11 @@ import torch
 from layoutalg import LayerSpec, ParallelConfig, TensorLayout
 from layoutalg.errors import ConfigError, LayoutalgError, LayoutMismatch
 from layoutalg.mapping import CanonicalPageMapping, CopyRun
-from layoutalg.copy.views import load, page_bytes, store
+from layoutalg.copy.executor import plan
+from layoutalg.copy.views import page_bytes
+
+from conftest import load_all as load, store_all as store
+
 
 
 
@@ -36,12 +41,9 @@ def test_a_padded_view_is_refused(deriver):
     kv = full[..., :8]
     m = mapping_for(deriver, kv)
     assert m.num_writers == 1 and not m.parallelism_agnostic  # its strides are no family's: the fallback
-    canonical = torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8)
-    with pytest.raises(LayoutMismatch, match=re.escape("store: local tensor, dimension 3: stride 16 elements, "
+    with pytest.raises(LayoutMismatch, match=re.escape("plan: kv tensor, dimension 3: stride 16 elements, "
                                                        "expected 8 for each block to be one dense page")):
-        store(kv, canonical, m)
-    with pytest.raises(LayoutMismatch, match=r"load: local tensor, dimension 3: stride 16 elements, expected 8"):
-        load(canonical, kv, m)
+        plan(m, kv)
 
 
 def test_a_dense_block_in_another_dimension_order_is_accepted(deriver):
@@ -55,28 +57,30 @@ def test_a_dense_block_in_another_dimension_order_is_accepted(deriver):
     assert torch.equal(back.view(torch.int16), kv.view(torch.int16))
 
 
-@pytest.mark.parametrize("op,blocks", [("load", 1), ("store", 2)])
-def test_the_canonical_tensor_needs_as_many_blocks_as_the_local_one(deriver, op, blocks):
+@pytest.mark.parametrize("op,pages", [("load", 1), ("store", 2)])
+def test_ids_past_the_pages_given_are_refused(deriver, op, pages):
     kv = split_nhd()
     m = mapping_for(deriver, kv)
-    short = torch.zeros(blocks, m.canonical_page_size_bytes, dtype=torch.uint8)
-    with pytest.raises(LayoutMismatch, match=rf"{op}: local tensor has 3 blocks but canonical tensor has {blocks}"):
+    short = torch.zeros(pages, m.canonical_page_size_bytes, dtype=torch.uint8)
+    with pytest.raises(LayoutMismatch, match=rf"{op}: page_ids holds {pages}, outside the {pages} there are "
+                                             rf"\(valid: 0 to {pages - 1}\)"):
         load(short, kv, m) if op == "load" else store(kv, short, m)
 
 
 @pytest.mark.parametrize("blocks,message", [
-    (torch.tensor([-1]), "store: block id -1 is outside the 3 blocks (valid ids: 0 to 2)"),
-    (torch.tensor([0, 3]), "store: block id 3 is outside the 3 blocks (valid ids: 0 to 2)"),
-    (torch.tensor([2, 0, 2]), "store: blocks lists a block id more than once"),
-    (torch.tensor([0, 1], dtype=torch.int32), "store: blocks must be a 1-D int64 tensor of block ids, got 1-D "
-                                              "torch.int32"),
-    (torch.tensor([[0, 1]]), "store: blocks must be a 1-D int64 tensor of block ids, got 2-D torch.int64"),
-    ([0, 1], "store: blocks must be a 1-D int64 torch.Tensor of block ids, got list"),
+    (torch.tensor([-1]), "store: block_ids holds -1, outside the 3 there are (valid: 0 to 2)"),
+    (torch.tensor([0, 3]), "store: block_ids holds 3, outside the 3 there are (valid: 0 to 2)"),
+    (torch.tensor([2, 0, 2]), "store: page_ids repeats an id: two sources would write one destination"),
+    (torch.tensor([0, 1], dtype=torch.int32), "store: block_ids must be a 1-D int64 tensor or a sequence of ints, "
+                                              "got 1-D torch.int32"),
+    (torch.tensor([[0, 1]]), "store: block_ids must be a 1-D int64 tensor or a sequence of ints, got 2-D "
+                             "torch.int64"),
+    ({0, 1}, "store: block_ids must be a 1-D int64 tensor or a sequence of ints, got a set"),
 ])
 def test_block_ids_are_checked(deriver, blocks, message):
     kv = split_nhd()
     m = mapping_for(deriver, kv)
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(LayoutMismatch, match=re.escape(message)):
         store(kv, torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8), m, blocks)
 
 
@@ -132,7 +136,7 @@ def test_a_rejected_call_leaves_both_tensors_untouched(deriver, op, case):
 def test_a_mapping_run_outside_the_page_is_named(deriver):
     kv = split_nhd()
     m = overrunning(mapping_for(deriver, kv))
-    with pytest.raises(ConfigError, match=re.escape(f"load: run 1 ({m.local_page_size_bytes - 8}, 8, 16, 1, 16, 16) "
+    with pytest.raises(ConfigError, match=re.escape(f"plan: run 1 ({m.local_page_size_bytes - 8}, 8, 16, 1, 16, 16) "
                                                     f"reaches local bytes [{m.local_page_size_bytes - 8}, "
                                                     f"{m.local_page_size_bytes + 8})")):
         load(torch.zeros(3, m.canonical_page_size_bytes, dtype=torch.uint8), kv, m)
@@ -140,28 +144,28 @@ def test_a_mapping_run_outside_the_page_is_named(deriver):
 
 def test_not_a_tensor_is_named():
     m = CanonicalPageMapping(8, 8, (CopyRun(0, 0, 8, 1, 8, 8),), 1, 0, True)
-    with pytest.raises(LayoutMismatch, match=r"store: local must be a torch.Tensor, got list"):
-        store([1, 2], torch.zeros(1, 8, dtype=torch.uint8), m)
+    with pytest.raises(LayoutMismatch, match=r"plan: kv must be a torch.Tensor, got list"):
+        plan(m, [1, 2])
 
 
 def test_a_store_writes_only_its_own_bytes_so_ranks_sharing_pages_never_race(deriver, monkeypatch):
-    """Rank 1 stores while rank 0's store is under way (forced: right when rank 0 makes its
-    first view). A store that copied pages out and wrote them back whole lost rank 1's bytes."""
-    import layoutalg.copy.views as tc
+    """Rank 1 stores while rank 0's store is under way (forced: right when rank 0 copies its
+    first run). A store that copied pages out and wrote them back whole lost rank 1's bytes."""
+    from layoutalg.copy import executor
     kvs = [torch.full((3, 2, 4, 1, 8), 257 * (r + 1), dtype=torch.int16) for r in range(2)]
     m0, m1 = (mapping_for(deriver, kvs[0], tp=2, rank=r, total=2) for r in range(2))
     pages = torch.zeros(3, m0.canonical_page_size_bytes, dtype=torch.uint8)
-    view, fired = tc._view, []
+    copy_run, fired = executor._copy_run, []
 
     def meanwhile(*args, **kw):
         if not fired:
             fired.append(1)
-            monkeypatch.setattr(tc, "_view", view)
+            monkeypatch.setattr(executor, "_copy_run", copy_run)
             store(kvs[1], pages, m1)          # the other rank, in between
-            monkeypatch.setattr(tc, "_view", meanwhile)
-        return view(*args, **kw)
+            monkeypatch.setattr(executor, "_copy_run", meanwhile)
+        return copy_run(*args, **kw)
 
-    monkeypatch.setattr(tc, "_view", meanwhile)
+    monkeypatch.setattr(executor, "_copy_run", meanwhile)
     store(kvs[0], pages, m0)
     assert fired and int((pages == 1).sum()) == int((pages == 2).sum()) == 3 * m0.local_page_size_bytes
 
@@ -198,8 +202,6 @@ def test_pages_in_the_memory_of_the_kv_blocks_are_refused():
     before = raw.clone()
     with pytest.raises(LayoutMismatch, match="kv and pages share memory"):
         plan(m, kv).store(kv, [1], pages, [0])
-    with pytest.raises(LayoutMismatch, match="the local and canonical tensors share memory"):
-        store(kv, pages, m)
     assert torch.equal(raw, before)
     apart = raw[32:48].view(1, 16)                           # the same buffer, other bytes: fine
     plan(m, raw[0:16].view(1, 16)).store(raw[0:16].view(1, 16), [0], apart, [0])
