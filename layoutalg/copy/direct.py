@@ -12,11 +12,9 @@ from ..errors import ConfigError, LayoutalgError
 from ..mapping import PageConversion
 from ..plans.reshard import DirectPlan, DirectRun, _validated, validate
 from .ids import _ids as read_ids
+from .move import WORDS, _view, _words, widest_word
 from .executor import plan
 from .views import check_blocks_apart, in_segments, layer_segments, overlap, stretch_length
-
-
-_WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 
 
 def _word_of(segs, runs: Sequence[DirectRun], side: str) -> int:
@@ -26,14 +24,12 @@ def _word_of(segs, runs: Sequence[DirectRun], side: str) -> int:
     for r in runs:
         values += [r.src_offset if side == "src" else r.dst_offset, r.fragment_size,
                    (r.src_stride if side == "src" else r.dst_stride) if r.num_fragments > 1 else 0]
-    w = next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
-    return w
+    return widest_word(values)
 
 
 def _run_view(raw, w: int, offset: int, stride: int, r: DirectRun):
-    words = torch.empty(0, dtype=_WORDS[w], device=raw.device).set_(raw.untyped_storage())
-    return words.as_strided((raw.shape[0], r.num_fragments, r.fragment_size // w),
-                            (raw.stride(0) // w, stride // w, 1), (raw.storage_offset() + offset) // w)
+    """One run's fragments of every block of `raw`, as words: `(blocks, fragments, fragment words)`."""
+    return _view(_words(raw, w), offset, stride, r)
 
 
 def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
@@ -89,7 +85,7 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     at = 0
     for s, r in pieces:
         n = r.fragment_size * r.num_fragments
-        chunk = rows[:, at:at + n].contiguous().view(_WORDS[w])
+        chunk = rows[:, at:at + n].contiguous().view(WORDS[w])
         _run_view(segs[s].bytes, w, r.dst_offset, r.dst_stride, r).index_copy_(
             0, blocks, chunk.view(blocks.numel(), r.num_fragments, r.fragment_size // w))
         at += n

@@ -18,10 +18,19 @@ except ImportError:  # pragma: no cover - torch works without it, and so do the 
 from ..mapping import CanonicalPageMapping
 
 
+WORDS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+"""The integer type a word of so many bytes is moved as."""
+
+
+def widest_word(values) -> int:
+    """The widest word (8, 4, 2 or 1 bytes) dividing every one of `values`: the offsets, sizes
+    and strides a plan moves by, and the tensors' bases."""
+    return next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
+
+
 def _words(raw: torch.Tensor, w: int) -> torch.Tensor:
     """The bytes `raw` (a `page_bytes` view) as words of `w` bytes."""
-    dtype = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[w]
-    words = torch.empty(0, dtype=dtype, device=raw.device).set_(raw.untyped_storage())
+    words = torch.empty(0, dtype=WORDS[w], device=raw.device).set_(raw.untyped_storage())
     return words.as_strided((raw.shape[0], raw.shape[1] // w), (raw.stride(0) // w, 1), raw.storage_offset() // w)
 
 
@@ -241,4 +250,4 @@ def _word(m: CanonicalPageMapping, segs: tuple) -> int:
         values += [r.local_offset, r.canonical_offset, r.fragment_size]
         if r.num_fragments > 1:
             values += [r.local_stride, r.canonical_stride]
-    return next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
+    return widest_word(values)
