@@ -84,3 +84,40 @@ def test_the_runtime_loads_without_the_tools_it_keeps_off_its_path(tmp_path):
                            cwd=tmp_path).stdout.split() for _ in range(3)]
     assert "lark" in runs[0] and "sympy" in runs[0]  # the control: compiling the library imports them
     assert runs[2] == [], runs  # (the second may hash the files once more, to write the index)
+
+
+ORDER = ("", "algebra", "dsl", "ir", "compile", "runtime", "plans", "copy", "verify", "tools", "cli")
+"""The package's folders in pipeline order (docs/design.md): each imports only those before it."""
+
+
+def _floor(module: str, mods: dict) -> int:
+    parts = module.split(".")[1:]
+    if not parts or (len(parts) == 1 and mods[module].name != "__init__.py"):
+        return 0  # the top level
+    return ORDER.index(parts[0])
+
+
+def upward(edges: dict, mods: dict) -> list:
+    """(importer, imported) where a module imports from a later folder of the pipeline."""
+    return sorted((a, b) for a, bs in edges.items() for b in bs
+                  if a not in ("layoutalg.__main__",) and _floor(b, mods) > _floor(a, mods))
+
+
+def test_the_folders_are_the_pipeline_and_no_module_imports_upward():
+    mods = _modules()
+    folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert folders == set(ORDER[1:]), folders  # every folder has its place in the order
+    assert upward(_edges(mods), mods) == []
+    fake = {"layoutalg.runtime.derive": PACKAGE / "runtime" / "derive.py", "layoutalg.verify.check": PACKAGE / "x.py"}
+    assert upward({"layoutalg.runtime.derive": {"layoutalg.verify.check"}}, fake) == [
+        ("layoutalg.runtime.derive", "layoutalg.verify.check")]  # it finds one
+    assert not any(b.startswith("layoutalg.copy") for a, bs in _edges(mods).items() if a.startswith(
+        "layoutalg.verify") for b in bs)  # what verify proves is the plan, never the bytes a copy moved
+
+
+def test_few_modules_at_the_top_and_none_too_long():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 10, top
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}
