@@ -37,7 +37,7 @@ _ONE = """
 import sys
 from layoutalg.dsl.library import load_default
 from layoutalg.params import parse_config
-from layoutalg.verify.prove.replan import prove_all_sizes
+from layoutalg.verify.prove.reshard.all_sizes import prove_all_sizes
 from layoutalg.verify.prove.runner import Budgets
 rows = prove_all_sizes(load_default(), sys.argv[1], parse_config(sys.argv[2], also=("block_size",)),
                        parse_config(sys.argv[3], also=("block_size",)), Budgets.of().full)

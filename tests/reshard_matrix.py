@@ -32,8 +32,8 @@ from layoutalg.verify.conversions import conversion
 from layoutalg.dsl.library import load_default
 from layoutalg.copy.views import layer_segments
 from layoutalg.params import parse_config
-from layoutalg.verify.prove.replan import prove_all_sizes
-from layoutalg.verify.prove.symplan import triples_at
+from layoutalg.verify.prove.reshard.all_sizes import prove_all_sizes
+from layoutalg.verify.prove.reshard.symplan import triples_at
 from layoutalg.verify.prove.reshard import prove_plans
 from layoutalg.verify.prove.runner import Budgets
 from layoutalg.plans.reshard import ReshardError, direct_plans

@@ -9,7 +9,7 @@ from layoutalg.tools.distributed import group_of
 from layoutalg.errors import LayoutalgError
 from layoutalg.dsl.library import load_default
 from layoutalg.params import parse_config
-from layoutalg.verify.prove import replan, symplan
+from layoutalg.verify.prove.reshard import all_sizes as replan, symplan
 from layoutalg.verify.prove.runner import Budgets
 from layoutalg.plans.reshard import direct_plans
 

@@ -16,7 +16,7 @@ rank order), so the reads spread over the replicas.
 
 The same construction serves both callers: the runtime at one configuration pair (ints,
 `reshard.direct_plans`, certified by `reshard.check_plan`) and the prover for every size
-(sympy expressions, `prove.replan`, checked by Z3). Nothing here trusts itself: it says which
+(sympy expressions, `prove.reshard.all_sizes`, checked by Z3). Nothing here trusts itself: it says which
 pieces go where, and the callers check the bytes.
 """
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _compact_symbolic(owners: list, quotient) -> tuple[list, list]:
     stride, each next one the one at the reach of those below it, or else (a hole) the one
     every other left is a whole multiple of (or of one that is). Raises `NotCompact` where
     no such order is shown. The order is a construction only: the plan built from it is
-    checked for every size by whoever calls (`prove.replan`).
+    checked for every size by whoever calls (`prove.reshard.all_sizes`).
 
     Examples:
         >>> whole = lambda n, d: n // d if n % d == 0 else None
@@ -257,7 +257,7 @@ def _block_runs(t: Transpose, ox: list, oy: list, s: int, num) -> list[tuple]:
     """Consumer `s`'s share of a `Transpose` block: for each of its pieces whose consumer
     rank digits hold `s`'s values, (producer rank added, src terms, dst terms, its mode). The
     N side's low digit and the K side's high digit step with the mode, so they are local
-    digits (`prove.symplan` builds no block otherwise)."""
+    digits (`prove.reshard.symplan` builds no block otherwise)."""
     k = num(t.low.extent)
     out = []
     for kl, nh, steps, n_low, k_high in transposed(k, t.rho, t.q):

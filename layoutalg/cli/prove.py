@@ -116,7 +116,7 @@ def _table(rows: list, cached: set, out) -> None:
 
 def _reshard_one(args) -> list[dict]:
     from dataclasses import asdict
-    from ..verify.prove.replan import prove_all_sizes
+    from ..verify.prove.reshard import prove_all_sizes
     from ..verify.prove.runner import Budget
     paths, family, x, y, rlimit, guard_s = args
     return [asdict(r) for r in prove_all_sizes(load(paths), family, x, y, Budget(rlimit, guard_s))]
@@ -125,7 +125,7 @@ def _reshard_one(args) -> list[dict]:
 def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int | None = None,
                   guard_s: float | None = None, jobs: int = 1) -> list[Row]:
     """The direct plan from configuration `store` to `load` ('tp=2,dcp=1') of each family
-    (or `family`), proved for all sizes (`replan.prove_all_sizes`), each family in a fresh
+    (or `family`), proved for all sizes (`all_sizes.prove_all_sizes`), each family in a fresh
     process as the library's proofs are (`_fresh_processes`): a verdict never depends on what
     the calling process solved before."""
     from ..params import parse_config

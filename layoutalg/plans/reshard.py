@@ -12,7 +12,7 @@ disaggregated prefill and decode at different parallelism need.
 Where the lowering made both groups' mappings, they carry the group's tiling of the
 canonical page (`CanonicalPageMapping.tilings`, one per region of a page), and the composition is the
 algebra's (`layoutalg.algebra.refine`: the common refinement of the two tilings, the same pieces
-`prove.replan` checks for every size), lowered to strided runs. Otherwise (mappings from
+`prove.reshard.all_sizes` checks for every size), lowered to strided runs. Otherwise (mappings from
 outside) it works on the runs' canonical fragments: the producers'
 fragments cut the canonical page into segments, each with the ranks that hold it (several
 where replicas hold the same bytes); every consumer fragment is cut at those segments.

@@ -2,12 +2,15 @@
 
     structural  the stride-chain certificate on the digit table, for all sizes (sympy)
     z3ops       integer arithmetic of the spec's direct reading, as Z3 terms
-    obligations the proof obligations of a family, as Z3 queries with counterexamples
-    runner      which obligations, in which mode, cached by spec and prover version
-    reshard     one configuration pair's direct plans, checked at its sizes
-    symplan     a pair's direct plans for every model size, built in the algebra
-    replan      those plans checked by Z3 for every size (across another cp too)
-    coverage    the runtime's question "is this configuration proved?", without Z3
+    obligations the proof obligations of a family, as Z3 queries
+    store       the rows, the registry of obligation names and meanings, the cache
+    runner      which obligations, in which mode, for each family
+    explain     counterexamples in words
+    meaning     one page format across configurations (`one-format`)
+    together    which two families of one kind can take one layer
+    pipeline    a model page written by the stages of a pipeline
+    reshard/    direct plans between two configurations: at given sizes (`at_sizes`), and
+                built for every size (`symplan`) and checked for every size (`all_sizes`)
 """
 
 PROVER_VERSION = "3"

@@ -55,7 +55,7 @@ RESHARD_OBLIGATIONS = {
     "reshard-domain": "across another cp, the sizes where a plan's pieces do not divide: never proved",
 }
 """The rows of `prove --reshard`: a plan between two configurations against the spec's reading
-of both (`reshard` at the given sizes, `replan` for all sizes)."""
+of both (`reshard` at the given sizes, `all_sizes` for all sizes)."""
 RESHARD = ("reshard-cover", "reshard-match")
 
 
@@ -139,7 +139,7 @@ def _text(path: str) -> str:
 
 def _prover_fingerprint() -> str:
     here = Path(__file__).parent
-    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.rglob("*.py")))).hexdigest()
 
 
 def _cache_file(key: str) -> Path | None:

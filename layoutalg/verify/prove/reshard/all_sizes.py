@@ -2,7 +2,7 @@
 
 `layoutalg.plans.reshard` builds a consumer rank's direct plan at one set of sizes, from the two
 groups' runs, and `prove.reshard` checks that plan at those sizes. Here the plan is built
-once for every size, in the algebra (`prove.symplan`: the common refinement of the two
+once for every size, in the algebra (`prove.reshard.symplan`: the common refinement of the two
 configurations' digit tables), and checked by Z3 for every size.
 
 The plan is not trusted. With the two configurations' grid names as numbers and every other
@@ -46,14 +46,14 @@ import time
 import sympy
 import z3
 
-from ...errors import LayoutalgError
-from ...ir.family import resolve
-from ...dsl.interpret import paths
-from ...dsl.library import Library
-from .obligations import Budget, Model, family_names, query, value
-from .reshard import _solve
-from .store import RESHARD, Row
-from .structural import page_tiles
+from ....errors import LayoutalgError
+from ....ir.family import resolve
+from ....dsl.interpret import paths
+from ....dsl.library import Library
+from ..obligations import Budget, Model, family_names, query, value
+from .at_sizes import _solve
+from ..store import RESHARD, Row
+from ..structural import page_tiles
 from .plan_queries import (_canonical_differs, _case_atoms, _cover, _grid_short, _malformed, _match, _outside_page,
                            _same_shape, _Sides, _sizes_at, _Terms, _unread, _z3_run)
 from .symplan import CONFIGURATION, PER_SIDE, Cross, NotEstablished, block_ratio, cases, cross_of, rank_names
@@ -68,7 +68,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     """The rows `reshard-cover` and `reshard-match` of the plan from `store` to `load` (each a
     configuration: numbers for `CONFIGURATION`), for every other size in the declared domain.
     `edit`, for tests, changes the built plans before they are checked (a mutant plan)."""
-    from ...compile.codegen import compile_family
+    from ....compile.codegen import compile_family
     t0 = time.perf_counter()
     if family not in lib.families:
         raise LayoutalgError(f"prove_all_sizes: no family {family!r}; the library's: {', '.join(lib.families)}")
@@ -175,7 +175,7 @@ def _sequence_unproved(lib, part: str, budget: Budget) -> str:
     plan is checked by canonical indices, the small page's token shifted by its part: that
     is the token's own place only where the claim holds (a shard map placing tokens by
     another fn would otherwise be proved)."""
-    from .runner import Budgets, prove_obligation
+    from ..runner import Budgets, prove_obligation
     row = prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s))
     if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
         return ""
@@ -188,7 +188,7 @@ def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:
     """(status, why) where the part's pages are not shown one format for all sizes (a plan
     matches canonical indices, which must name one element of the engine's at both
     configurations: the `one-format` row), else ('proved', '')."""
-    from .runner import Budgets, _safely, one_format
+    from ..runner import Budgets, _safely, one_format
     row = _safely(lib.family_def(part).span.file, part, "one-format",
                   lambda: one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s)))
     if row.status == "proved" and row.method.startswith("symbolic: all sizes"):

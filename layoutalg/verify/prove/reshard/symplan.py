@@ -1,4 +1,4 @@
-"""Direct reshard plans as formulas: one configuration pair, every model size (`prove.replan`
+"""Direct reshard plans as formulas: one configuration pair, every model size (`prove.reshard.all_sizes`
 checks them).
 
 Each configuration's symbolic digit table (`family.Variant`) tiles the canonical page, its
@@ -20,7 +20,7 @@ the plan is then built once per residue of `n` mod `k`, each case on its domain 
 block holds only where the number divides it: the plan's `domain`, which the checker
 assumes and reports.
 
-Nothing here trusts itself: the plans are a construction, and `prove.replan` checks them
+Nothing here trusts itself: the plans are a construction, and `prove.reshard.all_sizes` checks them
 against the spec's reading of both configurations. At one pair's sizes (`plans_at`,
 `triples_at`) they are what the runtime's plan must be.
 """
@@ -33,15 +33,15 @@ from typing import NamedTuple
 
 import sympy
 
-from ...algebra import refine as direct
-from ...algebra.ops import NotCompact
-from ...errors import LayoutalgError
-from ...ir.family import resolve
-from ...ir.guards import guarded_equality
-from ...dsl.interpret import Reading, paths
-from ...dsl.library import Library
-from ...params import CONFIG_NAMES
-from ...ir.sizes import Atom, divided
+from ....algebra import refine as direct
+from ....algebra.ops import NotCompact
+from ....errors import LayoutalgError
+from ....ir.family import resolve
+from ....ir.guards import guarded_equality
+from ....dsl.interpret import Reading, paths
+from ....dsl.library import Library
+from ....params import CONFIG_NAMES
+from ....ir.sizes import Atom, divided
 
 CONFIGURATION = CONFIG_NAMES
 """The names that make a configuration: numbers on each side of the pair."""
@@ -430,7 +430,7 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     kx, ky = (order.index(tuple(Reading(lib, family, s).taken)) for s in (store, load))
     vx, vy = fam.variants[kx], fam.variants[ky]
     cx, cy = ({n: s[n] for n in CONFIGURATION if n in s} for s in (store, load))
-    from .obligations import family_names  # (what the proof asks: `replan._sizes`)
+    from ..obligations import family_names  # (what the proof asks: `all_sizes._sizes`)
     k, big = block_ratio(store, load, "block_size" in family_names(lib, family))
     if k > 1:  # as the proof takes them: B symbolic, the larger side's k * B
         (cx, cy)[big]["block_size"] = k * sympy.Symbol("block_size", integer=True)

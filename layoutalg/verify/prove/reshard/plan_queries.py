@@ -1,7 +1,7 @@
 """The reshard obligations over a plan built for all sizes (`symplan`), as Z3 queries: the
 terms both readings share (`_Terms`: one Z3 variable per size the two configurations share),
 a run's fragment bytes picked symbolically, and `reshard-cover` and `reshard-match` asked of
-one consumer rank's runs against the spec's own reading of both sides (`replan` drives them).
+one consumer rank's runs against the spec's own reading of both sides (`all_sizes` drives them).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import NamedTuple
 import sympy
 import z3
 
-from .obligations import Model, query, value
+from ..obligations import Model, query, value
 from .symplan import DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun
 
 

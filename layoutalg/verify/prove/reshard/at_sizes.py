@@ -23,11 +23,11 @@ from typing import NamedTuple, Sequence
 
 import z3
 
-from ...dsl.interpret import Reading
-from ...dsl.library import Library
-from .obligations import Budget, Model, value
-from .store import RESHARD, Row
-from .z3ops import check, solver
+from ....dsl.interpret import Reading
+from ....dsl.library import Library
+from ..obligations import Budget, Model, value
+from ..store import RESHARD, Row
+from ..z3ops import check, solver
 
 
 
@@ -55,7 +55,7 @@ def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, 
     """Why the `sequence` claim (canonical index t is the token's place, the grid's token(t))
     is not shown at both configurations, or '': the plans are checked by canonical indices,
     the small page's token shifted by its part, which is the token's own place only there."""
-    from .obligations import query
+    from ..obligations import query
     for side, sizes in zip(sides, (store, load)):
         for part in lib.parts_of(family):
             try:  # (a token's place is no matter of the page's size: the page is not assumed)
@@ -87,7 +87,7 @@ class _Cross(NamedTuple):
 
 def _prove(lib, family, store, load, groups, budget) -> list[Row]:
     if family not in lib.families:
-        from ...errors import LayoutalgError
+        from ....errors import LayoutalgError
         raise LayoutalgError(f"prove_plans: no family {family!r}; the library's: {', '.join(lib.families)}")
     fdef = lib.family_def(family)
     spec = fdef.span.file
@@ -147,7 +147,7 @@ def _not_one_format(lib, family: str, store: dict, load: dict, budget: Budget) -
     matches canonical indices, which must name one element of the engine's at both), else []."""
     if dict(store) == dict(load):
         return []
-    from .meaning import verdict
+    from ..meaning import verdict
     status, why = verdict(lib, family, (store, load), budget)
     spec = lib.family_def(family).span.file
     return [Row(spec, family, n, status, "one-format at both configurations, symbolic rank and index", 0.0, why)
@@ -168,7 +168,7 @@ def _malformed(plans, mx: Model, my: Model, cross=None) -> str:
     """What makes the plans no plan of this pair at all ('' when nothing): one per consumer
     rank of the load grid, each for the spec's own pages, runs of non-negative integers
     reading producers of the store grid."""
-    from ...plans.reshard import DirectPlan, DirectRun
+    from ....plans.reshard import DirectPlan, DirectRun
     if not all(isinstance(p, DirectPlan) and all(isinstance(r, DirectRun) for r in p.runs) for p in plans):
         return "the plans must be DirectPlans of DirectRuns"
     consumers = sorted(p.consumer for p in plans if type(p.consumer) is int)
