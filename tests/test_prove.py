@@ -158,3 +158,17 @@ def test_quick_mode_never_reports_proved():
     lib = load([ROOT / "specs" / "opaque.lal"])
     rows = prove_family(lib, "opaque", quick=True)
     assert rows and {r.status for r in rows} == {"unknown"}
+
+
+def test_every_registered_obligation_has_one_query_and_one_explanation():
+    """The registry (`store.OBLIGATIONS`) names each row once; each Z3 row has its query in
+    `obligations.QUERIES` (or one of the queries made otherwise) and its words in
+    `explain.EXPLAIN`, and neither table holds a name the registry does not."""
+    from layoutalg.verify.prove.explain import EXPLAIN
+    from layoutalg.verify.prove.obligations import PAGE, PER_CONFIGURATION, QUERIES, SYMBOLIC
+    registered = set(obligations.OBLIGATIONS)
+    elsewhere = {"digits-match-spec", "one-format", "runs-match-spec", "runs-cover-local"}  # own queries
+    not_z3 = {"structure", "page-size"}  # sympy's certificate; Z3's witnesses, no violation to explain
+    assert set(QUERIES) | elsewhere | not_z3 == registered and not set(QUERIES) & (elsewhere | not_z3)
+    assert set(EXPLAIN) == registered - not_z3
+    assert set(SYMBOLIC) | set(PER_CONFIGURATION) | set(PAGE) <= registered

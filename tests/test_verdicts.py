@@ -571,7 +571,7 @@ def test_rows_of_a_spec_that_changed_during_the_run_are_not_cached(tmp_path, mon
     reads later. Where the two differ the rows are not stored (a stale 'proved' for a
     broken spec would otherwise be replayed): the parent's key is made to differ here."""
     import io
-    from layoutalg.verify.prove import cli
+    from layoutalg.cli import prove as cli
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
     written = []
     monkeypatch.setattr(cli, "_write", lambda key, data: written.append(key))

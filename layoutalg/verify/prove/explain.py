@@ -15,7 +15,7 @@ from ...dsl.library import Library
 from ...ir.family import resolve
 from ...runtime.lower import lower_uncertified
 from . import meaning
-from .obligations import PAGE, Model, holding, value
+from .obligations import Model, holding, value
 
 
 def _where(lib: Library, family: str, name: str) -> str:
@@ -53,68 +53,108 @@ def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> s
         return f"{where}: counterexample found (its description failed: {type(e).__name__}: {e})"
 
 
+class _Shown:
+    """A counterexample being put in words: the family, the model Z3 found, the witness terms
+    (`w`), where (`where`) and at what sizes (`sizes`)."""
+
+    def __init__(self, lib, family, m, model, w, where, sizes):
+        self.lib, self.family, self.m, self.model, self.w, self.where, self.sizes = \
+            lib, family, m, model, w, where, sizes
+
+    def value(self, x):
+        return value(self.model, x)
+
+    def idx(self, x) -> str:
+        return ", ".join(f"{n}={self.value(v)}" for n, v in x.items())
+
+    def rank(self, d):
+        return self.value(self.m.rank_of(d))
+
+    def holds(self, x) -> bool:
+        return z3.is_true(self.model.eval(x, model_completion=True))
+
+
+def _bijective_text(s: _Shown) -> str:
+    m, w = s.m, s.w
+    ldef, bound = m.r.layout(w["role"])
+    i, j = w["i"], w["j"]
+    oi = s.value(m.r.expr(ldef.offset, {**bound, **i}))
+    if s.holds(w["clash"]):
+        return (f"{s.where}: the {w['role']} layout sends ({s.idx(i)}) and ({s.idx(j)}) both to element {oi}, "
+                f"with {s.sizes}")
+    unit = "bytes of the page" if m.part else "elements"
+    return (f"{s.where}: the {w['role']} layout sends ({s.idx(i)}) to element {oi}, outside its "
+            f"{s.value(w['size'])} {unit}, with {s.sizes}")
+
+
+def _disjoint_text(s: _Shown) -> str:
+    m, w = s.m, s.w
+    d, e = w["d"], w["e"]
+    c = m.r.shard(w["i"], d)
+    byte = s.value(m.r.offset("canonical", c))
+    return (f"{s.where}: ranks {s.rank(d)} and {s.rank(e)} both write canonical byte {byte} of block "
+            f"{_block(m, s.model, d)} ({s.idx(c)}) with {s.sizes}")
+
+
+def _identity_text(s: _Shown) -> str:
+    m = s.m
+    pages = (s.value(m.r.page("local")), s.value(m.r.page("canonical")))
+    if not m.part and pages[0] != pages[1]:
+        return (f"{s.where}: on a single rank the local page is {pages[0]} bytes but the canonical page is "
+                f"{pages[1]}, with {s.sizes}")
+    return f"{s.where}: on a single rank local ({s.idx(s.w['i'])}) moves to another canonical byte, with {s.sizes}"
+
+
+def _runs_match_text(s: _Shown) -> str:
+    w = s.w
+    spec_byte = s.value(s.m.canonical_byte(w["i"], w["d"]) + w["b"])
+    return (f"{s.where}: rank {s.rank(w['d'])} copies local byte {s.value(w['x'])} to canonical byte "
+            f"{s.value(w['claimed'])}, but the spec puts it (local {s.idx(w['i'])}) at canonical byte "
+            f"{spec_byte}, with {s.sizes}")
+
+
+def _sequence_text(s: _Shown) -> str:
+    w = s.w
+    q = w["seq"]
+    return (f"{s.where}: rank {s.rank(w['d'])} puts local {q}={s.value(w['i'][q])} at canonical "
+            f"{q}={s.value(w['c'][q])}, but token({s.value(w['i'][q])}) = "
+            f"{s.value(w['want'])} is its place in the sequence, with {s.sizes}")
+
+
+def _digits_text(s: _Shown) -> str:
+    w = s.w
+    vals = {k: s.value(w[k]) for k in ("local", "want_local", "canon", "want_canon")}
+    return (f"{s.where}: on rank {s.rank(w['d'])}, local ({s.idx(w['i'])}) is at local byte {vals['local']} and "
+            f"canonical byte {vals['canon']} by the digit table, but at {vals['want_local']} and "
+            f"{vals['want_canon']} by the spec, with {s.sizes}")
+
+
+EXPLAIN = {
+    "local-bijective": _bijective_text,
+    "canonical-bijective": _bijective_text,
+    "shard-in-range": lambda s: (f"{s.where}: rank {s.rank(s.w['d'])} sends local ({s.idx(s.w['i'])}) to canonical "
+                                 f"({s.idx(s.w['c'])}), outside the canonical box, with {s.sizes}"),
+    "shard-injective": lambda s: (f"{s.where}: rank {s.rank(s.w['d'])} sends local ({s.idx(s.w['i'])}) and "
+                                  f"({s.idx(s.w['j'])}) to the same canonical index, with {s.sizes}"),
+    "writers-disjoint": _disjoint_text,
+    "writers-cover": lambda s: (f"{s.where}: {_cover_text(s.m, s.model, s.w, s.idx, s.rank, s.holds)}, with "
+                                f"{s.sizes}" + _gap_text(s.lib, s.family, s.m, s.model)),
+    "single-rank-identity": _identity_text,
+    "runs-match-spec": _runs_match_text,
+    "runs-cover-local": lambda s: f"{s.where}: the runs cover some local byte twice or not at all, with {s.sizes}",
+    "sequence-order": _sequence_text,
+    "regions-tile-local": lambda s: _tiling_text(s.model, s.w, s.where, s.sizes, s.idx),
+    "regions-tile-canonical": lambda s: _tiling_text(s.model, s.w, s.where, s.sizes, s.idx),
+    "one-format": lambda s: meaning.explain(s.m, s.model, s.w, s.where, s.sizes),
+    "digits-match-spec": _digits_text,
+}
+"""Obligation name -> its counterexample in words, from the model Z3 found (`_Shown`)."""
+
+
 def _explain(lib, family, name, m, model, w, where, sizes) -> str:
-    def idx(x):
-        return ", ".join(f"{n}={value(model, v)}" for n, v in x.items())
-
-    def rank(d):
-        return value(model, m.rank_of(d))
-
-    def holds(x):
-        return z3.is_true(model.eval(x, model_completion=True))
-
-    if name in ("local-bijective", "canonical-bijective"):
-        ldef, bound = m.r.layout(w["role"])
-        i, j = w["i"], w["j"]
-        oi = value(model, m.r.expr(ldef.offset, {**bound, **i}))
-        if holds(w["clash"]):
-            return (f"{where}: the {w['role']} layout sends ({idx(i)}) and ({idx(j)}) both to element {oi}, "
-                    f"with {sizes}")
-        unit = "bytes of the page" if m.part else "elements"
-        return (f"{where}: the {w['role']} layout sends ({idx(i)}) to element {oi}, outside its "
-                f"{value(model, w['size'])} {unit}, with {sizes}")
-    if name == "shard-in-range":
-        return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) to canonical ({idx(w['c'])}), "
-                f"outside the canonical box, with {sizes}")
-    if name == "shard-injective":
-        return (f"{where}: rank {rank(w['d'])} sends local ({idx(w['i'])}) and ({idx(w['j'])}) to the same "
-                f"canonical index, with {sizes}")
-    if name == "writers-disjoint":
-        d, e = w["d"], w["e"]
-        c = m.r.shard(w["i"], d)
-        byte = value(model, m.r.offset("canonical", c))
-        return (f"{where}: ranks {rank(d)} and {rank(e)} both write canonical byte {byte} of block "
-                f"{_block(m, model, d)} ({idx(c)}) with {sizes}")
-    if name == "writers-cover":
-        return f"{where}: {_cover_text(m, model, w, idx, rank, holds)}, with {sizes}" + _gap_text(lib, family, m, model)
-    if name == "single-rank-identity":
-        pages = (value(model, m.r.page("local")), value(model, m.r.page("canonical")))
-        if not m.part and pages[0] != pages[1]:
-            return (f"{where}: on a single rank the local page is {pages[0]} bytes but the canonical page is "
-                    f"{pages[1]}, with {sizes}")
-        return f"{where}: on a single rank local ({idx(w['i'])}) moves to another canonical byte, with {sizes}"
-    if name == "runs-match-spec":
-        spec_byte = value(model, m.canonical_byte(w["i"], w["d"]) + w["b"])
-        return (f"{where}: rank {rank(w['d'])} copies local byte {value(model, w['x'])} to canonical byte "
-                f"{value(model, w['claimed'])}, but the spec puts it (local {idx(w['i'])}) at canonical byte "
-                f"{spec_byte}, with {sizes}")
-    if name == "runs-cover-local":
-        return f"{where}: the runs cover some local byte twice or not at all, with {sizes}"
-    if name == "sequence-order":
-        s = w["seq"]
-        return (f"{where}: rank {rank(w['d'])} puts local {s}={value(model, w['i'][s])} at canonical "
-                f"{s}={value(model, w['c'][s])}, but token({value(model, w['i'][s])}) = "
-                f"{value(model, w['want'])} is its place in the sequence, with {sizes}")
-    if name in PAGE:
-        return _tiling_text(model, w, where, sizes, idx)
-    if name == "one-format":
-        return meaning.explain(m, model, w, where, sizes)
-    if name == "digits-match-spec":
-        vals = {k: value(model, w[k]) for k in ("local", "want_local", "canon", "want_canon")}
-        return (f"{where}: on rank {rank(w['d'])}, local ({idx(w['i'])}) is at local byte {vals['local']} and "
-                f"canonical byte {vals['canon']} by the digit table, but at {vals['want_local']} and "
-                f"{vals['want_canon']} by the spec, with {sizes}")
-    return f"{where}: counterexample with {sizes}"
+    shown = _Shown(lib, family, m, model, w, where, sizes)
+    text = EXPLAIN.get(name)
+    return text(shown) if text is not None else f"{where}: counterexample with {sizes}"
 
 
 def _tiling_text(model, w, where, sizes, idx) -> str:

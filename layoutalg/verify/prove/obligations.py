@@ -280,6 +280,88 @@ def _distinct(a: dict, b: dict):
     return z3.Or(*[a[n] != b[n] for n in a]) if a else z3.BoolVal(False)
 
 
+def _sequence_query(m: Model):
+    d, cd = m.digits("")
+    i, ci = m.index("local", "")
+    c = m.r.shard(i, d)
+    seq = m.r.fdef.sequence.id
+    want = m.r.sequence_place(i, d)
+    return z3.And(*ci, *cd, c[seq] != want), {"i": i, "d": d, "c": c, "seq": seq, "want": want}
+
+
+def _bijective_query(m: Model, role: str):
+    i, ci = m.index(role, "")
+    j, cj = m.index(role, "'")
+    ldef, bound = m.r.layout(role)
+    off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
+    size = prod(m.r.extents(role).values()) if not m.symbolic else _prod(m.r.extents(role).values())
+    clash = z3.And(*ci, *cj, _distinct(i, j), off(i) == off(j))
+    out = z3.And(*ci, z3.Or(off(i) < 0, off(i) >= size))
+    if m.part:  # a region: one-to-one, and every element inside the whole page
+        size, e = m.r.page(role), m.element(role)
+        out = z3.And(*ci, z3.Or(off(i) < 0, e * off(i) + e > size))
+    return z3.Or(clash, out), {"i": i, "j": j, "role": role, "clash": clash, "size": size}
+
+
+def _in_range_query(m: Model):
+    d, cd = m.digits("")
+    i, ci = m.index("local", "")
+    ext = m.r.extents("canonical")
+    c = m.r.shard(i, d)
+    return z3.And(*ci, *cd, z3.Or(*[z3.Or(c[n] < 0, c[n] >= ext[n]) for n in c])), {"i": i, "d": d, "c": c}
+
+
+def _injective_query(m: Model):
+    d, cd = m.digits("")
+    i, ci = m.index("local", "")
+    j, cj = m.index("local", "'")
+    ci_, cj_ = m.r.shard(i, d), m.r.shard(j, d)
+    same = z3.And(*[ci_[n] == cj_[n] for n in ci_])
+    return z3.And(*ci, *cj, *cd, _distinct(i, j), same), {"i": i, "j": j, "d": d}
+
+
+def _disjoint_query(m: Model):
+    d, cd = m.digits("")
+    e, ce = m.digits("'")
+    i, ci = m.index("local", "")
+    j, cj = m.index("local", "'")
+    same_writer = z3.And(*[d[n] == e[n] for n in m.r.replicas]) if m.r.replicas else z3.BoolVal(True)
+    # at index level: with canonical-bijective and shard-in-range, two canonical bytes
+    # coincide exactly when their canonical indices (and byte in the element) do
+    a, b = m.r.shard(i, d), m.r.shard(j, e)
+    hit = z3.And(*[a[n] == b[n] for n in a])
+    return z3.And(*cd, *ce, *ci, *cj, _distinct(d, e), same_writer, hit), {"i": i, "j": j, "d": d, "e": e}
+
+
+def _identity_query(m: Model):
+    d, _ = m.digits("")
+    i, ci = m.index("local", "")
+    one = z3.And(*[e == 1 for _, e in m.r.rank_extents()])
+    zero = {n: 0 for n in d}
+    differs = m.r.offset("local", i) != m.canonical_byte(i, zero)
+    if not m.part:  # one box: the pages themselves are one (a page of regions may pad only its local page)
+        differs = z3.Or(differs, m.r.page("local") != m.r.page("canonical"))
+    return z3.And(one, *ci, differs), {"i": i}
+
+
+QUERIES = {
+    "local-bijective": lambda m: _bijective_query(m, "local"),
+    "canonical-bijective": lambda m: _bijective_query(m, "canonical"),
+    "shard-in-range": _in_range_query,
+    "shard-injective": _injective_query,
+    "writers-disjoint": _disjoint_query,
+    "writers-cover": lambda m: _cover_query(m, *m.digits("")),
+    "single-rank-identity": _identity_query,
+    "sequence-order": _sequence_query,
+    "regions-tile-local": lambda m: _tiling_query(m, "local"),
+    "regions-tile-canonical": lambda m: _tiling_query(m, "canonical"),
+}
+"""Obligation name -> its query on a `Model`: (violation formula, what each witness term
+means). The rows asked otherwise: `digits-match-spec` (`_digits_query`, of the family IR),
+`one-format` (`meaning.query`), `runs-*` (`runs_query`, of the lowered runs), `structure`
+(sympy) and `page-size` (witnesses)."""
+
+
 def query(m: Model, name: str, variant=None, atoms=None):
     """(violation formula, what each witness variable means) for obligation `name`.
 
@@ -289,61 +371,7 @@ def query(m: Model, name: str, variant=None, atoms=None):
     """
     if name == "digits-match-spec":
         return _digits_query(m, variant, atoms)
-    if name == "sequence-order":
-        d, cd = m.digits("")
-        i, ci = m.index("local", "")
-        c = m.r.shard(i, d)
-        seq = m.r.fdef.sequence.id
-        want = m.r.sequence_place(i, d)
-        return z3.And(*ci, *cd, c[seq] != want), {"i": i, "d": d, "c": c, "seq": seq, "want": want}
-    if name in PAGE:
-        return _tiling_query(m, name.split("-")[-1])
-    if name in ("local-bijective", "canonical-bijective"):
-        role = name.split("-")[0]
-        i, ci = m.index(role, "")
-        j, cj = m.index(role, "'")
-        ldef, bound = m.r.layout(role)
-        off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
-        size = prod(m.r.extents(role).values()) if not m.symbolic else _prod(m.r.extents(role).values())
-        clash = z3.And(*ci, *cj, _distinct(i, j), off(i) == off(j))
-        out = z3.And(*ci, z3.Or(off(i) < 0, off(i) >= size))
-        if m.part:  # a region: one-to-one, and every element inside the whole page
-            size, e = m.r.page(role), m.element(role)
-            out = z3.And(*ci, z3.Or(off(i) < 0, e * off(i) + e > size))
-        return z3.Or(clash, out), {"i": i, "j": j, "role": role, "clash": clash, "size": size}
-    d, cd = m.digits("")
-    if name == "shard-in-range":
-        i, ci = m.index("local", "")
-        ext = m.r.extents("canonical")
-        c = m.r.shard(i, d)
-        return z3.And(*ci, *cd, z3.Or(*[z3.Or(c[n] < 0, c[n] >= ext[n]) for n in c])), {"i": i, "d": d, "c": c}
-    if name == "shard-injective":
-        i, ci = m.index("local", "")
-        j, cj = m.index("local", "'")
-        ci_, cj_ = m.r.shard(i, d), m.r.shard(j, d)
-        same = z3.And(*[ci_[n] == cj_[n] for n in ci_])
-        return z3.And(*ci, *cj, *cd, _distinct(i, j), same), {"i": i, "j": j, "d": d}
-    if name == "writers-disjoint":
-        e, ce = m.digits("'")
-        i, ci = m.index("local", "")
-        j, cj = m.index("local", "'")
-        same_writer = z3.And(*[d[n] == e[n] for n in m.r.replicas]) if m.r.replicas else z3.BoolVal(True)
-        # at index level: with canonical-bijective and shard-in-range, two canonical bytes
-        # coincide exactly when their canonical indices (and byte in the element) do
-        a, b = m.r.shard(i, d), m.r.shard(j, e)
-        hit = z3.And(*[a[n] == b[n] for n in a])
-        return z3.And(*cd, *ce, *ci, *cj, _distinct(d, e), same_writer, hit), {"i": i, "j": j, "d": d, "e": e}
-    if name == "writers-cover":
-        return _cover_query(m, d, cd)
-    if name == "single-rank-identity":
-        i, ci = m.index("local", "")
-        one = z3.And(*[e == 1 for _, e in m.r.rank_extents()])
-        zero = {n: 0 for n in d}
-        differs = m.r.offset("local", i) != m.canonical_byte(i, zero)
-        if not m.part:  # one box: the pages themselves are one (a page of regions may pad only its local page)
-            differs = z3.Or(differs, m.r.page("local") != m.r.page("canonical"))
-        return z3.And(one, *ci, differs), {"i": i}
-    raise KeyError(name)
+    return QUERIES[name](m)
 
 
 def _cover_query(m: Model, d: dict, cd: list):
