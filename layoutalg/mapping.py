@@ -198,3 +198,21 @@ class PageConversion:
     small_page: int
     big_format: str = ""    # the page formats it converts between (`runtime.formats.form_part` of a mapping's
     small_format: str = ""  # format id): plans across another cp use it only between groups of those
+
+
+def virtual_rank(rank: int, part: int, world: int) -> int:
+    """Across another cp a rank that reads small pages is `k` virtual ranks, one for each part of
+    the big page its pages join into: part `part` of rank `rank` of a `world`-rank group.
+
+    Examples:
+        >>> virtual_rank(1, 2, 4)
+        9
+        >>> rank_and_part(9, 4)
+        (1, 2)
+    """
+    return part * world + rank
+
+
+def rank_and_part(v: int, world: int) -> tuple[int, int]:
+    """`(rank, part)` of virtual rank `v` of a `world`-rank group (`virtual_rank` inverted)."""
+    return v % world, v // world

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import LayoutalgError
+from ..mapping import rank_and_part
 from .common import families_in
 from .derive import _config_line, _derived, _Inapplicable, _read_names
 
@@ -48,7 +49,7 @@ def _draw_reshard(args) -> int:
         plans, labels = list(cross.parts[0]), None
     print(draw_reshard(plans, len(producers), args.output, f"{title}; pages of another cp: {conv.k} small pages "
                                                            f"of {min(a, b)} bytes are one of {max(a, b)}",
-                       labels=labels, rank_of=lambda v: v % cross.world))
+                       labels=labels, rank_of=lambda v: rank_and_part(v, cross.world)[0]))
     return 0
 
 

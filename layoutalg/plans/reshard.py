@@ -44,7 +44,7 @@ from ..algebra.ops import NotCompact
 from ..algebra.refine import consumer_runs, owners, pieces
 from ..errors import ConfigError, LayoutalgError
 from ..runtime.lower import strided_fragments, strided_runs
-from ..mapping import CanonicalPageMapping, CopyRun, PageConversion, TensorView
+from ..mapping import CanonicalPageMapping, CopyRun, PageConversion, TensorView, rank_and_part
 from ..runtime.runs import check_runs, shared_byte
 
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -490,6 +490,16 @@ def in_pages_of(m: CanonicalPageMapping, conversion: CanonicalPageMapping, k: in
                                 tensors=m.tensors, reads=m.reads)  # the local page is m's: viewed as before
 
 
+class Transfer(NamedTuple):
+    """One producer's bytes a consumer's plan reads, over a batch of big pages."""
+
+    plan: DirectPlan
+    producer: int             # as the plan numbers it: virtual where producers read small pages
+    rank: int                 # the producer rank that holds those bytes
+    producer_pages: list      # the producer's pages read, as sequence numbers
+    consumer_pages: list      # the consumer's pages written
+
+
 class CrossPlans(NamedTuple):
     """Direct plans between groups that read pages of another cp (`k` small pages a big one).
 
@@ -503,19 +513,18 @@ class CrossPlans(NamedTuple):
     world: int                      # producer ranks
     parts: tuple
 
-    def transfers(self, pages: int):
-        """(plan, virtual producer, actual producer, producer pages, consumer pages) for every
-        transfer, over `pages` big pages (page lists as sequence numbers)."""
+    def transfers(self, pages: int) -> list[Transfer]:
+        """Every transfer of the plans, over `pages` big pages."""
         out = []
         for j, plans in enumerate(self.parts):
             for plan in plans:
                 for v in plan.producers():
                     if self.small == "consumer":
                         src, dst = list(range(pages)), [self.k * P + j for P in range(pages)]
-                        out.append((plan, v, v, src, dst))
+                        out.append(Transfer(plan, v, v, src, dst))
                     else:
-                        p, part = v % self.world, v // self.world
-                        out.append((plan, v, p, [self.k * P + part for P in range(pages)], list(range(pages))))
+                        p, part = rank_and_part(v, self.world)
+                        out.append(Transfer(plan, v, p, [self.k * P + part for P in range(pages)], list(range(pages))))
         return out
 
 

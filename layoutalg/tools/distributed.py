@@ -429,8 +429,8 @@ def _direct_worker(process: int, job: dict):
         pages, blocks = layout_of_pages(load, load.blocks)
         kvs = {layer: load.empty(dev).zero_() for layer in owned}
         got = {(t, layer): torch.empty(x[0].bytes_from(x[1]) * len(x[4]), dtype=torch.uint8, device=wire)
-               for t, x in enumerate(transfers) if x[0].consumer == me for layer in owned}
-        ops = [dist.P2POp(dist.irecv, got[(t, layer)], _owner(job, "store", layer) * store.world + transfers[t][2],
+               for t, x in enumerate(transfers) if x.plan.consumer == me for layer in owned}
+        ops = [dist.P2POp(dist.irecv, got[(t, layer)], _owner(job, "store", layer) * store.world + transfers[t].rank,
                           tag=layer * tag + t) for t, layer in got]
     dist.barrier()  # the group's first collective has every rank in it (NCCL's batched point-to-point asks it)
     t0 = time.perf_counter()

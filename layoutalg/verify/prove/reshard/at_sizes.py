@@ -216,7 +216,7 @@ def _match(mx: Model, my: Model, plan, cross=None):
     ix, cix = mx.index("local", "")
     bx = mx.fresh("b")
     ey, ex = my.element(), mx.element()
-    rank = p if cross is None or cross.small == "consumer" else p % cross.world
+    rank = p if cross is None or cross.small == "consumer" else p % cross.world  # (`mapping.virtual_rank`, of a Z3 term)
     here = [my.rank_of(dy) == plan.consumer, dst == my.r.offset("local", iy) + by, by >= 0, by < ey,
             mx.rank_of(dx) == rank, src == mx.r.offset("local", ix) + bx, bx >= 0, bx < ex]
     if cross is None:  # one page format: the same canonical byte
@@ -391,7 +391,7 @@ def _page_violations(name, plan, xs, xpads, ys, ypads, data, cross=None):
             dx, cdx = mx.digits("")
             iy, in_y, by = _in(my, dst)
             ix, in_x, bx = _in(mx, src)
-            rank = p if cross is None or cross.small == "consumer" else p % cross.world
+            rank = p if cross is None or cross.small == "consumer" else p % cross.world  # (`mapping.virtual_rank`, of a Z3 term)
             here = [frag, *cdy, *cdx, my.rank_of(dy) == plan.consumer, mx.rank_of(dx) == rank, *in_y, *in_x]
             if rx != ry:
                 yield z3.And(*here), mx, my, f"a byte of region '{ry}' is read from region '{rx}' of the producer"

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import sympy
 import z3
 
+from ....mapping import rank_and_part
 from ..obligations import Model, query, value
 from .symplan import DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun
 
@@ -32,10 +33,10 @@ class _Sides(NamedTuple):
 
     def producer(self, v: int) -> tuple[int, int]:
         """(rank, part) of (virtual) producer `v`."""
-        return (v % self.world_x, v // self.world_x) if self.producers != self.world_x else (v, 0)
+        return rank_and_part(v, self.world_x) if self.producers != self.world_x else (v, 0)
 
     def consumer(self, v: int) -> tuple[int, int]:
-        return (v % self.world_y, v // self.world_y) if self.consumers != self.world_y else (v, 0)
+        return rank_and_part(v, self.world_y) if self.consumers != self.world_y else (v, 0)
 
 
 def _sizes_at(mx: Model | None, my: Model | None, model) -> str:
