@@ -222,9 +222,10 @@ def _fits(tilings, m: CanonicalPageMapping, world: int) -> bool:
             bases = (t.canonical_base, t.local_base)
         except (TypeError, ValueError, AttributeError):
             return False
-        if not (all(type(x) is int for x in (*bases, *(x for d in local for x in d), *(x for d in ranks for x in d[:3])))
-                and all(type(d[3]) is bool for d in ranks) and all(d[0] >= 1 for d in local + ranks)
-                and all(x >= 0 for d in local for x in d[1:]) and all(d[1] >= 1 and d[2] >= 0 for d in ranks)):
+        ints = all(type(x) is int for x in (*bases, *(x for d in local for x in d),
+                                            *(x for n, r, c, _ in ranks for x in (n, r, c))))
+        if not (ints and all(n >= 1 and lo >= 0 and c >= 0 for n, lo, c in local)
+                and all(type(replica) is bool and n >= 1 and r >= 1 and c >= 0 for n, r, c, replica in ranks)):
             return False
         size = prod(n for n, *_ in local)
         owners = size * prod(n for n, _, _, replica in ranks if not replica)

@@ -20,6 +20,7 @@ from ..compile.compiled import Instance, Page, _region
 from ..errors import LayoutalgError
 from ..algebra.layout import Layout
 from ..mapping import CanonicalPageMapping, CopyRun, Tiling
+from ..record import named_tuple
 from ..algebra.tiling import broken, chains
 
 
@@ -62,22 +63,34 @@ def copy_map(inst: Instance) -> Layout:
     return coalesce(invert_and_compose(canon, local))
 
 
-def run_plan(C: Layout) -> tuple[list[tuple[int, int]], int, int, int, int]:
-    """`(offsets, fragment, count, local stride, canonical stride)` of the runs of `C`.
+@named_tuple
+class StridedRuns:
+    """The runs of a one-to-one map between two sides (a copy map: local, then canonical; a
+    direct plan's: the consumer, then the producer), in the order its modes list the sides: at
+    each of `offsets` (a byte on each side), `count` fragments of `fragment` bytes, `stride_a`
+    bytes apart on the first side and `stride_b` on the second."""
 
-    `offsets` lists each run's (local, canonical) start, sorted by local offset.
-    """
+    offsets: list     # [(first side's start, second side's start)], sorted by the first
+    fragment: int
+    count: int
+    stride_a: int
+    stride_b: int
+
+
+def run_plan(C: Layout) -> StridedRuns:
+    """The runs of the copy map `C` (local, then canonical): `offsets` lists each run's
+    (local, canonical) start, sorted by local offset."""
     modes = [(n, ls, cs) for (n, cs), ls in zip(C.modes(), C.index_strides()) if n != 1]
     fragment = 1
     if modes and modes[0][1] == 1 and modes[0][2] == 1:
         fragment = modes.pop(0)[0]
     if not modes:
-        return [(0, 0)], fragment, 1, fragment, fragment
+        return StridedRuns([(0, 0)], fragment, 1, fragment, fragment)
     k = max(range(len(modes)), key=lambda j: (modes[j][0], -j))
     count, ls, cs = modes.pop(k)
     offsets = sorted((sum(i * m[1] for i, m in zip(idx, modes)), sum(i * m[2] for i, m in zip(idx, modes)))
                      for idx in product(*(range(m[0]) for m in modes)))
-    return offsets, fragment, count, ls, cs
+    return StridedRuns(offsets, fragment, count, ls, cs)
 
 
 def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
@@ -160,12 +173,12 @@ def _injective(modes, what: str, family: str) -> None:
         reach += (n - 1) * s
 
 
-def _region_plan(inst: Instance, region: str):
-    """`(offsets, fragment, count, local stride, canonical stride)` of one region, certified
-    one-to-one on both sides (the page sweep shows the regions tile)."""
+def _region_plan(inst: Instance, region: str) -> StridedRuns:
+    """The runs of one region (local, then canonical), certified one-to-one on both sides (the
+    page sweep shows the regions tile)."""
     where = f"region '{region}'"
     if any(n == 0 for n, _, _ in inst.local):
-        return [], 1, 0, 0, 0  # an empty region: nothing to copy, nothing to certify
+        return StridedRuns([], 1, 0, 0, 0)  # an empty region: nothing to copy, nothing to certify
     _injective([(n, ls) for n, ls, _ in inst.local], f"local layout of {where}", inst.family)
     owners = [(n, cs) for n, _, cs in inst.local] + [(n, cs) for n, _, cs, rep in inst.ranks if not rep]
     _injective(owners, f"canonical image of {where} (its writers)", inst.family)
@@ -203,24 +216,24 @@ def _merged_modes(modes) -> list:
     return merged
 
 
-def strided_runs(modes, local_base: int = 0) -> tuple[list[tuple[int, int]], int, int, int, int]:
-    """`(offsets, fragment, count, local stride, canonical stride)` of the modes `(extent,
-    local stride, canonical stride)` of a one-to-one map that need not be dense (as
-    `run_plan` for a copy map): modes merged where they continue each other on both sides,
-    the first one the contiguous fragment when it has stride 1 on both, the largest of the
-    rest the run's stride, the others enumerated. Local offsets start at `local_base`."""
+def strided_runs(modes, base_a: int = 0) -> StridedRuns:
+    """The runs of the modes `(extent, first side's stride, second side's stride)` of a
+    one-to-one map that need not be dense (as `run_plan` for a copy map): modes merged where
+    they continue each other on both sides, the first one the contiguous fragment when it has
+    stride 1 on both, the largest of the rest the run's stride, the others enumerated. The
+    first side's offsets start at `base_a`."""
     merged = _merged_modes(modes)
     fragment = 1
     if merged and merged[0][1] == 1 and merged[0][2] == 1:
         fragment = merged.pop(0)[0]
     if not merged:
-        return [(local_base, 0)], fragment, 1, fragment, fragment
+        return StridedRuns([(base_a, 0)], fragment, 1, fragment, fragment)
     k = max(range(len(merged)), key=lambda j: (merged[j][0], -j))
     count, ls, cs = merged.pop(k)
-    offsets = sorted((local_base + sum(i * m[1] for i, m in zip(idx, merged)),
+    offsets = sorted((base_a + sum(i * m[1] for i, m in zip(idx, merged)),
                       sum(i * m[2] for i, m in zip(idx, merged)))
                      for idx in product(*(range(m[0]) for m in merged)))
-    return offsets, fragment, count, ls, cs
+    return StridedRuns(offsets, fragment, count, ls, cs)
 
 
 def pad_fragments(inst: Instance) -> list[tuple[int, int]]:

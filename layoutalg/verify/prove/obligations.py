@@ -542,9 +542,11 @@ def value(model: z3.ModelRef, x) -> int:
 
 # ---- per configuration: the runs the lowering emits, against the spec ------------------
 
-def runs_query(m: Model, name: str, inst, offsets, fs, nf, ls, cs):
-    """Violation of a runs obligation at one configuration (sizes are ints), symbolic rank.
-    In a region of a page the runs cover the region's bytes once, all inside the page."""
+def runs_query(m: Model, name: str, inst, runs):
+    """Violation of a runs obligation at one configuration (sizes are ints), symbolic rank, of
+    the `runs` the lowering emits there (`lower.StridedRuns`: local, then canonical). In a
+    region of a page the runs cover the region's bytes once, all inside the page."""
+    offsets, fs, nf, ls, cs = runs.offsets, runs.fragment, runs.count, runs.stride_a, runs.stride_b
     region, page = inst.local_page, m.r.page("local") if m.part else inst.local_page
     LO, CO, i, k = m.fresh("run_lo"), m.fresh("run_co"), m.fresh("i"), m.fresh("k")
     pick = z3.Or(*[z3.And(LO == lo, CO == co) for lo, co in offsets])

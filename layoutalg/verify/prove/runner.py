@@ -341,7 +341,7 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
                            time.perf_counter() - t0, f"{_where(lib, family, name)}: {e}, with {text}",
                            witness=dict(sizes))
             m = Model(lib, family, path, sizes=sizes)
-            v, w = runs_query(m, name, inst, *plan)
+            v, w = runs_query(m, name, inst, plan)
             status, model = m.solve(v, budgets.config)
             guard |= m.guard_hit
             if status == "sat":
