@@ -389,14 +389,14 @@ def _load_worker(process: int, job: dict):
 
 
 def _transfers(job: dict) -> list:
-    """(plan, producer as the plan names it, producer rank, producer pages, consumer pages) of
-    every transfer of the direct reshard: one format, or across another cp (`CrossPlans`)."""
-    from ..plans.reshard import direct_plans
+    """Every transfer of the direct reshard (`plans.reshard.Transfer`): one format, or across
+    another cp (`CrossPlans`)."""
+    from ..plans.reshard import Transfer, direct_plans
     store, load = job["store"], job["load"]
     if job.get("cross") is not None:
         return job["cross"].transfers(min(store.blocks, load.blocks))
     pages = list(range(store.blocks))
-    return [(p, v, v, pages, pages) for p in direct_plans(store.mappings, load.mappings) for v in p.producers()]
+    return [Transfer(p, v, v, pages, pages) for p in direct_plans(store.mappings, load.mappings) for v in p.producers()]
 
 
 def _owner(job: dict, side: str, layer: int) -> int:
