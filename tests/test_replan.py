@@ -106,7 +106,7 @@ def test_direct_plans_across_another_cp_are_proved_for_every_size(lib, family, s
     small pages, the plan is built once per residue (a `Transpose` block), each on its
     domain, and together they cover every size: no `reshard-domain` row is left."""
     rows = _rows(lib, family, store, load)
-    assert replan.DOMAIN not in rows
+    assert replan.DOMAIN_ROW not in rows
     for n in replan.RESHARD:
         assert rows[n].status == "proved", (n, rows[n].detail)
         assert "across another cp" in rows[n].method and "see reshard-domain" not in rows[n].method
@@ -127,7 +127,7 @@ def test_sizes_no_case_covers_are_said_never_proved(lib):
     for n in replan.RESHARD:
         assert rows[n].status == "proved", (n, rows[n].detail)
         assert "see reshard-domain" in rows[n].method
-    domain = rows[replan.DOMAIN]
+    domain = rows[replan.DOMAIN_ROW]
     assert domain.status == "unknown" and "block_size % 3 == 0" in domain.detail and "not at block_size=" in domain.detail
 
 

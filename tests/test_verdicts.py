@@ -11,7 +11,7 @@ from layoutalg.compile.codegen import compile_family
 from layoutalg.verify.check import check_family
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load
-from layoutalg.verify.prove.runner import Budgets, prove_family, prove_obligation, configurations, prove_applies
+from layoutalg.verify.prove.runner import Budgets, configurations_by_path, prove_family, prove_obligation, prove_applies
 from layoutalg.verify.prove.meaning import agnostic_rows
 
 from conftest import ROOT
@@ -134,7 +134,7 @@ def test_configurations_come_from_every_live_case():
     lib = load([SPECS / "split_hnd.lal"])
     cf = compile_family(resolve(lib, "split_hnd"))
     _, status = prove_applies(lib, "split_hnd", Budgets.of())
-    by_path = configurations(lib, "split_hnd", cf, status, Budgets.of())
+    by_path = configurations_by_path(lib, "split_hnd", cf, status, Budgets.of())
     live = [p for p, (s, _) in status.items() if s == "live"]
     assert len(live) >= 4 and all(len(by_path[p]) >= 8 for p in live)
 

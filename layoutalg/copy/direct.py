@@ -8,10 +8,11 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from ..errors import ConfigError, LayoutalgError
+from ..errors import ConfigError, LayoutalgError, LayoutMismatch
 from ..mapping import PageConversion
 from ..plans.reshard import DirectPlan, DirectRun, _validated, validate
 from .ids import _ids as read_ids
+from .ids import _in_range, _repeats
 from .move import WORDS, _view, _words, widest_word
 from .executor import plan
 from .views import check_blocks_apart, in_segments, layer_segments, overlap, stretch_length
@@ -41,7 +42,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     _validated(plan)
     segs = _layer(plan, kv, op == "gather", op)
     raw = segs[0].bytes
-    blocks = _ids(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
+    blocks = _block_ids(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
     runs = tuple(r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size)
     side = ("src_offset", "src_stride") if op == "gather" else ("dst_offset", "dst_stride")
     other = ("dst_offset", "dst_stride") if op == "gather" else ("src_offset", "src_stride")
@@ -102,11 +103,11 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
     into = _layer(plan, kv, False, "execute")
     src_blocks = read_ids(src_blocks, "producer block ids", "execute")  # read once (a generator is read
-    dst = dst_blocks = _ids(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
+    dst = dst_blocks = _block_ids(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
     several = len(plan.producers()) > 1
     for p in plan.producers():  # everything checked before the first byte moves
         segs = _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")
-        src = _ids(src_blocks, segs[0].bytes.shape[0], "execute")
+        src = _block_ids(src_blocks, segs[0].bytes.shape[0], "execute")
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
         # producer by producer, a scatter into memory a later producer is read from would
@@ -135,12 +136,12 @@ def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
     return layer_segments(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
 
 
-def _ids(ids, n: int, op: str):
-    t = read_ids(ids, "block ids", op)
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
-        raise ConfigError(f"{op}: block ids must lie in [0, {n}), got {t.min().item()}..{t.max().item()}")
-    if t.unique().numel() != t.numel():
-        raise ConfigError(f"{op}: block ids repeat")
+def _block_ids(ids, n: int, op: str):
+    """Block ids of a tensor of `n` blocks, as copy plans read them (`ids`): each in range, none twice."""
+    t = read_ids(ids, "block_ids", op)
+    _in_range(t, n, "block_ids", op)
+    if _repeats(t, n):
+        raise LayoutMismatch(f"{op}: block_ids repeats an id: two sources would write one destination")
     return t
 
 

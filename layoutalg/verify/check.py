@@ -19,7 +19,7 @@ from ..errors import printable
 from ..dsl.interpret import Reading, byte_map, misplaced_token
 from ..dsl.library import Library
 from ..runtime.lower import TilingError, lower, pads, tiling_errors  # noqa: F401 - tiling_errors: re-exported
-from .samples import configurations, instantiate, sample_domain
+from .samples import configurations, fitted_instance, sample_domain
 
 def _variety(maps) -> tuple:
     """How much an example shows: distinct rank mappings, then ranks."""
@@ -298,7 +298,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     formats: dict = {}  # the model's sizes -> {cp: a configuration}: pages of another cp must mean the same
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
         try:
-            inst, sizes = instantiate(cf, sizes)
+            inst, sizes = fitted_instance(cf, sizes)
         except (GuardFailed, ArithmeticError) as e:
             rep.failed_closed += 1
             refusals[str(e)] = refusals.get(str(e), 0) + 1

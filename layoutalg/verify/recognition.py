@@ -24,7 +24,7 @@ import random
 from math import prod
 from typing import NamedTuple
 
-from .samples import instantiate
+from .samples import fitted_instance
 from ..compile.compiled import CompiledPage, GuardFailed, misfit
 from ..runtime.lower import TilingError
 
@@ -174,7 +174,7 @@ def _sampled(domain: dict, limit: int):
 
 def _at(cf, sizes: dict):
     """(instance, sizes) of `cf` at `sizes`: at its page where it gives one that fits (a
-    configuration found by Z3), else at a page chosen to fit (`samples.instantiate`)."""
+    configuration found by Z3), else at a page chosen to fit (`samples.fitted_instance`)."""
     if "page_size" in sizes:
         try:
             inst = cf.evaluate(sizes)
@@ -182,7 +182,7 @@ def _at(cf, sizes: dict):
                 return inst, sizes
         except GuardFailed:
             pass
-    return instantiate(cf, {n: v for n, v in sizes.items() if n != "page_size"})
+    return fitted_instance(cf, {n: v for n, v in sizes.items() if n != "page_size"})
 
 
 def _pair(lib, a, b, domain: dict, limit: int, first: list = ()):

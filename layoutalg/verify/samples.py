@@ -31,7 +31,7 @@ def configurations(domain: dict = DEFAULT_DOMAIN):
         yield dict(zip(names, values))
 
 
-def instantiate(cf: CompiledFamily, sizes: dict):
+def fitted_instance(cf: CompiledFamily, sizes: dict):
     """The family's instance at `sizes`, with page_size chosen to fit its local layout."""
     trial = []
     try:

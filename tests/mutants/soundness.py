@@ -117,7 +117,8 @@ def mutate(text: str, rng: random.Random, lines_re: str = FAMILY_LINES, only=Non
 
 def enumerate_faults(lib, name) -> list[str]:
     """Faults of the runs the lowering emits, on the sample configurations where the family applies."""
-    from layoutalg.verify.check import configurations, instantiate, tiling_errors
+    from layoutalg.verify.samples import configurations, fitted_instance
+    from layoutalg.verify.check import tiling_errors
     from layoutalg.compile.codegen import compile_family
     from layoutalg.compile.compiled import GuardFailed
     from layoutalg.ir.family import resolve
@@ -128,7 +129,7 @@ def enumerate_faults(lib, name) -> list[str]:
     faults = []
     for sizes in configurations():
         try:
-            inst, sizes = instantiate(cf, sizes)
+            inst, sizes = fitted_instance(cf, sizes)
         except (GuardFailed, ArithmeticError):
             continue
         if max(inst.local_page, inst.canonical_page) > 1 << 16:

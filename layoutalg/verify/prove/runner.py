@@ -32,7 +32,7 @@ from ...ir.family import resolve
 from ...dsl.interpret import Reading, paths
 from ...dsl.library import Library
 from ...runtime.lower import TilingError, _region_plan, run_plan, certify as certify_instance
-from ..samples import instantiate, sample_domain
+from ..samples import fitted_instance, sample_domain
 from . import GUARD_S
 from . import RLIMIT
 from . import meaning
@@ -89,7 +89,7 @@ def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dic
     names = list(samples)
     for values in itertools.product(*(samples[n] for n in names)):
         try:
-            inst, sizes = instantiate(cf, dict(zip(names, values)))
+            inst, sizes = fitted_instance(cf, dict(zip(names, values)))
         except (GuardFailed, ArithmeticError):
             continue
         key = tuple(sorted(sizes.items()))
@@ -366,8 +366,8 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
                time.perf_counter() - t0, configurations=proved, final=not guard)
 
 
-def configurations(lib: Library, family: str, cf, status: dict, budgets: Budgets,
-                   limit: int = 48, least: int = 8) -> dict[tuple, list[dict]]:
+def configurations_by_path(lib: Library, family: str, cf, status: dict, budgets: Budgets,
+                           limit: int = 48, least: int = 8) -> dict[tuple, list[dict]]:
     """Per live path: sample configurations, topped up with Z3 witnesses to at least `least`."""
     by_path = sample_configurations(lib, family, cf, limit)
     for path, (st, found) in status.items():
@@ -491,7 +491,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     if applies.status == "refuted":  # a claim of no configuration checked nothing: not a proof
         return [_nowhere(r) for r in rows + claim] + [Row(spec, family, n, "unknown", "the family applies nowhere",
                                                          0.0) for n in SYMBOLIC + PER_CONFIGURATION]
-    by_path = configurations(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
+    by_path = configurations_by_path(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
         if fam is not None else {}
     if found is not None:
         found.update(status=status, by_path=by_path)

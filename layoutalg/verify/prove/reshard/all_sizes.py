@@ -58,7 +58,7 @@ from .plan_queries import (_canonical_differs, _case_atoms, _cover, _grid_short,
                            _same_shape, _Sides, _sizes_at, _Terms, _unread, _z3_run)
 from .symplan import CONFIGURATION, PER_SIDE, Cross, NotEstablished, block_ratio, cases, cross_of, rank_names
 
-DOMAIN = "reshard-domain"
+DOMAIN_ROW = "reshard-domain"
 MAX_VALUES = 64  # values of the rank grid's other names tried in turn; beyond, unknown
 
 
@@ -161,7 +161,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         by: dict = {}
         for said, at, pair in outside:
             by.setdefault(said, ([], at))[0].append(pair)
-        out.append(Row(spec, family, DOMAIN, "unknown", "the sizes outside the plan's domain: no plan of strided "
+        out.append(Row(spec, family, DOMAIN_ROW, "unknown", "the sizes outside the plan's domain: no plan of strided "
                                                         "pieces there (the runtime's plan is proved per pair)",
                        time.perf_counter() - t0,
                        "; ".join(f"the plan holds only where {said} (case pairs {', '.join(map(str, pairs))}; "
