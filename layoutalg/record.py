@@ -1,8 +1,8 @@
 """Records: classes of named fields for the modules a fresh process imports.
 
 `dataclasses` imports `inspect` (and with it `ast`, `dis` and `tokenize`), and
-`typing.NamedTuple` imports `typing`: together about 15 ms of a fresh process, half of what
-importing the runtime and loading its library may take. The runtime's records are made
+`typing.NamedTuple` imports `typing`: together a large part of what importing the runtime
+and loading its library take in a fresh process (`benchmarks/derive_bench.py`). The runtime's records are made
 here instead, with the meaning those give them:
 
 - `record` makes a class as `dataclasses.dataclass` does: its fields are its annotations in

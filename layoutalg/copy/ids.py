@@ -59,9 +59,8 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
 def _repeats(t: torch.Tensor, n: int) -> bool:
     """Whether ids `t`, each in [0, n), hold one twice: by a table of n flags where n is
     not many times the ids (a batch's blocks or pages), else by sorting them. A sort is
-    what `torch.unique` does, several times slower on the CPU (0.47 ms for 8,192 ids,
-    a table 0.07 ms): at 8,192 ids it was half the time of a batch's checks, host work that
-    bounds a plan on a GPU."""
+    what `torch.unique` does, several times slower on the CPU than the table: host work
+    that bounds a plan on a GPU (`benchmarks/copy_bench.py`)."""
     if n <= 8 * t.numel() + 4096:
         seen = torch.zeros(n, dtype=torch.bool)
         seen[t] = True

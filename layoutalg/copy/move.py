@@ -206,11 +206,9 @@ def _carried(a, lo: int, hi: int, device: torch.device) -> torch.Tensor:
     """Side `a`'s fragments of blocks `lo:hi`, on `device`. From a GPU to the host they pass
     through pinned memory, which torch's caching host allocator hands out again chunk after
     chunk: each carry is one DMA, where a fresh pageable chunk of many MiB is mapped and
-    faulted in anew each time (offload stores of 8,192 blocks on an H200: 3.0-6.0 GB/s,
-    were 1.1-3.3). To a GPU a chunk goes from the host's gather as it is: gathering into
-    pinned memory with `np.take(out=)` ran at a tenth of the speed: numpy first makes a
-    strided source contiguous, here a copy of the whole page buffer (4,096 of 16,384 pages
-    of 64 KiB on this project's CPU: 69 ms, the index 16 ms)."""
+    faulted in anew each time. To a GPU a chunk goes from the host's gather as it is:
+    gathering into pinned memory with `np.take(out=)` is far slower, as numpy first makes a
+    strided source contiguous, here a copy of the whole page buffer."""
     data = a.take(lo, hi)
     if data.device.type == "cuda" and device.type == "cpu":
         host = torch.empty(data.shape, dtype=data.dtype, pin_memory=True)
