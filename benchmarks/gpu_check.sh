@@ -16,7 +16,7 @@ check() {  # a named step: its output, then whether it passed
 }
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.device_count(), 'x', torch.cuda.get_device_name())" || exit 1
 check tests python3 -m pytest -q -p no:cacheprovider tests/test_copy_devices.py tests/test_copy_plan.py \
-    tests/test_layer_tensors.py tests/test_torch_copy_validation.py
+    tests/test_layer_tensors.py tests/test_copy_refusals.py
 check copy_bench python3 benchmarks/copy_bench.py --device cuda
 check copy_bench_big python3 benchmarks/copy_bench.py --device cuda --blocks 8192  # a call's fixed cost spread
 R="python3 -m layoutalg reshard --blocks 64 --layers 2 --device cuda"

@@ -52,7 +52,7 @@ DOMAIN = {n: (p.lo, p.hi) for n, p in TABLE.items()}
 """The declared parameter domain the prover quantifies over (inclusive bounds)."""
 
 SAMPLES = {n: p.samples for n, p in TABLE.items() if n != "page_size"}
-"""The configurations `check` enumerates; page_size is fitted to each (see `samples.instantiate`)."""
+"""The configurations `check` enumerates; page_size is fitted to each (see `verify.samples.fitted_instance`)."""
 
 CHECK_PAGE_LIMIT = 1 << 22
 """The largest page (bytes) `check` enumerates byte by byte; a spec beyond it is refused."""

@@ -1,4 +1,4 @@
-"""Direct reshard plans proved for all sizes (`prove.replan`): built in the algebra from the
+"""Direct reshard plans proved for all sizes (`prove.reshard.all_sizes`): built in the algebra from the
 two digit tables, checked by Z3 against the spec's reading of both configurations; each
 verdict shown to fail on a mutant plan, and the runtime's plans shown to be the proved ones."""
 import os

@@ -90,7 +90,7 @@ def pieces(ox: list, oy: list, quotient=None) -> list[Piece]:
     holes in it (a region of a page, rows of data between other regions) are refined as the
     compact tilings they are of that set: with ints (no `quotient`) always, with symbolic
     sizes where the tilings are not compact and an order of their strides is shown for every
-    size (`_compact_symbolic`). Raises `algebra.NotCompact` where they have no common
+    size (`_compact_symbolic`). Raises `algebra.ops.NotCompact` where they have no common
     refinement or are not shown to cover the same canonical bytes.
 
     Examples:

@@ -2,10 +2,10 @@
 
 A `CompiledFamily` is the printed Python source of a family's grid cases plus the
 texts and spec positions its failure messages need. It can be rebuilt from that data
-alone, which is how the precompiled cache (`cache.py`) skips parsing and compiling.
+alone, which is how the precompiled cache (`compile.cache`) skips parsing and compiling.
 
 Source handed in as data is never executed on trust: `whitelist.check_source` admits
-exactly the shapes `compile.py` prints and nothing else. The one exception is the
+exactly the shapes `compile.codegen` prints and nothing else. The one exception is the
 precompiled cache, a private folder whose files carry a checksum: the whitelist is checked
 where source enters it (`cache.store`), and an entry read back runs the bytecode it holds
 (`code`), as Python runs its own `__pycache__`.

@@ -1,4 +1,4 @@
-"""The whitelist of compiled source: exactly the shapes `compile.py` prints, nothing else.
+"""The whitelist of compiled source: exactly the shapes `compile.codegen` prints, nothing else.
 
 Source handed in as data (`CompiledFamily.from_json`) and every library written to the
 precompiled cache (`cache.store`) pass `check_source` before any of it runs; only the
@@ -16,7 +16,7 @@ from ..errors import LayoutalgError
 
 
 class UnsafeSource(LayoutalgError):
-    """Compiled source that is not of the form `compile.py` prints; it is never executed."""
+    """Compiled source that is not of the form `compile.codegen` prints; it is never executed."""
 
 
 MAX_EXPONENT = 64
@@ -30,7 +30,7 @@ _COMPARE = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 @functools.lru_cache(maxsize=64)
 def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module:
-    """The syntax tree of `source`; raises `UnsafeSource` unless it is what `compile.py` prints.
+    """The syntax tree of `source`; raises `UnsafeSource` unless it is what `compile.codegen` prints.
 
     That is: one `def _variant_K(P):` per variant K (`guards[K]` is its guard count),
     each made of `name = P['name']` for runtime names, then `if not C: return None` and

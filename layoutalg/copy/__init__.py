@@ -5,9 +5,10 @@ checks on them (`views`).
 
 The public entry points are importable from here: `plan` and `plan_model` (copies between a
 rank's pages and canonical pages), `execute`, `gather` and `scatter` (direct reshard plans),
-`convert` (pages of another cp).
+`convert` (pages of another cp), `stages_tile` (a pipeline's stage plans).
 """
 from .direct import convert, execute, gather, scatter
-from .executor import CopyPlan, ModelPlan, plan, plan_model
+from .executor import CopyPlan, ModelPlan, plan, plan_model, stages_tile
 
-__all__ = ["CopyPlan", "ModelPlan", "convert", "execute", "gather", "plan", "plan_model", "scatter"]
+__all__ = ["CopyPlan", "ModelPlan", "convert", "execute", "gather", "plan", "plan_model", "scatter",
+           "stages_tile"]

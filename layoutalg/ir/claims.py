@@ -379,7 +379,7 @@ def names_data(family: Family) -> tuple[bool, ...]:
     guards (`unplaced_target`), and its targets put every local index where each other such
     case, and each agnostic claim, puts it (`_same_targets`), with the sizes they read fixed
     by the same canonical numbers (`_fixed_alike`); where any two differ, neither does. A
-    family whose agnostic claim is dropped (`compile.unbacked`) names data nowhere.
+    family whose agnostic claim is dropped (`compile.codegen.unbacked`) names data nowhere.
 
     Post-conditions: a configuration whose variant is False here is keyed by its sizes (its
     pages are one format only under that configuration)."""

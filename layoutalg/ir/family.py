@@ -9,7 +9,7 @@ gives each digit three strides, all sympy sizes:
     rank       how much it adds to the rank id
 
 After that every map is linear: "compose with the inverse" is a re-sort of the same
-digits by another stride (see `algebra.invert_and_compose`).
+digits by another stride (see `algebra.ops.invert_and_compose`).
 
 The records are in `ir`, the statements' reading in `statements`, layout instantiation in
 `layout_ir`, guard rewriting in `guards` and what the canonical indices claim in `claims`;

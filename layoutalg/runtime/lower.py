@@ -1,4 +1,4 @@
-"""Lowering: a numeric digit table (`compile.Instance`) -> every rank's copy runs.
+"""Lowering: a numeric digit table (`compile.instance.Instance`) -> every rank's copy runs.
 
     copy map  C = coalesce(invert_and_compose(canonical, local))
 

@@ -1,6 +1,6 @@
 """The runtime's question "is this family proved, and at this configuration?", without Z3.
 
-Reads what `layoutalg prove` cached (see `prove.cli`): an obligation proved for all
+Reads what `layoutalg prove` cached (see `cli.prove`): an obligation proved for all
 sizes covers every configuration; one proved on enumerated configurations covers
 those. The answer is only as fresh as the last `layoutalg prove` on the same specs.
 """

@@ -10,7 +10,7 @@ engine's tensor in its own order and stores a wrong page under its own format.
 `confusions` looks for that on the library's sample configurations, and on those Z3 found
 where both families of a pair apply (`prove.together`, which also shows most pairs apart for
 every size: no layer reaches both): each family's own tensors at 1, 2 and 3 blocks, offered
-to every other family of its kind as the runtime offers them (`runtime._apply`). Where
+to every other family of its kind as the runtime offers them (`runtime.derive._apply`). Where
 another family takes them too, the two must read every byte of the tensor as the same engine element (`oracle.naming`: local index names made
 global by the grid's placements, region by region). Otherwise a runtime name must tell them
 apart: a guard that one requires and the other refuses at those sizes, so that the runtime

@@ -62,7 +62,7 @@ def _applies(lib: Library, family: str, sizes: dict, tag: str, cf=None) -> _Appl
     """Where the family applies at `sizes` (Z3 terms, shared with the other family): some case
     path's guards, page and group hold. None where a path cannot be read (nothing is shown of
     it, so nothing may be concluded from its absence). With `cf` (the compiled family) one
-    recognised by a tensor of named dims also says that tensor (`runtime._mismatch`)."""
+    recognised by a tensor of named dims also says that tensor (`runtime.derive._mismatch`)."""
     from ...compile.compiled import CompiledPage
     from .obligations import _variant, size_to_z3
     part = lib.parts_of(family)[0]  # a page of regions: its first region's part reads the page's guards
@@ -88,7 +88,7 @@ def _applies(lib: Library, family: str, sizes: dict, tag: str, cf=None) -> _Appl
 
 
 def _one_tensor(a: _Applies, b: _Applies, blocks) -> list:
-    """Z3: one tensor both families accept (`runtime._mismatch`): one shape, block dim and all,
+    """Z3: one tensor both families accept (`runtime.derive._mismatch`): one shape, block dim and all,
     and the strides each checks (those of the dims after its block dim) alike where both
     check them. [] where either is not recognised by a tensor of named dims (nothing is said
     of the tensor: only the guards decide)."""

@@ -33,7 +33,7 @@ region: each region's plan is built as above from its own digit tables, its sour
 destinations shifted by the region's base in each local page, and checked against the
 region's reading (its bytes, as many as the region holds, read from the same region of the
 producer's page); a region whose rows have the other regions between them is refined as the
-compact tiling it is (`direct.pieces`). The regions and pads of both pages share no byte
+compact tiling it is (`algebra.refine.pieces`). The regions and pads of both pages share no byte
 (the regions-tile-local certificate for all sizes, else at each configuration, else Z3
 case by case), so together the plans write every data byte once and never a pad, each
 from a producer byte of one region.

@@ -14,7 +14,7 @@ Across another cp (dcp=1 to dcp=2: one big canonical page is `k` small ones alon
 family's `sequence` index) each small rank is `k` virtual ranks, `part * world + rank`: its
 digits are moved onto the big page (`_in_big`) and refined as above. A piece whose extent
 is a size over a number (`block_size / 2`: a rank's `n` chunks of tokens dealt among `k`
-small pages) is the middle of a `direct.Transpose` block where `k` need not divide `n`:
+small pages) is the middle of a `refine.Transpose` block where `k` need not divide `n`:
 the plan is then built once per residue of `n` mod `k`, each case on its domain (where
 `(n - rho) / k` is whole), and the cases together cover every size. A piece of no such
 block holds only where the number divides it: the plan's `domain`, which the checker
@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import sympy
 
-from ....algebra import refine as direct
+from ....algebra import refine
 from ....algebra.ops import NotCompact
 from ....errors import LayoutalgError
 from ....ir.family import resolve
@@ -214,7 +214,7 @@ def cases(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> t
         return None
     ox, oy = [d for d in dx if not d.replica], [d for d in dy if not d.replica]  # Digits read as owners
     try:
-        cut = direct.pieces(ox, oy, quotient)
+        cut = refine.pieces(ox, oy, quotient)
     except NotCompact as e:
         raise NotEstablished(f"the two configurations cut the canonical page into pieces that do not nest (one "
                              f"side's pieces straddle the other's), so the plan is no set of strided pieces for all "
@@ -235,7 +235,7 @@ def _plans(cut, domain, ox, oy, dx, dy, rx, ry, num, src_base, dst_base, own, cr
     ranks = world // cross.k if cross is not None and cross.small == "consumer" else world  # the real consumers
     for s in range(world):
         runs = []
-        for r in direct.consumer_runs(cut, ox, oy, replicas, s, lambda x: num(x, "a size the plan's ranks read"),
+        for r in refine.consumer_runs(cut, ox, oy, replicas, s, lambda x: num(x, "a size the plan's ranks read"),
                                       s % ranks):  # replicas spread by the consumer's own rank, as at run time
             fixed, at = {}, {}
             for k, i in r.src:
@@ -254,7 +254,7 @@ def _plans(cut, domain, ox, oy, dx, dy, rx, ry, num, src_base, dst_base, own, cr
 
 def _residues(cut: list, domain: list, ox: list, oy: list) -> list[tuple[list, tuple, dict]]:
     """(refinement, domain, atoms) of each case: across another cp a piece `n / k` (where `k`
-    need not divide `n`) between two pieces `k` that make a `direct.Transpose` block is cut
+    need not divide `n`) between two pieces `k` that make a `refine.Transpose` block is cut
     into `k * k` pieces per residue of `n` mod `k`, on the domain where `q = (n - rho) / k`
     is whole (`q` an atom of the plan: one term for Z3, never a fraction spread over a sum);
     every other such piece stays, on the domain where `k` divides `n`."""
@@ -279,7 +279,7 @@ def _residues(cut: list, domain: list, ox: list, oy: list) -> list[tuple[list, t
 
 
 def _block(low, mid, high, fractions: dict, ox: list, oy: list):
-    """The `direct.Transpose` block of pieces `low, mid, high` (`k`, `n / k`, `k`: `mid`'s
+    """The `refine.Transpose` block of pieces `low, mid, high` (`k`, `n / k`, `k`: `mid`'s
     extent a fraction the refinement took to be whole), or None: one side's digit runs on
     from `low` into `mid` (its N side, reading `z mod n`), the other's from `mid` into `high`
     (its K side, reading `z // k`), and those two digits are local ones (they step with the
@@ -295,7 +295,7 @@ def _block(low, mid, high, fractions: dict, ox: list, oy: list):
             getattr(mid, k_side), getattr(high, k_side)
         if nl == nm and same(mm, k * ml) and kl == kh and same(mh, mid.extent * km) and \
                 not sides[0][nl].is_rank and not sides[1][kl].is_rank:
-            return direct.Transpose(low, mid, high, n_side == "a", 0, mid.extent)
+            return refine.Transpose(low, mid, high, n_side == "a", 0, mid.extent)
     return None
 
 
