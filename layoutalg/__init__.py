@@ -5,9 +5,9 @@ The pipeline, one folder a room (docs/design.md):
     -> runtime (lower, derive, vllm) -> plans (reshard, pageformat) -> copy -> tools, cli
     verification: verify (check, oracle, recognition, prove with Z3)
 """
-_PUBLIC = {"CanonicalPageMapping": "mapping", "CopyRun": "mapping", "Deriver": "runtime.derive",
-           "LayerResult": "runtime.records", "LayerSpec": "runtime.records", "ParallelConfig": "runtime.records",
-           "TensorLayout": "runtime.records", "derive_canonical_mappings": "runtime.vllm"}
+_PUBLIC = {"CanonicalPageMapping": "mapping", "CopyRun": "mapping",
+           **dict.fromkeys(("Deriver", "LayerResult", "LayerSpec", "ParallelConfig", "TensorLayout",
+                            "derive_canonical_mappings"), "runtime")}  # (`runtime` says which of its modules)
 __all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"
 

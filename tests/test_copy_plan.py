@@ -365,8 +365,9 @@ def test_a_repeated_id_is_found_by_the_table_and_by_the_sort(numpy, monkeypatch)
     import random
 
     from layoutalg.copy import ids as copy_mod
+    from layoutalg.copy import move
     if not numpy:
-        monkeypatch.setattr(copy_mod, "_np", None)
+        monkeypatch.setattr(move, "_np", None)
     rng = random.Random(17)
     for n in (1, 5, 300, 5000, 100000):  # 5000 and 100000 past the table's reach for 300 ids
         for _ in range(60):

@@ -115,11 +115,10 @@ def _table(rows: list, cached: set, out) -> None:
 
 
 def _reshard_one(args) -> list[dict]:
-    from dataclasses import asdict
     from ..verify.prove.reshard import prove_all_sizes
-    from ..verify.prove.runner import Budget
+    from ..verify.prove.runner import Budget, to_json
     paths, family, x, y, rlimit, guard_s = args
-    return [asdict(r) for r in prove_all_sizes(load(paths), family, x, y, Budget(rlimit, guard_s))]
+    return to_json(prove_all_sizes(load(paths), family, x, y, Budget(rlimit, guard_s)))
 
 
 def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int | None = None,

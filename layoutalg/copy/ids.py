@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import torch
 
-try:
-    import numpy as _np
-except ImportError:  # pragma: no cover
-    _np = None
-
 from ..errors import LayoutMismatch
+from . import move  # (whether numpy is there: one switch for every copy path)
 
 
 _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -65,7 +61,7 @@ def _repeats(t: torch.Tensor, n: int) -> bool:
         seen = torch.zeros(n, dtype=torch.bool)
         seen[t] = True
         return int(seen.sum()) != t.numel()
-    s = _np.sort(t.numpy()) if _np is not None else torch.sort(t).values
+    s = move._np.sort(t.numpy()) if move._np is not None else torch.sort(t).values
     return bool((s[1:] == s[:-1]).any())
 
 
