@@ -58,19 +58,61 @@ CHECK_PAGE_LIMIT = 1 << 22
 """The largest page (bytes) `check` enumerates byte by byte; a spec beyond it is refused."""
 
 
+def outside(name: str, value: int, lo: int, hi: int) -> str:
+    """'' when `lo <= value <= hi`, else the sentence every domain check says: past a name's
+    declared bounds nothing is proved.
+
+    Examples:
+        >>> outside("tp", 2, 1, 1024)
+        ''
+        >>> outside("tp", 4096, 1, 1024)
+        'tp = 4096 is outside the proved domain [1, 1024]'
+    """
+    return "" if lo <= value <= hi else f"{name} = {value} is outside the proved domain [{lo}, {hi}]"
+
+
 def in_domain(sizes: dict) -> str:
-    """'' when every size lies inside `DOMAIN`, else which one does not.
+    """'' when every built-in size lies inside `DOMAIN`, else which one does not.
 
     Examples:
         >>> in_domain({"tp": 2, "dcp": 1})
         ''
         >>> in_domain({"tp": 4096})
-        'tp=4096 is outside the proved domain [1, 1024]'
+        'tp = 4096 is outside the proved domain [1, 1024]'
     """
-    for n, v in sizes.items():
-        if n in DOMAIN and not DOMAIN[n][0] <= v <= DOMAIN[n][1]:
-            return f"{n}={v} is outside the proved domain [{DOMAIN[n][0]}, {DOMAIN[n][1]}]"
-    return ""
+    return next((why for n, v in sizes.items() if n in DOMAIN for why in [outside(n, v, *DOMAIN[n])] if why), "")
+
+
+def default_head_size(serves: str) -> int:
+    """The head size a command takes when none is given: a DeepSeek MLA latent row (512
+    latent and 64 rope elements) for `mla`, else 128.
+
+    Examples:
+        >>> default_head_size("mla"), default_head_size("attention")
+        (576, 128)
+    """
+    return 576 if serves == "mla" else 128
+
+
+def configuration(*, tp: int, heads: int, block_size: int, head_size: int, dtype_bytes: int,
+                  total_heads: int | None = None, pcp: int = 1, dcp: int = 1, interleave: int = 1,
+                  page_size: int | None = None, per_token_head_quant: int = 0, compress_ratio: int = 1,
+                  **declared) -> dict:
+    """One layer on one worker group as the sizes a family is evaluated at: every built-in
+    runtime name (total_heads and page_size only where known: a page is fitted to the rest,
+    `compile.compiled.fitted_page`) and the names a spec declares, as given.
+
+    Examples:
+        >>> c = configuration(tp=2, heads=4, block_size=16, head_size=128, dtype_bytes=2)
+        >>> (c["tp"], c["pcp"], c["compress_ratio"], "total_heads" in c, "page_size" in c)
+        (2, 1, 1, False, False)
+        >>> configuration(tp=1, heads=1, block_size=4, head_size=8, dtype_bytes=1, aiter_kv=1)["aiter_kv"]
+        1
+    """
+    return {"tp": tp, "pcp": pcp, "dcp": dcp, "interleave": interleave,
+            **({} if total_heads is None else {"total_heads": total_heads}), "heads": heads,
+            "block_size": block_size, "head_size": head_size, "dtype_bytes": dtype_bytes,
+            **({} if page_size is None else {"page_size": page_size}), "per_token_head_quant": int(per_token_head_quant), "compress_ratio": compress_ratio, **declared}
 
 
 CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")

@@ -71,4 +71,4 @@ def test_a_name_given_outside_its_domain_takes_no_family_but_the_fallback(derive
     """aiter_kv = 2 is no backend: the packed family, which does not read the name, must not take it."""
     res, _ = _derive(deriver, 2, total=4, aiter=2)
     assert (res.result, res.family) == ("opaque", "opaque")
-    assert "aiter_kv = 2 is outside its declared domain [0, 1]" in res.reasons[0]
+    assert "aiter_kv = 2 is outside the proved domain [0, 1]" in res.reasons[0]

@@ -164,7 +164,7 @@ family f serves thing:
 """)
     assert d.derive(LayerSpec("thing", 2, sizes={"w": 1}), None, ParallelConfig(1, 1)).result == "certified"
     res = d.derive(LayerSpec("thing", 4, sizes={"w": 2}), None, ParallelConfig(1, 1))
-    assert res.result == "no_mappings" and any("w = 2 is outside its declared domain [1, 1]" in r for r in res.reasons)
+    assert res.result == "no_mappings" and any("w = 2 is outside the proved domain [1, 1]" in r for r in res.reasons)
 
 
 def test_a_grid_that_is_not_the_worker_group_fails_closed(tmp_path, monkeypatch):

@@ -317,7 +317,7 @@ def test_block_sizes_that_are_not_parts_of_one_another_are_an_error(lib):
         _blocks(lib, "split_nhd", "tp=2,block_size=32", "tp=2,block_size=48")
     with pytest.raises(LayoutalgError, match="given for the store configuration only"):
         _blocks(lib, "split_nhd", "tp=2,block_size=32", "tp=2")
-    with pytest.raises(LayoutalgError, match="outside the declared domain"):
+    with pytest.raises(LayoutalgError, match="outside the proved domain"):
         _blocks(lib, "split_nhd", "tp=2,block_size=4096", "tp=2,block_size=8192")
     for bad in (-16, 0, "16", 16.0, True):
         with pytest.raises(LayoutalgError, match="not a whole number of at least 1"):
@@ -349,7 +349,7 @@ def test_a_plan_whose_domain_is_empty_proves_nothing(lib):
 def test_a_configuration_outside_the_domain_is_an_error(lib):
     with pytest.raises(LayoutalgError, match="names 'heads'"):
         replan.prove_all_sizes(lib, "split_nhd", {"tp": 2, "heads": 4}, parse_config("tp=1"), Budgets.of().full)
-    with pytest.raises(LayoutalgError, match="outside the declared domain"):
+    with pytest.raises(LayoutalgError, match="outside the proved domain"):
         replan.prove_all_sizes(lib, "split_nhd", {"tp": 4096}, parse_config("tp=1"), Budgets.of().full)
 
 

@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                          "reads them and checks every byte")
     rs.add_argument("--heads", type=_positive, default=8, help="KV heads of the model (default 8)")
     rs.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
-    rs.add_argument("--head-size", type=_positive, default=128, help="head size (default 128; MLA: 576)")
+    rs.add_argument("--head-size", type=_positive, help="head size (default 128; MLA: 576)")
     rs.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32, fp8 or int8 (default bf16)")
     rs.add_argument("--blocks", type=_positive, default=64, help="blocks per rank and layer (default 64)")
     rs.add_argument("--layers", type=_positive, default=4, help="layers (default 4)")
@@ -135,10 +135,10 @@ def _configuration_options(r) -> None:
     r.add_argument("--heads", type=_positive, default=8, help="KV heads of the whole model (default 8)")
     r.add_argument("--local-heads", type=_positive, help="KV heads per rank (default max(1, heads // tp))")
     r.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
-    r.add_argument("--head-size", type=_positive, default=128, help="elements per head (default 128)")
+    r.add_argument("--head-size", type=_positive, help="elements per head (default 128; MLA: 576, its latent row)")
     r.add_argument("--dtype-bytes", type=_positive, default=2, help="bytes per element (default 2)")
     r.add_argument("--page-size", type=_positive, help="page bytes (default: what the local layout holds; "
-                                                 "MLA: block_size * 1152)")
+                                                 "MLA: a latent row of head_size elements a token)")
     r.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", type=_named_size,
                    help="a runtime name a spec declares (`param`), e.g. --size pcp_replicas=1; repeatable")
     r.add_argument("--per-token-head-quant", type=int, choices=(0, 1), default=0,

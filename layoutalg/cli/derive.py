@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import params
 from ..errors import LayoutalgError
 from .common import families_in, sizes_once, writer_text
 
@@ -50,7 +51,8 @@ def _config_line(cf, args) -> str:
     """The configuration a picture shows, in the names its family reads (heads for attention,
     SSM heads for a Mamba state, ...)."""
     values = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave,
-              "total_heads": args.heads, "block_size": args.block_size, "head_size": args.head_size,
+              "total_heads": args.heads, "block_size": args.block_size,
+              "head_size": args.head_size or params.default_head_size(cf.serves),
               "dtype_bytes": args.dtype_bytes, **dict(args.size)}
     read = {b.name for b in cf.bounds}
     return ", ".join(f"{n}={v}" for n, v in values.items() if n in read or n == "tp")
@@ -59,17 +61,17 @@ def _config_line(cf, args) -> str:
 def _derived(args):
     """(compiled family, instance, every rank's mapping) at the configuration the options give."""
     from ..compile.codegen import compile_named
-    from ..compile.compiled import GuardFailed, misfit
+    from ..compile.compiled import GuardFailed, fitted_page, misfit
     from ..runtime.lower import TilingError, lower
-    from .. import params
     lib, names = families_in(args.spec, args.family)
     if len(names) > 1:
         raise LayoutalgError(f"{args.spec} holds {len(names)} families; say which with --family: {', '.join(names)}")
     cf = compile_named(lib, names[0])
-    sizes = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave,
-             "total_heads": args.heads, "heads": args.local_heads or max(1, args.heads // args.tp),
-             "block_size": args.block_size, "head_size": args.head_size, "dtype_bytes": args.dtype_bytes,
-             "per_token_head_quant": args.per_token_head_quant, "compress_ratio": 1}
+    sizes = params.configuration(tp=args.tp, pcp=args.pcp, dcp=args.dcp, interleave=args.interleave,
+                                 total_heads=args.heads, heads=args.local_heads or max(1, args.heads // args.tp),
+                                 block_size=args.block_size,
+                                 head_size=args.head_size or params.default_head_size(cf.serves),
+                                 dtype_bytes=args.dtype_bytes, per_token_head_quant=args.per_token_head_quant)
     declared = {n: p for n, p in lib.vocabulary().items() if n not in params.TABLE}
     for name, value in sizes_once(args.cmd, args.size).items():
         if name in params.TABLE:
@@ -83,14 +85,10 @@ def _derived(args):
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {outside}")
     page = args.page_size
     if page is None:
-        page = args.block_size * 1152 if cf.serves == "mla" else 0
-        if not page:
-            try:
-                probe = cf.evaluate({**sizes, "page_size": 0}, bounded=False)
-                # a page padded to the runtime's page: by default, exactly its regions
-                page = sum(i.local_page for _, i in probe.regions) if hasattr(probe, "regions") else probe.local_page
-            except GuardFailed as e:  # the family's own reason, not the empty probe page's
-                raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
+        try:
+            page = fitted_page(cf, sizes)
+        except GuardFailed as e:  # the family's own reason, not the empty probe page's
+            raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
     try:
         inst = cf.evaluate({**sizes, "page_size": page})
     except GuardFailed as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import marshal
 from math import prod
 
+from .. import params
 from ..errors import LayoutalgError
 from .instance import Bound, Instance, LocalDigit, RankDigit  # noqa: F401 - Bound: the families' bounds
 from ..record import named_tuple, record
@@ -74,6 +75,32 @@ def misfit(inst: Instance, page: int, group: int) -> str:
     if inst.world != group:
         return f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}"
     return ""
+
+
+def fitted_page(cf, sizes: dict) -> int:
+    """The page a layer of family `cf` holds at `sizes` (page_size aside): exactly its data.
+
+    A page of regions holds its regions and pads (a pad sized by the page itself, a padded
+    row, grows it: followed until it holds still); a family whose layout is sized by the
+    page (MLA's latent rows) holds one row of `head_size` elements a token; any other
+    family holds what its local layout spans. Raises `GuardFailed` where the family does
+    not apply at `sizes`.
+
+    Post-conditions: where `cf.evaluate({**sizes, "page_size": p})` holds, its local page
+    is `p` for a family whose layout does not read the page.
+    """
+    probe = cf.evaluate({**sizes, "page_size": 0}, bounded=False)
+    if isinstance(probe, Page):
+        page = sum(i.local_page for _, i in probe.regions)
+        for _ in range(3):
+            whole = cf.evaluate({**sizes, "page_size": page}, bounded=False).local_page
+            if whole == page:
+                break
+            page = whole
+        return page
+    if probe.local_page > 0:
+        return probe.local_page
+    return sizes["block_size"] * sizes["head_size"] * sizes["dtype_bytes"]
 
 
 def valid_json(d, check: bool = True) -> bool:
@@ -179,11 +206,8 @@ class CompiledFamily:
     def outside_domain(self, sizes: dict) -> str:
         """'' when every name the family reads lies in its proved bounds, else which one does not:
         past the declared domain nothing is proved, so the family fails closed there."""
-        for name, lo, hi in self.bounds:
-            v = sizes.get(name)
-            if v is not None and not lo <= v <= hi:
-                return f"{name} = {v} is outside the proved domain [{lo}, {hi}]"
-        return ""
+        return next((why for name, lo, hi in self.bounds if sizes.get(name) is not None
+                     for why in [params.outside(name, sizes[name], lo, hi)] if why), "")
 
     def evaluate(self, sizes: dict, bounded: bool = True) -> Instance:
         """The numeric digit table at `sizes` (a value for each runtime name the family reads).

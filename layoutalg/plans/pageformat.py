@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..algebra import intervals
 from ..algebra.ops import NotCompact, coalesce, invert_and_compose
 from ..errors import LayoutalgError
 from ..algebra.layout import Layout
@@ -130,12 +131,12 @@ def _region_runs(family: str, parts, boxes_b, boxes_s, tok: str, k: int) -> tupl
         offsets, frag, count, ls, cs = strided_runs(modes, b.base)
         runs += [CopyRun(lo, co + sm.base, frag, count, ls, cs) for lo, co in offsets]
     for side, page in ((0, boxes_b[0].page), (1, k * boxes_s[0].page)):
-        at = 0
-        for lo, n in sorted((t[side], t[2]) for r in runs for t in r.triples()):
-            if lo < at or lo + n > page:
-                raise LayoutalgError(f"{family}: region boxes of the {'big' if side == 0 else 'small'} canonical "
-                                     f"pages overlap or leave the page at byte {lo}")
-            at = lo + n
+        flaw = intervals.flaw([(t[side], t[2], None) for r in runs for t in r.triples()], page, gaps=True)
+        if flaw is not None:
+            which = "big" if side == 0 else "small"
+            raise LayoutalgError(f"{family}: region boxes of the {which} canonical pages "
+                                 + (f"overlap at byte {flaw[1]}" if flaw[0] == "overlap" else
+                                    f"reach byte {flaw[1]}, past the {page}-byte page"))
     return tuple(sorted(runs))
 
 

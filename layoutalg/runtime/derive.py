@@ -19,6 +19,7 @@ import functools
 import os
 from math import prod
 
+from .. import params
 from ..dsl import sources as files
 from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, misfit
 from ..errors import ConfigError, MissingNames
@@ -89,9 +90,8 @@ class Deriver:
             return LayerResult(NO_MAPPINGS, None, (), (f"the page is {layer.page_size_bytes} bytes: "
                                                        "no family holds an empty or negative page",))
         sizes = _sizes(layer, tensor, parallel)
-        reasons = [f"{n} = {v} is outside its declared domain [{self.domains[n][0]}, {self.domains[n][1]}]: no "
-                   f"family reads this layer but the fallback" for n, v in layer.sizes
-                   if n in self.domains and not self.domains[n][0] <= v <= self.domains[n][1]]
+        reasons = [f"{why}: no family reads this layer but the fallback" for n, v in layer.sizes
+                   if n in self.domains for why in [params.outside(n, v, *self.domains[n])] if why]
         # a name given out of its domain is a misdeclared deployment (`aiter_kv = 2`): a family
         # that does not read it must not take the layer in its place
         missing = {}
@@ -212,17 +212,14 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
 
 
 def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig) -> dict:
-    return {
-        **dict(layer.sizes),
-        "tp": parallel.tp, "pcp": parallel.pcp, "dcp": parallel.dcp, "interleave": parallel.interleave,
-        **({} if parallel.total_kv_heads is None else {"total_heads": parallel.total_kv_heads}),
-        "heads": layer.num_kv_heads,
-        "block_size": layer.block_size, "head_size": layer.head_size,
-        "dtype_bytes": tensor.element_size if isinstance(tensor, TensorLayout) else layer.dtype_bytes,
-        "page_size": layer.page_size_bytes if layer.page_size_bytes is not None else 0,
-        "per_token_head_quant": int(bool(layer.per_token_head_quant)),
-        "compress_ratio": layer.compress_ratio,
-    }
+    return params.configuration(
+        tp=parallel.tp, pcp=parallel.pcp, dcp=parallel.dcp, interleave=parallel.interleave,
+        total_heads=parallel.total_kv_heads, heads=layer.num_kv_heads, block_size=layer.block_size,
+        head_size=layer.head_size,
+        dtype_bytes=tensor.element_size if isinstance(tensor, TensorLayout) else layer.dtype_bytes,
+        page_size=layer.page_size_bytes if layer.page_size_bytes is not None else 0,
+        per_token_head_quant=int(bool(layer.per_token_head_quant)), compress_ratio=layer.compress_ratio,
+        **dict(layer.sizes))
 
 
 def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from itertools import product
 from math import lcm, prod
 
+from ..algebra import intervals
 from ..algebra.ops import coalesce, invert_and_compose
 from ..compile.compiled import Instance, Page, _region
 from ..errors import LayoutalgError
@@ -260,24 +261,10 @@ def _rank_bases(inst: Instance) -> list[tuple[int, int]]:
     return ranks
 
 
-def _flaw(pieces, size: int):
-    """The first place `pieces` ((offset, bytes, name), ...) fail to tile [0, size) exactly, or None:
-    ('gap', from, to, the piece before, the piece after), ('overlap', from, to, the piece it
-    meets, the piece), or ('end', where the pieces end, size, the last piece, None)."""
-    at, last = 0, None
-    for lo, n, name in sorted(pieces, key=lambda p: (p[0], p[1])):
-        if lo > at:
-            return "gap", at, lo, last, name
-        if lo < at:
-            return "overlap", lo, min(at, lo + n), last, name
-        at, last = lo + n, name
-    return None if at == size else ("end", at, size, last, None)
-
-
 def _sweep(pieces, size: int, what: str, family: str) -> None:
     """`pieces` ((offset, bytes, region or pad), ...) must tile [0, size) exactly; else a
     `TilingError` naming the bytes and the regions at fault."""
-    flaw = _flaw(pieces, size)
+    flaw = intervals.flaw(pieces, size)
     if flaw is None:
         return
     kind, a, b, before, after = flaw
@@ -333,9 +320,9 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
 
 # ---- the reference's start-up check: do a configuration's runs tile both pages ------------
 
-def _partition(intervals, size) -> str:
-    """'' when intervals tile [0, size) exactly, else the first gap or overlap."""
-    flaw = _flaw([(lo, n, None) for lo, n in intervals], size)
+def _partition(pieces, size) -> str:
+    """'' when the (offset, bytes) `pieces` tile [0, size) exactly, else the first gap or overlap."""
+    flaw = intervals.flaw([(lo, n, None) for lo, n in pieces], size)
     if flaw is None:
         return ""
     kind, a, b, _, _ = flaw

@@ -143,10 +143,10 @@ class ParallelConfig:
         # ranks would each get a mapping: refuse it by name.
         for field, name in (("tp", "tp"), ("pcp", "pcp"), ("dcp", "dcp"), ("interleave", "interleave"),
                             ("total_kv_heads", "total_heads")):
-            lo, hi = params.DOMAIN[name]
-            if getattr(self, field) is not None and getattr(self, field) > hi:
-                raise ConfigError(f"ParallelConfig.{field} = {getattr(self, field)} is outside the proved domain "
-                                  f"[{lo}, {hi}]")
+            why = "" if getattr(self, field) is None else params.outside(name, getattr(self, field),
+                                                                         *params.DOMAIN[name])
+            if why:
+                raise ConfigError(f"ParallelConfig.{field}: {why}")
 
 
 @record(frozen=True)

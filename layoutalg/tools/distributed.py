@@ -28,7 +28,7 @@ import torch
 
 from .. import params
 from ..params import CONFIG_NAMES, parse_config  # noqa: F401 - re-exported: the CLI's and tests' way in
-from ..compile.compiled import CompiledFamily
+from ..compile.compiled import CompiledFamily, fitted_page
 from ..errors import ConfigError
 from ..runtime.derive import Deriver, compiled_library
 from ..runtime.tensors import block_tensor
@@ -64,7 +64,7 @@ class Group:
         return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=device)
 
 
-def group_of(family: str, config: dict, heads: int, block_size: int, head_size: int, dtype: str,
+def group_of(family: str, config: dict, heads: int, block_size: int, head_size: int | None, dtype: str,
              blocks: int, names: dict | None = None, specs: str | None = None) -> Group:
     """The layer under `config`, served by `family` or a `ConfigError` saying why not. `names`
     gives the runtime names a spec declares (a Mamba state's heads, groups, ...); `specs` the
@@ -85,6 +85,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     if dtype not in DTYPES:
         raise ConfigError(f"reshard: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     cf, torch_dtype = families[family], DTYPES[dtype]
+    head_size = head_size or params.default_head_size(cf.serves)  # (None: the command's default)
     if cf.serves == FALLBACK:  # its page is whatever a layer holds: there is no model to fill or reshard
         raise ConfigError(f"reshard: {family} is the library's fallback: it stores a rank's page whole, as it lies, "
                           f"readable only under the same configuration, and has no layer of its own to fill; "
@@ -98,16 +99,14 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     total = 1 if mla else heads
     local = 1 if mla else max(1, total // tp)
     declared = _declared(family, cf, dict(names or {}), specs)
-    sizes = {**declared, "tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
-             "total_heads": total, "heads": local, "block_size": block_size, "head_size": head_size,
-             "dtype_bytes": e, "per_token_head_quant": 0, "compress_ratio": 1, "page_size": 0,
-             "pcp_replicas": config["pcp_replicas"]}
-    page = (block_size * head_size * e) if mla else None
-    if page is None:
-        try:  # the family's own page at these sizes: probe its layout
-            page = cf.evaluate({**sizes, "page_size": 1}, bounded=False).local_page
-        except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
-            raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {err}") from None
+    sizes = params.configuration(tp=tp, pcp=config["pcp"], dcp=config["dcp"], interleave=config["interleave"],
+                                 total_heads=total, heads=local, block_size=block_size,
+                                 head_size=head_size, dtype_bytes=e,
+                                 **{**declared, "pcp_replicas": config["pcp_replicas"]})
+    try:  # the family's own page at these sizes
+        page = fitted_page(cf, sizes)
+    except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
+        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {err}") from None
     sizes["page_size"] = page
     try:
         inst = cf.evaluate(sizes)
@@ -136,19 +135,13 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
     e, tp = torch.empty(0, dtype=dtype).element_size(), config["tp"]
     local = max(1, heads // tp)
     given = {**names, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})}
-    sizes = {"tp": tp, "pcp": config["pcp"], "dcp": config["dcp"], "interleave": config["interleave"],
-             "total_heads": heads, "heads": local, "block_size": block_size, "head_size": head_size,
-             "dtype_bytes": e, "per_token_head_quant": 0, "compress_ratio": 1, **given}
+    sizes = params.configuration(tp=tp, pcp=config["pcp"], dcp=config["dcp"], interleave=config["interleave"],
+                                 total_heads=heads, heads=local, block_size=block_size, head_size=head_size,
+                                 dtype_bytes=e, **given)
     errors = []
     for quant in (0, 1):  # a per-token-head quantised family (KV with its scales) serves quantised layers only
         try:  # its regions and pads at these sizes (the page is exactly them: a pad up to the page is empty)
-            at = {**sizes, "per_token_head_quant": quant}
-            page = sum(i.local_page for _, i in cf.evaluate({**at, "page_size": 0}, bounded=False).regions)
-            for _ in range(3):  # pads of their own size (a padded row) make the page larger than its regions
-                whole = cf.evaluate({**at, "page_size": page}, bounded=False).local_page
-                if whole == page:
-                    break
-                page = whole
+            page = fitted_page(cf, {**sizes, "per_token_head_quant": quant})
             break
         except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
             errors.append(f"with per_token_head_quant={quant}: {err}")

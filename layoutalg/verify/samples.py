@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from .. import params
-from ..compile.compiled import CompiledFamily, GuardFailed, misfit
+from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, fitted_page, misfit
 from ..dsl.library import Library
 
 DEFAULT_DOMAIN = params.SAMPLES
@@ -35,12 +35,9 @@ def fitted_instance(cf: CompiledFamily, sizes: dict):
     """The family's instance at `sizes`, with page_size chosen to fit its local layout."""
     trial = []
     try:
-        inst = cf.evaluate({**sizes, "page_size": 0}, bounded=False)  # only to learn the page it holds
-        if inst.local_page > 0:
-            trial.append(inst.local_page)
-        if hasattr(inst, "regions"):  # a page padded to the runtime's page: its data, then with room to spare
-            used = sum(i.local_page for _, i in inst.regions)
-            trial += [used, used + 2 * sizes.get("block_size", 1)]
+        trial.append(fitted_page(cf, {"block_size": 1, "head_size": 1, "dtype_bytes": 1, **sizes}))
+        if isinstance(cf, CompiledPage):  # a page padded to the runtime's page: with room to spare too
+            trial.append(trial[0] + 2 * sizes.get("block_size", 1))
     except (GuardFailed, ZeroDivisionError):
         pass
     trial += [sizes.get("block_size", 1) * k for k in (3, 8)]  # (a family that reads no block_size: any page)

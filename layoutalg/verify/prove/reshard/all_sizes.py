@@ -46,6 +46,7 @@ import time
 import sympy
 import z3
 
+from .... import params
 from ....errors import LayoutalgError
 from ....ir.family import resolve
 from ....dsl.interpret import paths
@@ -342,9 +343,9 @@ def _sizes(lib: Library, family: str, store: dict, load: dict):
                     raise LayoutalgError(f"prove_all_sizes: the {side} configuration sets {n}={v}, but the "
                                          f"loaded specs declare no {n}")
                 continue
-            if not vocab[n].lo <= v <= vocab[n].hi:
-                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n}={v} is outside the "
-                                     f"declared domain [{vocab[n].lo}, {vocab[n].hi}]")
+            why = params.outside(n, v, vocab[n].lo, vocab[n].hi)
+            if why:
+                raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {why}")
             fixed[n] = v
         extra = sorted(set(config) - set(CONFIGURATION) - {"block_size"})
         if extra:

@@ -40,6 +40,7 @@ from ....ir.family import resolve
 from ....ir.guards import guarded_equality
 from ....dsl.interpret import Reading, paths
 from ....dsl.library import Library
+from .... import params
 from ....params import CONFIG_NAMES
 from ....ir.sizes import Atom, divided
 
@@ -317,9 +318,9 @@ def block_ratio(store: dict, load: dict, read: bool, domain=None) -> tuple[int, 
     for side, v in zip(("store", "load"), given):
         if v is not None and (type(v) is not int or v < 1):
             raise LayoutalgError(f"the {side} configuration's block_size is {v!r}, not a whole number of at least 1")
-        if v is not None and domain is not None and not domain.lo <= v <= domain.hi:
-            raise LayoutalgError(f"the {side} configuration's block_size={v} is outside the declared domain "
-                                 f"[{domain.lo}, {domain.hi}]")
+        why = "" if v is None or domain is None else params.outside("block_size", v, domain.lo, domain.hi)
+        if why:
+            raise LayoutalgError(f"the {side} configuration's {why}")
     if given[0] == given[1]:
         return 1, 0
     if None in given:

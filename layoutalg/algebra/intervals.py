@@ -1,0 +1,46 @@
+"""Byte intervals that should tile a page: the one sweep that finds where they do not.
+
+A page of regions, a configuration's runs, the big and small canonical pages of a
+conversion: each is a handful of (offset, bytes) pieces that must cover [0, size) once
+(or, where a page may keep unnamed bytes, at most once). Sorted by offset, one pass
+finds the first place that breaks it. (A mapping's expanded fragments, millions of them,
+are swept vectorised: `runtime.runs.shared_byte`.)
+
+Examples:
+    >>> flaw([(0, 4, "k"), (4, 4, "v")], 8) is None
+    True
+    >>> flaw([(0, 4, "k"), (6, 2, "v")], 8)
+    ('gap', 4, 6, 'k', 'v')
+    >>> flaw([(0, 4, "k"), (6, 2, "v")], 8, gaps=True) is None
+    True
+    >>> flaw([(0, 4, "k"), (2, 4, "v")], 8)
+    ('overlap', 2, 4, 'k', 'v')
+    >>> flaw([(0, 4, "k"), (4, 6, "v")], 8)
+    ('end', 10, 8, 'v', None)
+"""
+from __future__ import annotations
+
+
+def flaw(pieces, size: int, gaps: bool = False):
+    """The first place `pieces` ((offset, bytes, name), ...) fail to tile [0, size), or None.
+
+    ('gap', from, to, the piece before, the piece after) where no piece covers bytes;
+    ('overlap', from, to, the piece it meets, the piece) where two cover one byte;
+    ('end', where the pieces end, size, the last piece, None) where they end anywhere but
+    at `size`. With `gaps`, uncovered bytes are allowed: only overlaps and pieces that
+    reach past `size` are flaws.
+
+    Pre-conditions: offsets and sizes are non-negative integers.
+    Post-conditions: None exactly when every byte of [0, size) is covered once (at most
+    once with `gaps`) and no piece reaches past `size`.
+    """
+    at, last = 0, None
+    for lo, n, name in sorted(pieces, key=lambda p: (p[0], p[1])):
+        if lo > at and not gaps:
+            return "gap", at, lo, last, name
+        if lo < at:
+            return "overlap", lo, min(at, lo + n), last, name
+        at, last = lo + n, name
+    if at > size or (at < size and not gaps):
+        return "end", at, size, last, None
+    return None
