@@ -124,6 +124,17 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--draw", metavar="DIR", help="draw each refutation's counterexample configuration into DIR "
                                                   "(FAMILY-OBLIGATION.png: the spec's own reading, clashes and gaps "
                                                   "marked; needs matplotlib)")
+    pr.add_argument("--certificates", metavar="DIR",
+                    help="write every row proved for all sizes as SMT-LIB 2 files into DIR (a new folder: "
+                         "FAMILY/OBLIGATION.caseK[.partJ].smt2, and index.tsv naming the rows that have none and "
+                         "why), for `layoutalg certify DIR` to re-check with cvc5")
+
+    ce = sub.add_parser("certify", help="re-check certificates (`prove --certificates DIR`) with cvc5")
+    ce.add_argument("folder", help="the folder `prove --certificates` wrote")
+    ce.add_argument("--timeout", type=_positive_float, default=20.0,
+                    help="seconds for each cvc5 configuration on a file before it is killed (default 20)")
+    ce.add_argument("--jobs", type=_positive, default=os.cpu_count() or 1,
+                    help="files checked at once, each in its own process (default: one per core)")
     return p
 
 
@@ -228,7 +239,7 @@ def main(argv=None) -> int:
     rc = 2
     try:
         rc = {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
-              "prove": _prove, "id": _id, "reshard": _reshard,
+              "prove": _prove, "certify": _certify, "id": _id, "reshard": _reshard,
               "draw": _draw}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -260,4 +271,9 @@ def main(argv=None) -> int:
 def _prove(args) -> int:
     from .prove import prove_command
     return prove_command(args)
+
+
+def _certify(args) -> int:
+    from ..verify.certify import certify
+    return certify(args.folder, args.timeout, args.jobs)
 

@@ -149,6 +149,9 @@ def prove_command(args, out=None) -> int:
     from .._resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
+    if getattr(args, "certificates", None) and (getattr(args, "pipeline", False) or getattr(args, "reshard", None)):
+        raise LayoutalgError("prove: --certificates writes a library proof's rows; the --reshard and --pipeline "
+                             "rows have no certificates yet")
     if getattr(args, "pipeline", False):
         from ..verify.prove import GUARD_S
         from ..verify.prove import RLIMIT
@@ -164,6 +167,10 @@ def prove_command(args, out=None) -> int:
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
         print("\nobligations:\n" + describe(dict.fromkeys(r.obligation for r in rows)), file=out)
         return 1 if any(r.status != "proved" for r in rows) else 0
+    certificates = getattr(args, "certificates", None)
+    if certificates and os.path.exists(certificates) and (not os.path.isdir(certificates) or os.listdir(certificates)):
+        raise LayoutalgError(f"prove: --certificates {certificates}: exists and is not an empty folder "
+                             f"(certificates are written only into a new one)")  # before the proof, not after
     if getattr(args, "family", None):
         raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
                              "give its spec file")
@@ -177,6 +184,14 @@ def prove_command(args, out=None) -> int:
     print(f"({time.perf_counter() - t:.1f} s)", file=out)
     if getattr(args, "draw", None):
         _draw_refutations(paths, rows, args.draw, out)
+    if certificates:
+        from ..verify.prove.certificates import write
+        index = write(load(paths), rows, certificates)
+        files = sum(int(what.split()[0]) for _, _, what in index if not what.startswith("none"))
+        none = sum(1 for _, _, what in index if what.startswith("none"))
+        print(f"certificates: {files} SMT-LIB files for {len(index) - none} rows in {certificates}; {none} rows "
+              f"proved outside SMT have none ({os.path.join(certificates, 'index.tsv')} says why); "
+              f"re-check them with `layoutalg certify {certificates}`", file=out)
     print("\nobligations:\n" + describe(), file=out)
     return 1 if any(r.status != "proved" for r in rows) else 0
 

@@ -1,0 +1,58 @@
+"""Certificates of the whole shipped library, re-checked by cvc5: how many of each row's files
+cvc5 answers unsat, and how long it takes.
+
+    python benchmarks/certificates.py [--timeout S] [--jobs N] [SPEC|DIR ...]
+
+Writes the certificates into a fresh temporary folder (`layoutalg prove --certificates`),
+runs `layoutalg certify` on it, and prints a table: one line an obligation, with its files,
+how many are unsat / unknown / sat / error, and the seconds cvc5 took on them.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import os
+import sys
+import tempfile
+import time
+
+from layoutalg.cli.app import main as cli
+from layoutalg.verify.certify import certify
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("specs", nargs="*", default=[])
+    ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args()
+    folder = os.path.join(tempfile.mkdtemp(prefix="layoutalg-certificates-"), "certs")
+    t0 = time.perf_counter()
+    cli(["prove", *a.specs, "--certificates", folder])
+    made = time.perf_counter() - t0
+    buf = io.StringIO()
+    t0 = time.perf_counter()
+    rc = certify(folder, a.timeout, a.jobs, out=buf)
+    checked = time.perf_counter() - t0
+    rows = collections.defaultdict(lambda: collections.Counter())
+    for line in buf.getvalue().splitlines()[:-1]:
+        answer, _, secs, path = line.split(maxsplit=3)
+        name = os.path.basename(path.split("  FAIL")[0]).split(".case")[0]
+        rows[name][answer.rstrip(":")] += 1
+        rows[name]["FAIL"] += "  FAIL" in path
+        rows[name]["seconds"] += float(secs.rstrip("s"))
+    print(f"\n{'obligation':<22} {'files':>6} {'unsat':>6} {'sat':>4} {'unknown':>8} {'error':>6} {'failed':>7} "
+          f"{'cvc5 s':>8}")
+    for name, c in sorted(rows.items()):
+        files = sum(v for k, v in c.items() if k not in ("seconds", "FAIL"))
+        print(f"{name:<22} {files:>6} {c['unsat']:>6} {c['sat']:>4} {c['unknown']:>8} {c['error']:>6} {c['FAIL']:>7} "
+              f"{c['seconds']:>8.1f}")
+    print(buf.getvalue().splitlines()[-1])
+    print(f"prove and write: {made:.1f} s; certify (timeout {a.timeout:g} s a configuration, {a.jobs} jobs): "
+          f"{checked:.1f} s; certificates in {folder}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

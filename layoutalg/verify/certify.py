@@ -1,0 +1,121 @@
+"""`layoutalg certify DIR`: re-check certificates with cvc5, a second solver from another team.
+
+Each file runs in a fresh process (nothing one query leaves behind can decide another),
+under a small portfolio of cvc5 configurations, each with a time limit and killed past it;
+the first `sat` or `unsat` is the file's answer (any of them is sound, each answers the
+same formula). A certificate holds when its answer is `unsat`; anything else (`sat`: the
+row is broken; `unknown`: undecided in the time given; `error`: the file does not parse)
+fails the run.
+
+cvc5 is an optional dependency (`pip install layoutalg[certify]`): nothing else imports it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import LayoutalgError
+
+PORTFOLIO = (
+    ("default", {}),
+    ("tplanes", {"nl-ext-tplanes": "true", "nl-ext-tplanes-interleave": "true"}),
+    ("nl-cov", {"nl-cov": "true"}),
+)
+"""cvc5 configurations tried in turn: its defaults, tangent planes for products of sizes, and
+cylindrical algebraic coverings (nonlinear queries each decides that another leaves open)."""
+
+
+def solve_file(path: str, options: dict) -> str:
+    """cvc5's answer to the SMT-LIB file at `path` under `options` (in this process)."""
+    import cvc5
+    tm = cvc5.TermManager()
+    s = cvc5.Solver(tm)
+    for k, v in options.items():
+        s.setOption(k, v)
+    sm = cvc5.SymbolManager(tm)
+    parser = cvc5.InputParser(s, sm)
+    parser.setFileInput(cvc5.InputLanguage.SMT_LIB_2_6, path)
+    answers = []
+    while True:
+        cmd = parser.nextCommand()
+        if cmd.isNull():
+            break
+        out = cmd.invoke(s, sm).strip()
+        if out:
+            answers.append(out)
+    if len(answers) != 1:
+        return f"error: expected one answer to one (check-sat), got {answers!r}"
+    return answers[0].split()[0]
+
+
+def check_file(path: str, seconds: float) -> tuple[str, str, float]:
+    """(answer, the configuration that gave it, seconds) of one certificate, each
+    configuration in a fresh process killed after `seconds`."""
+    t0, last = time.perf_counter(), ("unknown", "-")
+    for name, options in PORTFOLIO:
+        cmd = [sys.executable, "-m", "layoutalg.verify.certify", path, json.dumps(
+            {**options, "tlimit-per": str(int(seconds * 1000))})]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 10)
+        except subprocess.TimeoutExpired:
+            continue
+        answer = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else \
+            f"error: {(done.stderr.strip().splitlines() or ['no answer'])[-1]}"
+        if answer in ("sat", "unsat"):
+            return answer, name, time.perf_counter() - t0
+        if answer.startswith("error"):
+            return answer, name, time.perf_counter() - t0
+        last = ("unknown", name)
+    return last[0], "-", time.perf_counter() - t0
+
+
+def expected(path: str) -> str:
+    """What a certificate's header says it must answer: `unsat` (a row's query), or `sat`
+    (a case path's assumptions alone: the configurations its certificates speak of exist)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.startswith(";"):
+                break
+            if line.startswith("; expect: "):
+                return line.split(":", 1)[1].strip()
+    return "unsat"
+
+
+def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
+    """Check every `*.smt2` under `folder`; print a line a file and a summary; 0 when each
+    answers what its header expects (`unsat`, unless it says `expect: sat`), else 1. A
+    folder with no certificate is an error, not a pass."""
+    out = sys.stdout if out is None else out
+    if importlib.util.find_spec("cvc5") is None:  # say it before starting a process a file
+        raise LayoutalgError("certify: needs the cvc5 package (pip install cvc5, or layoutalg[certify])")
+    if not os.path.isdir(folder):
+        raise LayoutalgError(f"certify: {folder}: not a folder of certificates (write one with "
+                             f"`layoutalg prove SPEC --certificates {folder}`)")
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs if f.endswith(".smt2"))
+    if not files:
+        raise LayoutalgError(f"certify: {folder} holds no .smt2 certificate: nothing is re-checked")
+    t0, counts, good = time.perf_counter(), {}, 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for path, (answer, how, secs) in zip(files, pool.map(lambda p: check_file(p, seconds), files)):
+            want, got = expected(path), answer.split(":")[0]
+            good += got == want
+            counts[got] = counts.get(got, 0) + (got != want)
+            mark = "ok" if got == want else f"FAIL (expected {want})"
+            print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)}"
+                  + ("" if got == want else f"  {mark}"), file=out, flush=True)
+    wrong = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("sat", "unsat", "unknown", "error"))
+    print(f"{len(files)} certificates: {good} as expected; not as expected: {wrong} "
+          f"(cvc5, {time.perf_counter() - t0:.1f} s)", file=out)
+    return 0 if good == len(files) else 1
+
+
+if __name__ == "__main__":  # one file, one configuration: what `check_file` runs in a fresh process
+    try:
+        print(solve_file(sys.argv[1], json.loads(sys.argv[2])))
+    except Exception as e:  # noqa: BLE001 - a file cvc5 cannot read is answered, not raised
+        print(f"error: {type(e).__name__}: {e}".replace("\n", " "))

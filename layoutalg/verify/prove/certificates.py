@@ -1,0 +1,188 @@
+"""Certificates: every row Z3 proved for all sizes, as SMT-LIB 2 a second solver can re-check.
+
+A row proved for all sizes is, on each case path, an unsat query: the declared bounds of
+every size, the path's guards, the layouts, shard map and rank digits as integer terms
+(floor division and remainder by their definitions: `a = q * b + r, 0 <= r < b`), and the
+negation of the obligation. A certificate is that query, self-contained, with a header
+saying which spec lines it reads and what `unsat` means. A query asked in parts (a
+disjunction, each part its own query) is one file a part; all are unsat when the row holds.
+
+Rows proved by an argument outside SMT have no file, and the index says why (`NO_SMT`).
+Nothing here trusts the prover's verdicts beyond choosing which rows to write: a file is
+built from the spec alone, so `certify` answering `unsat` on it re-proves the row, and a
+file of a broken spec is answered `sat`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import z3
+
+from ...dsl.interpret import paths
+from ...dsl.library import Library
+from ...errors import LayoutalgError
+from ...ir.family import resolve
+from . import meaning
+from .obligations import Model
+from .runner import query
+from .store import OBLIGATIONS, Row
+
+APPLIES = "applies"
+"""The file a case path gets beside its certificates: its assumptions alone, which must be sat."""
+
+ALL_SIZES = "symbolic: all sizes"
+"""How a row Z3 proved for every size begins its method."""
+
+NO_SMT = {
+    "structure": "the stride chains are equalities of sympy expressions under the guards' rewrites; "
+                 "the Z3 rows local-bijective, canonical-bijective and writers-* state the same facts and "
+                 "have certificates",
+    "regions-tile-local": "the concatenation argument (each region one-to-one inside the page, the pads "
+                          "disjoint from it, the page exactly their sum) is checked in sympy on the regions' "
+                          "digit tables, whose own rows have certificates",
+    "regions-tile-canonical": "as regions-tile-local, on the canonical page",
+    "one-format/claim": "the agnostic claim (the canonical layout reads no size that moves with the "
+                        "configuration) is a syntactic check of the canonical layout's sympy terms",
+}
+"""Why a row proved for all sizes, or a part of it, has no SMT-LIB file."""
+
+
+def _pads(lib: Library) -> set:
+    return {p for f in lib.families for p in lib.parts_of(f, pads=True) if p not in lib.parts_of(f)}
+
+
+def _spec_lines(lib: Library, family: str) -> tuple[str, int, list[str]]:
+    """(file, first line, the family's lines as written) of the family a certificate reads."""
+    span = lib.family_def(family.split(".")[0]).span
+    try:
+        with open(span.file, encoding="utf-8") as f:
+            lines = f.read().splitlines()[span.line - 1:]
+    except OSError:
+        return span.file, span.line, [span.text]
+    body = [lines[0]]
+    for line in lines[1:]:
+        if line.strip() and not line[:1].isspace():
+            break
+        body.append(line)
+    while body and not body[-1].strip():
+        body.pop()
+    return span.file, span.line, body
+
+
+def texts(lib: Library, family: str, name: str) -> list[tuple[str, str]]:
+    """(file stem, SMT-LIB text) of every query of obligation `name` of `family` over the
+    whole declared domain: one a case path and part. `family` may be a region or a pad of a
+    family of pages (`fam.region`, `fam.pad'`).
+
+    Pre-conditions: `name` is a row Z3 asks symbolically (`SYMBOLIC`, `sequence-order`,
+    `one-format`, or a row of `PAGE` asked of the page's first region).
+    Post-conditions: each text is unsat exactly when the row holds on its path and part.
+    """
+    model_of = lib.parts_of(family)[0]  # (a page's rows are asked of its first region)
+    fam = resolve(lib, model_of)
+    pad = model_of in _pads(lib)
+    cases = list(paths(lib, model_of))
+    shared = meaning.shared_paths(lib, model_of, fam) if name == "one-format" else cases
+    out = []
+    for k, path in enumerate(cases):
+        if path not in shared:
+            continue
+        m = Model(lib, model_of, path, page_guard=not pad)
+        cases_text = " and ".join(c.text.removeprefix("case ") for c in fam.variants[k].cases)
+        if name == APPLIES:  # the assumptions alone: sat, or every certificate of the case is vacuous
+            assumed = m.assumptions()
+            out.append((f"{APPLIES}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, "sat")
+                        + _smt2([*assumed, *m.ops.side])))
+            continue
+        extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
+        v, w = query(m, name, *extra)
+        parts = w.get("parts") or [v]
+        for j, part in enumerate(parts):
+            stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
+            out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts))
+                        + _smt2([*m.assumptions(), part, *m.ops.side])))
+    return out
+
+
+def _smt2(assertions) -> str:
+    s = z3.Solver()
+    s.add(*assertions)
+    return s.to_smt2()
+
+
+def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
+            expect: str = "unsat") -> str:
+    file, line, body = _spec_lines(lib, family)
+    part = f", part {j + 1} of {parts} (the row holds where every part is unsat)" if parts > 1 else ""
+    if expect == "sat":
+        meant = ["sat means: some sizes within their declared bounds satisfy the path's guards, so the",
+                 f"certificates of case path {k} speak of configurations that exist (unsat: they are vacuous)."]
+    else:
+        meant = [f"obligation: {OBLIGATIONS.get(name, name)}",
+                 "unsat means: no value of the sizes within their declared bounds (asserted below), no rank and no",
+                 "index satisfies the path's guards together with the negation of the obligation, so the",
+                 "obligation holds for every size, rank and index. sat means a counterexample exists."]
+    lines = [f"layoutalg certificate: family {family}, obligation {name}, case path {k}{part}",
+             f"expect: {expect}",
+             f"spec: {file}:{line}", *(f"  | {t}" for t in body),
+             f"case path {k}: {cases or 'the family has one case'}", *meant,
+             "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
+    return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
+
+
+def _file_name(family: str) -> str:
+    return family.replace("'", "-canonical")
+
+
+def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, str]]:
+    """Write the certificate of every row in `rows` proved for all sizes into `folder`
+    (FAMILY/OBLIGATION.caseK[.partJ].smt2, and `index.tsv`: one line a row, its files or why
+    it has none). Returns the index's (family, obligation, what) lines.
+
+    Nothing is half-written: the files are made in a fresh folder beside `folder`, which
+    takes its place at the end; `folder` must not exist or be empty. A library with no row
+    proved for all sizes is an error, not an empty folder.
+    """
+    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
+        raise LayoutalgError(f"prove --certificates {folder}: exists and is not an empty folder "
+                             f"(certificates are written only into a new one)")
+    proved = [r for r in rows if r.status == "proved" and
+              (r.method.startswith(ALL_SIZES) or r.obligation in NO_SMT)]
+    if not proved:
+        raise LayoutalgError(f"prove --certificates {folder}: no row is proved for all sizes: nothing to certify")
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
+    index = []
+    try:
+        for r in proved:
+            if r.obligation in NO_SMT and not r.method.startswith(ALL_SIZES):
+                index.append((r.family, r.obligation, f"none: {NO_SMT[r.obligation]}"))
+                continue
+            made = texts(lib, r.family, r.obligation)
+            if not made:
+                raise LayoutalgError(f"{r.family}: {r.obligation} is proved but has no query to certify")
+            where = os.path.join(tmp, _file_name(r.family))
+            os.makedirs(where, exist_ok=True)
+            for stem, text in made:
+                with open(os.path.join(where, stem + ".smt2"), "w", encoding="utf-8") as f:
+                    f.write(text)
+            index.append((r.family, r.obligation, f"{len(made)} file(s)"))
+            if not os.path.exists(os.path.join(where, f"{APPLIES}.case0.smt2")):  # once a family
+                for stem, text in texts(lib, r.family, APPLIES):
+                    with open(os.path.join(where, stem + ".smt2"), "w", encoding="utf-8") as f:
+                        f.write(text)
+            if r.obligation == "one-format" and "agnostic" in r.method:
+                index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
+        with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
+            f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index))
+        if os.path.isdir(folder):
+            os.rmdir(folder)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return index
+

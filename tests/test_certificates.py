@@ -1,0 +1,110 @@
+"""Certificates: rows proved for all sizes as SMT-LIB files, re-checked by cvc5 (`layoutalg certify`)."""
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from layoutalg.dsl.library import load
+from layoutalg.errors import LayoutalgError
+from layoutalg.verify.certify import certify, check_file
+from layoutalg.verify.prove.certificates import texts, write
+from layoutalg.verify.prove.store import Row
+
+QUICK = ("single-rank-identity", "sequence-order")
+"""Rows whose certificates cvc5 answers within a second: the slice the suite re-checks (the whole
+library's from `benchmarks/certificates.sh`)."""
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "layoutalg.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def proved(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("c") / "certs"
+    r = run("prove", "specs/split_nhd.lal", "--certificates", str(folder), "--jobs", "1")
+    assert r.returncode == 0, r.stderr
+    return folder, r.stdout
+
+
+def test_prove_writes_a_file_a_case_and_says_which_rows_have_none(proved):
+    folder, out = proved
+    rows = {(r["family"], r["obligation"]): r["certificate"]
+            for r in csv.DictReader(open(folder / "index.tsv"), delimiter="\t")}
+    assert rows[("split_nhd", "shard-in-range")] == "8 file(s)"  # one a case path of the heads grid
+    assert rows[("split_nhd", "writers-cover")] == "40 file(s)"  # five parts a path
+    assert rows[("split_nhd", "structure")].startswith("none: the stride chains")
+    assert ("split_nhd", "runs-match-spec") not in rows  # proved on configurations, not for all sizes
+    assert len(list((folder / "split_nhd").glob("shard-in-range.case*.smt2"))) == 8
+    text = (folder / "split_nhd" / "shard-in-range.case3.smt2").read_text()
+    assert re.search(r"; spec: .*split_nhd\.lal:\d+", text) and "; case path 3: " in text
+    assert "(set-logic ALL)" in text and "(check-sat)" in text and "(declare-fun tp () Int)" in text
+    assert "certificates: " in out and "layoutalg certify" in out
+
+
+def test_cvc5_answers_unsat_on_the_shipped_rows(proved, tmp_path):
+    folder, _ = proved
+    for name in QUICK:
+        for f in (folder / "split_nhd").glob(f"{name}.case*.smt2"):
+            shutil.copy(f, tmp_path / f.name)
+    assert len(list(tmp_path.iterdir())) == 16
+    r = run("certify", str(tmp_path), "--timeout", "20", "--jobs", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "16 certificates: 16 as expected; not as expected: 0 sat, 0 unsat, 0 unknown, 0 error" in r.stdout
+
+
+def test_a_certificate_of_a_broken_spec_is_sat(tmp_path):
+    lib = load([str(ROOT / "tests" / "mutants" / "m04.lal")])  # head-shard offset off by one shard
+    family = next(iter(lib.families))
+    stem, text = texts(lib, family, "shard-in-range")[0]  # the first case: one head a rank
+    assert "; layoutalg certificate: family split_nhd_m04, obligation shard-in-range, case path 0" in text
+    (tmp_path / f"{stem}.smt2").write_text(text)
+    assert check_file(str(tmp_path / f"{stem}.smt2"), 20)[0] == "sat"
+    r = run("certify", str(tmp_path), "--timeout", "20")
+    assert r.returncode == 1 and re.search(r"^sat .*FAIL \(expected unsat\)$", r.stdout, re.M), r.stdout
+
+
+def test_a_case_that_applies_nowhere_fails_its_applies_file(proved, tmp_path):
+    folder, _ = proved
+    text = (folder / "split_nhd" / "applies.case0.smt2").read_text()
+    assert "; expect: sat" in text
+    (tmp_path / "as_written.smt2").write_text(text)
+    assert run("certify", str(tmp_path)).returncode == 0  # some sizes satisfy case path 0's guards
+    (tmp_path / "as_written.smt2").write_text(text.replace("(check-sat)", "(assert (< tp 1))\n(check-sat)"))
+    r = run("certify", str(tmp_path))  # no sizes left: the case's certificates would be vacuous
+    assert r.returncode == 1 and "FAIL (expected sat)" in r.stdout, r.stdout
+
+
+def test_editing_one_constant_changes_the_answer(proved, tmp_path):
+    folder, _ = proved
+    text = (folder / "split_nhd" / "shard-in-range.case0.smt2").read_text()
+    edited, n = re.subn(r"\(>= (kv@\d+) 2\)", r"(>= \1 1)", text, count=1)  # the canonical box: kv < 1
+    assert n == 1
+    (tmp_path / "as_written.smt2").write_text(text)
+    (tmp_path / "edited.smt2").write_text(edited)
+    assert check_file(str(tmp_path / "as_written.smt2"), 20)[0] == "unsat"
+    assert check_file(str(tmp_path / "edited.smt2"), 20)[0] == "sat"
+
+
+def test_nothing_to_check_is_an_error_not_a_pass(tmp_path):
+    with pytest.raises(LayoutalgError, match="holds no .smt2 certificate"):
+        certify(str(tmp_path))
+    (tmp_path / "broken.smt2").write_text("(assert (> x 0))\n(check-sat)\n")  # x is never declared
+    assert check_file(str(tmp_path / "broken.smt2"), 5)[0].startswith("error")
+    lib = load([str(ROOT / "specs" / "split_nhd.lal")])
+    row = Row("split_nhd.lal", "split_nhd", "runs-match-spec", "proved", "symbolic rank on 168 configurations", 1.0)
+    with pytest.raises(LayoutalgError, match="no row is proved for all sizes"):
+        write(lib, [row], str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()
+
+
+def test_prove_refuses_a_folder_that_holds_files_before_proving(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    r = run("prove", "specs/split_nhd.lal", "--certificates", str(tmp_path))
+    assert r.returncode != 0 and "is not an empty folder" in r.stderr
+    assert os.listdir(tmp_path) == ["keep.txt"]
