@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import io
 import os
 import sys
 import tempfile
@@ -26,17 +25,32 @@ def main() -> int:
     ap.add_argument("specs", nargs="*", default=[])
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--summarise", metavar="LOG", help="only print the table of an earlier run's certify.log")
     a = ap.parse_args()
+    if a.summarise:
+        summarise(a.summarise)
+        return 0
     folder = os.path.join(tempfile.mkdtemp(prefix="layoutalg-certificates-"), "certs")
     t0 = time.perf_counter()
     cli(["prove", *a.specs, "--certificates", folder])
     made = time.perf_counter() - t0
-    buf = io.StringIO()
+    log = os.path.join(os.path.dirname(folder), "certify.log")
     t0 = time.perf_counter()
-    rc = certify(folder, a.timeout, a.jobs, out=buf)
+    with open(log, "w") as out:  # line by line, so a run cut short can still be read
+        rc = certify(folder, a.timeout, a.jobs, out=out)
     checked = time.perf_counter() - t0
+    summarise(log)
+    print(f"prove and write: {made:.1f} s; certify (timeout {a.timeout:g} s a configuration, {a.jobs} jobs): "
+          f"{checked:.1f} s; certificates in {folder}")
+    return rc
+
+
+def summarise(log: str) -> None:
+    """The table of a `layoutalg certify` output (`log`), one line an obligation."""
+    lines = open(log).read().splitlines()
+    last = lines[-1] if lines and "certificates:" in lines[-1] else "(cut short: no summary line)"
     rows = collections.defaultdict(lambda: collections.Counter())
-    for line in buf.getvalue().splitlines()[:-1]:
+    for line in (x for x in lines if "certificates:" not in x):
         answer, _, secs, path = line.split(maxsplit=3)
         name = os.path.basename(path.split("  FAIL")[0]).split(".case")[0]
         rows[name][answer.rstrip(":")] += 1
@@ -48,10 +62,7 @@ def main() -> int:
         files = sum(v for k, v in c.items() if k not in ("seconds", "FAIL"))
         print(f"{name:<22} {files:>6} {c['unsat']:>6} {c['sat']:>4} {c['unknown']:>8} {c['error']:>6} {c['FAIL']:>7} "
               f"{c['seconds']:>8.1f}")
-    print(buf.getvalue().splitlines()[-1])
-    print(f"prove and write: {made:.1f} s; certify (timeout {a.timeout:g} s a configuration, {a.jobs} jobs): "
-          f"{checked:.1f} s; certificates in {folder}")
-    return rc
+    print(last)
 
 
 if __name__ == "__main__":
