@@ -47,6 +47,17 @@ def test_prove_writes_a_file_a_case_and_says_which_rows_have_none(proved):
     assert "certificates: " in out and "layoutalg certify" in out
 
 
+def test_a_page_of_regions_certifies_each_region_and_says_why_the_tiling_has_none(tmp_path):
+    r = run("prove", "specs/mamba2.lal", "--certificates", str(tmp_path / "m"), "--jobs", "1")
+    assert r.returncode == 0, r.stderr
+    rows = {(x["family"], x["obligation"]): x["certificate"]
+            for x in csv.DictReader(open(tmp_path / "m" / "index.tsv"), delimiter="\t")}
+    assert rows[("mamba2", "regions-tile-local")].startswith("none: the concatenation argument")
+    assert rows[("mamba2.x", "page-size")] == "2 file(s)"  # its guards make the layout the page, per case
+    assert (tmp_path / "m" / "mamba2.tail-canonical" / "digits-match-spec.case0.smt2").exists()  # a canonical pad
+    assert all(v.startswith("none: ") or v.endswith("file(s)") for v in rows.values())
+
+
 def test_cvc5_answers_unsat_on_the_shipped_rows(proved, tmp_path):
     folder, _ = proved
     for name in QUICK:

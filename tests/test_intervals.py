@@ -1,7 +1,7 @@
 """`algebra.intervals.flaw` against counting every byte, on many small random piece sets."""
 import random
 
-from layoutalg.algebra.intervals import flaw
+from layoutalg.algebra.intervals import flaw, union
 
 
 def _counts(pieces, size):
@@ -30,3 +30,14 @@ def test_flaw_is_none_exactly_when_the_bytes_say_so():
             if f and f[0] == "gap":  # the bytes it names are covered by nothing
                 assert all(count[b] == 0 for b in range(f[1], f[2]))
     assert all(seen.values()), seen  # every verdict was reached
+
+
+def test_union_covers_exactly_the_bytes_of_its_pieces():
+    rng = random.Random(38)
+    for _ in range(2000):
+        pieces = [(rng.randint(0, 12), rng.randint(0, 5)) for _ in range(rng.randint(0, 5))]
+        spans = union(pieces)
+        covered = {b for lo, n in pieces for b in range(lo, lo + n)}
+        assert {b for a, e in spans for b in range(a, e)} == covered
+        assert all(a < e for a, e in spans)  # none empty
+        assert all(e1 < a2 for (_, e1), (a2, _) in zip(spans, spans[1:]))  # disjoint, apart, in order

@@ -17,6 +17,8 @@ Examples:
     ('overlap', 2, 4, 'k', 'v')
     >>> flaw([(0, 4, "k"), (4, 6, "v")], 8)
     ('end', 10, 8, 'v', None)
+    >>> union([(4, 4), (0, 2), (2, 1)])
+    [(0, 3), (4, 8)]
 """
 from __future__ import annotations
 
@@ -44,3 +46,19 @@ def flaw(pieces, size: int, gaps: bool = False):
     if at > size or (at < size and not gaps):
         return "end", at, size, last, None
     return None
+
+
+def union(pieces) -> list[tuple[int, int]]:
+    """The bytes (offset, size) `pieces` cover, as sorted, disjoint [start, end) spans, each
+    as long as it can be (touching or overlapping pieces merge; empty ones cover nothing).
+
+    Post-conditions: a byte lies in a span exactly when it lies in a piece; the spans are
+    non-empty and apart.
+    """
+    out: list[list[int]] = []
+    for lo, n in sorted(p for p in pieces if p[1] > 0):
+        if out and out[-1][1] >= lo:
+            out[-1][1] = max(out[-1][1], lo + n)
+        else:
+            out.append([lo, lo + n])
+    return [(a, b) for a, b in out]

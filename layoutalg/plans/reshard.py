@@ -40,6 +40,7 @@ from math import prod
 from typing import NamedTuple, Sequence
 
 
+from ..algebra import intervals
 from ..algebra.ops import NotCompact
 from ..algebra.refine import consumer_runs, owners, pieces
 from ..errors import ConfigError, LayoutalgError
@@ -348,8 +349,8 @@ def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], cons
             raise ReshardError(f"{here}: reads producer rank {p} bytes [{src}, {src + n}), outside its page")
         end = dst + n
     # exactly the bytes the consumer's own runs hold: its whole page, but for a page's padding
-    written, held = _spans((d, n) for d, _, n, _ in triples), _spans((lo, n) for r in consumer.runs
-                                                                     for lo, _, n in r.triples() if n)
+    written = intervals.union((d, n) for d, _, n, _ in triples)
+    held = intervals.union((lo, n) for r in consumer.runs for lo, _, n in r.triples() if n)
     if written != held:
         first = _first_unlike(written, held)
         raise ReshardError(f"{here}: the plan writes local bytes {_shown_spans(written)} but the consumer's "
@@ -361,17 +362,6 @@ def check_plan(plan: DirectPlan, producers: Sequence[CanonicalPageMapping], cons
         if a is None or a != b:
             raise ReshardError(f"{here}: local bytes [{dst}, {dst + n}) hold canonical {a}, but producer rank {p}'s "
                                f"bytes [{src}, {src + n}) hold canonical {b}")
-
-
-def _spans(pieces) -> list[tuple[int, int]]:
-    """(offset, size) pieces as sorted, merged [start, end) spans."""
-    out: list[list[int]] = []
-    for lo, n in sorted(pieces):
-        if out and out[-1][1] >= lo:
-            out[-1][1] = max(out[-1][1], lo + n)
-        else:
-            out.append([lo, lo + n])
-    return [tuple(x) for x in out]
 
 
 def _first_unlike(a: list, b: list) -> int:
