@@ -36,13 +36,17 @@ def test_prove_writes_a_file_a_case_and_says_which_rows_have_none(proved):
     folder, out = proved
     rows = {(r["family"], r["obligation"]): r["certificate"]
             for r in csv.DictReader(open(folder / "index.tsv"), delimiter="\t")}
-    assert rows[("split_nhd", "shard-in-range")] == "8 file(s)"  # one a case path of the heads grid
-    assert rows[("split_nhd", "writers-cover")] == "40 file(s)"  # five parts a path
+    assert rows[("split_nhd", "shard-in-range")] == "7 file(s)"  # one a live case path of the heads grid
+    assert rows[("split_nhd", "writers-cover")] == "35 file(s)"  # five parts a path
     assert rows[("split_nhd", "structure")].startswith("none: the stride chains")
     assert ("split_nhd", "runs-match-spec") not in rows  # proved on configurations, not for all sizes
-    assert len(list((folder / "split_nhd").glob("shard-in-range.case*.smt2"))) == 8
-    text = (folder / "split_nhd" / "shard-in-range.case3.smt2").read_text()
-    assert re.search(r"; spec: .*split_nhd\.lal:\d+", text) and "; case path 3: " in text
+    assert len(list((folder / "split_nhd").glob("shard-in-range.case*.smt2"))) == 7
+    text = (folder / "split_nhd" / "shard-in-range.case4.smt2").read_text()
+    assert re.search(r"; spec: .*split_nhd\.lal:\d+", text) and "; case path 4: " in text
+    # case path 3 (pcp replicas with cp > 1) applies nowhere: its one file says so, and no row's file is written
+    dead = (folder / "split_nhd" / "applies.case3.smt2").read_text()
+    assert "; expect: unsat" in dead and "applies nowhere" in dead
+    assert [f.name for f in (folder / "split_nhd").glob("*.case3*.smt2")] == ["applies.case3.smt2"]
     assert "(set-logic ALL)" in text and "(check-sat)" in text and "(declare-fun tp () Int)" in text
     assert "certificates: " in out and "layoutalg certify" in out
 
@@ -63,10 +67,11 @@ def test_cvc5_answers_unsat_on_the_shipped_rows(proved, tmp_path):
     for name in QUICK:
         for f in (folder / "split_nhd").glob(f"{name}.case*.smt2"):
             shutil.copy(f, tmp_path / f.name)
-    assert len(list(tmp_path.iterdir())) == 16
+    shutil.copy(folder / "split_nhd" / "applies.case3.smt2", tmp_path)  # the dead case: unsat, as it says
+    assert len(list(tmp_path.iterdir())) == 15
     r = run("certify", str(tmp_path), "--timeout", "20", "--jobs", "2")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "16 certificates: 16 as expected; not as expected: 0 sat, 0 unsat, 0 unknown, 0 error" in r.stdout
+    assert "15 certificates: 15 as expected; not as expected: 0 sat, 0 unsat, 0 unknown, 0 error" in r.stdout
 
 
 def test_a_certificate_of_a_broken_spec_is_sat(tmp_path):

@@ -95,12 +95,15 @@ def texts(lib: Library, family: str, name: str) -> list[tuple[str, str]]:
             continue
         m = Model(lib, model_of, path, page_guard=not pad)
         cases_text = " and ".join(c.text.removeprefix("case ") for c in fam.variants[k].cases)
-        if name == APPLIES:  # the assumptions alone: sat, or every certificate of the case is vacuous
-            assumed = m.assumptions()
-            out.append((f"{APPLIES}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, "sat")
-                        + _smt2([*assumed, *m.ops.side])))
+        assumed = m.assumptions()
+        dead = _dead([*assumed, *m.ops.side])
+        if name == APPLIES:  # the assumptions alone: sat, or the case applies nowhere (then unsat)
+            out.append((f"{APPLIES}.case{k}", _header(lib, family, name, k, cases_text, 0, 1,
+                                                      "unsat" if dead else "sat") + _smt2([*assumed, *m.ops.side])))
             continue
-        if name == "page-size":  # the guards alone make the local layout the page, or the case is dead
+        if dead:  # the runtime never takes it: its applies file shows that, and nothing else holds of it
+            continue
+        if name == "page-size":  # the guards alone make the local layout the page
             out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1)
                         + _smt2(_page_query(lib, model_of, path))))
             continue
@@ -110,25 +113,25 @@ def texts(lib: Library, family: str, name: str) -> list[tuple[str, str]]:
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
             out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts))
-                        + _smt2([*m.assumptions(), part, *m.ops.side])))
+                        + _smt2([*assumed, part, *m.ops.side])))
     return out
 
 
-def _page_query(lib: Library, family: str, path) -> list:
-    """`page-size` on one case path: its guards without the page check, and a local layout that
-    is not the page; where that has a model the path is dead (the row says the family applies
-    only where the page fits), and the query is the path with the page check, which is then
-    unsat. Z3 only chooses which of the two to write; cvc5 re-checks the one written."""
-    m = Model(lib, family, path, page_guard=False)
-    implied = [*m.assumptions(), z3.Not(m.page_fits())]
-    implied += m.ops.side
+def _dead(assumptions) -> bool:
+    """Whether Z3 finds no sizes where a case path's assumptions hold: the prover's dead case,
+    which the runtime never takes. Z3 only chooses what a case's files claim; cvc5 re-checks it."""
     s = z3.Solver()
     s.set("rlimit", 20_000_000)
-    s.add(*implied)
-    if s.check() == z3.unsat:
-        return implied
-    dead = Model(lib, family, path)
-    return [*dead.assumptions(), *dead.ops.side]
+    s.add(*assumptions)
+    return s.check() == z3.unsat
+
+
+def _page_query(lib: Library, family: str, path) -> list:
+    """`page-size` on one live case path: its guards without the runtime's page check, and a
+    local layout that is not the page (unsat: the guards alone make the layout the page)."""
+    m = Model(lib, family, path, page_guard=False)
+    implied = [*m.assumptions(), z3.Not(m.page_fits())]
+    return [*implied, *m.ops.side]
 
 
 def _smt2(assertions) -> str:
@@ -141,9 +144,13 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
             expect: str = "unsat") -> str:
     file, line, body = _spec_lines(lib, family)
     part = f", part {j + 1} of {parts} (the row holds where every part is unsat)" if parts > 1 else ""
-    if expect == "sat":
+    if name == APPLIES and expect == "sat":
         meant = ["sat means: some sizes within their declared bounds satisfy the path's guards, so the",
                  f"certificates of case path {k} speak of configurations that exist (unsat: they are vacuous)."]
+    elif name == APPLIES:
+        meant = [f"unsat means: case path {k} applies nowhere: no sizes within their declared bounds satisfy",
+                 "its guards (with the runtime's page check), so the runtime never takes it and the family's",
+                 "rows hold on it with nothing to show; it has no other certificate."]
     else:
         meant = [f"obligation: {OBLIGATIONS.get(name, name)}",
                  "unsat means: no value of the sizes within their declared bounds (asserted below), no rank and no",
