@@ -1,5 +1,6 @@
 """Certificates: rows proved for all sizes as SMT-LIB files, re-checked by cvc5 (`layoutalg certify`)."""
 import csv
+import io
 import os
 import re
 import shutil
@@ -131,3 +132,36 @@ def test_prove_refuses_a_folder_that_holds_files_before_proving(tmp_path):
     r = run("prove", "specs/split_nhd.lal", "--certificates", str(tmp_path))
     assert r.returncode != 0 and "is not an empty folder" in r.stderr
     assert os.listdir(tmp_path) == ["keep.txt"]
+
+
+def test_bad_headers_and_a_changed_folder_fail(proved, tmp_path):
+    folder, _ = proved
+    (tmp_path / "a.smt2").write_text("; expect: unknown\n(set-logic ALL)\n(assert (foo\n")  # no header may excuse a file
+    r = run("certify", str(tmp_path))
+    assert r.returncode == 1 and "expects 'unknown'" in r.stdout, r.stdout
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    for f in (copy / "split_nhd").glob("*.smt2"):  # keep one row's files, then remove one of them
+        if not f.name.startswith("single-rank-identity"):
+            f.unlink()
+    next((copy / "split_nhd").glob("single-rank-identity.case*.smt2")).unlink()
+    out = io.StringIO()
+    assert certify(str(copy / "split_nhd"), 20, 2, out) == 0, out.getvalue()  # no index there: file by file
+    out = io.StringIO()
+    assert certify(str(copy), 20, 2, out) == 1  # the index says 7
+    assert "error: split_nhd single-rank-identity: index.tsv lists 7 file(s), the folder holds 6" in out.getvalue()
+
+
+def test_an_empty_conjunction_is_written_as_smt_lib(tmp_path):
+    import z3
+    from layoutalg.verify.prove.certificates import _smt2
+    text = _smt2([z3.Or(z3.And(), z3.Bool("x")), z3.Not(z3.Or())])  # z3 prints these as bare `and` / `or`
+    assert " and" not in text.replace("(and", "") and "true" in text and "false" in text
+    (tmp_path / "t.smt2").write_text("; expect: sat\n(set-logic ALL)\n" + text)
+    assert check_file(str(tmp_path / "t.smt2"), 10)[0] == "sat"
+
+
+def test_a_folder_under_a_file_is_refused_before_proving(tmp_path):
+    (tmp_path / "F").write_text("")
+    r = run("prove", "specs/split_nhd.lal", "--certificates", str(tmp_path / "F" / "certs"))
+    assert r.returncode == 2 and "is a file, not a folder" in r.stderr, r.stderr

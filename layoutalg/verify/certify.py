@@ -64,13 +64,14 @@ def check_file(path: str, seconds: float) -> tuple[str, str, float]:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 10)
         except subprocess.TimeoutExpired:
             continue
-        answer = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else \
-            f"error: {(done.stderr.strip().splitlines() or ['no answer'])[-1]}"
-        if answer in ("sat", "unsat"):
+        if not done.stdout.strip():  # the process died (out of memory, a crash): the next may not
+            last = (f"error: {(done.stderr.strip().splitlines() or ['no answer'])[-1]}", name)
+            continue
+        answer = done.stdout.strip().splitlines()[-1]
+        if answer in ("sat", "unsat") or answer.startswith("error"):  # (an error: the file, not the solver)
             return answer, name, time.perf_counter() - t0
-        if answer.startswith("error"):
-            return answer, name, time.perf_counter() - t0
-        last = ("unknown", name)
+        if not last[0].startswith("error"):
+            last = ("unknown", name)
     return last[0], "-", time.perf_counter() - t0
 
 
@@ -82,8 +83,31 @@ def expected(path: str) -> str:
             if not line.startswith(";"):
                 break
             if line.startswith("; expect: "):
-                return line.split(":", 1)[1].strip()
+                said = line.split(":", 1)[1].strip()
+                if said not in ("sat", "unsat"):
+                    raise ValueError(f"its header expects {said!r}; a certificate expects sat or unsat")
+                return said
     return "unsat"
+
+
+def index_problems(folder: str) -> list[str]:
+    """Where the folder's files differ from its `index.tsv` (a certificate removed, or one
+    added): each row's count of files must be the files there."""
+    index = os.path.join(folder, "index.tsv")
+    if not os.path.exists(index):
+        return []
+    out = []
+    with open(index, encoding="utf-8", errors="replace") as f:
+        for line in f.read().splitlines()[1:]:
+            family, obligation, what = (line.split("\t") + ["", "", ""])[:3]
+            if not what.endswith("file(s)"):
+                continue
+            where = os.path.join(folder, family.replace("'", "-canonical"))
+            have = len([n for n in (os.listdir(where) if os.path.isdir(where) else [])
+                        if n.startswith(obligation + ".case") and n.endswith(".smt2")])
+            if str(have) != what.split()[0]:
+                out.append(f"{family} {obligation}: index.tsv lists {what}, the folder holds {have}")
+    return out
 
 
 def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
@@ -96,13 +120,22 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
     if not os.path.isdir(folder):
         raise LayoutalgError(f"certify: {folder}: not a folder of certificates (write one with "
                              f"`layoutalg prove SPEC --certificates {folder}`)")
-    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder) for f in fs if f.endswith(".smt2"))
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(folder, followlinks=False) for f in fs
+                   if f.endswith(".smt2"))  # (a linked folder is not followed: it may loop)
     if not files:
         raise LayoutalgError(f"certify: {folder} holds no .smt2 certificate: nothing is re-checked")
     t0, counts, good = time.perf_counter(), {}, 0
+
+    def one(path):
+        try:
+            want = expected(path)
+        except (OSError, ValueError) as e:
+            return "unreadable", (f"error: {e.strerror if isinstance(e, OSError) else e}", "-", 0.0)
+        return want, check_file(path, seconds)
+
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for path, (answer, how, secs) in zip(files, pool.map(lambda p: check_file(p, seconds), files)):
-            want, got = expected(path), answer.split(":")[0]
+        for path, (want, (answer, how, secs)) in zip(files, pool.map(one, files)):
+            got = answer.split(":")[0]
             good += got == want
             counts[got] = counts.get(got, 0) + (got != want)
             mark = "ok" if got == want else f"FAIL (expected {want})"
@@ -111,7 +144,10 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
     wrong = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("sat", "unsat", "unknown", "error"))
     print(f"{len(files)} certificates: {good} as expected; not as expected: {wrong} "
           f"(cvc5, {time.perf_counter() - t0:.1f} s)", file=out)
-    return 0 if good == len(files) else 1
+    missing = index_problems(folder)
+    for line in missing:
+        print(f"error: {line}", file=out)
+    return 0 if good == len(files) and not missing else 1
 
 
 if __name__ == "__main__":  # one file, one configuration: what `check_file` runs in a fresh process

@@ -15,6 +15,7 @@ file of a broken spec is answered `sat`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 
@@ -43,8 +44,8 @@ NO_SMT = {
                           "disjoint from it, the page exactly their sum) is checked in sympy on the regions' "
                           "digit tables, whose own rows have certificates",
     "regions-tile-canonical": "as regions-tile-local, on the canonical page",
-    "one-format/claim": "the agnostic claim (the canonical layout reads no size that moves with the "
-                        "configuration) is a syntactic check of the canonical layout's sympy terms",
+    "one-format/claim": "the agnostic claim (the canonical layout, or a canonical pad, reads no size that "
+                        "moves with the configuration) is a syntactic check of its sympy terms",
 }
 """Why a row proved for all sizes, or a part of it, has no SMT-LIB file."""
 
@@ -135,9 +136,15 @@ def _page_query(lib: Library, family: str, path) -> list:
 
 
 def _smt2(assertions) -> str:
+    """The assertions as an SMT-LIB 2 benchmark. Z3 prints an empty conjunction (disjunction)
+    as a bare `and` (`or`), which is not SMT-LIB: it is written `true` (`false`)."""
     s = z3.Solver()
     s.add(*assertions)
-    return s.to_smt2()
+    return _EMPTY.sub(lambda m: "true" if m.group(0) == "and" else "false", s.to_smt2())
+
+
+_EMPTY = re.compile(r"(?<=\s)(and|or)(?=[\s)])")
+"""`and`/`or` as an operand rather than an operator (an operator follows its parenthesis)."""
 
 
 def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
