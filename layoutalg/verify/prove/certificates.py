@@ -76,10 +76,11 @@ def _spec_lines(lib: Library, family: str) -> tuple[str, int, list[str]]:
     return span.file, span.line, body
 
 
-def texts(lib: Library, family: str, name: str) -> list[tuple[str, str]]:
+def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> list[tuple[str, str]]:
     """(file stem, SMT-LIB text) of every query of obligation `name` of `family` over the
     whole declared domain: one a case path and part. `family` may be a region or a pad of a
-    family of pages (`fam.region`, `fam.pad'`).
+    family of pages (`fam.region`, `fam.pad'`). `memo` keeps which case paths are dead across
+    calls (one Z3 check a path, whatever the row).
 
     Pre-conditions: `name` is a row Z3 asks symbolically (`SYMBOLIC`, `sequence-order`,
     `one-format`, or a row of `PAGE` asked of the page's first region).
@@ -97,7 +98,10 @@ def texts(lib: Library, family: str, name: str) -> list[tuple[str, str]]:
         m = Model(lib, model_of, path, page_guard=not pad)
         cases_text = " and ".join(c.text.removeprefix("case ") for c in fam.variants[k].cases)
         assumed = m.assumptions()
-        dead = _dead([*assumed, *m.ops.side])
+        memo = {} if memo is None else memo
+        if (model_of, k) not in memo:
+            memo[model_of, k] = _dead([*assumed, *m.ops.side])
+        dead = memo[model_of, k]
         if name == APPLIES:  # the assumptions alone: sat, or the case applies nowhere (then unsat)
             out.append((f"{APPLIES}.case{k}", _header(lib, family, name, k, cases_text, 0, 1,
                                                       "unsat" if dead else "sat") + _smt2([*assumed, *m.ops.side])))
@@ -193,7 +197,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
     parent = os.path.dirname(os.path.abspath(folder))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
-    index = []
+    index, dead = [], {}
     try:
         for r in proved:
             if not (r.method.startswith(ALL_SIZES) and r.obligation in SMT_ROWS):
@@ -201,7 +205,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
                                  f"proved by {r.method}, an argument outside SMT")
                 index.append((r.family, r.obligation, f"none: {why}"))
                 continue
-            made = texts(lib, r.family, r.obligation)
+            made = texts(lib, r.family, r.obligation, dead)
             if not made:
                 raise LayoutalgError(f"{r.family}: {r.obligation} is proved but has no query to certify")
             where = os.path.join(tmp, _file_name(r.family))
@@ -211,7 +215,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
                     f.write(text)
             index.append((r.family, r.obligation, f"{len(made)} file(s)"))
             if not os.path.exists(os.path.join(where, f"{APPLIES}.case0.smt2")):  # once a family
-                for stem, text in texts(lib, r.family, APPLIES):
+                for stem, text in texts(lib, r.family, APPLIES, dead):
                     with open(os.path.join(where, stem + ".smt2"), "w", encoding="utf-8") as f:
                         f.write(text)
             if r.obligation == "one-format" and "agnostic" in r.method:
