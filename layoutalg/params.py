@@ -112,7 +112,8 @@ def configuration(*, tp: int, heads: int, block_size: int, head_size: int, dtype
     return {"tp": tp, "pcp": pcp, "dcp": dcp, "interleave": interleave,
             **({} if total_heads is None else {"total_heads": total_heads}), "heads": heads,
             "block_size": block_size, "head_size": head_size, "dtype_bytes": dtype_bytes,
-            **({} if page_size is None else {"page_size": page_size}), "per_token_head_quant": int(per_token_head_quant), "compress_ratio": compress_ratio, **declared}
+            **({} if page_size is None else {"page_size": page_size}),
+            "per_token_head_quant": int(per_token_head_quant), "compress_ratio": compress_ratio, **declared}
 
 
 CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")

@@ -168,14 +168,9 @@ def prove_command(args, out=None) -> int:
         print("\nobligations:\n" + describe(dict.fromkeys(r.obligation for r in rows)), file=out)
         return 1 if any(r.status != "proved" for r in rows) else 0
     certificates = getattr(args, "certificates", None)
-    if certificates and os.path.exists(certificates) and (not os.path.isdir(certificates) or os.listdir(certificates)):
-        raise LayoutalgError(f"prove: --certificates {certificates}: exists and is not an empty folder "
-                             f"(certificates are written only into a new one)")  # before the proof, not after
-    above = os.path.dirname(os.path.abspath(certificates)) if certificates else ""
-    while above and not os.path.exists(above):
-        above = os.path.dirname(above)
-    if above and not os.path.isdir(above):
-        raise LayoutalgError(f"prove: --certificates {certificates}: {above} is a file, not a folder")
+    if certificates:  # before the proof, not after it
+        from ..verify.prove.certificates import check_target
+        check_target(certificates)
     if getattr(args, "family", None):
         raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
                              "give its spec file")

@@ -75,6 +75,11 @@ def check_file(path: str, seconds: float) -> tuple[str, str, float]:
     return last[0], "-", time.perf_counter() - t0
 
 
+def folder_of(family: str) -> str:
+    """The folder a family's certificates lie in (a canonical pad `fam.pad'` as `fam.pad-canonical`)."""
+    return family.replace("'", "-canonical")
+
+
 def expected(path: str) -> str:
     """What a certificate's header says it must answer: `unsat` (a row's query), or `sat`
     (a case path's assumptions alone: the configurations its certificates speak of exist)."""
@@ -102,7 +107,7 @@ def index_problems(folder: str) -> list[str]:
             family, obligation, what = (line.split("\t") + ["", "", ""])[:3]
             if not what.endswith("file(s)"):
                 continue
-            where = os.path.join(folder, family.replace("'", "-canonical"))
+            where = os.path.join(folder, folder_of(family))
             have = len([n for n in (os.listdir(where) if os.path.isdir(where) else [])
                         if n.startswith(obligation + ".case") and n.endswith(".smt2")])
             if str(have) != what.split()[0]:
@@ -138,9 +143,8 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
             got = answer.split(":")[0]
             good += got == want
             counts[got] = counts.get(got, 0) + (got != want)
-            mark = "ok" if got == want else f"FAIL (expected {want})"
             print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)}"
-                  + ("" if got == want else f"  {mark}"), file=out, flush=True)
+                  + ("" if got == want else f"  FAIL (expected {want})"), file=out, flush=True)
     wrong = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("sat", "unsat", "unknown", "error"))
     print(f"{len(files)} certificates: {good} as expected; not as expected: {wrong} "
           f"(cvc5, {time.perf_counter() - t0:.1f} s)", file=out)

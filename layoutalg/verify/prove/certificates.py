@@ -25,6 +25,7 @@ from ...dsl.interpret import paths
 from ...dsl.library import Library
 from ...errors import LayoutalgError
 from ...ir.family import resolve
+from ..certify import folder_of
 from . import meaning
 from .obligations import QUERIES, Model
 from .runner import query
@@ -175,8 +176,24 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
 
 
-def _file_name(family: str) -> str:
-    return family.replace("'", "-canonical")
+def check_target(folder: str) -> None:
+    """A `LayoutalgError` unless `folder` can take certificates: a new or empty folder, under
+    folders (not a file). `prove --certificates` asks it before proving, `write` again."""
+    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
+        raise LayoutalgError(f"prove --certificates {folder}: exists and is not an empty folder "
+                             f"(certificates are written only into a new one)")
+    above = os.path.dirname(os.path.abspath(folder))
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise LayoutalgError(f"prove --certificates {folder}: {above} is a file, not a folder")
+
+
+def _put(where: str, made) -> None:
+    os.makedirs(where, exist_ok=True)
+    for stem, text in made:
+        with open(os.path.join(where, stem + ".smt2"), "w", encoding="utf-8") as f:
+            f.write(text)
 
 
 def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, str]]:
@@ -188,16 +205,14 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
     takes its place at the end; `folder` must not exist or be empty. A library with no row
     proved for all sizes is an error, not an empty folder.
     """
-    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
-        raise LayoutalgError(f"prove --certificates {folder}: exists and is not an empty folder "
-                             f"(certificates are written only into a new one)")
+    check_target(folder)
     proved = [r for r in rows if r.status == "proved" and "all sizes" in r.method]
     if not proved:
         raise LayoutalgError(f"prove --certificates {folder}: no row is proved for all sizes: nothing to certify")
     parent = os.path.dirname(os.path.abspath(folder))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
-    index, dead = [], {}
+    index, dead, applied = [], {}, set()
     try:
         for r in proved:
             if not (r.method.startswith(ALL_SIZES) and r.obligation in SMT_ROWS):
@@ -208,16 +223,12 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
             made = texts(lib, r.family, r.obligation, dead)
             if not made:
                 raise LayoutalgError(f"{r.family}: {r.obligation} is proved but has no query to certify")
-            where = os.path.join(tmp, _file_name(r.family))
-            os.makedirs(where, exist_ok=True)
-            for stem, text in made:
-                with open(os.path.join(where, stem + ".smt2"), "w", encoding="utf-8") as f:
-                    f.write(text)
+            where = os.path.join(tmp, folder_of(r.family))
+            _put(where, made)
             index.append((r.family, r.obligation, f"{len(made)} file(s)"))
-            if not os.path.exists(os.path.join(where, f"{APPLIES}.case0.smt2")):  # once a family
-                for stem, text in texts(lib, r.family, APPLIES, dead):
-                    with open(os.path.join(where, stem + ".smt2"), "w", encoding="utf-8") as f:
-                        f.write(text)
+            if r.family not in applied:  # a family's cases once, whatever its rows
+                applied.add(r.family)
+                _put(where, texts(lib, r.family, APPLIES, dead))
             if r.obligation == "one-format" and "agnostic" in r.method:
                 index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
         with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
