@@ -59,7 +59,9 @@ def test_prove_writes_a_file_a_case_and_says_which_rows_have_none(proved):
     rows = {(r["family"], r["obligation"]): r["certificate"]
             for r in csv.DictReader(open(folder / "index.tsv"), delimiter="\t")}
     assert rows[("split_nhd", "shard-in-range")] == "7 file(s)"  # one a live case path of the heads grid
-    assert rows[("split_nhd", "writers-cover")] == "35 file(s)"  # five parts a path
+    assert rows[("split_nhd", "writers-cover")] == "42 file(s)"  # five parts and the canonical chain a path
+    assert rows[("split_nhd", "local-bijective")] == "14 file(s)"  # the query and its chain a path
+    assert rows[("shared-lemmas", "digit")] == "1 file(s)"
     assert rows[("split_nhd", "structure")].startswith("none: the stride chains")
     assert ("split_nhd", "runs-match-spec") not in rows  # proved on configurations, not for all sizes
     assert len(list((folder / "split_nhd").glob("shard-in-range.case*.smt2"))) == 7
@@ -185,3 +187,56 @@ def test_a_folder_under_a_file_is_refused_before_proving(tmp_path):
     (tmp_path / "F").write_text("")
     r = run("prove", "specs/split_nhd.lal", "--certificates", str(tmp_path / "F" / "certs"))
     assert r.returncode == 2 and "is a file, not a folder" in r.stderr, r.stderr
+
+
+def test_a_layout_is_certified_one_to_one_along_its_chain(proved, tmp_path):
+    folder, _ = proved  # each step is decided by cvc5, though the whole query is not (issue 38)
+    shutil.copytree(folder / "shared-lemmas", tmp_path / "shared-lemmas")
+    for stem in ("local-bijective.case0", "canonical-bijective.case4", "writers-cover.case0"):
+        for f in (folder / "split_nhd").glob(f"{stem}.*smt2"):
+            if ".part" not in f.name or f.name.endswith(".part4.smt2"):  # (cover's part 4: the canonical layout)
+                shutil.copy(f, tmp_path / f.name)
+    chain = (tmp_path / "local-bijective.case0.chain.smt2").read_text()
+    assert "Horner form of its indices (d, h, t, kv, fastest first)" in chain
+    uses = (tmp_path / "local-bijective.case0.smt2").read_text()
+    assert "identity certified in local-bijective.case0.chain.smt2" in uses and "shared-lemmas/ (digit, range)" in uses
+    out = io.StringIO()
+    assert certify(str(tmp_path), 20, 2, out) == 0, out.getvalue()
+    assert "8 certificates: 8 as expected" in out.getvalue()
+
+
+def test_a_chain_in_the_wrong_order_or_a_lemma_without_its_bound_is_sat(tmp_path):
+    import z3
+    from layoutalg.dsl.interpret import paths
+    from layoutalg.verify.prove import lemmas
+    from layoutalg.verify.prove.certificates import _smt2
+    from layoutalg.verify.prove.obligations import Model
+    lib = load([str(ROOT / "specs" / "split_nhd.lal")])
+    m = Model(lib, "split_nhd", next(iter(paths(lib, "split_nhd"))))
+    c = lemmas.chain(m, "local")
+    assert c.order == ("d", "h", "t", "kv")
+    i, ci = m.index("local", "x")
+    for name, chain in (("right", c), ("swapped", lemmas.Chain(("h", "d", "t", "kv"), c.extents, c.base, c.offset))):
+        text = _smt2([*m.assumptions(), *ci, z3.Not(chain.identity(i)), *m.ops.side])
+        (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + text)
+    assert check_file(str(tmp_path / "right.smt2"), 20)[0] == "unsat"
+    assert check_file(str(tmp_path / "swapped.smt2"), 20)[0] == "sat"
+    for name, said, negation in lemmas.shared():
+        (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + _smt2(negation))
+        assert check_file(str(tmp_path / f"{name}.smt2"), 20)[0] == "unsat", said
+    a, x, X, y, Y = z3.Ints("a x X y Y")  # DIGIT without `x < a`: 3 + 2*0 = 1 + 2*1
+    loose = z3.Implies(z3.And(x + a * X == y + a * Y, x >= 0, y >= 0, y < a), z3.And(x == y, X == Y))
+    (tmp_path / "loose.smt2").write_text("(set-logic ALL)\n" + _smt2([z3.Not(loose)]))
+    assert check_file(str(tmp_path / "loose.smt2"), 20)[0] == "sat"
+
+
+def test_a_layout_that_is_not_one_to_one_has_no_chain():
+    from layoutalg.dsl.interpret import paths
+    from layoutalg.verify.prove import lemmas
+    from layoutalg.verify.prove.obligations import Model
+    lib = load([str(ROOT / "tests" / "mutants" / "m10.lal")])  # the head stride is H, not D
+    family = next(iter(lib.families))
+    assert lemmas.chain(Model(lib, family, next(iter(paths(lib, family)))), "local") is None
+    made = texts(lib, family, "local-bijective")  # the query whole, as before (cvc5: sat, in 11 s)
+    assert [stem for stem, _ in made][:2] == ["local-bijective.case0", "local-bijective.case1"]
+    assert not any("chain" in text for _, text in made)

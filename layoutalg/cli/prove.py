@@ -186,10 +186,13 @@ def prove_command(args, out=None) -> int:
         _draw_refutations(paths, rows, args.draw, out)
     if certificates:
         from ..verify.prove.certificates import write
+        from ..verify.prove.lemmas import SHARED
         index = write(load(paths), rows, certificates)
         files = sum(int(what.split()[0]) for _, _, what in index if not what.startswith("none"))
         none = sum(1 for _, _, what in index if what.startswith("none"))
-        print(f"certificates: {files} SMT-LIB files for {len(index) - none} rows in {certificates}; {none} rows "
+        shared = sum(1 for family, _, _ in index if family == SHARED)
+        print(f"certificates: {files} SMT-LIB files for {len(index) - none - shared} rows"
+              + (f" and {shared} shared lemmas" if shared else "") + f" in {certificates}; {none} rows "
               f"proved outside SMT have none ({os.path.join(certificates, 'index.tsv')} says why); "
               f"re-check them with `layoutalg certify {certificates}`", file=out)
     print("\nobligations:\n" + describe(), file=out)

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+from typing import NamedTuple
 
 import z3
 
@@ -26,7 +27,7 @@ from ...dsl.library import Library
 from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ..certify import folder_of
-from . import meaning
+from . import lemmas, meaning
 from .obligations import QUERIES, Model
 from .runner import query
 from .store import OBLIGATIONS, Row
@@ -116,11 +117,51 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
         parts = w.get("parts") or [v]
+        cut = _cut(m, name, w)
+        if cut is not None:  # the chain's own file, before the side conditions are read
+            i, ci = m.index(cut.role, "#")
+            identity = [*assumed, *ci, z3.Not(cut.chain.identity(i))]
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
-            out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts))
-                        + _smt2([*assumed, part, *m.ops.side])))
+            used = cut is not None and j == cut.part
+            out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts),
+                                      uses=f"{name}.case{k}.chain" if used else "")
+                        + _smt2([*assumed, part, *(cut.instances if used else ()), *m.ops.side])))
+        if cut is not None:
+            order = ", ".join(cut.chain.order)
+            out.append((f"{name}.case{k}.chain", _header(
+                lib, family, name, k, cases_text, 0, 1, chain=f"the {cut.role} layout's offset is its base plus "
+                f"the Horner form of its indices ({order}, fastest first) at every index of its box")
+                + _smt2([*identity, *m.ops.side])))
     return out
+
+
+class _Cut(NamedTuple):
+    """Where a row's certificate asserts a chain's instances: its `role` layout's `chain`,
+    and `instances` added to part `part` of the row's query."""
+
+    role: str
+    part: int
+    chain: lemmas.Chain
+    instances: list
+
+
+CHAINED = {"local-bijective": ("local", 0, "i", "j"), "canonical-bijective": ("canonical", 0, "i", "j"),
+           "writers-cover": ("canonical", 4, "k", "l")}
+"""The rows that show a layout one-to-one in its box: (the layout, the part of the query
+that shows it, the witness names of its two indices)."""
+
+
+def _cut(m: Model, name: str, w: dict) -> _Cut | None:
+    """The chain a row's certificate splits along (`lemmas`), or None: the row shows no
+    layout one-to-one, or the layout's chain is not shown (its query is then written whole)."""
+    if name not in CHAINED:
+        return None
+    role, part, a, b = CHAINED[name]
+    c = lemmas.chain(m, role)
+    if c is None or len(c.order) < 2:  # (one index: no digit to split off, the query is linear in it)
+        return None
+    return _Cut(role, part, c, c.instances(w[a], w[b]))
 
 
 def _dead(assumptions) -> bool:
@@ -153,10 +194,15 @@ _EMPTY = re.compile(r"(?<=\s)(and|or)(?=[\s)])")
 
 
 def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
-            expect: str = "unsat") -> str:
+            expect: str = "unsat", uses: str = "", chain: str = "") -> str:
     file, line, body = _spec_lines(lib, family)
     part = f", part {j + 1} of {parts} (the row holds where every part is unsat)" if parts > 1 else ""
-    if name == APPLIES and expect == "sat":
+    if chain:
+        part = ", its chain (a step of the row's argument)"
+        meant = [f"claim: {chain}.",
+                 "unsat means: no sizes within their declared bounds satisfying the path's guards, and no index",
+                 f"of the box, break it; the row's other files on case path {k} assert it at their own indices."]
+    elif name == APPLIES and expect == "sat":
         meant = ["sat means: some sizes within their declared bounds satisfy the path's guards, so the",
                  f"certificates of case path {k} speak of configurations that exist (unsat: they are vacuous)."]
     elif name == APPLIES:
@@ -172,8 +218,19 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
              f"expect: {expect}",
              f"spec: {file}:{line}", *(f"  | {t}" for t in body),
              f"case path {k}: {cases or 'the family has one case'}", *meant,
+             *([f"It asserts instances of the identity certified in {uses}.smt2 and of the lemmas certified in",
+                f"../{lemmas.SHARED}/ ({', '.join(lemmas.LEMMAS)}); instances of valid formulas, so the answer is the",
+                "query's own."] if uses else []),
              "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
+
+
+def _lemma_text(name: str, said: str, assertions) -> str:
+    lines = [f"layoutalg certificate: the lemma {name}, asserted at their own terms by certificates that name it",
+             "expect: unsat", f"lemma: {said}, for all integers.",
+             "unsat means: no integers break it (the assertion below is its negation), so every instance of it",
+             "holds, whatever terms it is asserted at."]
+    return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n" + _smt2(assertions)
 
 
 def check_target(folder: str) -> None:
@@ -212,7 +269,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
     parent = os.path.dirname(os.path.abspath(folder))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
-    index, dead, applied = [], {}, set()
+    index, dead, applied, chained = [], {}, set(), False
     try:
         for r in proved:
             if not (r.method.startswith(ALL_SIZES) and r.obligation in SMT_ROWS):
@@ -231,6 +288,10 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
                 _put(where, texts(lib, r.family, APPLIES, dead))
             if r.obligation == "one-format" and "agnostic" in r.method:
                 index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
+            chained = chained or any(stem.endswith(".chain") for stem, _ in made)
+        if chained:  # the lemmas the chains' instances rest on, once
+            _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()])
+            index += [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS]
         with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
             f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index))
         if os.path.isdir(folder):
