@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import tempfile
-from typing import NamedTuple
 
 import z3
 
@@ -28,7 +27,7 @@ from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ..certify import folder_of
 from . import lemmas, meaning
-from .obligations import QUERIES, Model
+from .obligations import QUERIES, Model, _prod
 from .runner import query
 from .store import OBLIGATIONS, Row
 
@@ -117,51 +116,75 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
         parts = w.get("parts") or [v]
-        cut = _cut(m, name, w)
-        if cut is not None:  # the chain's own file, before the side conditions are read
-            i, ci = m.index(cut.role, "#")
-            identity = [*assumed, *ci, z3.Not(cut.chain.identity(i))]
+        asserted, chains = _cuts(m, name, w)
+        identities = []
+        for label, c, said, role, ranked in chains:  # each chain's own file (its terms made before the side conditions are read)
+            i, ci = m.index(role, "#")
+            d, cd = m.digits("#") if ranked else ({}, [])
+            identities.append((label, said, [*assumed, *ci, *cd, z3.Not(c.identity((i, d)))]))
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
-            used = cut is not None and j == cut.part
+            used, labels = asserted.get(j, ([], []))
             out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts),
-                                      uses=f"{name}.case{k}.chain" if used else "")
-                        + _smt2([*assumed, part, *(cut.instances if used else ()), *m.ops.side])))
-        if cut is not None:
-            order = ", ".join(cut.chain.order)
-            out.append((f"{name}.case{k}.chain", _header(
-                lib, family, name, k, cases_text, 0, 1, chain=f"the {cut.role} layout's offset is its base plus "
-                f"the Horner form of its indices ({order}, fastest first) at every index of its box")
-                + _smt2([*identity, *m.ops.side])))
+                                      uses=[f"{name}.case{k}.chain-{label}.smt2" for label in labels])
+                        + _smt2([*assumed, part, *used, *m.ops.side])))
+        for label, said, query_ in identities:
+            out.append((f"{name}.case{k}.chain-{label}", _header(lib, family, name, k, cases_text, 0, 1, chain=said)
+                        + _smt2([*query_, *m.ops.side])))
     return out
 
 
-class _Cut(NamedTuple):
-    """Where a row's certificate asserts a chain's instances: its `role` layout's `chain`,
-    and `instances` added to part `part` of the row's query."""
+SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "writers-disjoint": {0: (("i", "d"), ("j", "e"))},
+                "writers-cover": {1: (("i", "d"), ("j", "e")), 2: (("i", "d"), ("j", "d")), 3: (("i", "d"),)}}
+"""The rows that read the shard map at one or two points: part -> the points' witness names."""
 
-    role: str
-    part: int
-    chain: lemmas.Chain
-    instances: list
-
-
-CHAINED = {"local-bijective": ("local", 0, "i", "j"), "canonical-bijective": ("canonical", 0, "i", "j"),
-           "writers-cover": ("canonical", 4, "k", "l")}
-"""The rows that show a layout one-to-one in its box: (the layout, the part of the query
-that shows it, the witness names of its two indices)."""
+LAYOUT_POINTS = {"local-bijective": ("local", 0, "i", "j"), "canonical-bijective": ("canonical", 0, "i", "j"),
+                 "writers-cover": ("canonical", 4, "k", "l")}
+"""The rows that show a layout one-to-one in its box: (the layout, the part that shows it,
+the witness names of its two indices)."""
 
 
-def _cut(m: Model, name: str, w: dict) -> _Cut | None:
-    """The chain a row's certificate splits along (`lemmas`), or None: the row shows no
-    layout one-to-one, or the layout's chain is not shown (its query is then written whole)."""
-    if name not in CHAINED:
-        return None
-    role, part, a, b = CHAINED[name]
-    c = lemmas.chain(m, role)
-    if c is None or len(c.order) < 2:  # (one index: no digit to split off, the query is linear in it)
-        return None
-    return _Cut(role, part, c, c.instances(w[a], w[b]))
+def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
+    """(part -> (the chain instances it asserts, the labels of their chains)), and each chain
+    as (label, chain, what its identity says, the layout its index is of, whether it reads
+    rank digits): the chains (`lemmas`) of the layout a row's query shows one-to-one and of
+    each coordinate of the shard map it reads. A term whose chain is not shown gets none; a
+    part with none is written whole."""
+    asserted, chains = {}, {}
+
+    def add(part, label, c, instances):
+        got = asserted.setdefault(part, ([], []))
+        got[0].extend(instances)
+        got[1].append(label)
+    if name in LAYOUT_POINTS:
+        role, part, a, b = LAYOUT_POINTS[name]
+        ldef, bound = m.r.layout(role)
+        ext = m.r.extents(role)
+        c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (w[a], {}), ext,
+                         None if m.part else _prod(ext.values()))
+        if c is not None and len(c.order) > 1:  # (one atom: nothing to split: the query is linear in it)
+            add(part, role, c, c.instances((w[a], {}), (w[b], {})))
+            chains[role] = (role, c, f"the {role} layout's offset is its base plus the Horner form of its atoms "
+                                     f"({_atoms_text(c)}, fastest first) at every index of its box", role, False)
+    extents = {**m.r.extents("local"), **dict(m.r.rank_extents())}
+    cext = m.r.extents("canonical")
+    for part, points in SHARD_POINTS.get(name, {}).items():
+        at = [(w[i], w[d]) for i, d in points]
+        for n in cext:
+            c = lemmas.chain(m, lambda p, n=n: m.r.shard(*p)[n], at[0], extents, cext[n])
+            if c is None or len(c.order) < 2:
+                continue
+            add(part, f"shard-{n}", c, c.instances(*at))
+            chains.setdefault(f"shard-{n}", (
+                f"shard-{n}", c, f"canonical index {n} of the shard map is its base plus the Horner form of its atoms "
+                                 f"({_atoms_text(c)}, fastest first), which fill [0, its extent), at every local index "
+                                 f"and rank", "local", True))
+    return asserted, list(chains.values())
+
+
+def _atoms_text(c: lemmas.Chain) -> str:
+    return ", ".join(a[1] if a[0] in ("index", "digit") else f"{a[1]} {'//' if a[0] == 'quot' else '%'} {a[2]}"
+                     for a in c.order)
 
 
 def _dead(assumptions) -> bool:
@@ -194,7 +217,7 @@ _EMPTY = re.compile(r"(?<=\s)(and|or)(?=[\s)])")
 
 
 def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
-            expect: str = "unsat", uses: str = "", chain: str = "") -> str:
+            expect: str = "unsat", uses=(), chain: str = "") -> str:
     file, line, body = _spec_lines(lib, family)
     part = f", part {j + 1} of {parts} (the row holds where every part is unsat)" if parts > 1 else ""
     if chain:
@@ -218,9 +241,9 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
              f"expect: {expect}",
              f"spec: {file}:{line}", *(f"  | {t}" for t in body),
              f"case path {k}: {cases or 'the family has one case'}", *meant,
-             *([f"It asserts instances of the identity certified in {uses}.smt2 and of the lemmas certified in",
-                f"../{lemmas.SHARED}/ ({', '.join(lemmas.LEMMAS)}); instances of valid formulas, so the answer is the",
-                "query's own."] if uses else []),
+             *([f"It asserts instances of the identities certified in {', '.join(uses)}", f"and of the lemmas "
+                f"certified in ../{lemmas.SHARED}/ ({', '.join(lemmas.LEMMAS)}): instances of valid formulas, so the",
+                "answer is the query's own."] if uses else []),
              "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
 
@@ -288,7 +311,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
                 _put(where, texts(lib, r.family, APPLIES, dead))
             if r.obligation == "one-format" and "agnostic" in r.method:
                 index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
-            chained = chained or any(stem.endswith(".chain") for stem, _ in made)
+            chained = chained or any(".chain-" in stem for stem, _ in made)
         if chained:  # the lemmas the chains' instances rest on, once
             _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()])
             index += [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS]

@@ -3,28 +3,33 @@
 A solver that cannot find an argument by itself may still check each step of it. A dense
 layout is one-to-one, and stays in its box, by one fact about one digit, used once a digit:
 
-    DIGIT:  x + a*X = y + a*Y,  0 <= x, y < a           gives  x = y  and  X = Y
-    RANGE:  0 <= x < a,  0 <= X < M                      gives  0 <= x + a*X < a*M
+    DIGIT:     x + a*X = y + a*Y,  0 <= x, y < a              gives  x = y  and  X = Y
+    RANGE:     0 <= x < a,  0 <= X < M                         gives  0 <= x + a*X < a*M
+    QUOTIENT:  0 <= q*b + r < Q*b,  0 <= r < b                 gives  0 <= q < Q
 
 Each is a formula over fresh integers, valid for all of them, and certified once
-(`shared()`: its negation, unsat). They apply to a layout through its CHAIN: the offset is
-its base plus the Horner form of its indices, fastest stride first,
+(`shared()`: its negation, unsat). They apply to a term through its CHAIN: the term (a
+layout's offset, a coordinate of the shard map) is its base plus the Horner form of its
+atoms (indices, rank digits, and an index's quotient or remainder by a size), fastest first,
 
-    offset(i) = base + (i0 + E0 * (i1 + E1 * (... + E(n-2) * i(n-1))))
+    term = base + (a0 + E0 * (a1 + E1 * (... + E(n-2) * a(n-1))))
 
-an identity certified for every index of the box under the case's assumptions in a file
-of the row's own. A certificate then asserts instances of all three at its own terms. An
-instance of a valid formula is valid, so asserting it changes no answer: the query is
-unsat with them exactly when it is without them, and what is left for the second solver
-is linear in the monomials. Nothing here is trusted: a wrong order, a layout that is not
-dense, or a chain that does not hold makes its identity file sat (or undecided), and the
-row is not certified.
+with each atom's extent (a quotient's `Q` with `E = Q*b`) and the box the atoms fill: an
+identity certified for every point of the box under the case's assumptions in a file of
+the row's own. A certificate then asserts instances of them at its own terms. An instance
+of a valid formula is valid, so asserting it changes no answer: the query is unsat with
+them exactly when it is without them, and what is left for the second solver is linear in
+the monomials. Nothing here is trusted: a wrong order, a term that is not dense, or a
+chain that does not hold makes its identity file sat (or undecided), and the row is not
+certified.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import z3
+from z3 import z3util
 
 from .obligations import _prod
 
@@ -43,9 +48,15 @@ def range_(a, x, X, M):
     return z3.Implies(z3.And(x >= 0, x < a, X >= 0, X < M), z3.And(x + a * X >= 0, x + a * X < a * M))
 
 
+def quotient(b, q, r, Q):
+    """QUOTIENT at (b, q, r, Q): a number below `Q*b` has its quotient by `b` below `Q`."""
+    return z3.Implies(z3.And(q * b + r >= 0, q * b + r < Q * b, r >= 0, r < b), z3.And(q >= 0, q < Q))
+
+
 LEMMAS = {
     "digit": (digit, 5, "x + a*X = y + a*Y with 0 <= x, y < a gives x = y and X = Y"),
     "range": (range_, 4, "0 <= x < a and 0 <= X < M give 0 <= x + a*X < a*M"),
+    "quotient": (quotient, 4, "0 <= q*b + r < Q*b with 0 <= r < b gives 0 <= q < Q"),
 }
 """Lemma name -> (its formula at given terms, how many terms, what it says)."""
 
@@ -62,66 +73,125 @@ def shared() -> list[tuple[str, str, list]]:
 
 @dataclass(frozen=True)
 class Chain:
-    """A layout's offset as base + Horner form: `order` its indices fastest first, `extents`
-    their extents (Z3 terms), `base` the offset at index 0, `offset` the offset at an index."""
+    """A term as its base plus the Horner form of its atoms. A point is (index, rank digits);
+    an atom is ("index", n), ("digit", n), or ("quot" | "rem", n, b): index n by size b.
+
+    `order` the atoms fastest first; `extents` their extents; `term(point)` the term;
+    `base` the term with every atom 0; `facts` what the sizes must satisfy for the extents
+    (a quotient's `E == Q*b`); `box` the extent the term fills (None: not claimed)."""
 
     order: tuple
     extents: dict
     base: object
-    offset: object
+    term: Callable
+    ops: object
+    facts: tuple = ()
+    box: object = None
 
-    def horner(self, idx: dict, start: int = 0):
-        """The Horner form of the digits `order[start:]` of index `idx`."""
-        h = idx[self.order[-1]]
-        for n in reversed(self.order[start:-1]):
-            h = idx[n] + self.extents[n] * h
+    def atom(self, a: tuple, point: tuple):
+        idx, digits = point
+        if a[0] == "index":
+            return idx[a[1]]
+        if a[0] == "digit":
+            return digits[a[1]]
+        return (self.ops.floordiv if a[0] == "quot" else self.ops.mod)(idx[a[1]], a[2])
+
+    def horner(self, point: tuple, start: int = 0):
+        """The Horner form of the atoms `order[start:]` at `point`."""
+        h = self.atom(self.order[-1], point)
+        for a in reversed(self.order[start:-1]):
+            h = self.atom(a, point) + self.extents[a] * h
         return h
 
-    def identity(self, idx: dict):
-        """The chain at `idx`: its offset is the base plus its Horner form."""
-        return self.offset(idx) == self.base + self.horner(idx)
+    def identity(self, point: tuple):
+        """The chain at `point`: the term is the base plus its Horner form, with the facts."""
+        box = [] if self.box is None else [self.box == _prod(self.extents[a] for a in self.order)]
+        return z3.And(self.term(point) == self.base + self.horner(point), *self.facts, *box)
 
-    def instances(self, idx: dict, other: dict | None = None) -> list:
-        """The chain, RANGE at each digit of `idx` and, with `other`, DIGIT between the two."""
-        out = [self.identity(idx)] + ([self.identity(other)] if other is not None else [])
-        for k, n in enumerate(self.order[:-1]):
-            a, rest = self.extents[n], self.horner(idx, k + 1)
-            out.append(range_(a, idx[n], rest, _prod([self.extents[x] for x in self.order[k + 1:]])))
+    def instances(self, point: tuple, other: tuple | None = None) -> list:
+        """The chain, QUOTIENT at each quotient atom, RANGE at each digit of `point` and,
+        with `other`, DIGIT between the two points."""
+        out = []
+        for p in (point,) if other is None else (point, other):
+            out.append(self.identity(p))
+            for a in self.order:
+                if a[0] == "quot":
+                    q, r = self.atom(a, p), self.ops.mod(p[0][a[1]], a[2])
+                    out.append(quotient(a[2], q, r, self.extents[a]))
+        for k, a in enumerate(self.order[:-1]):
+            e, rest = self.extents[a], self.horner(point, k + 1)
+            out.append(range_(e, self.atom(a, point), rest, _prod([self.extents[x] for x in self.order[k + 1:]])))
             if other is not None:
-                out.append(digit(a, idx[n], rest, other[n], self.horner(other, k + 1)))
+                out.append(digit(e, self.atom(a, point), rest, self.atom(a, other), self.horner(other, k + 1)))
         return out
 
 
-def chain(m, role: str, rlimit: int = 5_000_000) -> Chain | None:
-    """The chain of `m`'s `role` layout on its case path, or None where Z3 does not show the
-    identity within `rlimit` (the layout is not dense in one order, or the order depends on
-    the sizes). The order is read from the strides at one configuration of the path; Z3 only
-    chooses it, the identity's own certificate shows it for all."""
-    ldef, bound = m.r.layout(role)
-    if ldef.regions or not ldef.indices:
+def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int = 5_000_000) -> Chain | None:
+    """The chain of `term` (a function of a point) on `m`'s case path, or None where Z3 does
+    not show its identity within `rlimit` at `point` (fresh index and digits, bounded by
+    `extents`, the index's and digits' extents by name). The atoms are read from the term's
+    constants and their order from their strides at one configuration of the path; Z3 only
+    chooses them, the identity's own certificate shows the chain for all sizes."""
+    at = term(point)
+    atoms = _atoms(m, at, point)
+    if not atoms:
         return None
-    ext = m.r.extents(role)
-    offset = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
-    i, ci = m.index(role, "#")
-    unit = lambda n: {x: z3.IntVal(int(x == n)) for x in i}  # noqa: E731 - the index 1 at n
-    base = offset({x: z3.IntVal(0) for x in i})
-    steps = {n: offset(unit(n)) - base for n in i}
-    sample = _sample(m)  # (after the offsets: their divisions are among the side conditions it satisfies)
+    ext, facts = {}, []
+    for a in atoms:
+        if a[0] in ("index", "digit"):
+            ext[a] = extents[a[1]]
+        elif a[0] == "rem":
+            ext[a] = a[2]
+        else:  # a quotient of an index below E by b is below E / b, where b divides E
+            ext[a] = m.ops.floordiv(extents[a[1]], a[2])
+            facts.append(extents[a[1]] == ext[a] * a[2])
+    c = Chain((), ext, 0, term, m.ops)
+    values = {a: c.atom(a, point) for a in atoms}
+    base = z3.substitute(at, *[(v, z3.IntVal(0)) for v in values.values()])
+    steps = {a: z3.substitute(at, *[(v, z3.IntVal(int(b == a))) for b, v in values.items()]) - base for a in atoms}
+    sample = _sample(m)  # (after the terms: their divisions are among the side conditions it satisfies)
     if sample is None:
         return None
-    stride = {n: sample.eval(x, model_completion=True) for n, x in steps.items()}
-    if not all(z3.is_int_value(s) for s in stride.values()):
+    stride = {a: sample.eval(x, model_completion=True) for a, x in steps.items()}
+    if not all(z3.is_int_value(s) and s.as_long() > 0 for s in stride.values()):
         return None
-    c = Chain(tuple(sorted(i, key=lambda n: stride[n].as_long())), ext, base, offset)
+    place = {n: k for k, n in enumerate(extents)}  # on a tie (an extent of 1), the later declared is the faster
+    order = sorted(atoms, key=lambda a: (stride[a].as_long(), -place[a[1]], a[0] != "rem"))
+    c = Chain(tuple(order), ext, base, term, m.ops, tuple(facts), box)
     s = z3.Solver()
     s.set("rlimit", rlimit)
-    s.add(*m.assumptions(), *ci, z3.Not(c.identity(i)), *m.ops.side)
+    bounds = [z3.And(v >= 0, v < extents[n]) for part in point for n, v in part.items()]
+    s.add(*m.assumptions(), *bounds, z3.Not(c.identity(point)), *m.ops.side)
     return c if s.check() == z3.unsat else None
+
+
+def _atoms(m, term, point: tuple) -> list | None:
+    """The atoms `term` reads at `point`, or None where it reads the point otherwise (a
+    division of something other than an index by something that is not a size)."""
+    idx, digits = point
+    names = {v.get_id(): ("index", n) for n, v in idx.items()}
+    names.update({v.get_id(): ("digit", n) for n, v in digits.items()})
+    out = []
+    for v in z3util.get_vars(term):
+        if v.get_id() in names:
+            out.append(names[v.get_id()])
+            continue
+        division = m.ops.divided(v)
+        if division is None:
+            continue  # a size
+        a, b, kind = division
+        reads = {x.get_id() for x in z3util.get_vars(a)} | {x.get_id() for x in z3util.get_vars(b)}
+        if not reads & names.keys():
+            continue  # a quotient of sizes: a coefficient
+        if a.get_id() not in names or names[a.get_id()][0] != "index" or {x.get_id() for x in z3util.get_vars(b)} & names.keys():
+            return None
+        out.append((kind, names[a.get_id()][1], b))
+    return list(dict.fromkeys(out))
 
 
 def _sample(m):
     """A configuration of `m`'s path with each size at least 2 where its bounds and guards
-    allow (a size of 1 ties strides, and the order it gives need not be the layout's): the
+    allow (a size of 1 ties strides, and the order it gives need not be the term's): the
     wishes that conflict are dropped one at a time, as the solver's unsat cores name them."""
     s = z3.Solver()
     s.set("rlimit", 20_000_000)

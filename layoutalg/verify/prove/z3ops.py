@@ -164,6 +164,15 @@ class Z3Ops(Ops):
         (its side conditions say so), else None: defines nothing."""
         return self._memo.get((_key(a), _key(b)))
 
+    def divided(self, v) -> tuple | None:
+        """(dividend, divisor, "quot" or "rem") where `v` is a quotient or remainder this
+        arithmetic made, else None."""
+        found = self._defines.get(v.get_id())
+        if found is None:
+            return None
+        _, a, b, (q, _) = found
+        return a, b, "quot" if v.get_id() == q else "rem"
+
     def floordiv(self, a, b):
         if _is_int(a) and _is_int(b):
             return a // b if self._positive(b) else 0
