@@ -52,7 +52,8 @@ def summarise(log: str) -> None:
     rows = collections.defaultdict(lambda: collections.Counter())
     for line in (x for x in lines if "certificates:" not in x):
         answer, _, secs, path = line.split(maxsplit=3)
-        name = os.path.basename(path.split("  FAIL")[0]).split(".case")[0]
+        file = os.path.basename(path.split("  FAIL")[0])
+        name = file.split(".case")[0].removesuffix(".smt2") + (" (chains)" if ".chain-" in file else "")
         rows[name][answer.rstrip(":")] += 1
         rows[name]["FAIL"] += "  FAIL" in path
         rows[name]["seconds"] += float(secs.rstrip("s"))

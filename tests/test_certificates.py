@@ -210,6 +210,8 @@ def test_a_chain_in_the_wrong_order_or_a_lemma_without_its_bound_is_sat(tmp_path
     from layoutalg.verify.prove.certificates import _smt2
     m, c, i, ci = _local_chain(load([str(ROOT / "specs" / "split_nhd.lal")]), "split_nhd")
     assert [a[1] for a in c.order] == ["d", "h", "t", "kv"]
+    claimed = c.instances((i, {}))[0]  # only inside the box, as its own file shows it
+    assert z3.is_implies(claimed) and z3.eq(claimed.arg(0), z3.And(*c.bounds((i, {}))))
     swapped = lemmas.Chain((c.order[1], c.order[0], *c.order[2:]), c.extents, c.base, c.term, c.ops)
     for name, chain in (("right", c), ("swapped", swapped)):
         text = _smt2([*m.assumptions(), *ci, z3.Not(chain.identity((i, {}))), *m.ops.side])

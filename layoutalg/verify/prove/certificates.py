@@ -119,9 +119,9 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         asserted, chains = _cuts(m, name, w)
         identities = []
         for label, c, said, role, ranked in chains:  # each chain's own file (its terms made before the side conditions are read)
-            i, ci = m.index(role, "#")
-            d, cd = m.digits("#") if ranked else ({}, [])
-            identities.append((label, said, [*assumed, *ci, *cd, z3.Not(c.identity((i, d)))]))
+            i, _ = m.index(role, "#")
+            d = m.digits("#")[0] if ranked else {}
+            identities.append((label, said, [*assumed, *c.bounds((i, d)), z3.Not(c.identity((i, d)))]))
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
             used, labels = asserted.get(j, ([], []))

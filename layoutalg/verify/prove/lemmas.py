@@ -87,6 +87,11 @@ class Chain:
     ops: object
     facts: tuple = ()
     box: object = None
+    within: dict | None = None  # a point's extents by name: where the identity is shown
+
+    def bounds(self, point: tuple) -> list:
+        """The point inside the box its identity is shown on."""
+        return [z3.And(v >= 0, v < self.within[n]) for part in point for n, v in part.items()]
 
     def atom(self, a: tuple, point: tuple):
         idx, digits = point
@@ -109,11 +114,12 @@ class Chain:
         return z3.And(self.term(point) == self.base + self.horner(point), *self.facts, *box)
 
     def instances(self, point: tuple, other: tuple | None = None) -> list:
-        """The chain, QUOTIENT at each quotient atom, RANGE at each digit of `point` and,
-        with `other`, DIGIT between the two points."""
+        """The chain at each point inside its box (as its file shows it: an identity is not
+        claimed outside), QUOTIENT at each quotient atom, RANGE at each digit of `point`
+        and, with `other`, DIGIT between the two points."""
         out = []
         for p in (point,) if other is None else (point, other):
-            out.append(self.identity(p))
+            out.append(z3.Implies(z3.And(*self.bounds(p)), self.identity(p)))  # what its file shows, no more
             for a in self.order:
                 if a[0] == "quot":
                     q, r = self.atom(a, p), self.ops.mod(p[0][a[1]], a[2])
@@ -133,7 +139,7 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     constants and their order from their strides at one configuration of the path; Z3 only
     chooses them, the identity's own certificate shows the chain for all sizes."""
     at = term(point)
-    atoms = _atoms(m, at, point)
+    atoms = _atoms(m, at, point) if z3.is_expr(at) else None
     if not atoms:
         return None
     ext, facts = {}, []
@@ -157,11 +163,10 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
         return None
     place = {n: k for k, n in enumerate(extents)}  # on a tie (an extent of 1), the later declared is the faster
     order = sorted(atoms, key=lambda a: (stride[a].as_long(), -place[a[1]], a[0] != "rem"))
-    c = Chain(tuple(order), ext, base, term, m.ops, tuple(facts), box)
+    c = Chain(tuple(order), ext, base, term, m.ops, tuple(facts), box, dict(extents))
     s = z3.Solver()
     s.set("rlimit", rlimit)
-    bounds = [z3.And(v >= 0, v < extents[n]) for part in point for n, v in part.items()]
-    s.add(*m.assumptions(), *bounds, z3.Not(c.identity(point)), *m.ops.side)
+    s.add(*m.assumptions(), *c.bounds(point), z3.Not(c.identity(point)), *m.ops.side)
     return c if s.check() == z3.unsat else None
 
 
@@ -172,7 +177,7 @@ def _atoms(m, term, point: tuple) -> list | None:
     names = {v.get_id(): ("index", n) for n, v in idx.items()}
     names.update({v.get_id(): ("digit", n) for n, v in digits.items()})
     out = []
-    for v in z3util.get_vars(term):
+    for v in _vars(term):
         if v.get_id() in names:
             out.append(names[v.get_id()])
             continue
@@ -180,13 +185,17 @@ def _atoms(m, term, point: tuple) -> list | None:
         if division is None:
             continue  # a size
         a, b, kind = division
-        reads = {x.get_id() for x in z3util.get_vars(a)} | {x.get_id() for x in z3util.get_vars(b)}
-        if not reads & names.keys():
+        if not {x.get_id() for x in _vars(a) + _vars(b)} & names.keys():
             continue  # a quotient of sizes: a coefficient
-        if a.get_id() not in names or names[a.get_id()][0] != "index" or {x.get_id() for x in z3util.get_vars(b)} & names.keys():
+        if not z3.is_expr(a) or a.get_id() not in names or names[a.get_id()][0] != "index" or \
+                {x.get_id() for x in _vars(b)} & names.keys():
             return None
         out.append((kind, names[a.get_id()][1], b))
     return list(dict.fromkeys(out))
+
+
+def _vars(x) -> list:
+    return z3util.get_vars(x) if z3.is_expr(x) else []
 
 
 def _sample(m):
