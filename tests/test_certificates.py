@@ -176,16 +176,20 @@ def test_a_folder_under_a_file_is_refused_before_proving(tmp_path):
 def test_every_row_of_a_case_path_is_certified_by_cvc5(proved, tmp_path):
     folder, _ = proved  # case path 5: GQA heads on several ranks, tokens dealt out over DCP and PCP
     shutil.copytree(folder / "shared-lemmas", tmp_path / "shared-lemmas")
+    here = tmp_path / "split_nhd"
+    here.mkdir()
     for f in (folder / "split_nhd").glob("*.case5.*smt2"):
-        shutil.copy(f, tmp_path / f.name)
-    shutil.copy(folder / "split_nhd" / "applies.case3.smt2", tmp_path)  # the dead case: unsat, as it says
-    chain = (tmp_path / "local-bijective.case5.chain-local.smt2").read_text()
+        shutil.copy(f, here / f.name)
+    shutil.copy(folder / "split_nhd" / "applies.case3.smt2", here)  # the dead case: unsat, as it says
+    chain = (here / "local-bijective.case5.chain-local.smt2").read_text()
     assert "Horner form of its atoms (d, h, t, kv, fastest first)" in chain
-    token = (tmp_path / "writers-disjoint.case5.chain-shard-t.smt2").read_text()
+    token = (here / "writers-disjoint.case5.chain-shard-t.smt2").read_text()
     assert "(t % interleave, dcp_rank, pcp_rank, t // interleave, fastest first)" in token
-    uses = (tmp_path / "writers-disjoint.case5.smt2").read_text()
-    assert "identities certified in writers-disjoint.case5.chain-shard-t.smt2, writers-disjoint.case5.chain-shard-h" \
-           ".smt2" in uses and "shared-lemmas/ (digit, range, quotient)" in uses
+    uses = (here / "writers-disjoint.case5.smt2").read_text()
+    assert "; depends on: writers-disjoint.case5.chain-shard-t.smt2 writers-disjoint.case5.chain-shard-h.smt2 " \
+           "../shared-lemmas/digit.smt2 ../shared-lemmas/range.smt2 ../shared-lemmas/quotient.smt2\n" in uses
+    inside = (here / "shard-in-range.case5.smt2").read_text()  # one point: no two numbers to tell apart
+    assert "../shared-lemmas/range.smt2 ../shared-lemmas/quotient.smt2\n" in inside and "digit.smt2" not in inside
     n = len(list(tmp_path.rglob("*.smt2")))
     assert n == 52  # 3 lemmas, the dead case, and case path 5's 48: its applies file, 10 rows' queries
     #                 (one-format's in 25 parts), and the chains they assert
@@ -234,3 +238,19 @@ def test_a_layout_that_is_not_one_to_one_has_no_chain():
     made = texts(lib, family, "local-bijective")  # the query whole, as before (cvc5: sat, in 11 s)
     assert [stem for stem, _ in made][:2] == ["local-bijective.case0", "local-bijective.case1"]
     assert not any("chain" in text for _, text in made)
+
+
+def test_a_certificate_checked_without_the_files_it_rests_on_fails(proved, tmp_path):
+    folder, _ = proved
+    alone = tmp_path / "split_nhd"
+    alone.mkdir()
+    shutil.copy(folder / "split_nhd" / "local-bijective.case0.smt2", alone)  # its chain and lemmas left behind
+    out = io.StringIO()
+    assert certify(str(alone), 20, 1, out) == 1, out.getvalue()
+    assert "1 certificates: 1 as expected" in out.getvalue()  # unsat alone, but not a proof alone
+    assert "rests on " + str(alone / "local-bijective.case0.chain-local.smt2") + ", which was not checked" \
+           in out.getvalue() and "shared-lemmas/digit.smt2, which was not checked" in out.getvalue()
+    shutil.copytree(folder / "shared-lemmas", tmp_path / "shared-lemmas")
+    shutil.copy(folder / "split_nhd" / "local-bijective.case0.chain-local.smt2", alone)
+    out = io.StringIO()
+    assert certify(str(tmp_path), 20, 2, out) == 0, out.getvalue()

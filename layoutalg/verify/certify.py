@@ -95,6 +95,37 @@ def expected(path: str) -> str:
     return "unsat"
 
 
+def depends(path: str) -> list[str]:
+    """The files (absolute) whose unsat a certificate rests on, as its header's `; depends on:`
+    line names them (relative to its folder): a query asserting instances of a chain and of
+    lemmas holds only with them."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.startswith(";"):
+                break
+            if line.startswith("; depends on:"):
+                here = os.path.dirname(os.path.abspath(path))
+                return [os.path.normpath(os.path.join(here, x)) for x in line.split(":", 1)[1].split()]
+    return []
+
+
+def dependency_problems(answers: dict) -> list[str]:
+    """Where a certificate rests on a file not checked in the same run, or not answered as
+    expected (`answers`: absolute path -> whether it answered as its header expects)."""
+    out = []
+    for path in sorted(answers):
+        try:
+            needs = depends(path)
+        except OSError:
+            continue  # (unreadable: it has failed already)
+        for need in needs:
+            if need not in answers:
+                out.append(f"{path}: rests on {need}, which was not checked in this run")
+            elif not answers[need]:
+                out.append(f"{path}: rests on {need}, which did not answer as expected")
+    return out
+
+
 def index_problems(folder: str) -> list[str]:
     """Where the folder's files differ from its `index.tsv` (a certificate removed, or one
     added): each row's count of files must be the files there."""
@@ -117,8 +148,9 @@ def index_problems(folder: str) -> list[str]:
 
 def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
     """Check every `*.smt2` under `folder`; print a line a file and a summary; 0 when each
-    answers what its header expects (`unsat`, unless it says `expect: sat`), else 1. A
-    folder with no certificate is an error, not a pass."""
+    answers what its header expects (`unsat`, unless it says `expect: sat`) and every file a
+    certificate rests on (its `; depends on:` line) was checked with it and did too, else 1.
+    A folder with no certificate is an error, not a pass."""
     out = sys.stdout if out is None else out
     if importlib.util.find_spec("cvc5") is None:  # say it before starting a process a file
         raise LayoutalgError("certify: needs the cvc5 package (pip install cvc5, or layoutalg[certify])")
@@ -138,17 +170,19 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
             return "unreadable", (f"error: {e.strerror if isinstance(e, OSError) else e}", "-", 0.0)
         return want, check_file(path, seconds)
 
+    answers = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for path, (want, (answer, how, secs)) in zip(files, pool.map(one, files)):
             got = answer.split(":")[0]
             good += got == want
+            answers[os.path.abspath(path)] = got == want
             counts[got] = counts.get(got, 0) + (got != want)
             print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)}"
                   + ("" if got == want else f"  FAIL (expected {want})"), file=out, flush=True)
     wrong = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("sat", "unsat", "unknown", "error"))
     print(f"{len(files)} certificates: {good} as expected; not as expected: {wrong} "
           f"(cvc5, {time.perf_counter() - t0:.1f} s)", file=out)
-    missing = index_problems(folder)
+    missing = index_problems(folder) + dependency_problems(answers)
     for line in missing:
         print(f"error: {line}", file=out)
     return 0 if good == len(files) and not missing else 1

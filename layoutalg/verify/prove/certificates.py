@@ -31,6 +31,10 @@ from .obligations import QUERIES, Model, _prod
 from .runner import query
 from .store import OBLIGATIONS, Row
 
+DEPENDS = "depends on:"
+"""The header line naming the files (relative to the certificate's folder) whose unsat a
+certificate rests on."""
+
 APPLIES = "applies"
 """The file a case path gets beside its certificates: its assumptions alone, which must be sat."""
 
@@ -124,9 +128,10 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             identities.append((label, said, [*assumed, *c.bounds((i, d)), z3.Not(c.identity((i, d)))]))
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
-            used, labels = asserted.get(j, ([], []))
-            out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts),
-                                      uses=[f"{name}.case{k}.chain-{label}.smt2" for label in labels])
+            used, labels, kinds = asserted.get(j, ([], [], set()))
+            needs = [f"{name}.case{k}.chain-{label}.smt2" for label in labels]
+            needs += [f"../{lemmas.SHARED}/{n}.smt2" for n in lemmas.LEMMAS if n in kinds]
+            out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts), uses=needs)
                         + _smt2([*assumed, part, *used, *m.ops.side])))
         for label, said, query_ in identities:
             out.append((f"{name}.case{k}.chain-{label}", _header(lib, family, name, k, cases_text, 0, 1, chain=said)
@@ -145,17 +150,19 @@ the witness names of its two indices)."""
 
 
 def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
-    """(part -> (the chain instances it asserts, the labels of their chains)), and each chain
-    as (label, chain, what its identity says, the layout its index is of, whether it reads
-    rank digits): the chains (`lemmas`) of the layout a row's query shows one-to-one and of
-    each coordinate of the shard map it reads. A term whose chain is not shown gets none; a
-    part with none is written whole."""
+    """(part -> (the chain instances it asserts, the labels of their chains, the lemmas they
+    use)), and each chain as (label, chain, what its identity says, the layout its index is
+    of, whether it reads rank digits): the chains (`lemmas`) of the layout a row's query
+    shows one-to-one and of each coordinate of the shard map it reads, each found once and
+    asserted as found. A term whose chain is not shown gets none; a part with none is
+    written whole."""
     asserted, chains = {}, {}
 
-    def add(part, label, c, instances):
-        got = asserted.setdefault(part, ([], []))
-        got[0].extend(instances)
+    def add(part, label, c, points):
+        got = asserted.setdefault(part, ([], [], set()))
+        got[0].extend(c.instances(*points))
         got[1].append(label)
+        got[2].update(c.uses(len(points) > 1))
     if name in LAYOUT_POINTS:
         role, part, a, b = LAYOUT_POINTS[name]
         ldef, bound = m.r.layout(role)
@@ -163,23 +170,33 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
         c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (w[a], {}), ext,
                          None if m.part else _prod(ext.values()))
         if c is not None and len(c.order) > 1:  # (one atom: nothing to split: the query is linear in it)
-            add(part, role, c, c.instances((w[a], {}), (w[b], {})))
+            add(part, role, c, [(w[a], {}), (w[b], {})])
             chains[role] = (role, c, f"the {role} layout's offset is its base plus the Horner form of its atoms "
-                                     f"({_atoms_text(c)}, fastest first) at every index of its box", role, False)
-    extents = {**m.r.extents("local"), **dict(m.r.rank_extents())}
-    cext = m.r.extents("canonical")
+                                     f"({_atoms_text(c)}, fastest first) at every index of its box, and "
+                                     f"{_facts_text(c)}", role, False)
+    local, ranks = m.r.extents("local"), dict(m.r.rank_extents())
+    if local.keys() & ranks.keys():  # (a point's bounds are by name: one name for two things has none)
+        return asserted, list(chains.values())
+    cext, found = m.r.extents("canonical"), {}
     for part, points in SHARD_POINTS.get(name, {}).items():
         at = [(w[i], w[d]) for i, d in points]
         for n in cext:
-            c = lemmas.chain(m, lambda p, n=n: m.r.shard(*p)[n], at[0], extents, cext[n])
+            if n not in found:  # found once, at the first part's point: the same chain for every part
+                found[n] = lemmas.chain(m, lambda p, n=n: m.r.shard(*p)[n], at[0], {**local, **ranks}, cext[n])
+            c = found[n]
             if c is None or len(c.order) < 2:
                 continue
-            add(part, f"shard-{n}", c, c.instances(*at))
+            add(part, f"shard-{n}", c, at)
             chains.setdefault(f"shard-{n}", (
                 f"shard-{n}", c, f"canonical index {n} of the shard map is its base plus the Horner form of its atoms "
-                                 f"({_atoms_text(c)}, fastest first), which fill [0, its extent), at every local index "
-                                 f"and rank", "local", True))
+                                 f"({_atoms_text(c)}, fastest first) at every local index and rank, and "
+                                 f"{_facts_text(c)}", "local", True))
     return asserted, list(chains.values())
+
+
+def _facts_text(c: lemmas.Chain) -> str:
+    quotients = [f"{a[1]} // {a[2]} below {c.extents[a]}" for a in c.order if a[0] == "quot"]
+    return "the atoms' extents fill the box" + (f" ({', '.join(quotients)})" if quotients else "")
 
 
 def _atoms_text(c: lemmas.Chain) -> str:
@@ -241,9 +258,10 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
              f"expect: {expect}",
              f"spec: {file}:{line}", *(f"  | {t}" for t in body),
              f"case path {k}: {cases or 'the family has one case'}", *meant,
-             *([f"It asserts instances of the identities certified in {', '.join(uses)}", f"and of the lemmas "
-                f"certified in ../{lemmas.SHARED}/ ({', '.join(lemmas.LEMMAS)}): instances of valid formulas, so the",
-                "answer is the query's own."] if uses else []),
+             *(["It asserts instances of the identities and lemmas certified in the files below: instances of",
+                "valid formulas where those files are unsat, so the answer is then the query's own, and the row",
+                "holds where this file and every file below are unsat (`layoutalg certify` checks them together).",
+                f"{DEPENDS} {' '.join(uses)}"] if uses else []),
              "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
 

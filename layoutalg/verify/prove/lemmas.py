@@ -113,6 +113,13 @@ class Chain:
         box = [] if self.box is None else [self.box == _prod(self.extents[a] for a in self.order)]
         return z3.And(self.term(point) == self.base + self.horner(point), *self.facts, *box)
 
+    def uses(self, two: bool) -> set:
+        """The lemmas `instances` asserts at one point, or (`two`) between two."""
+        out = {"quotient"} if any(a[0] == "quot" for a in self.order) else set()
+        if len(self.order) > 1:
+            out |= {"range", "digit"} if two else {"range"}
+        return out
+
     def instances(self, point: tuple, other: tuple | None = None) -> list:
         """The chain at each point inside its box (as its file shows it: an identity is not
         claimed outside), QUOTIENT at each quotient atom, RANGE at each digit of `point`
