@@ -139,7 +139,8 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
     return out
 
 
-SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "writers-disjoint": {0: (("i", "d"), ("j", "e"))},
+SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "shard-injective": {0: (("i", "d"), ("j", "d"))},
+                "writers-disjoint": {0: (("i", "d"), ("j", "e"))},
                 "writers-cover": {1: (("i", "d"), ("j", "e")), 2: (("i", "d"), ("j", "d")), 3: (("i", "d"),)}}
 """The rows that read the shard map at one or two points: part -> the points' witness names."""
 
