@@ -41,7 +41,7 @@ def proved(tmp_path_factory):
 def test_prove_writes_certificates_of_the_rows_it_proves(tmp_path):
     r = run("prove", "specs/opaque.lal", "--certificates", str(tmp_path / "c"), "--jobs", "1")
     assert r.returncode == 0, r.stderr
-    assert "certificates: 20 SMT-LIB files for 9 rows and 3 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
+    assert "certificates: 22 SMT-LIB files for 9 rows and 3 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
     rows = {x["obligation"]: x["certificate"] for x in csv.DictReader(open(tmp_path / "c" / "index.tsv"),
                                                                       delimiter="\t")}
     assert rows["page-size"] == "1 file(s)" and rows["writers-cover"] == "6 file(s)"
@@ -56,7 +56,7 @@ def test_prove_writes_a_file_a_case_and_says_which_rows_have_none(proved):
     # one query a live case path of the heads grid, and the chains of head(h) and (where cp > 1) token(t)
     assert rows[("split_nhd", "shard-in-range")] == "17 file(s)"
     assert rows[("split_nhd", "writers-cover")] == "52 file(s)"  # five parts, the canonical layout's chain and those
-    assert rows[("split_nhd", "local-bijective")] == "14 file(s)"  # the query and its chain a path
+    assert rows[("split_nhd", "local-bijective")] == "21 file(s)"  # the query's two parts and its chain a path
     assert rows[("shared-lemmas", "digit")] == "1 file(s)"
     assert rows[("split_nhd", "structure")].startswith("none: the stride chains")
     assert ("split_nhd", "runs-match-spec") not in rows  # proved on configurations, not for all sizes
@@ -191,7 +191,7 @@ def test_every_row_of_a_case_path_is_certified_by_cvc5(proved, tmp_path):
     inside = (here / "shard-in-range.case5.smt2").read_text()  # one point: no two numbers to tell apart
     assert "../shared-lemmas/range.smt2 ../shared-lemmas/quotient.smt2\n" in inside and "digit.smt2" not in inside
     n = len(list(tmp_path.rglob("*.smt2")))
-    assert n == 54  # 3 lemmas, the dead case, and case path 5's 50: its applies file, 10 rows' queries
+    assert n == 56  # 3 lemmas, the dead case, and case path 5's 52: its applies file, 10 rows' queries
     #                 (one-format's in 25 parts), and the chains they assert
     out = io.StringIO()
     assert certify(str(tmp_path), 20, 2, out) == 0, out.getvalue()
@@ -236,7 +236,7 @@ def test_a_layout_that_is_not_one_to_one_has_no_chain():
     family = next(iter(lib.families))
     assert _local_chain(lib, family)[1] is None
     made = texts(lib, family, "local-bijective")  # the query whole, as before (cvc5: sat, in 11 s)
-    assert [stem for stem, _ in made][:2] == ["local-bijective.case0", "local-bijective.case1"]
+    assert [stem for stem, _ in made][:2] == ["local-bijective.case0.part0", "local-bijective.case0.part1"]
     assert not any("chain" in text for _, text in made)
 
 
@@ -244,7 +244,7 @@ def test_a_certificate_checked_without_the_files_it_rests_on_fails(proved, tmp_p
     folder, _ = proved
     alone = tmp_path / "split_nhd"
     alone.mkdir()
-    shutil.copy(folder / "split_nhd" / "local-bijective.case0.smt2", alone)  # its chain and lemmas left behind
+    shutil.copy(folder / "split_nhd" / "local-bijective.case0.part0.smt2", alone)  # its chain and lemmas left behind
     out = io.StringIO()
     assert certify(str(alone), 20, 1, out) == 1, out.getvalue()
     assert "1 certificates: 1 as expected" in out.getvalue()  # unsat alone, but not a proof alone

@@ -119,7 +119,7 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
-        parts = w.get("parts") or [v]
+        parts = w.get("parts") or ([w["clash"], v.children()[1]] if name in LAYOUT_POINTS else [v])
         asserted, chains = _cuts(m, name, w)
         identities = []
         for label, c, said, role, ranked in chains:  # each chain's own file (its terms made before the side conditions are read)
@@ -144,10 +144,11 @@ SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "shard-injective": {0: (("
                 "writers-cover": {1: (("i", "d"), ("j", "e")), 2: (("i", "d"), ("j", "d")), 3: (("i", "d"),)}}
 """The rows that read the shard map at one or two points: part -> the points' witness names."""
 
-LAYOUT_POINTS = {"local-bijective": ("local", 0, "i", "j"), "canonical-bijective": ("canonical", 0, "i", "j"),
-                 "writers-cover": ("canonical", 4, "k", "l")}
-"""The rows that show a layout one-to-one in its box: (the layout, the part that shows it,
-the witness names of its two indices)."""
+LAYOUT_POINTS = {"local-bijective": ("local", (0, 1), "i", "j"), "canonical-bijective": ("canonical", (0, 1), "i", "j"),
+                 "writers-cover": ("canonical", (4,), "k", "l")}
+"""The rows that show a layout one-to-one in its box: (the layout, the parts that show it,
+the witness names of its two indices). A bijectivity row's certificate is in two parts: two
+indices at one offset, and an offset outside the page."""
 
 
 def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
@@ -165,15 +166,16 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
         got[1].append(label)
         got[2].update(c.uses(len(points) > 1))
     if name in LAYOUT_POINTS:
-        role, part, a, b = LAYOUT_POINTS[name]
+        role, parts, a, b = LAYOUT_POINTS[name]
         ldef, bound = m.r.layout(role)
         ext = m.r.extents(role)
         c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (w[a], {}), ext,
                          None if m.part else _prod(ext.values()))
         if c is not None and len(c.order) > 1:  # (one atom: nothing to split: the query is linear in it)
-            add(part, role, c, [(w[a], {}), (w[b], {})])
+            for part in parts:
+                add(part, role, c, [(w[a], {}), (w[b], {})])
             chains[role] = (role, c, f"the {role} layout's offset is its base plus the Horner form of its atoms "
-                                     f"({_atoms_text(c)}, fastest first) at every index of its box, and "
+                                     f"({_atoms_text(c)}, fastest first) at every index of its box; "
                                      f"{_facts_text(c)}", role, False)
     local, ranks = m.r.extents("local"), dict(m.r.rank_extents())
     if local.keys() & ranks.keys():  # (a point's bounds are by name: one name for two things has none)
@@ -190,14 +192,16 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
             add(part, f"shard-{n}", c, at)
             chains.setdefault(f"shard-{n}", (
                 f"shard-{n}", c, f"canonical index {n} of the shard map is its base plus the Horner form of its atoms "
-                                 f"({_atoms_text(c)}, fastest first) at every local index and rank, and "
+                                 f"({_atoms_text(c)}, fastest first) at every local index and rank; "
                                  f"{_facts_text(c)}", "local", True))
     return asserted, list(chains.values())
 
 
 def _facts_text(c: lemmas.Chain) -> str:
-    quotients = [f"{a[1]} // {a[2]} below {c.extents[a]}" for a in c.order if a[0] == "quot"]
-    return "the atoms' extents fill the box" + (f" ({', '.join(quotients)})" if quotients else "")
+    said = ["each radix (the next atom's stride over its own) at least its atom's extent"] if c.radix else []
+    said += [f"{a[1]} // {a[2]} below {c.extents[a]}" for a in c.order if a[0] == "quot"]
+    said += ["the atoms' extents fill the box"] if c.box is not None else []
+    return "; ".join(said) or "nothing more"
 
 
 def _atoms_text(c: lemmas.Chain) -> str:

@@ -88,6 +88,10 @@ class Chain:
     facts: tuple = ()
     box: object = None
     within: dict | None = None  # a point's extents by name: where the identity is shown
+    radix: dict | None = None  # an atom's radix, its next atom's stride over its own (None: its extent, dense)
+
+    def r(self, a: tuple):
+        return self.extents[a] if self.radix is None else self.radix[a]
 
     def bounds(self, point: tuple) -> list:
         """The point inside the box its identity is shown on."""
@@ -105,7 +109,7 @@ class Chain:
         """The Horner form of the atoms `order[start:]` at `point`."""
         h = self.atom(self.order[-1], point)
         for a in reversed(self.order[start:-1]):
-            h = self.atom(a, point) + self.extents[a] * h
+            h = self.atom(a, point) + self.r(a) * h
         return h
 
     def identity(self, point: tuple):
@@ -132,8 +136,9 @@ class Chain:
                     q, r = self.atom(a, p), self.ops.mod(p[0][a[1]], a[2])
                     out.append(quotient(a[2], q, r, self.extents[a]))
         for k, a in enumerate(self.order[:-1]):
-            e, rest = self.extents[a], self.horner(point, k + 1)
-            out.append(range_(e, self.atom(a, point), rest, _prod([self.extents[x] for x in self.order[k + 1:]])))
+            e, rest = self.r(a), self.horner(point, k + 1)
+            below = _prod([*(self.r(x) for x in self.order[k + 1:-1]), self.extents[self.order[-1]]])
+            out.append(range_(e, self.atom(a, point), rest, below))
             if other is not None:
                 out.append(digit(e, self.atom(a, point), rest, self.atom(a, other), self.horner(other, k + 1)))
         return out
@@ -169,12 +174,26 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     if not all(z3.is_int_value(s) and s.as_long() > 0 for s in stride.values()):
         return None
     place = {n: k for k, n in enumerate(extents)}  # on a tie (an extent of 1), the later declared is the faster
-    order = sorted(atoms, key=lambda a: (stride[a].as_long(), -place[a[1]], a[0] != "rem"))
-    c = Chain(tuple(order), ext, base, term, m.ops, tuple(facts), box, dict(extents))
+    order = tuple(sorted(atoms, key=lambda a: (stride[a].as_long(), -place[a[1]], a[0] != "rem")))
+    dense = Chain(order, ext, base, term, m.ops, tuple(facts), box, dict(extents))
+    if _shown(m, dense, point, rlimit):
+        return dense
+    # rows further apart than a digit's extent (a region of a page): each radix is the next
+    # stride over this one, at least the extent; the fastest stride must be 1
+    if not z3.is_true(z3.simplify(steps[order[0]] == 1)):
+        return None
+    radix = {a: m.ops.floordiv(steps[b], steps[a]) for a, b in zip(order, order[1:])}
+    spread = [f for a, b in zip(order, order[1:]) for f in (steps[b] == radix[a] * steps[a], ext[a] <= radix[a])]
+    c = Chain(order, ext, base, term, m.ops, (*facts, *spread), None, dict(extents), radix)
+    return c if _shown(m, c, point, rlimit) else None
+
+
+def _shown(m, c: Chain, point: tuple, rlimit: int) -> bool:
+    """Whether Z3 shows `c`'s identity at `point`, inside its box, on `m`'s path."""
     s = z3.Solver()
     s.set("rlimit", rlimit)
     s.add(*m.assumptions(), *c.bounds(point), z3.Not(c.identity(point)), *m.ops.side)
-    return c if s.check() == z3.unsat else None
+    return s.check() == z3.unsat
 
 
 def _atoms(m, term, point: tuple) -> list | None:
