@@ -88,14 +88,13 @@ def test_stored_under_one_cp_loaded_under_another_in_process(family, heads, a, b
 
 
 @pytest.mark.parametrize("family, heads, a, b", [("split_nhd", 4, "tp=2", "tp=8,dcp=2"),
-                                                 ("split_hnd", 4, "tp=16,dcp=2,interleave=2", "tp=4"),
                                                  ("mla", 1, "tp=1", "tp=2,dcp=2,interleave=2"),
-                                                 ("quant_split", 4, "tp=8,dcp=2", "tp=2"),
                                                  ("quant_packed", 2, "tp=1", "tp=4,dcp=2")])
 def test_direct_plans_across_another_cp_execute_and_are_proved(family, heads, a, b):
     """No canonical page in between: the small group's mappings composed onto the big pages,
     each consumer byte checked against the spec's coordinates; Z3 proves each plan, and
-    refutes the plans of the parts taken the other way round."""
+    refutes the plans of the parts taken the other way round. An attention layout, MLA and a
+    page of regions (every family and pair: `python tests/reshard_matrix.py --prove`)."""
     from reshard_matrix import converted
     from layoutalg.verify.prove.reshard import prove_cross_plans
     from layoutalg.verify.prove.runner import Budgets
