@@ -254,3 +254,11 @@ def test_a_certificate_checked_without_the_files_it_rests_on_fails(proved, tmp_p
     shutil.copy(folder / "split_nhd" / "local-bijective.case0.chain-local.smt2", alone)
     out = io.StringIO()
     assert certify(str(tmp_path), 20, 2, out) == 0, out.getvalue()
+
+
+def test_a_region_in_rows_wider_than_itself_is_chained_by_its_radix():
+    lib = load([str(ROOT / "specs" / "gdn.lal")])  # k's channels j in rows of 2Q + V: w's stride is no extent
+    m, c, i, _ = _local_chain(lib, "gdn.k")
+    assert [a[1] for a in c.order] == ["j", "w"] and c.radix is not None and c.box is None
+    text = next(t for stem, t in texts(lib, "gdn.k", "local-bijective") if stem.endswith("chain-local"))
+    assert "each radix (the next atom's stride over its own) at least its atom's extent" in text

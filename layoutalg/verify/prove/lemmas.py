@@ -179,10 +179,14 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     if _shown(m, dense, point, rlimit):
         return dense
     # rows further apart than a digit's extent (a region of a page): each radix is the next
-    # stride over this one, at least the extent; the fastest stride must be 1
-    if not z3.is_true(z3.simplify(steps[order[0]] == 1)):
+    # stride over this one, at least the extent; the fastest stride must be 1. A stride
+    # divides only where it is a positive number: a division by a term would assert the term
+    # positive beside every query of the file, which the spec does not
+    known = {a: z3.simplify(steps[a]) for a in order[:-1]}
+    if not z3.is_true(z3.simplify(known[order[0]] == 1)) or \
+            not all(z3.is_int_value(x) and x.as_long() > 0 for x in known.values()):
         return None
-    radix = {a: m.ops.floordiv(steps[b], steps[a]) for a, b in zip(order, order[1:])}
+    radix = {a: m.ops.floordiv(steps[b], known[a].as_long()) for a, b in zip(order, order[1:])}
     spread = [f for a, b in zip(order, order[1:]) for f in (steps[b] == radix[a] * steps[a], ext[a] <= radix[a])]
     c = Chain(order, ext, base, term, m.ops, (*facts, *spread), None, dict(extents), radix)
     return c if _shown(m, c, point, rlimit) else None
