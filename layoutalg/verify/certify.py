@@ -95,6 +95,10 @@ def expected(path: str) -> str:
     return "unsat"
 
 
+DEPENDS = "depends on:"
+"""A certificate header's line naming the files (relative to its folder) whose unsat it rests on."""
+
+
 def depends(path: str) -> list[str]:
     """The files (absolute) whose unsat a certificate rests on, as its header's `; depends on:`
     line names them (relative to its folder): a query asserting instances of a chain and of
@@ -103,7 +107,7 @@ def depends(path: str) -> list[str]:
         for line in f:
             if not line.startswith(";"):
                 break
-            if line.startswith("; depends on:"):
+            if line.startswith("; " + DEPENDS):
                 here = os.path.dirname(os.path.abspath(path))
                 return [os.path.normpath(os.path.join(here, x)) for x in line.split(":", 1)[1].split()]
     return []

@@ -25,15 +25,11 @@ from ...dsl.interpret import paths
 from ...dsl.library import Library
 from ...errors import LayoutalgError
 from ...ir.family import resolve
-from ..certify import folder_of
+from ..certify import DEPENDS, folder_of
 from . import lemmas, meaning
 from .obligations import QUERIES, Model, _prod
 from .runner import query
 from .store import OBLIGATIONS, Row
-
-DEPENDS = "depends on:"
-"""The header line naming the files (relative to the certificate's folder) whose unsat a
-certificate rests on."""
 
 APPLIES = "applies"
 """The file a case path gets beside its certificates: its assumptions alone, which must be sat."""
