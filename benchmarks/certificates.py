@@ -57,11 +57,11 @@ def summarise(log: str) -> None:
         rows[name][answer.rstrip(":")] += 1
         rows[name]["FAIL"] += "  FAIL" in path
         rows[name]["seconds"] += float(secs.rstrip("s"))
-    print(f"\n{'obligation':<22} {'files':>6} {'unsat':>6} {'sat':>4} {'unknown':>8} {'error':>6} {'failed':>7} "
+    print(f"\n{'obligation':<30} {'files':>6} {'unsat':>6} {'sat':>4} {'unknown':>8} {'error':>6} {'failed':>7} "
           f"{'cvc5 s':>8}")
     for name, c in sorted(rows.items()):
         files = sum(v for k, v in c.items() if k not in ("seconds", "FAIL"))
-        print(f"{name:<22} {files:>6} {c['unsat']:>6} {c['sat']:>4} {c['unknown']:>8} {c['error']:>6} {c['FAIL']:>7} "
+        print(f"{name:<30} {files:>6} {c['unsat']:>6} {c['sat']:>4} {c['unknown']:>8} {c['error']:>6} {c['FAIL']:>7} "
               f"{c['seconds']:>8.1f}")
     print(last)
 
