@@ -80,19 +80,25 @@ def folder_of(family: str) -> str:
     return family.replace("'", "-canonical")
 
 
-def expected(path: str) -> str:
-    """What a certificate's header says it must answer: `unsat` (a row's query), or `sat`
-    (a case path's assumptions alone: the configurations its certificates speak of exist)."""
+def _field(path: str, key: str) -> str | None:
+    """The value of a certificate header's `; KEY VALUE` line (the comments before its first
+    command), or None where it has none."""
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             if not line.startswith(";"):
                 break
-            if line.startswith("; expect: "):
-                said = line.split(":", 1)[1].strip()
-                if said not in ("sat", "unsat"):
-                    raise ValueError(f"its header expects {said!r}; a certificate expects sat or unsat")
-                return said
-    return "unsat"
+            if line.startswith(f"; {key} "):
+                return line[len(key) + 2:].strip()
+    return None
+
+
+def expected(path: str) -> str:
+    """What a certificate's header says it must answer: `unsat` (a row's query), or `sat`
+    (a case path's assumptions alone: the configurations its certificates speak of exist)."""
+    said = _field(path, "expect:")
+    if said is not None and said not in ("sat", "unsat"):
+        raise ValueError(f"its header expects {said!r}; a certificate expects sat or unsat")
+    return said or "unsat"
 
 
 DEPENDS = "depends on:"
@@ -103,14 +109,8 @@ def depends(path: str) -> list[str]:
     """The files (absolute) whose unsat a certificate rests on, as its header's `; depends on:`
     line names them (relative to its folder): a query asserting instances of a chain and of
     lemmas holds only with them."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.startswith(";"):
-                break
-            if line.startswith("; " + DEPENDS):
-                here = os.path.dirname(os.path.abspath(path))
-                return [os.path.normpath(os.path.join(here, x)) for x in line.split(":", 1)[1].split()]
-    return []
+    here = os.path.dirname(os.path.abspath(path))
+    return [os.path.normpath(os.path.join(here, x)) for x in (_field(path, DEPENDS) or "").split()]
 
 
 def dependency_problems(answers: dict) -> list[str]:

@@ -98,12 +98,7 @@ class Chain:
         return [z3.And(v >= 0, v < self.within[n]) for part in point for n, v in part.items()]
 
     def atom(self, a: tuple, point: tuple):
-        idx, digits = point
-        if a[0] == "index":
-            return idx[a[1]]
-        if a[0] == "digit":
-            return digits[a[1]]
-        return (self.ops.floordiv if a[0] == "quot" else self.ops.mod)(idx[a[1]], a[2])
+        return _atom(self.ops, a, point)
 
     def horner(self, point: tuple, start: int = 0):
         """The Horner form of the atoms `order[start:]` at `point`."""
@@ -133,7 +128,7 @@ class Chain:
             out.append(z3.Implies(z3.And(*self.bounds(p)), self.identity(p)))  # what its file shows, no more
             for a in self.order:
                 if a[0] == "quot":
-                    q, r = self.atom(a, p), self.ops.mod(p[0][a[1]], a[2])
+                    q, r = self.atom(a, p), self.atom(("rem", *a[1:]), p)
                     out.append(quotient(a[2], q, r, self.extents[a]))
         for k, a in enumerate(self.order[:-1]):
             e, rest = self.r(a), self.horner(point, k + 1)
@@ -163,8 +158,7 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
         else:  # a quotient of an index below E by b is below E / b, where b divides E
             ext[a] = m.ops.floordiv(extents[a[1]], a[2])
             facts.append(extents[a[1]] == ext[a] * a[2])
-    c = Chain((), ext, 0, term, m.ops)
-    values = {a: c.atom(a, point) for a in atoms}
+    values = {a: _atom(m.ops, a, point) for a in atoms}
     base = z3.substitute(at, *[(v, z3.IntVal(0)) for v in values.values()])
     steps = {a: z3.substitute(at, *[(v, z3.IntVal(int(b == a))) for b, v in values.items()]) - base for a in atoms}
     sample = _sample(m)  # (after the terms: their divisions are among the side conditions it satisfies)
@@ -190,6 +184,16 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     spread = [f for a, b in zip(order, order[1:]) for f in (steps[b] == radix[a] * steps[a], ext[a] <= radix[a])]
     c = Chain(order, ext, base, term, m.ops, (*facts, *spread), None, dict(extents), radix)
     return c if _shown(m, c, point, rlimit) else None
+
+
+def _atom(ops, a: tuple, point: tuple):
+    """Atom `a`'s value at `point` (index, rank digits), a quotient or remainder by `ops`."""
+    idx, digits = point
+    if a[0] == "index":
+        return idx[a[1]]
+    if a[0] == "digit":
+        return digits[a[1]]
+    return (ops.floordiv if a[0] == "quot" else ops.mod)(idx[a[1]], a[2])
 
 
 def _shown(m, c: Chain, point: tuple, rlimit: int) -> bool:
