@@ -750,3 +750,21 @@ def test_a_reshard_verdict_does_not_depend_on_what_the_process_solved_before(lib
     assert [r.obligation for r in first] == ["reshard-cover", "reshard-match"]
     assert {r.status for r in first} == {"proved"}
     assert shown(again) == shown(first)
+
+
+def test_a_familys_one_format_row_is_proved_once_per_spec_text(lib, tmp_path, monkeypatch):
+    """A direct plan rests on its family's `one-format` row: asked once per spec text, prover and
+    budget (the proof cache), again when the spec changes, every time with the cache off."""
+    from layoutalg.verify.prove import runner
+    calls = []
+    real = runner.one_format
+    monkeypatch.setattr(runner, "one_format", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
+    first = _rows(lib, "split_hnd", "tp=2", "tp=1")
+    again = _rows(lib, "split_hnd", "tp=4", "tp=1")
+    assert calls == ["split_hnd"] and {r.status for r in {**first, **again}.values()} == {"proved"}
+    edited = _edited(tmp_path, "split_hnd.lal", ("# Split HND:", "#  Split HND:"))  # another text, one meaning
+    _rows(edited, "split_hnd", "tp=2", "tp=1")
+    monkeypatch.setenv("LAYOUTALG_CACHE", "off")
+    _rows(lib, "split_hnd", "tp=2", "tp=1")
+    assert calls == ["split_hnd"] * 3

@@ -117,16 +117,19 @@ def _table(rows: list, cached: set, out) -> None:
 def _reshard_one(args) -> list[dict]:
     from ..verify.prove.reshard import prove_all_sizes
     from ..verify.prove.runner import Budget, to_json
-    paths, family, x, y, rlimit, guard_s = args
+    paths, family, x, y, rlimit, guard_s, use_cache = args
+    if not use_cache:  # this worker is a process of its own (`_fresh_processes`): the setting dies with it
+        os.environ["LAYOUTALG_CACHE"] = "off"
     return to_json(prove_all_sizes(load(paths), family, x, y, Budget(rlimit, guard_s)))
 
 
 def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int | None = None,
-                  guard_s: float | None = None, jobs: int = 1) -> list[Row]:
+                  guard_s: float | None = None, jobs: int = 1, use_cache: bool = True) -> list[Row]:
     """The direct plan from configuration `store` to `load` ('tp=2,dcp=1') of each family
     (or `family`), proved for all sizes (`all_sizes.prove_all_sizes`), each family in a fresh
     process as the library's proofs are (`_fresh_processes`): a verdict never depends on what
-    the calling process solved before."""
+    the calling process solved before. The family's own rows a plan rests on (`one-format`,
+    `sequence-order`) are taken from the proof cache unless `use_cache` is false."""
     from ..params import parse_config
     from ..verify.prove import GUARD_S
     from ..verify.prove import RLIMIT
@@ -139,7 +142,7 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
             raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
     x, y = parse_config(store, also=("block_size",)), parse_config(load_, also=("block_size",))
     files = [str(f.resolve()) for f in spec_files(paths)]
-    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S) for n in names]
+    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S, use_cache) for n in names]
     with _fresh_processes(max(1, min(jobs, len(args)))) as pool:
         return [Row(**r) for rows in pool.map(_reshard_one, args) for r in rows]
 
@@ -161,7 +164,8 @@ def prove_command(args, out=None) -> int:
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
         return 0 if rows[0].status == "proved" else 1
     if getattr(args, "reshard", None):
-        rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout, args.jobs)
+        rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout, args.jobs,
+                             not args.no_cache)
         print(f"direct plans from {args.reshard[0]} to {args.reshard[1]}, for all sizes:", file=out)
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)

@@ -5,7 +5,7 @@ import hashlib
 import re
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -89,6 +89,21 @@ def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
     parts = [PROVER_VERSION, cache.compiler_fingerprint(), metadata.version("z3-solver"), family,
              repr(texts), _prover_fingerprint(), str(rlimit)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def row(lib, family: str, obligation: str, rlimit: int, prove) -> Row:
+    """The `obligation` row of `family` from the cache, else `prove()` (a Row), kept where it is
+    definite and reached within Z3's budget alone. Keyed as a family's proof is (`proof_key`) and
+    by the obligation, so a direct plan asking the family's `one-format` or `sequence-order` row
+    asks Z3 once per spec text, prover and budget, not once per plan."""
+    key = hashlib.sha256(f"{proof_key(lib, family, rlimit)}\0{obligation}".encode()).hexdigest()
+    hit = read(key)
+    if hit and len(hit) == 1 and hit[0]["family"] == family and hit[0]["obligation"] == obligation:
+        return Row(**hit[0])
+    out = prove()
+    if out.status != "unknown" and out.final:
+        write(key, [asdict(out)])
+    return out
 
 
 def dependencies(lib, family: str) -> set[str]:

@@ -53,6 +53,7 @@ from ....dsl.interpret import paths
 from ....dsl.library import Library
 from ..obligations import Budget, Model, family_names, query, value
 from .at_sizes import _solve
+from .. import store
 from ..store import RESHARD, Row
 from ..structural import page_tiles
 from .plan_queries import (_canonical_differs, _case_atoms, _cover, _grid_short, _malformed, _match, _outside_page,
@@ -177,7 +178,8 @@ def _sequence_unproved(lib, part: str, budget: Budget) -> str:
     is the token's own place only where the claim holds (a shard map placing tokens by
     another fn would otherwise be proved)."""
     from ..runner import Budgets, prove_obligation
-    row = prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s))
+    row = store.row(lib, part, "sequence-order", budget.rlimit,
+                    lambda: prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s)))
     if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
         return ""
     return f"across another cp the plan matches tokens by the canonical index '{lib.family_def(part).sequence.id}'" \
@@ -190,8 +192,9 @@ def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:
     matches canonical indices, which must name one element of the engine's at both
     configurations: the `one-format` row), else ('proved', '')."""
     from ..runner import Budgets, _safely, one_format
-    row = _safely(lib.family_def(part).span.file, part, "one-format",
-                  lambda: one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s)))
+    row = store.row(lib, part, "one-format", budget.rlimit,
+                    lambda: _safely(lib.family_def(part).span.file, part, "one-format",
+                                    lambda: one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s))))
     if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
         return "proved", ""
     return ("refuted" if row.status == "refuted" else "unknown",
