@@ -465,7 +465,7 @@ def test_a_pad_over_data_is_never_proved(tmp_path):
                                                 "        offset 2 * T * H * D + s + S * (h + H * (t + T * kv))\n"
                                                 "    pad p:\n        index z < 1\n"
                                                 "        offset 2 * T * H * D + 2 * T * H * S - 1 + z\n"))
-    rows = _rows(lib, "quant_split", "tp=2", "tp=4")  # the last scale byte is a pad byte too
+    rows = _rows(lib, "quant_split", "tp=2", "tp=1")  # the last scale byte is a pad byte too
     assert rows["reshard-cover"].status == "refuted", rows["reshard-cover"].detail
     assert "a pad byte the region's plan writes" in rows["reshard-cover"].detail
 
@@ -756,15 +756,23 @@ def test_a_familys_one_format_row_is_proved_once_per_spec_text(lib, tmp_path, mo
     """A direct plan rests on its family's `one-format` row: asked once per spec text, prover and
     budget (the proof cache), again when the spec changes, every time with the cache off."""
     from layoutalg.verify.prove import runner
+    from layoutalg.verify.prove.reshard.all_sizes import _one_format_unproved
     calls = []
     real = runner.one_format
     monkeypatch.setattr(runner, "one_format", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
-    first = _rows(lib, "split_hnd", "tp=2", "tp=1")
-    again = _rows(lib, "split_hnd", "tp=4", "tp=1")
-    assert calls == ["split_hnd"] and {r.status for r in {**first, **again}.values()} == {"proved"}
+    budget = Budgets.of().full
+    assert _one_format_unproved(lib, "split_hnd", budget) == _one_format_unproved(lib, "split_hnd", budget) \
+        == ("proved", "")
+    assert calls == ["split_hnd"]
     edited = _edited(tmp_path, "split_hnd.lal", ("# Split HND:", "#  Split HND:"))  # another text, one meaning
-    _rows(edited, "split_hnd", "tp=2", "tp=1")
+    assert _one_format_unproved(edited, "split_hnd", budget) == ("proved", "") and len(calls) == 2
     monkeypatch.setenv("LAYOUTALG_CACHE", "off")
-    _rows(lib, "split_hnd", "tp=2", "tp=1")
+    _one_format_unproved(lib, "split_hnd", budget)
     assert calls == ["split_hnd"] * 3
+    # a refuted row refutes the plans resting on it; a cached row is read, not asked again
+    from layoutalg.verify.prove.store import Row
+    monkeypatch.setattr(runner, "one_format", lambda lib_, part, *a: Row("s", part, "one-format", "refuted", "m", 0.0))
+    assert _one_format_unproved(lib, "split_hnd", budget)[0] == "refuted"
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
+    assert _one_format_unproved(lib, "split_hnd", budget) == ("proved", "")

@@ -11,7 +11,8 @@ from layoutalg.compile.codegen import compile_family
 from layoutalg.verify.check import check_family
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load
-from layoutalg.verify.prove.runner import Budgets, configurations_by_path, prove_family, prove_obligation, prove_applies
+from layoutalg.verify.prove.runner import (Budgets, configurations_by_path, prove_applies, prove_family, prove_obligation,
+                                          prove_runs)
 from layoutalg.verify.prove.meaning import agnostic_rows
 
 from conftest import ROOT
@@ -107,11 +108,14 @@ def test_a_family_outside_the_samples_is_exercised_from_its_guards(tmp_path):
     text = _variant("split_nhd", "require per_token_head_quant == 0", "require per_token_head_quant == 1", "quant")
     folder = _folder(tmp_path, quant=text)
     lib = load([folder / "quant.lal"])
-    rows = {r.obligation: r for r in prove_family(lib, "quant")}
-    assert {r.status for r in rows.values()} == {"proved"}
-    runs = rows["runs-match-spec"]
+    cf = compile_family(resolve(lib, "quant"))
+    applies, status = prove_applies(lib, "quant", Budgets.of())
+    assert applies.status == "proved" and "live" in {s for s, _ in status.values()}, (applies, status)
+    by_path = configurations_by_path(lib, "quant", cf, status, Budgets.of(), 24, 8)
+    runs = prove_runs(lib, "quant", "runs-match-spec", by_path, Budgets.of(), cf)
+    assert runs.status == "proved", (runs.method, runs.detail)
     assert len(runs.configurations) > 0 and all(c["per_token_head_quant"] == 1 for c in runs.configurations)
-    rep = check_family(lib, compile_family(resolve(lib, "quant")))
+    rep = check_family(lib, cf)
     assert rep.ok and rep.witnesses > 0 and rep.certified > 0
 
 
