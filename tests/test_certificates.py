@@ -41,7 +41,7 @@ def proved(tmp_path_factory):
 def test_prove_writes_certificates_of_the_rows_it_proves(tmp_path):
     r = run("prove", "specs/opaque.lal", "--certificates", str(tmp_path / "c"), "--jobs", "1")
     assert r.returncode == 0, r.stderr
-    assert "certificates: 22 SMT-LIB files for 9 rows and 3 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
+    assert "certificates: 21 SMT-LIB files for 9 rows and 2 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
     rows = {x["obligation"]: x["certificate"] for x in csv.DictReader(open(tmp_path / "c" / "index.tsv"),
                                                                       delimiter="\t")}
     assert rows["page-size"] == "1 file(s)" and rows["writers-cover"] == "6 file(s)"
@@ -262,3 +262,30 @@ def test_a_region_in_rows_wider_than_itself_is_chained_by_its_radix():
     assert [a[1] for a in c.order] == ["j", "w"] and c.radix is not None and c.box is None
     text = next(t for stem, t in texts(lib, "gdn.k", "local-bijective") if stem.endswith("chain-local"))
     assert "each radix (the next atom's stride over its own) at least its atom's extent" in text
+
+
+def test_a_region_ends_inside_its_page_by_a_fits_file_and_two_lemmas(tmp_path):
+    """The page of a region is the sum of its regions: the out-of-page part rests on the
+    region's `fits` (its last element ends by the page's last byte), BOUND and SCALE; the
+    fits claim holds with no byte to spare for GDN's last region, and fails with one less."""
+    import z3
+    from layoutalg.verify.prove import lemmas
+    from layoutalg.verify.prove.certificates import _smt2
+    lib = load([str(ROOT / "specs" / "gdn.lal")])
+    m, c, _, _ = _local_chain(lib, "gdn.recurrent")
+    e, page = m.element("local"), m.r.page("local")
+    assert lemmas.holds(m, c.fits(e, page)) and not lemmas.holds(m, c.fits(e, page - 1))
+    rows = [Row("gdn.lal", "gdn.recurrent", "local-bijective", "proved", "symbolic: all sizes, all ranks", 1.0)]
+    write(lib, rows, str(tmp_path / "c"))
+    out_part = (tmp_path / "c" / "gdn.recurrent" / "local-bijective.case0.part1.smt2").read_text()
+    assert "local-bijective.case0.chain-local-fits.smt2" in out_part and "../shared-lemmas/scale.smt2" in out_part \
+        and "../shared-lemmas/bound.smt2" in out_part
+    (tmp_path / "c" / "gdn.recurrent" / "applies.case0.smt2").unlink()  # (sat, as it says: cvc5 takes seconds)
+    out = io.StringIO()
+    assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
+    assert "8 certificates: 8 as expected" in out.getvalue()  # 2 parts, chain, fits; DIGIT, RANGE, BOUND, SCALE
+    x, M, E, A, r, X, B = z3.Ints("x M E A r X B")  # each lemma without one hypothesis: sat
+    for name, loose in (("scale", z3.Implies(E > 0, E * x + E <= E * M)),                    # no x < M
+                        ("bound", z3.Implies(z3.And(x <= A, X <= B), x + r * X <= A + r * B))):  # no r >= 0
+        (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + _smt2([z3.Not(loose)]))
+        assert check_file(str(tmp_path / f"{name}.smt2"), 20)[0] == "sat", name

@@ -118,7 +118,10 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         parts = w.get("parts") or ([w["clash"], v.children()[1]] if name in LAYOUT_POINTS else [v])
         asserted, chains = _cuts(m, name, w)
         identities = []
-        for label, c, said, role, ranked in chains:  # each chain's own file (its terms made before the side conditions are read)
+        for label, c, said, role, ranked, claim in chains:  # each chain's own file (its terms made before the side conditions are read)
+            if claim is not None:  # a fact of the sizes alone
+                identities.append((label, said, [*assumed, z3.Not(claim)]))
+                continue
             i, _ = m.index(role, "#")
             d = m.digits("#")[0] if ranked else {}
             identities.append((label, said, [*assumed, *c.bounds((i, d)), z3.Not(c.identity((i, d)))]))
@@ -150,10 +153,11 @@ indices at one offset, and an offset outside the page."""
 def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
     """(part -> (the chain instances it asserts, the labels of their chains, the lemmas they
     use)), and each chain as (label, chain, what its identity says, the layout its index is
-    of, whether it reads rank digits): the chains (`lemmas`) of the layout a row's query
-    shows one-to-one and of each coordinate of the shard map it reads, each found once and
-    asserted as found. A term whose chain is not shown gets none; a part with none is
-    written whole."""
+    of, whether it reads rank digits, the claim of its file where it is not the identity):
+    the chains (`lemmas`) of the layout a row's query shows one-to-one and of each coordinate
+    of the shard map it reads, each found once and asserted as found, and for a region of a
+    page that its chain fits the page (`Chain.fits`). A term whose chain is not shown gets
+    none; a part with none is written whole."""
     asserted, chains = {}, {}
 
     def add(part, label, c, points):
@@ -172,7 +176,18 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
                 add(part, role, c, [(w[a], {}), (w[b], {})])
             chains[role] = (role, c, f"the {role} layout's offset is its base plus the Horner form of its atoms "
                                      f"({_atoms_text(c)}, fastest first) at every index of its box; "
-                                     f"{_facts_text(c)}", role, False)
+                                     f"{_facts_text(c)}", role, False, None)
+            if m.part:  # a region: its last byte ends by the page's, which is the sum of its regions
+                e, fits = m.element(role), c.fits(m.element(role), m.r.page(role))
+                if lemmas.holds(m, fits):
+                    for part in parts:
+                        got = asserted[part]
+                        got[0].extend([fits, *c.inside((w[a], {}), e), *c.inside((w[b], {}), e)])
+                        got[1].append(f"{role}-fits")
+                        got[2].update({"bound", "scale"})
+                    chains[f"{role}-fits"] = (f"{role}-fits", c, f"the {role} region's base is at least 0 and its "
+                                              f"last element ({_atoms_text(c)} at their extents less one) ends by "
+                                              f"the page's last byte", role, False, fits)
     local, ranks = m.r.extents("local"), dict(m.r.rank_extents())
     if local.keys() & ranks.keys():  # (a point's bounds are by name: one name for two things has none)
         return asserted, list(chains.values())
@@ -189,7 +204,7 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
             chains.setdefault(f"shard-{n}", (
                 f"shard-{n}", c, f"canonical index {n} of the shard map is its base plus the Horner form of its atoms "
                                  f"({_atoms_text(c)}, fastest first) at every local index and rank; "
-                                 f"{_facts_text(c)}", "local", True))
+                                 f"{_facts_text(c)}", "local", True, None))
     return asserted, list(chains.values())
 
 
@@ -275,6 +290,10 @@ def _lemma_text(name: str, said: str, assertions) -> str:
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n" + _smt2(assertions)
 
 
+_LEMMA_USED = re.compile(rf"\.\./{lemmas.SHARED}/(\w+)\.smt2")
+"""A shared lemma named on a file's `; depends on:` line."""
+
+
 def check_target(folder: str) -> None:
     """A `LayoutalgError` unless `folder` can take certificates: a new or empty folder, under
     folders (not a file). `prove --certificates` asks it before proving, `write` again."""
@@ -311,7 +330,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
     parent = os.path.dirname(os.path.abspath(folder))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
-    index, dead, applied, chained = [], {}, set(), False
+    index, dead, applied, used = [], {}, set(), set()
     try:
         for r in proved:
             if not (r.method.startswith(ALL_SIZES) and r.obligation in SMT_ROWS):
@@ -330,10 +349,11 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
                 _put(where, texts(lib, r.family, APPLIES, dead))
             if r.obligation == "one-format" and "agnostic" in r.method:
                 index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
-            chained = chained or any(".chain-" in stem for stem, _ in made)
-        if chained:  # the lemmas the chains' instances rest on, once
-            _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()])
-            index += [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS]
+            used.update(n for _, text in made for n in _LEMMA_USED.findall(text))
+        if used:  # the lemmas some file rests on, once
+            _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()
+                                                    if n in used])
+            index += [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS if n in used]
         with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
             f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index))
         if os.path.isdir(folder):

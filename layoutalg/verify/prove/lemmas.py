@@ -53,10 +53,23 @@ def quotient(b, q, r, Q):
     return z3.Implies(z3.And(q * b + r >= 0, q * b + r < Q * b, r >= 0, r < b), z3.And(q >= 0, q < Q))
 
 
+def bound(A, x, r, X, B):
+    """BOUND at (A, x, r, X, B): a digit at most `A` over a number at most `B`, by a radix that
+    is not negative, is a number at most `A + r*B`."""
+    return z3.Implies(z3.And(x <= A, X <= B, r >= 0), x + r * X <= A + r * B)
+
+
+def scale(e, x, M):
+    """SCALE at (e, x, M): an element below `M`, of `e` bytes, ends by byte `e*M`."""
+    return z3.Implies(z3.And(x < M, e > 0), e * x + e <= e * M)
+
+
 LEMMAS = {
     "digit": (digit, 5, "x + a*X = y + a*Y with 0 <= x, y < a gives x = y and X = Y"),
     "range": (range_, 4, "0 <= x < a and 0 <= X < M give 0 <= x + a*X < a*M"),
     "quotient": (quotient, 4, "0 <= q*b + r < Q*b with 0 <= r < b gives 0 <= q < Q"),
+    "bound": (bound, 5, "x <= A, X <= B and r >= 0 give x + r*X <= A + r*B"),
+    "scale": (scale, 3, "x < M and e > 0 give e*x + e <= e*M"),
 }
 """Lemma name -> (its formula at given terms, how many terms, what it says)."""
 
@@ -112,6 +125,26 @@ class Chain:
         box = [] if self.box is None else [self.box == _prod(self.extents[a] for a in self.order)]
         return z3.And(self.term(point) == self.base + self.horner(point), *self.facts, *box)
 
+    def top(self, start: int = 0):
+        """The largest value of the Horner form of `order[start:]` in the box: each atom at its
+        extent less one (with a radix above the extent, the rows' last element)."""
+        h = self.extents[self.order[-1]] - 1
+        for a in reversed(self.order[start:-1]):
+            h = self.extents[a] - 1 + self.r(a) * h
+        return h
+
+    def fits(self, element, page):
+        """A region's chain inside its page: the base is no offset below the page's first
+        element, and the region's last element, of `element` bytes, ends by byte `page`."""
+        return z3.And(self.base >= 0, element >= 1, element * (self.base + self.top() + 1) <= page)
+
+    def inside(self, point: tuple, element) -> list:
+        """BOUND at each digit of `point` (its Horner form at most `top`), and SCALE at the term:
+        with the chain and `fits`, the term's last byte ends by the page's."""
+        out = [bound(self.extents[a] - 1, self.atom(a, point), self.r(a), self.horner(point, k + 1), self.top(k + 1))
+               for k, a in enumerate(self.order[:-1])]
+        return out + [scale(element, self.term(point), self.base + self.top() + 1)]
+
     def uses(self, two: bool) -> set:
         """The lemmas `instances` asserts at one point, or (`two`) between two."""
         out = {"quotient"} if any(a[0] == "quot" for a in self.order) else set()
@@ -161,7 +194,7 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     values = {a: _atom(m.ops, a, point) for a in atoms}
     base = z3.substitute(at, *[(v, z3.IntVal(0)) for v in values.values()])
     steps = {a: z3.substitute(at, *[(v, z3.IntVal(int(b == a))) for b, v in values.items()]) - base for a in atoms}
-    sample = _sample(m)  # (after the terms: their divisions are among the side conditions it satisfies)
+    sample = _sample(m, list(steps.values()))  # (after the terms: their divisions are among the side conditions)
     if sample is None:
         return None
     stride = {a: sample.eval(x, model_completion=True) for a, x in steps.items()}
@@ -180,10 +213,20 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     if not z3.is_true(z3.simplify(known[order[0]] == 1)) or \
             not all(z3.is_int_value(x) and x.as_long() > 0 for x in known.values()):
         return None
-    radix = {a: m.ops.floordiv(steps[b], known[a].as_long()) for a, b in zip(order, order[1:])}
+    radix = {a: steps[b] if known[a].as_long() == 1 else m.ops.floordiv(steps[b], known[a].as_long())
+             for a, b in zip(order, order[1:])}  # (a stride of 1 divides nothing: no quotient to define)
     spread = [f for a, b in zip(order, order[1:]) for f in (steps[b] == radix[a] * steps[a], ext[a] <= radix[a])]
     c = Chain(order, ext, base, term, m.ops, (*facts, *spread), None, dict(extents), radix)
     return c if _shown(m, c, point, rlimit) else None
+
+
+def holds(m, fact, rlimit: int = 5_000_000) -> bool:
+    """Whether Z3 shows `fact` (of the sizes) on `m`'s case path within `rlimit`; its own file
+    shows it to the second solver."""
+    s = z3.Solver()
+    s.set("rlimit", rlimit)
+    s.add(*m.assumptions(), z3.Not(fact), *m.ops.side)
+    return s.check() == z3.unsat
 
 
 def _atom(ops, a: tuple, point: tuple):
@@ -232,14 +275,17 @@ def _vars(x) -> list:
     return z3util.get_vars(x) if z3.is_expr(x) else []
 
 
-def _sample(m):
-    """A configuration of `m`'s path with each size at least 2 where its bounds and guards
-    allow (a size of 1 ties strides, and the order it gives need not be the term's): the
-    wishes that conflict are dropped one at a time, as the solver's unsat cores name them."""
+def _sample(m, strides=()):
+    """A configuration of `m`'s path with each size at least 2 and the `strides` apart where
+    its bounds and guards allow (a size of 1 ties strides, say a rank's heads `heads / tp`,
+    and the order a tie gives need not be the term's): the wishes that conflict are dropped
+    one at a time, as the solver's unsat cores name them."""
     s = z3.Solver()
     s.set("rlimit", 20_000_000)
     s.add(*m.assumptions(), *m.ops.side)
     wish = {z3.Bool(f"wide!{n}"): m.sizes[n] >= 2 for n in sorted(m.sizes)}
+    wish.update({z3.Bool(f"apart!{j}!{k}"): strides[j] != strides[k]
+                 for j in range(len(strides)) for k in range(j + 1, len(strides))})
     s.add(*[z3.Implies(b, c) for b, c in wish.items()])
     keep = list(wish)
     while True:
