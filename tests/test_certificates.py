@@ -289,3 +289,16 @@ def test_a_region_ends_inside_its_page_by_a_fits_file_and_two_lemmas(tmp_path):
                         ("bound", z3.Implies(z3.And(x <= A, X <= B), x + r * X <= A + r * B))):  # no r >= 0
         (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + _smt2([z3.Not(loose)]))
         assert check_file(str(tmp_path / f"{name}.smt2"), 20)[0] == "sat", name
+
+
+def test_rows_whose_strides_are_products_of_sizes_get_polynomial_radices():
+    """quant_packed's rows: d, then K and V of a token R bytes apart, then tokens and heads;
+    each radix is the next stride over this one, a polynomial, never a division."""
+    import z3
+    from layoutalg.verify.prove.lemmas import _ratio
+    m, c, _, _ = _local_chain(load([str(ROOT / "specs" / "quant_packed.lal")]), "quant_packed.data")
+    assert [a[1] for a in c.order] == ["d", "kv", "t", "h"]
+    radix = {a[1]: z3.simplify(r) for a, r in c.radix.items()}
+    assert str(radix["kv"]) == "2" and str(radix["t"]) == "block_size", radix
+    R, T = z3.Ints("R T")
+    assert z3.eq(z3.simplify(_ratio(2 * R * T, 2 * R)), T) and _ratio(R, 2 * R * T) is None and _ratio(R + 1, R) is None

@@ -209,12 +209,11 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     # stride over this one, at least the extent; the fastest stride must be 1. A stride
     # divides only where it is a positive number: a division by a term would assert the term
     # positive beside every query of the file, which the spec does not
-    known = {a: z3.simplify(steps[a]) for a in order[:-1]}
-    if not z3.is_true(z3.simplify(known[order[0]] == 1)) or \
-            not all(z3.is_int_value(x) and x.as_long() > 0 for x in known.values()):
+    if not z3.is_true(z3.simplify(steps[order[0]] == 1)):
         return None
-    radix = {a: steps[b] if known[a].as_long() == 1 else m.ops.floordiv(steps[b], known[a].as_long())
-             for a, b in zip(order, order[1:])}  # (a stride of 1 divides nothing: no quotient to define)
+    radix = {a: _ratio(steps[b], steps[a]) for a, b in zip(order, order[1:])}
+    if any(r is None for r in radix.values()):
+        return None
     spread = [f for a, b in zip(order, order[1:]) for f in (steps[b] == radix[a] * steps[a], ext[a] <= radix[a])]
     c = Chain(order, ext, base, term, m.ops, (*facts, *spread), None, dict(extents), radix)
     return c if _shown(m, c, point, rlimit) else None
@@ -227,6 +226,50 @@ def holds(m, fact, rlimit: int = 5_000_000) -> bool:
     s.set("rlimit", rlimit)
     s.add(*m.assumptions(), z3.Not(fact), *m.ops.side)
     return s.check() == z3.unsat
+
+
+def _ratio(num, den):
+    """`num / den` as a polynomial in the sizes (a z3 term), or None where it is none: each
+    radix of a strided chain, the next stride over this one, is a term of its own, so no
+    division (which would assert its divisor positive beside every query) is needed."""
+    import sympy
+    names: dict = {}
+    try:
+        q = sympy.cancel(_to_sympy(num, names) / _to_sympy(den, names))
+    except LookupError:  # (a term that is no polynomial: no radix)
+        return None
+    n, d = sympy.fraction(q)
+    if d != 1 or not n.is_polynomial(*names.values()):
+        return None
+    back = {v: k for k, v in names.items()}
+    return _to_z3(sympy.expand(n), back)
+
+
+def _to_sympy(x, names: dict):
+    import sympy
+    if z3.is_int_value(x):
+        return sympy.Integer(x.as_long())
+    if z3.is_const(x):
+        return names.setdefault(x, sympy.Symbol(f"v{len(names)}"))
+    kids = [_to_sympy(k, names) for k in x.children()]
+    if z3.is_add(x):
+        return sympy.Add(*kids)
+    if z3.is_mul(x):
+        return sympy.Mul(*kids)
+    if z3.is_sub(x):
+        return kids[0] - sympy.Add(*kids[1:])
+    if x.decl().kind() == z3.Z3_OP_UMINUS:
+        return -kids[0]
+    raise LookupError(f"a stride read as a polynomial: {x}")
+
+
+def _to_z3(e, back: dict):
+    if e.is_Integer:
+        return z3.IntVal(int(e))
+    if e.is_Symbol:
+        return back[e]
+    kids = [_to_z3(e.base, back)] * int(e.exp) if e.is_Pow else [_to_z3(k, back) for k in e.args]
+    return z3.Sum(*kids) if e.is_Add else z3.Product(*kids)
 
 
 def _atom(ops, a: tuple, point: tuple):
