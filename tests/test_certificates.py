@@ -302,3 +302,5 @@ def test_rows_whose_strides_are_products_of_sizes_get_polynomial_radices():
     assert str(radix["kv"]) == "2" and str(radix["t"]) == "block_size", radix
     R, T = z3.Ints("R T")
     assert z3.eq(z3.simplify(_ratio(2 * R * T, 2 * R)), T) and _ratio(R, 2 * R * T) is None and _ratio(R + 1, R) is None
+    assert _ratio(R + 1, z3.IntVal(2)) is None and _ratio(2 * R + 3 * R * T, z3.IntVal(2)) is None  # halves
+    assert z3.eq(z3.simplify(_ratio(2 * R + 4 * T, z3.IntVal(2)) - (R + 2 * T)), z3.IntVal(0))

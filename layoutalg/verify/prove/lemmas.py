@@ -238,9 +238,10 @@ def _ratio(num, den):
         q = sympy.cancel(_to_sympy(num, names) / _to_sympy(den, names))
     except LookupError:  # (a term that is no polynomial: no radix)
         return None
-    n, d = sympy.fraction(q)
-    if d != 1 or not n.is_polynomial(*names.values()):
-        return None
+    n, d = sympy.fraction(sympy.together(q))
+    if d != 1 or not n.is_polynomial(*names.values()) or \
+            not all(c.is_Integer for c in sympy.Poly(n, *names.values()).coeffs()):
+        return None  # (x/2 + 1 is a polynomial over the rationals, and no radix)
     back = {v: k for k, v in names.items()}
     return _to_z3(sympy.expand(n), back)
 
@@ -268,6 +269,8 @@ def _to_z3(e, back: dict):
         return z3.IntVal(int(e))
     if e.is_Symbol:
         return back[e]
+    if not (e.is_Add or e.is_Mul or (e.is_Pow and e.exp.is_Integer and e.exp > 0)):
+        raise LookupError(f"a radix that is no integer polynomial: {e}")
     kids = [_to_z3(e.base, back)] * int(e.exp) if e.is_Pow else [_to_z3(k, back) for k in e.args]
     return z3.Sum(*kids) if e.is_Add else z3.Product(*kids)
 

@@ -153,8 +153,12 @@ def _text(path: str) -> str:
 
 
 def _prover_fingerprint() -> str:
-    here = Path(__file__).parent
-    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.rglob("*.py")))).hexdigest()
+    """Every module a proof may read beyond the compiler's: the verifier's (the prover, the
+    element oracle `one-format` names elements by, the samples) and the runtime's (the runs
+    `runs-*` check)."""
+    package = Path(__file__).parents[2]
+    files = sorted(p for folder in ("verify", "runtime") for p in (package / folder).rglob("*.py"))
+    return hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()
 
 
 def _cache_file(key: str) -> Path | None:
