@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ..errors import LayoutalgError
 from ..dsl.library import load, spec_files
-from ..verify.prove.store import Row, describe, proof_key, read as _read, write as _write
+from ..verify.prove.store import Row, cacheable, describe, proof_key, read as _read, write as _write
 
 
 def _prove_one(args) -> tuple[str, list[dict], float, str]:
@@ -34,11 +34,6 @@ def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
     if "forkserver" in methods:
         ctx.set_forkserver_preload(["layoutalg.verify.prove.runner"])
     return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=1)
-
-
-def cacheable(rows: list[dict]) -> bool:
-    """Only definite, deterministic results are kept: never an unknown, never a guard's verdict."""
-    return bool(rows) and all(r["status"] != "unknown" and r.get("final", True) for r in rows)
 
 
 def _progress(family: str, data: list[dict], seconds: float, k: int, n: int) -> None:

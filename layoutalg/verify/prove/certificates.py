@@ -178,7 +178,8 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
                                      f"({_atoms_text(c)}, fastest first) at every index of its box; "
                                      f"{_facts_text(c)}", role, False, None)
             if m.part:  # a region: its last byte ends by the page's, which is the sum of its regions
-                e, fits = m.element(role), c.fits(m.element(role), m.r.page(role))
+                e = m.element(role)
+                fits = c.fits(e, m.r.page(role))
                 if lemmas.holds(m, fits):
                     for part in parts:
                         got = asserted[part]

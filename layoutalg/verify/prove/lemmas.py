@@ -206,9 +206,7 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
     if _shown(m, dense, point, rlimit):
         return dense
     # rows further apart than a digit's extent (a region of a page): each radix is the next
-    # stride over this one, at least the extent; the fastest stride must be 1. A stride
-    # divides only where it is a positive number: a division by a term would assert the term
-    # positive beside every query of the file, which the spec does not
+    # stride over this one, at least the extent; the fastest stride must be 1
     if not z3.is_true(z3.simplify(steps[order[0]] == 1)):
         return None
     radix = {a: _ratio(steps[b], steps[a]) for a, b in zip(order, order[1:])}

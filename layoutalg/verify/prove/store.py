@@ -91,6 +91,11 @@ def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
+def cacheable(rows: list[dict]) -> bool:
+    """Only definite, deterministic results are kept: never an unknown, never a guard's verdict."""
+    return bool(rows) and all(r["status"] != "unknown" and r.get("final", True) for r in rows)
+
+
 def row(lib, family: str, obligation: str, rlimit: int, prove) -> Row:
     """The `obligation` row of `family` from the cache, else `prove()` (a Row), kept where it is
     definite and reached within Z3's budget alone. Keyed as a family's proof is (`proof_key`) and
@@ -101,8 +106,9 @@ def row(lib, family: str, obligation: str, rlimit: int, prove) -> Row:
     if hit and len(hit) == 1 and hit[0]["family"] == family and hit[0]["obligation"] == obligation:
         return Row(**hit[0])
     out = prove()
-    if out.status != "unknown" and out.final:
-        write(key, [asdict(out)])
+    data = [asdict(out)]
+    if cacheable(data):
+        write(key, data)
     return out
 
 
