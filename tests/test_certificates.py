@@ -41,7 +41,7 @@ def proved(tmp_path_factory):
 def test_prove_writes_certificates_of_the_rows_it_proves(tmp_path):
     r = run("prove", "specs/opaque.lal", "--certificates", str(tmp_path / "c"), "--jobs", "1")
     assert r.returncode == 0, r.stderr
-    assert "certificates: 21 SMT-LIB files for 9 rows and 2 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
+    assert "certificates: 23 SMT-LIB files for 9 rows and 3 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
     rows = {x["obligation"]: x["certificate"] for x in csv.DictReader(open(tmp_path / "c" / "index.tsv"),
                                                                       delimiter="\t")}
     assert rows["page-size"] == "1 file(s)" and rows["writers-cover"] == "6 file(s)"
@@ -84,7 +84,7 @@ def test_a_page_of_regions_certifies_each_region_and_says_why_the_tiling_has_non
     assert rows[("mamba2", "regions-tile-local")].startswith("none: the concatenation argument")
     assert rows[("mamba2.x", "page-size")] == "2 file(s)"  # its guards make the layout the page, per case
     assert rows[("mamba2.x", "one-format")].startswith("none: the agnostic claim")
-    assert (tmp_path / "m" / "mamba2.tail-canonical" / "digits-match-spec.case0.smt2").exists()  # a canonical pad
+    assert (tmp_path / "m" / "mamba2.tail-canonical" / "digits-match-spec.case0.part1.smt2").exists()  # a canonical pad
     assert all(v.startswith("none: ") or v.endswith("file(s)") for v in rows.values())
 
 
@@ -304,3 +304,54 @@ def test_rows_whose_strides_are_products_of_sizes_get_polynomial_radices():
     assert z3.eq(z3.simplify(_ratio(2 * R * T, 2 * R)), T) and _ratio(R, 2 * R * T) is None and _ratio(R + 1, R) is None
     assert _ratio(R + 1, z3.IntVal(2)) is None and _ratio(2 * R + 3 * R * T, z3.IntVal(2)) is None  # halves
     assert z3.eq(z3.simplify(_ratio(2 * R + 4 * T, z3.IntVal(2)) - (R + 2 * T)), z3.IntVal(0))
+
+
+def _digits_files(lib, family, case, tmp_path):
+    """`family`'s digits-match-spec files of case path `case` and the shared lemmas they rest
+    on, written into `tmp_path`: name -> path."""
+    from layoutalg.verify.prove import lemmas
+    from layoutalg.verify.prove.certificates import _lemma_text
+    out = {}
+    for name, said, assertions in lemmas.shared():
+        (tmp_path / f"{name}.smt2").write_text(_lemma_text(name, said, assertions))
+    for stem, text in texts(lib, family, "digits-match-spec"):
+        if stem.startswith(f"digits-match-spec.case{case}."):
+            (tmp_path / f"{stem}.smt2").write_text(text)
+            out[stem] = tmp_path / f"{stem}.smt2"
+    return out
+
+
+def test_a_digit_table_that_splits_tokens_by_the_interleave_is_certified_and_a_wrong_stride_is_sat(tmp_path,
+                                                                                                  monkeypatch):
+    # packed HND with context parallelism (case path 1): the digit table reads a token as t % interleave
+    # and (t // interleave) % (block_size / interleave), the spec as t itself and token(t); the files tie
+    # each division to the others (DIGIT, QUOTIENT), which is what lets cvc5 read them as one token
+    import dataclasses
+
+    from layoutalg.verify.prove import certificates
+    lib = load([str(ROOT / "specs" / "packed_hnd.lal")])
+    (tmp_path / "good").mkdir()
+    good = _digits_files(lib, "packed_hnd", 1, tmp_path / "good")
+    assert sorted(good) == ["digits-match-spec.case1.part0", "digits-match-spec.case1.part1"]  # local, canonical
+    canonical = good["digits-match-spec.case1.part1"].read_text()
+    assert "; depends on: ../shared-lemmas/digit.smt2 ../shared-lemmas/quotient.smt2" in canonical
+    assert [check_file(str(p), 20)[0] for p in good.values()] == ["unsat", "unsat"]
+    assert check_file(str(tmp_path / "good" / "digit.smt2"), 20)[0] == "unsat"
+    assert check_file(str(tmp_path / "good" / "quotient.smt2"), 20)[0] == "unsat"
+
+    real = certificates.resolve
+
+    def wrong(lib_, family):  # the canonical stride of t // interleave off by one interleave: a broken table
+        fam = real(lib_, family)
+        v = fam.variants[1]
+        digits = [dataclasses.replace(d, canonical=d.canonical + d.local) if d.name == "t//interleave" else d
+                  for d in v.digits]
+        assert digits != list(v.digits)
+        variants = list(fam.variants)
+        variants[1] = dataclasses.replace(v, digits=tuple(digits))
+        return dataclasses.replace(fam, variants=variants)
+    monkeypatch.setattr(certificates, "resolve", wrong)
+    (tmp_path / "bad").mkdir()
+    bad = _digits_files(lib, "packed_hnd", 1, tmp_path / "bad")
+    assert check_file(str(bad["digits-match-spec.case1.part0"]), 20)[0] == "unsat"  # the local strides are right
+    assert check_file(str(bad["digits-match-spec.case1.part1"]), 20)[0] == "sat"

@@ -115,8 +115,14 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
-        parts = w.get("parts") or ([w["clash"], v.children()[1]] if name in LAYOUT_POINTS else [v])
+        parts = w.get("parts") or w.get("sides") or ([w["clash"], v.children()[1]] if name in LAYOUT_POINTS else [v])
         asserted, chains = _cuts(m, name, w)
+        if name in DIVIDED:
+            tied, uses = lemmas.divisions(m.ops, *w.get("arithmetics", ()))
+            for j in range(len(parts)):
+                got = asserted.setdefault(j, ([], [], set()))
+                got[0].extend(tied)
+                got[2].update(uses)
         identities = []
         for label, c, said, role, ranked, claim in chains:  # each chain's own file (its terms made before the side conditions are read)
             if claim is not None:  # a fact of the sizes alone
@@ -137,6 +143,10 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
                         + _smt2([*query_, *m.ops.side])))
     return out
 
+
+DIVIDED = ("digits-match-spec", "one-format")
+"""The rows whose certificates tie every division to the others (`lemmas.divisions`): a digit
+table reads an index through remainders of quotients, the spec through the index itself."""
 
 SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "shard-injective": {0: (("i", "d"), ("j", "d"))},
                 "writers-disjoint": {0: (("i", "d"), ("j", "e"))},

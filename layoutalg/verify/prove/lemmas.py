@@ -84,6 +84,30 @@ def shared() -> list[tuple[str, str, list]]:
     return out
 
 
+def divisions(*arithmetics) -> tuple[list, set]:
+    """(instances, the lemmas they use) that tie the divisions of `arithmetics` (`Z3Ops`: a
+    model's, and those of the other configurations a query reads) to one another: DIGIT at each
+    division `x = q*b + r` against `x = 0*b + x` (a dividend already below its divisor is its
+    own remainder, quotient 0), and between two divisions by one divisor DIGIT (equal dividends
+    have equal quotients and remainders) and QUOTIENT (a dividend below the other's multiple of
+    the divisor has a smaller quotient). A digit table splits an index by remainders of
+    quotients; a solver that does not divide by itself then reads each digit as the spec's term.
+    """
+    out, uses, seen = [], set(), {}
+    for x, b, q, r in (d for ops in arithmetics for d in ops.divisions()):
+        out.append(digit(b, x, 0, r, q))
+        uses.add("digit")
+        for q2, r2 in seen.get(_key(b), ()):
+            out += [digit(b, r, q, r2, q2), quotient(b, q, r, q2), quotient(b, q2, r2, q)]
+            uses.add("quotient")
+        seen.setdefault(_key(b), []).append((q, r))
+    return out, uses
+
+
+def _key(x):
+    return x.get_id() if z3.is_expr(x) else ("int", x)
+
+
 @dataclass(frozen=True)
 class Chain:
     """A term as its base plus the Horner form of its atoms. A point is (index, rank digits);

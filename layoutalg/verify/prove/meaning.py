@@ -130,7 +130,7 @@ def query(m):
     page_size = m.r.page("canonical")  # a single rank's page is the canonical page: all of it
     sizes = single_sizes(m, page_size)
     _, bound = m.r.layout("canonical")
-    earlier, applies, defs, parts_out, meaning = [], [], [], [], []
+    earlier, applies, defs, parts_out, meaning, arithmetics = [], [], [], [], [], []
     for k, path in enumerate(paths(m.lib, m.family)):
         ops = Cancelling(f"{m.tag}S{k}.")
         try:
@@ -148,6 +148,7 @@ def query(m):
             theirs = element_terms(rs, j, s_digits)
         except (ArithmeticError, LookupError):
             continue  # a case S cannot read is one S never takes
+        arithmetics.append(ops)
         held, conds = ops.apart()
         defs += held
         here = _all(cases)
@@ -171,7 +172,8 @@ def query(m):
     meaning.insert(0, ("nowhere", None, None))
     at = [*ci, *cd, *defs]
     parts_out = [z3.And(*at, p) for p in parts_out]
-    w = {"i": i, "d": d, "c": c, "mine": mine, "sizes": sizes, "parts": tuple(parts_out), "meaning": tuple(meaning)}
+    w = {"i": i, "d": d, "c": c, "mine": mine, "sizes": sizes, "parts": tuple(parts_out), "meaning": tuple(meaning),
+         "arithmetics": tuple(arithmetics)}
     return z3.Or(*parts_out), w
 
 

@@ -433,8 +433,10 @@ def _digits_query(m: Model, v, atoms):
         canon = canon + val * size_to_z3(m, atoms, dg.canonical)
     want_local, want_canon = m.r.offset("local", idx) + b, m.canonical_byte(idx, d) + b
     bad = z3.Or(local != want_local, canon != want_canon)
-    return z3.And(*ci, *cd, b >= 0, b < e, bad), {"i": idx, "d": d, "local": local, "canon": canon,
-                                                  "want_local": want_local, "want_canon": want_canon}
+    inside = [*ci, *cd, b >= 0, b < e]
+    return z3.And(*inside, bad), {"i": idx, "d": d, "local": local, "canon": canon,
+                                  "want_local": want_local, "want_canon": want_canon,
+                                  "sides": (z3.And(*inside, local != want_local), z3.And(*inside, canon != want_canon))}
 
 
 def _tiling_query(m: Model, role: str):

@@ -32,6 +32,7 @@ class _Division(NamedTuple):
     a: object
     q: object
     r: object
+    b: object
 
 
 class Z3Ops(Ops):
@@ -79,7 +80,7 @@ class Z3Ops(Ops):
             same = self._by_divisor.setdefault(key[1], [])
             self._events.append((q.get_id(), len(same)))
             same.append(q.get_id())
-            self._divisions[q.get_id()] = _Division(key, len(self._divisions), a, q, r)
+            self._divisions[q.get_id()] = _Division(key, len(self._divisions), a, q, r, b)
             self._memo[key] = (q, r)
             self._alive.append((a, b))  # a key is its terms' ids: held, no other term can take them
         return self._memo[key]
@@ -113,7 +114,7 @@ class Z3Ops(Ops):
         arithmetic rarely finds this itself (it needs dividing an inequality by b), so it is
         stated: theorems, hence sound to add."""
         if pair not in self._lemma_memo:
-            (_, _, a, q, r), (_, _, a2, q2, r2) = self._divisions[pair[0]], self._divisions[pair[1]]
+            (_, _, a, q, r, _), (_, _, a2, q2, r2, _) = self._divisions[pair[0]], self._divisions[pair[1]]
             self._lemma_memo[pair] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
                                       z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
                                       z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
@@ -158,6 +159,10 @@ class Z3Ops(Ops):
             defs.append(z3.Implies(positive, z3.And(*rest[:3])))
             conds += [positive, *rest[3:]]  # the remainder zero, where a `/` made it
         return defs, conds
+
+    def divisions(self) -> list[tuple]:
+        """(dividend, divisor, quotient, remainder) of every division made, in the order made."""
+        return [(d.a, d.b, d.q, d.r) for d in self._divisions.values()]
 
     def quotient(self, a, b):
         """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
