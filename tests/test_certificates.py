@@ -286,7 +286,9 @@ def test_a_region_ends_inside_its_page_by_a_fits_file_and_two_lemmas(tmp_path):
     assert "8 certificates: 8 as expected" in out.getvalue()  # 2 parts, chain, fits; DIGIT, RANGE, BOUND, SCALE
     x, M, E, A, r, X, B = z3.Ints("x M E A r X B")  # each lemma without one hypothesis: sat
     for name, loose in (("scale", z3.Implies(E > 0, E * x + E <= E * M)),                    # no x < M
-                        ("bound", z3.Implies(z3.And(x <= A, X <= B), x + r * X <= A + r * B))):  # no r >= 0
+                        ("bound", z3.Implies(z3.And(x <= A, X <= B), x + r * X <= A + r * B)),  # no r >= 0
+                        ("low", z3.Implies(z3.And(x >= 0, X >= 0), x + r * X >= 0)),             # no r >= 0
+                        ("above", z3.Implies(x >= M, E * x >= E * M))):                         # no e >= 0
         (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + _smt2([z3.Not(loose)]))
         assert check_file(str(tmp_path / f"{name}.smt2"), 20)[0] == "sat", name
 
@@ -355,3 +357,41 @@ def test_a_digit_table_that_splits_tokens_by_the_interleave_is_certified_and_a_w
     bad = _digits_files(lib, "packed_hnd", 1, tmp_path / "bad")
     assert check_file(str(bad["digits-match-spec.case1.part0"]), 20)[0] == "unsat"  # the local strides are right
     assert check_file(str(bad["digits-match-spec.case1.part1"]), 20)[0] == "sat"
+
+
+def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and_an_overlap_is_sat(tmp_path):
+    """gdn_ds's page (the tiling row Z3 proves directly): each pair of regions rests on both
+    regions' chains, their first and last bytes (LOW, ABOVE, BOUND, SCALE) and a file of the
+    sizes alone that one ends by the other's first byte; all unsat under cvc5. With v moved one
+    row of channels back into k, no order holds of k and v and their part is satisfiable: Z3
+    finds the byte they share."""
+    from layoutalg.verify.prove import lemmas
+    from layoutalg.verify.prove.certificates import _lemma_text
+    (tmp_path / "c" / "gdn_ds").mkdir(parents=True)
+    (tmp_path / "c" / "shared-lemmas").mkdir()
+    for name, said, assertions in lemmas.shared():
+        (tmp_path / "c" / "shared-lemmas" / f"{name}.smt2").write_text(_lemma_text(name, said, assertions))
+    made = dict(texts(load([str(ROOT / "specs" / "gdn_ds.lal")]), "gdn_ds", "regions-tile-local"))
+    for stem, text in made.items():
+        (tmp_path / "c" / "gdn_ds" / f"{stem}.smt2").write_text(text)
+    k_v = next(stem for stem, text in made.items() if "chain-k-before-v.smt2" in text)
+    assert "chain-region-k.smt2" in made[k_v] and "../shared-lemmas/above.smt2" in made[k_v]
+    assert "claim: region k ends (its last element's last byte) by region v's first byte." in \
+        made["regions-tile-local.case0.chain-k-before-v"]
+    out = io.StringIO()
+    assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
+    assert f"{len(made) + len(lemmas.LEMMAS)} certificates: {len(made) + len(lemmas.LEMMAS)} as expected" in out.getvalue()
+
+    for f in (ROOT / "specs").glob("*.lal"):
+        (tmp_path / f.name).write_text(f.read_text())
+    spec = (tmp_path / "gdn_ds.lal").read_text()
+    assert spec.count("offset w + K * (2 * Q + j)") == 1
+    (tmp_path / "gdn_ds.lal").write_text(spec.replace("offset w + K * (2 * Q + j)", "offset w + K * (2 * Q - 1 + j)"))
+    broken = dict(texts(load([str(tmp_path / "gdn_ds.lal")]), "gdn_ds", "regions-tile-local"))
+    assert "regions-tile-local.case0.chain-k-before-v" not in broken and "before-v" not in broken[k_v]
+    (tmp_path / "broken.smt2").write_text(broken[k_v])
+    import z3
+    s = z3.Solver()
+    s.from_string(broken[k_v])
+    assert s.check() == z3.sat  # a byte of k and one of v at the same place: the file is a counterexample
+    assert check_file(str(tmp_path / "broken.smt2"), 3)[0] != "unsat"  # (cvc5 may not find the model in 3 s)

@@ -14,6 +14,7 @@ file of a broken spec is answered `sat`.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ..certify import DEPENDS, folder_of
 from . import lemmas, meaning
-from .obligations import QUERIES, Model, _prod
+from .obligations import PAGE, QUERIES, Model, _prod
 from .runner import query
 from .store import OBLIGATIONS, Row
 
@@ -128,8 +129,11 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             if claim is not None:  # a fact of the sizes alone
                 identities.append((label, said, [*assumed, z3.Not(claim)]))
                 continue
-            i, _ = m.index(role, "#")
-            d = m.digits("#")[0] if ranked else {}
+            if isinstance(role, tuple):  # a point of its own (a region of a page's tiling)
+                i, d = role
+            else:
+                i, _ = m.index(role, "#")
+                d = m.digits("#")[0] if ranked else {}
             identities.append((label, said, [*assumed, *c.bounds((i, d)), z3.Not(c.identity((i, d)))]))
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
@@ -168,6 +172,8 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
     of the shard map it reads, each found once and asserted as found, and for a region of a
     page that its chain fits the page (`Chain.fits`). A term whose chain is not shown gets
     none; a part with none is written whole."""
+    if name in PAGE:
+        return _tiling_cuts(m, w)
     asserted, chains = {}, {}
 
     def add(part, label, c, points):
@@ -217,6 +223,62 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
                                  f"({_atoms_text(c)}, fastest first) at every local index and rank; "
                                  f"{_facts_text(c)}", "local", True, None))
     return asserted, list(chains.values())
+
+
+def _tiling_cuts(m: Model, w: dict) -> tuple[dict, list]:
+    """`_cuts` of a page's tiling row: two regions that share no byte lie in byte ranges one
+    before the other. Each region's offset gets its chain (the identity at a point of its own),
+    its first and last bytes by ABOVE and LOW (at or after `element * base`) and BOUND and SCALE
+    (by `element * (base + top + 1)`), and the pair a file of the sizes alone: the earlier
+    region ends by the later's first byte. A pair whose regions have no chain, or whose order
+    Z3 does not show, is written whole."""
+    asserted, chains, found = {}, {}, {}
+    for part, (kind, *boxes) in enumerate(w["meaning"]):
+        if kind != "overlap":
+            continue
+        for box in boxes:
+            if box[0] not in found:
+                found[box[0]] = _region_chain(m, box)
+        got = [(box, found[box[0]]) for box in boxes]
+        if any(c is None for _, c in got):
+            continue
+        ends = [(box[6] * c.base, box[6] * (c.base + c.top() + 1), _short(box[0])) for box, c in got]
+        order = next((o for o in (ends, ends[::-1]) if lemmas.holds(m, o[0][1] <= o[1][0])), None)
+        if order is None:  # (neither first: they may share a byte; the part is written whole)
+            continue
+        (_, end, first), (start, _, second) = order
+        label = f"{first}-before-{second}"
+        chains.setdefault(label, (label, None, f"region {first} ends (its last element's last byte) by region "
+                                               f"{second}'s first byte", None, False, end <= start))
+        mine = asserted.setdefault(part, ([], [], set()))
+        for box, c in got:
+            point = (box[3], {})
+            mine[0].extend([*c.instances(point), *c.inside(point, box[6]), *c.above(point, box[6])])
+            mine[1].append(f"region-{_short(box[0])}")
+            mine[2].update(c.uses(False) | {"bound", "scale", "low", "above"})
+            chains.setdefault(box[0], (f"region-{_short(box[0])}", c, f"region {_short(box[0])}'s offset is its base plus the Horner form of "
+                                                   f"its atoms ({_atoms_text(c)}, fastest first) at every index of "
+                                                   f"its box; {_facts_text(c)}", c.within_point, False, None))
+        mine[0].append(end <= start)
+        mine[1].append(label)
+    return asserted, list(chains.values())
+
+
+def _short(region: str) -> str:
+    return region.rsplit(".", 1)[-1]  # (`layout.region`: one page's regions have names of their own)
+
+
+def _region_chain(m: Model, box: tuple):
+    """The chain of a region's offset (a `_tiling_query` box), with a point of its own for
+    its identity's file (`within_point`), or None."""
+    name, ldef, bound = box[:3]
+    ext = {d.name: m.r.expr(d.extent, bound) for d in ldef.indices}
+    c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (box[3], {}), ext)
+    if c is None:
+        return None
+    own = ({n: m.fresh(f"{n}#@{name}") for n in ext}, {})
+    c.term(own)  # (its divisions made before any file reads the side conditions)
+    return dataclasses.replace(c, within_point=own)
 
 
 def _facts_text(c: lemmas.Chain) -> str:

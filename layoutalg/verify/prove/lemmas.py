@@ -22,6 +22,16 @@ them exactly when it is without them, and what is left for the second solver is 
 the monomials. Nothing here is trusted: a wrong order, a term that is not dense, or a
 chain that does not hold makes its identity file sat (or undecided), and the row is not
 certified.
+
+A region of a page places its bytes between its first and last element's, by four more:
+
+    BOUND:     x <= A,  X <= B,  r >= 0                        gives  x + r*X <= A + r*B
+    SCALE:     x < M,  e > 0                                   gives  e*x + e <= e*M
+    LOW:       x >= 0,  X >= 0,  r >= 0                        gives  x + r*X >= 0
+    ABOVE:     x >= y,  e >= 0                                 gives  e*x >= e*y
+
+And a digit table, which reads an index through remainders of its quotients, meets the
+spec's reading of the index itself by DIGIT and QUOTIENT between divisions (`divisions`).
 """
 from __future__ import annotations
 
@@ -64,12 +74,26 @@ def scale(e, x, M):
     return z3.Implies(z3.And(x < M, e > 0), e * x + e <= e * M)
 
 
+def low(x, r, X):
+    """LOW at (x, r, X): a digit and a number that are not negative, by a radix that is not,
+    make a number that is not negative."""
+    return z3.Implies(z3.And(x >= 0, X >= 0, r >= 0), x + r * X >= 0)
+
+
+def above(e, x, y):
+    """ABOVE at (e, x, y): an element at offset `x` at least `y`, of `e` bytes, starts at byte
+    `e*y` or later."""
+    return z3.Implies(z3.And(x >= y, e >= 0), e * x >= e * y)
+
+
 LEMMAS = {
     "digit": (digit, 5, "x + a*X = y + a*Y with 0 <= x, y < a gives x = y and X = Y"),
     "range": (range_, 4, "0 <= x < a and 0 <= X < M give 0 <= x + a*X < a*M"),
     "quotient": (quotient, 4, "0 <= q*b + r < Q*b with 0 <= r < b gives 0 <= q < Q"),
     "bound": (bound, 5, "x <= A, X <= B and r >= 0 give x + r*X <= A + r*B"),
     "scale": (scale, 3, "x < M and e > 0 give e*x + e <= e*M"),
+    "low": (low, 3, "x >= 0, X >= 0 and r >= 0 give x + r*X >= 0"),
+    "above": (above, 3, "x >= y and e >= 0 give e*x >= e*y"),
 }
 """Lemma name -> (its formula at given terms, how many terms, what it says)."""
 
@@ -126,6 +150,7 @@ class Chain:
     box: object = None
     within: dict | None = None  # a point's extents by name: where the identity is shown
     radix: dict | None = None  # an atom's radix, its next atom's stride over its own (None: its extent, dense)
+    within_point: tuple | None = None  # a point of its own its identity's file is shown at (None: the row's)
 
     def r(self, a: tuple):
         return self.extents[a] if self.radix is None else self.radix[a]
@@ -168,6 +193,12 @@ class Chain:
         out = [bound(self.extents[a] - 1, self.atom(a, point), self.r(a), self.horner(point, k + 1), self.top(k + 1))
                for k, a in enumerate(self.order[:-1])]
         return out + [scale(element, self.term(point), self.base + self.top() + 1)]
+
+    def above(self, point: tuple, element) -> list:
+        """LOW at each digit of `point` (its Horner form not negative) and ABOVE at the term:
+        with the chain, the term's first byte is at or after the base's, `element * base`."""
+        out = [low(self.atom(a, point), self.r(a), self.horner(point, k + 1)) for k, a in enumerate(self.order[:-1])]
+        return out + [above(element, self.term(point), self.base)]
 
     def uses(self, two: bool) -> set:
         """The lemmas `instances` asserts at one point, or (`two`) between two."""
