@@ -394,4 +394,3 @@ def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and
     s = z3.Solver()
     s.from_string(broken[k_v])
     assert s.check() == z3.sat  # a byte of k and one of v at the same place: the file is a counterexample
-    assert check_file(str(tmp_path / "broken.smt2"), 3)[0] != "unsat"  # (cvc5 may not find the model in 3 s)

@@ -286,9 +286,9 @@ def _ratio(num, den):
     radix of a strided chain, the next stride over this one, is a term of its own, so no
     division (which would assert its divisor positive beside every query) is needed."""
     import sympy
-    names: dict = {}
+    names, seen = {}, {}
     try:
-        q = sympy.cancel(_to_sympy(num, names) / _to_sympy(den, names))
+        q = sympy.cancel(_to_sympy(z3.simplify(num), names, seen) / _to_sympy(z3.simplify(den), names, seen))
     except LookupError:  # (a term that is no polynomial: no radix)
         return None
     n, d = sympy.fraction(sympy.together(q))
@@ -299,22 +299,28 @@ def _ratio(num, den):
     return _to_z3(sympy.expand(n), back)
 
 
-def _to_sympy(x, names: dict):
+def _to_sympy(x, names: dict, seen: dict):
+    """`x` as a sympy expression, each shared subterm read once (`seen`: a term's id -> it;
+    a term is a graph, and read as a tree it can be exponentially larger)."""
     import sympy
-    if z3.is_int_value(x):
-        return sympy.Integer(x.as_long())
-    if z3.is_const(x):
-        return names.setdefault(x, sympy.Symbol(f"v{len(names)}"))
-    kids = [_to_sympy(k, names) for k in x.children()]
-    if z3.is_add(x):
-        return sympy.Add(*kids)
-    if z3.is_mul(x):
-        return sympy.Mul(*kids)
-    if z3.is_sub(x):
-        return kids[0] - sympy.Add(*kids[1:])
-    if x.decl().kind() == z3.Z3_OP_UMINUS:
-        return -kids[0]
-    raise LookupError(f"a stride read as a polynomial: {x}")
+    if x.get_id() not in seen:
+        if z3.is_int_value(x):
+            seen[x.get_id()] = sympy.Integer(x.as_long())
+        elif z3.is_const(x):
+            seen[x.get_id()] = names.setdefault(x, sympy.Symbol(f"v{len(names)}"))
+        else:
+            kids = [_to_sympy(k, names, seen) for k in x.children()]
+            if z3.is_add(x):
+                seen[x.get_id()] = sympy.Add(*kids)
+            elif z3.is_mul(x):
+                seen[x.get_id()] = sympy.Mul(*kids)
+            elif z3.is_sub(x):
+                seen[x.get_id()] = kids[0] - sympy.Add(*kids[1:])
+            elif x.decl().kind() == z3.Z3_OP_UMINUS:
+                seen[x.get_id()] = -kids[0]
+            else:
+                raise LookupError(f"a stride read as a polynomial: {x}")
+    return seen[x.get_id()]
 
 
 def _to_z3(e, back: dict):
