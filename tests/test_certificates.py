@@ -394,3 +394,44 @@ def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and
     s = z3.Solver()
     s.from_string(broken[k_v])
     assert s.check() == z3.sat  # a byte of k and one of v at the same place: the file is a counterexample
+
+
+def test_a_direct_plans_proof_for_all_sizes_is_written_as_steps_cvc5_re_checks(tmp_path):
+    """`prove --reshard --certificates`: each query the plan's proof answered unsat is a step
+    file (the local layout's one-to-one step along its chain, DIGIT and RANGE; its elements
+    inside the page by LOW and ABOVE), all unsat."""
+    r = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2", "tp=1", "--family", "split_nhd",
+            "--certificates", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"certificates: \d+ SMT-LIB files for 1 plans in ", r.stdout), r.stdout
+    rows = {(x["family"], x["obligation"]): x["certificate"]
+            for x in csv.DictReader(open(tmp_path / "c" / "index.tsv"), delimiter="\t")}
+    steps = sorted((tmp_path / "c" / "split_nhd").glob("reshard.tp2-to-tp1.step*.smt2"))
+    assert rows[("split_nhd", "reshard.tp2-to-tp1")] == f"{len(steps)} file(s)" and len(steps) > 20
+    said = [f.read_text() for f in steps]
+    assert any("; step: cases 0 (store) and 0 (load): consumer rank 0 (reshard-match): no size where a byte is read "
+               "from a producer byte holding another canonical byte." in t for t in said)
+    bijective = next(t for t in said if "the load configuration's local layout is one-to-one" in t)
+    assert re.search(r"; depends on: reshard\.tp2-to-tp1\.step\d+\.chain-local\.smt2 \.\./shared-lemmas/digit\.smt2",
+                     bijective)
+    out = io.StringIO()
+    assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
+    shared = sorted(f.stem for f in (tmp_path / "c" / "shared-lemmas").glob("*.smt2"))
+    assert shared == ["above", "digit", "low", "range"]  # one-to-one along its chain; each element after the base
+    assert f"{len(steps) + 4} certificates: {len(steps) + 4} as expected" in out.getvalue()
+
+
+def test_a_plan_not_proved_for_all_sizes_gets_no_certificate_and_nothing_is_written(tmp_path):
+    r = run("prove", "tests/mutants/m04.lal", "--reshard", "tp=2", "tp=1", "--certificates", str(tmp_path / "c"))
+    assert r.returncode == 2 and "no plan is proved for all sizes: nothing to certify" in r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_pipeline_row_is_one_certificate_and_one_edit_breaks_it(tmp_path):
+    r = run("prove", "--pipeline", "--certificates", str(tmp_path / "c"))
+    assert r.returncode == 0 and "certificates: 1 SMT-LIB file in" in r.stdout, r.stdout + r.stderr
+    text = (tmp_path / "c" / "pipeline" / "stages-tile.case0.smt2").read_text()
+    assert "; expect: unsat" in text and text.count("(- pp 1)") == 1
+    assert certify(str(tmp_path / "c"), 20, 1, io.StringIO()) == 0
+    (tmp_path / "edited.smt2").write_text(text.replace("(- pp 1)", "(- pp 2)"))  # one stage too many gets a layer more
+    assert check_file(str(tmp_path / "edited.smt2"), 20)[0] == "sat"

@@ -109,22 +109,38 @@ def _table(rows: list, cached: set, out) -> None:
           f"{bad['unknown']} unknown", file=out)
 
 
-def _reshard_one(args) -> list[dict]:
+def _reshard_one(args) -> tuple[list[dict], list | str | None]:
+    """(rows, the step files of its proof (`steps`: a proof for all sizes of both rows), or why
+    it has none, or None where none were asked)."""
     from ..verify.prove.reshard import prove_all_sizes
+    from ..verify.prove.reshard.at_sizes import recording
     from ..verify.prove.runner import Budget, to_json
-    paths, family, x, y, rlimit, guard_s, use_cache = args
+    paths, family, x, y, rlimit, guard_s, use_cache, steps = args
     if not use_cache:  # this worker is a process of its own (`_fresh_processes`): the setting dies with it
         os.environ["LAYOUTALG_CACHE"] = "off"
-    return to_json(prove_all_sizes(load(paths), family, x, y, Budget(rlimit, guard_s)))
+    lib = load(paths)
+    with recording() as asked:
+        rows = prove_all_sizes(lib, family, x, y, Budget(rlimit, guard_s))
+    if not steps:
+        return to_json(rows), None
+    from ..verify.prove.certificates import step_texts
+    from ..verify.prove.store import RESHARD
+    main = [r for r in rows if r.obligation in RESHARD]
+    if not all(r.status == "proved" and "all sizes" in r.method for r in main):
+        return to_json(rows), "its rows are not proved for all sizes (" + \
+            ", ".join(f"{r.obligation} {r.status}" for r in main) + ")"
+    return to_json(rows), step_texts(lib, family, steps[0], steps[1], asked)
 
 
 def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int | None = None,
-                  guard_s: float | None = None, jobs: int = 1, use_cache: bool = True) -> list[Row]:
+                  guard_s: float | None = None, jobs: int = 1, use_cache: bool = True, steps: list | None = None):
     """The direct plan from configuration `store` to `load` ('tp=2,dcp=1') of each family
     (or `family`), proved for all sizes (`all_sizes.prove_all_sizes`), each family in a fresh
     process as the library's proofs are (`_fresh_processes`): a verdict never depends on what
     the calling process solved before. The family's own rows a plan rests on (`one-format`,
-    `sequence-order`) are taken from the proof cache unless `use_cache` is false."""
+    `sequence-order`) are taken from the proof cache unless `use_cache` is false. With a list
+    `steps`, each family's step files (`certificates.step_texts`), or why it has none, are
+    added to it as (family, obligation, files or why)."""
     from ..params import parse_config
     from ..verify.prove import GUARD_S
     from ..verify.prove import RLIMIT
@@ -137,9 +153,14 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
             raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
     x, y = parse_config(store, also=("block_size",)), parse_config(load_, also=("block_size",))
     files = [str(f.resolve()) for f in spec_files(paths)]
-    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S, use_cache) for n in names]
+    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S, use_cache,
+             None if steps is None else (store, load_)) for n in names]
     with _fresh_processes(max(1, min(jobs, len(args)))) as pool:
-        return [Row(**r) for rows in pool.map(_reshard_one, args) for r in rows]
+        done = list(pool.map(_reshard_one, args))
+    if steps is not None:
+        from ..verify.prove.certificates import pair_name
+        steps += [(n, pair_name(store, load_), made) for n, (_, made) in zip(names, done)]
+    return [Row(**r) for rows, _ in done for r in rows]
 
 
 def prove_command(args, out=None) -> int:
@@ -147,23 +168,45 @@ def prove_command(args, out=None) -> int:
     from .._resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
-    if getattr(args, "certificates", None) and (getattr(args, "pipeline", False) or getattr(args, "reshard", None)):
-        raise LayoutalgError("prove: --certificates writes a library proof's rows; the --reshard and --pipeline "
-                             "rows have no certificates yet")
     if getattr(args, "pipeline", False):
         from ..verify.prove import GUARD_S
         from ..verify.prove import RLIMIT
         from ..verify.prove.pipeline import stages_row
+        certificates = getattr(args, "certificates", None)
+        if certificates:
+            from ..verify.prove.certificates import check_target
+            check_target(certificates)
         rows = [stages_row(args.rlimit or RLIMIT, args.timeout or GUARD_S)]
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
+        if certificates and rows[0].status == "proved":
+            from ..verify.prove.certificates import stages_text, write_steps
+            write_steps([("pipeline", "stages-tile", stages_text())], certificates)
+            print(f"certificates: 1 SMT-LIB file in {certificates}; re-check it with "
+                  f"`layoutalg certify {certificates}`", file=out)
         return 0 if rows[0].status == "proved" else 1
     if getattr(args, "reshard", None):
+        certificates = getattr(args, "certificates", None)
+        if certificates:  # before the proof, not after it
+            from ..verify.prove.certificates import check_target
+            check_target(certificates)
+        made: list | None = [] if certificates else None
         rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout, args.jobs,
-                             not args.no_cache)
+                             not args.no_cache, made)
         print(f"direct plans from {args.reshard[0]} to {args.reshard[1]}, for all sizes:", file=out)
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
+        if certificates:
+            from ..verify.prove.certificates import write_steps
+            from ..verify.prove.lemmas import SHARED
+            index = write_steps(made, certificates)
+            files = sum(int(what.split()[0]) for _, _, what in index if not what.startswith("none"))
+            plans = [what for family, _, what in index if family != SHARED]
+            none = sum(1 for what in plans if what.startswith("none"))
+            print(f"certificates: {files} SMT-LIB files for {len(plans) - none} plans in {certificates}"
+                  + (f"; {none} plans not proved for all sizes have none ({os.path.join(certificates, 'index.tsv')} "
+                     f"says why)" if none else "") + f"; re-check them with `layoutalg certify {certificates}`",
+                  file=out)
         print("\nobligations:\n" + describe(dict.fromkeys(r.obligation for r in rows)), file=out)
         return 1 if any(r.status != "proved" for r in rows) else 0
     certificates = getattr(args, "certificates", None)

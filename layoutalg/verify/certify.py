@@ -144,7 +144,8 @@ def index_problems(folder: str) -> list[str]:
                 continue
             where = os.path.join(folder, folder_of(family))
             have = len([n for n in (os.listdir(where) if os.path.isdir(where) else [])
-                        if (n.startswith(obligation + ".case") and n.endswith(".smt2")) or n == obligation + ".smt2"])
+                        if (n.startswith((obligation + ".case", obligation + ".step")) and n.endswith(".smt2"))
+                        or n == obligation + ".smt2"])
             if str(have) != what.split()[0]:
                 out.append(f"{family} {obligation}: index.tsv lists {what}, the folder holds {have}")
     return out

@@ -124,17 +124,7 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
                 got = asserted.setdefault(j, ([], [], set()))
                 got[0].extend(tied)
                 got[2].update(uses)
-        identities = []
-        for label, c, said, role, ranked, claim in chains:  # each chain's own file (its terms made before the side conditions are read)
-            if claim is not None:  # a fact of the sizes alone
-                identities.append((label, said, [*assumed, z3.Not(claim)]))
-                continue
-            if isinstance(role, tuple):  # a point of its own (a region of a page's tiling)
-                i, d = role
-            else:
-                i, _ = m.index(role, "#")
-                d = m.digits("#")[0] if ranked else {}
-            identities.append((label, said, [*assumed, *c.bounds((i, d)), z3.Not(c.identity((i, d)))]))
+        identities = _identities(m, chains, assumed)
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
             used, labels, kinds = asserted.get(j, ([], [], set()))
@@ -151,6 +141,60 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
 DIVIDED = ("digits-match-spec", "one-format")
 """The rows whose certificates tie every division to the others (`lemmas.divisions`): a digit
 table reads an index through remainders of quotients, the spec through the index itself."""
+
+def _identities(m: Model, chains: list, assumed: list) -> list[tuple[str, str, list]]:
+    """(label, what it says, assertions) of each chain's own file (`_cuts`): its identity at a
+    point of its own, or its claim of the sizes alone, denied under the case's assumptions.
+    Its terms are made here, before any file reads the side conditions."""
+    out = []
+    for label, c, said, role, ranked, claim in chains:
+        if claim is not None:  # a fact of the sizes alone
+            out.append((label, said, [*assumed, z3.Not(claim)]))
+            continue
+        if isinstance(role, tuple):  # a point of its own (a region of a page's tiling)
+            i, d = role
+        else:
+            i, _ = m.index(role, "#")
+            d = m.digits("#")[0] if ranked else {}
+        out.append((label, said, [*assumed, *c.bounds((i, d)), z3.Not(c.identity((i, d)))]))
+    return out
+
+
+class _Assuming:
+    """A model with more assumptions (a direct plan's query reads the sizes' bounds and its
+    case's conditions beside the model's own): what `_cuts` and its chains show, they show there."""
+
+    def __init__(self, m: Model, more: list):
+        self._m, self._more = m, more
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+    def assumptions(self) -> list:
+        return [*self._m.assumptions(), *self._more]
+
+
+def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
+    """What a query asking row `name` of `m` whole (`w` its witnesses) may rest on, as a
+    certificate of it would, where `assumed` holds beside `m`'s assumptions: (the instances
+    its parts assert, all at once; each chain's file as (label, what it says, assertions, with
+    `m`'s side conditions); the lemmas used). With `name` None, a byte of the local layout at
+    `w["i"]` inside the page (`reshard.plan_queries._outside_page`): the layout's chain, its
+    fits and both ends of its element."""
+    m = _Assuming(m, list(assumed))
+    asserted, chains = _cuts(m, name or "local-bijective", w if name else {**w, "j": w["i"]})
+    if name is None:
+        local = next((c for label, c, *_ in chains if label == "local"), None)
+        asserted = {0: asserted.get(0, ([], [], set()))}
+        if local is not None:
+            got = asserted[0]
+            got[0].extend(local.above((w["i"], {}), m.element("local")))
+            got[2].update({"low", "above"})
+    files = _identities(m, chains, m.assumptions())
+    found = [x for got in asserted.values() for x in got[0]]
+    return found, [(label, said, [*a, *m.ops.side]) for label, said, a in files], \
+        set().union(set(), *[got[2] for got in asserted.values()])
+
 
 SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "shard-injective": {0: (("i", "d"), ("j", "d"))},
                 "writers-disjoint": {0: (("i", "d"), ("j", "e"))},
@@ -437,3 +481,106 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
         raise
     return index
 
+
+
+RESHARD_STEP = "reshard"
+"""The prefix of a direct plan's step files: `reshard.STORE-to-LOAD.stepN.smt2` in its family's folder."""
+
+
+def pair_name(store: str, load: str) -> str:
+    """A configuration pair as a file name's part: 'tp=2,dcp=1' to 'tp=1' is `tp2.dcp1-to-tp1`."""
+    def one(config: str) -> str:
+        return ".".join(re.sub(r"[^A-Za-z0-9_]", "", p) for p in config.split(",") if p.strip()) or "default"
+    return f"{RESHARD_STEP}.{one(store)}-to-{one(load)}"
+
+
+def step_texts(lib: Library, family: str, store: str, load: str, steps: list) -> list[tuple[str, str]]:
+    """(file stem, SMT-LIB text) of each step of a direct plan's proof for all sizes (`steps`:
+    (what it shows, its assertions), each a query Z3 answered unsat: `reshard.at_sizes.recording`),
+    one file a distinct query."""
+    made: dict = {}
+    for what, asserted, chains, kinds in steps:  # (a term in `what` may print on several lines)
+        made.setdefault(_smt2(asserted), (" ".join(what.split()), chains, kinds))
+    name, out = pair_name(store, load), []
+    for n, (body, (what, chains, kinds)) in enumerate(made.items()):
+        stem = f"{name}.step{n:03d}"
+        needs = [f"{stem}.chain-{label}.smt2" for label, _, _ in chains]
+        needs += [f"../{lemmas.SHARED}/{k}.smt2" for k in lemmas.LEMMAS if k in kinds]
+        out.append((stem, _step_header(lib, family, store, load, n, len(made), what, needs) + body))
+        out += [(f"{stem}.chain-{label}", _step_header(lib, family, store, load, n, len(made), said, chain=True)
+                 + _smt2(a)) for label, said, a in chains]
+    return out
+
+
+def _step_header(lib: Library, family: str, store: str, load: str, n: int, total: int, what: str,
+                 uses=(), chain: bool = False) -> str:
+    file, line, body = _spec_lines(lib, family)
+    if chain:
+        return "".join(f"; {t}\n" for t in [
+            f"layoutalg certificate: family {family}, the direct plan from {store} to {load} (`layoutalg prove "
+            f"--reshard`), a chain step {n + 1} of {total} rests on", "expect: unsat",
+            f"spec: {file}:{line}", *(f"  | {t}" for t in body), f"claim: {what}.",
+            "unsat means: no sizes within their declared bounds satisfying the case's guards, and no index",
+            "of the box, break it; the step asserts it at its own indices."]) + "(set-logic ALL)\n"
+    lines = [f"layoutalg certificate: family {family}, the direct plan from {store} to {load} "
+             f"(`layoutalg prove --reshard`), step {n + 1} of {total}",
+             "expect: unsat", f"spec: {file}:{line}", *(f"  | {t}" for t in body),
+             f"step: {what}.",
+             "unsat means: no value of the sizes within their declared bounds, and no rank, byte or index,",
+             "satisfies the query below, so the step holds for every size. The plan's rows (reshard-cover,",
+             "reshard-match) hold where every step is unsat, with the family's one-format row (and, across",
+             "another cp, its sequence-order row; for a page of regions, its regions-tile rows), which",
+             "`layoutalg prove SPEC --certificates` certifies or says why not. Which steps a plan takes (its",
+             "case pairs, consumers and regions) is the prover's; each step is here to re-check.",
+             *(["It asserts instances of the identities and lemmas the files below certify (valid where they",
+                "are unsat: the answer is the query's own).", f"{DEPENDS} {' '.join(uses)}"] if uses else []),
+             "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
+    return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
+
+
+def write_steps(made: list, folder: str) -> list[tuple[str, str, str]]:
+    """Write each family's step files (`made`: (family, obligation, its files, or why none))
+    into `folder`, with `index.tsv`, as `write` does: nothing half-written, `folder` new or
+    empty, and no file at all an error."""
+    check_target(folder)
+    if not any(files for _, _, files in made if not isinstance(files, str)):
+        raise LayoutalgError(f"prove --reshard --certificates {folder}: no plan is proved for all sizes: "
+                             f"nothing to certify")
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
+    index, used = [], set()
+    try:
+        for family, obligation, files in made:
+            if isinstance(files, str):
+                index.append((family, obligation, f"none: {files}"))
+                continue
+            _put(os.path.join(tmp, folder_of(family)), files)
+            index.append((family, obligation, f"{len(files)} file(s)"))
+            used.update(n for _, text in files for n in _LEMMA_USED.findall(text))
+        if used:  # the lemmas some file rests on, once
+            _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()
+                                                    if n in used])
+            index += [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS if n in used]
+        with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
+            f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index))
+        if os.path.isdir(folder):
+            os.rmdir(folder)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return index
+
+
+def stages_text() -> list[tuple[str, str]]:
+    """(file stem, SMT-LIB text) of the `stages-tile` row (`prove --pipeline`): one query."""
+    from .pipeline import LAYERS, stages_query
+    lines = ["layoutalg certificate: vLLM's split of a model's layers over pipeline stages (`layoutalg prove "
+             "--pipeline`), obligation stages-tile", "expect: unsat",
+             "obligation: each layer lies in exactly one stage, for every layer count and stage count",
+             "Stage s of pp owns layers [start(s), start(s + 1)), start(s) = s * q + max(0, s - (pp - 1 - r)) with",
+             f"q, r the quotient and remainder of layers by pp, start(pp) = layers; 1 <= pp <= layers <= {LAYERS}.",
+             "unsat means: no layer count and stage count have a stage that owns no layer, a first stage that",
+             "does not start at layer 0, or a last that does not end at the last layer: the stages tile the layers."]
+    return [("stages-tile.case0", "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n" + _smt2(stages_query()[0]))]

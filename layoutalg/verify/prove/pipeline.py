@@ -30,17 +30,23 @@ def _start(s, q, r, pp):
     return z3.If(s == pp, pp * q + r, s * q + z3.If(s - (pp - 1 - r) > 0, s - (pp - 1 - r), 0))
 
 
+def stages_query() -> tuple[list, tuple]:
+    """(assertions, (layers, pp, s)) of `stages-tile`'s violation: unsat when the row holds."""
+    layers, pp, s, q, r = z3.Ints("layers pp s q r")
+    domain = [pp >= 1, pp <= layers, layers <= LAYERS, layers == q * pp + r, r >= 0, r < pp]  # q, r: L's division
+    violation = z3.Or(z3.And(s >= 0, s < pp, _start(s + 1, q, r, pp) - _start(s, q, r, pp) < 1),
+                      _start(0, q, r, pp) != 0, _start(pp, q, r, pp) != layers)
+    return [*domain, violation], (layers, pp, s)
+
+
 def stages_row(rlimit: int, guard_s: float | None = None) -> Row:
     """The `stages-tile` row: for every 1 <= pp <= L <= the layers' bound, no stage owns no layer,
     the first starts at layer 0 and the last ends at L (unsat of their negation)."""
     t0 = time.perf_counter()
-    layers, pp, s, q, r = z3.Ints("layers pp s q r")
     top = LAYERS
-    domain = [pp >= 1, pp <= layers, layers <= top, layers == q * pp + r, r >= 0, r < pp]  # q, r: L's division
-    violation = z3.Or(z3.And(s >= 0, s < pp, _start(s + 1, q, r, pp) - _start(s, q, r, pp) < 1),
-                      _start(0, q, r, pp) != 0, _start(pp, q, r, pp) != layers)
+    asserted, (layers, pp, s) = stages_query()
     sv = solver(rlimit, guard_s)
-    sv.add(*domain, violation)
+    sv.add(*asserted)
     res, sv = check(sv, rlimit, guard_s)
     status = "proved" if res == z3.unsat else "refuted" if res == z3.sat else "unknown"
     detail = ""

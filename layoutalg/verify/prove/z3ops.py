@@ -223,7 +223,7 @@ class Z3Ops(Ops):
         """The equalities of `shared_equal(other)` whose two quotients are both in `reached` (ids)."""
         out = []
         for i in sorted(i for i in reached if i in self._divisions):
-            key, _, _, q, r = self._divisions[i]
+            key, q, r = self._divisions[i].key, self._divisions[i].q, self._divisions[i].r
             if key in other._memo and other._memo[key][0].get_id() in reached:
                 q2, r2 = other._memo[key]
                 out += [q == q2, r == r2]

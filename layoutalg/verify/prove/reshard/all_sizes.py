@@ -52,9 +52,10 @@ from ....ir.family import resolve
 from ....dsl.interpret import paths
 from ....dsl.library import Library
 from ..obligations import Budget, Model, family_names, query, value
-from .at_sizes import _solve
+from .at_sizes import _solve, showing
 from .. import store
 from ..store import RESHARD, Row
+from ..certificates import cuts
 from ..structural import page_tiles
 from .plan_queries import (_canonical_differs, _case_atoms, _cover, _grid_short, _malformed, _match, _outside_page,
                            _same_shape, _Sides, _sizes_at, _Terms, _unread, _z3_run)
@@ -226,7 +227,9 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
             continue
         cross = cross_of(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
         shape = _same_shape(mx, my, cross)  # the runtime plans only between pages of one format (or k of one)
-        status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
+        with showing(f"cases {kx} (store) and {ky} (load) apply together at no size with canonical pages of one "
+                     f"shape (or k of one along the sequence index): the pair has no plan to check"):
+            status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
         if status == "unsat":
             continue
         cases.append((kx, ky))
@@ -235,8 +238,9 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
             if status != "sat":
                 raise NotEstablished("undecided whether the two cases apply together")
             for extra, vx, vy in _values(fam, mx, my, kx, ky, store, load, bounds, budget):
+                at = f"cases {kx} (store) and {ky} (load)" + "".join(f", {n}={v}" for n, v in sorted({**vx, **vy}.items()))
                 found, n, out, split = _check(fam, mx, my, fam.variants[kx], fam.variants[ky], {**store, **vx},
-                                              {**load, **vy}, bounds + extra + [shape], budget, edit, cross)
+                                              {**load, **vy}, bounds + extra + [shape], budget, edit, cross, at)
                 if split:
                     splits.add(split)
                 for row, (st, why) in found.items():
@@ -309,7 +313,9 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
     case = f"case {k} of the {'load' if side == 'consumer' else 'store'} configuration"
     undecided = None  # every part is asked: a refutation of one outranks another left undecided
     for part_query, (kind, a, c) in zip(w["parts"], w["meaning"]):
-        status, model = _solve(m, None, z3.And(*bounds, part_query), budget)
+        with showing(f"{case}: regions '{a[0]}' and '{c[0]}' of the {side} page share no byte" if kind == "overlap"
+                     else f"{case}: pad '{a[0]}' of the {side} page is one-to-one inside it"):
+            status, model = _solve(m, None, z3.And(*bounds, part_query), budget)
         if status == "unsat":
             continue
         what = f"regions '{a[0]}' and '{c[0]}'" if kind == "overlap" else f"pad '{a[0]}'"
@@ -378,7 +384,9 @@ def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
     terms = [(mx if side == "x" else my).sizes[n] for n, side in names]
     block, found = [], 0
     while True:
-        status, model = _solve(mx, my, z3.And(*bounds, *block), budget)
+        with showing(f"cases {kx} (store) and {ky} (load): the rank grids' names "
+                     f"({', '.join(n for n, _ in names)}) take no value beyond the {found} checked"):
+            status, model = _solve(mx, my, z3.And(*bounds, *block), budget)
         if status == "unsat":
             return
         if status != "sat" or found >= MAX_VALUES:
@@ -395,34 +403,42 @@ def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
 
 
 def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: list, budget: Budget, edit=None,
-           cross: Cross | None = None):
+           cross: Cross | None = None, at: str = ""):
     """({row: (status, what)}, consumer plans checked, the sizes left outside the plan's
     domain as (where it holds, an example outside) or None) for one case pair at one
     assignment of the rank grids' names."""
     where = z3.And(*extra)
 
-    def solve(violation):
-        return _solve(mx, my, z3.And(where, violation), budget)
+    def solve(violation, what, cut=None):
+        with showing(f"{at}: {what}", cut):
+            return _solve(mx, my, z3.And(where, violation), budget)
 
     def both(status, why):
         return {row: (status, why) for row in RESHARD}, 0, None, ""
-    status, model = solve(_grid_short(mx, my))
+    status, model = solve(_grid_short(mx, my), "each rank grid's digits number exactly its world")
     if status != "unsat":  # then some rank has no digits: a plan for it, or read from it, is vacuous
         return both("unknown", "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
                                "`layoutalg prove` checks writers-cover)" +
                     (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
-    status, model = solve(_canonical_differs(mx, my)) if cross is None else ("unsat", None)
+    status, model = solve(_canonical_differs(mx, my), "the two configurations' canonical pages are one layout") \
+        if cross is None else ("unsat", None)
     if status != "unsat":  # (across a cp the match compares canonical indices, each page's own layout)
         return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
                     (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
     found, checked, held = {}, 0, []
     # the spec's own properties the plan's checks lean on: they hold at every size where they hold
     # at all, so they are asked once, without any case's domain (`_cover` says what each spares)
-    in_page = all(solve(_outside_page(m))[0] == "unsat" for m in (my, mx))
-    one_to_one = solve(query(my, "local-bijective")[0])[0] == "unsat"
+    def inside(m):
+        v, w = _outside_page(m)
+        return solve(v, "the spec keeps each element of the local page inside it",
+                     lambda: cuts(m, None, w, [where]))[0] == "unsat"
+    in_page = all(inside(m) for m in (my, mx))
+    bijective = query(my, "local-bijective")
+    one_to_one = solve(bijective[0], "the load configuration's local layout is one-to-one",
+                       lambda: cuts(my, "local-bijective", bijective[1], [where]))[0] == "unsat"
     for built in cases(fam, vx, vy, store, load, cross):  # across a cp: one case per residue, each on its domain
         built = edit(built) if edit is not None else built
-        out = _check_case(fam, mx, my, built, where, budget, cross, (in_page, one_to_one))
+        out = _check_case(fam, mx, my, built, where, budget, cross, (in_page, one_to_one), at)
         if out is None:  # no size lies in this case's domain: it checks nothing, and covers nothing
             continue
         case, n, domain = out
@@ -437,19 +453,21 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     said = " or ".join(" and ".join(f"{f'({a})' if a.is_Add else a} % {b} == 0" for a, b, _ in d) or "always"
                        for d in held)
     if any(held):  # the sizes no case's domain holds: nothing is proved there, and the row says so
-        status, model = solve(z3.Not(z3.Or(*[z3.And(*[c for _, _, c in d], z3.BoolVal(True)) for d in held])))
+        status, model = solve(z3.Not(z3.Or(*[z3.And(*[c for _, _, c in d], z3.BoolVal(True)) for d in held])),
+                              "every size lies in some case's domain")
         if status != "unsat":
             outside = (said, f"not at {_sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
     return found, checked, outside, said if len(held) > 1 else ""
 
 
-def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, spec_facts):
+def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, spec_facts, at: str = ""):
     """({row: (status, what)} of the failures, consumer plans checked, the case's domain as
     (dividend, divisor, Z3 condition)) for the plans of one case, or None where Z3 shows no
     size in its domain (a refuted shape or an unknown division: the pair's verdict).
     `spec_facts`: (in_page, one_to_one) as `_cover` takes them, shown for the pair."""
-    def solve(violation):
-        return _solve(mx, my, z3.And(where, violation), budget)
+    def solve(violation, what):
+        with showing(f"{at}{said}: {what}"):
+            return _solve(mx, my, z3.And(where, violation), budget)
 
     own, clash = _case_atoms(fam, built)
     z = _Terms(fam, mx, my, own)
@@ -461,8 +479,9 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         return {row: (status, why) for row in RESHARD}, 0, domain
     if clash:  # Z3 and the runtime would read the case otherwise: what Z3 checked would not be the plan
         return both("unknown", f"not checked: {clash}")
+    said = f", where {' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)}" if domain else ""
     if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
-        status, _ = solve(z3.And(*[c for _, _, c in domain]))
+        status, _ = solve(z3.And(*[c for _, _, c in domain]), "no size lies in this case's domain: it checks nothing")
         if status == "unsat":
             return None
         if status != "sat":
@@ -511,13 +530,15 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         # a linear fact for Z3, where `n % d` of two sizes is a nonlinear one it may leave undecided
         qr = next((q for q in (m.ops.quotient(n, d) for m in (mx, my)) if q is not None), None)
         rest = qr[1] if qr is not None else n % d
-        status, model = solve(z3.Or(d <= 0, rest != 0) if op == "/" else d <= 0)
+        status, model = solve(z3.Or(d <= 0, rest != 0) if op == "/" else d <= 0,
+                              f"the plan divides {n} by {d} only where it is positive{' and divides it' if op == '/' else ''}")
         if status != "unsat":
             return both("unknown", f"the plan divides {n} by {d} where the guards do not show the divisor positive"
                                    f"{' and the division exact' if op == '/' else ''}" +
                         (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
     for plan, violation in readings:  # the plan's own reading of its bytes, which both rows take
-        status, model = solve(violation)
+        status, model = solve(violation, f"consumer rank {plan.consumer}: the plan's spec index of each byte it "
+                                         f"copies is the spec's")
         if status != "unsat":
             return both("unknown", f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
                                    f"not shown to be the spec's" +
@@ -526,7 +547,7 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     for plan, row, what, violation in queries:
         if row in found:
             continue
-        status, model = solve(violation)
+        status, model = solve(violation, f"consumer rank {plan.consumer} ({row}): no size where {what}")
         if status == "sat":
             found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {_sizes_at(mx, my, model)}")
         elif status != "unsat":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from contextlib import contextmanager
 from typing import NamedTuple, Sequence
 
 import z3
@@ -232,6 +233,34 @@ def _match(mx: Model, my: Model, plan, cross=None):
         {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx}
 
 
+_STEPS: list | None = None  # while `recording`: (what, assertions, chain files, lemmas) of each unsat query
+_SHOWING: list = []  # what the query asked now shows where unsat (`showing`), innermost last
+
+
+@contextmanager
+def recording():
+    """While on, each query `_solve` answers unsat is kept as (what it shows, its assertions,
+    the chain files and lemmas it rests on): the steps of a proof, each a file a second solver
+    can re-check (`certificates.step_texts`)."""
+    global _STEPS
+    outer, _STEPS = _STEPS, []
+    try:
+        yield _STEPS
+    finally:
+        _STEPS = outer
+
+
+@contextmanager
+def showing(what: str, cut=None):
+    """What the queries asked inside show where unsat, for their recorded steps; `cut`, where
+    given, makes what such a step rests on (`certificates.cuts`: instances, chain files, lemmas)."""
+    _SHOWING.append((what, cut))
+    try:
+        yield
+    finally:
+        _SHOWING.pop()
+
+
 def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     models = [m for m in (mx, my) if m is not None]
     given = [a for m in models for a in _assumed(m)] + [violation]
@@ -241,7 +270,13 @@ def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     # every definition, so that a counterexample meets every condition the query ever had (the
     # theorems between quotients, monotonicity and the shared equalities, hold in every model
     # of the definitions: asking them again would only cost time, quadratic in the divisions)
-    res, s = _check_z3(budget, given + models[0].ops.side_for(given, *[m.ops for m in models[1:]]))
+    asked = given + models[0].ops.side_for(given, *[m.ops for m in models[1:]])
+    res, s = _check_z3(budget, asked)
+    if res == z3.unsat and _STEPS is not None:
+        what, cut = _SHOWING[-1] if _SHOWING else ("a query of the proof", None)
+        found, chains, kinds = cut() if cut is not None else ([], [], set())
+        _STEPS.append((what, [*asked, *found, *models[0].ops.side_for(found, *[m.ops for m in models[1:]])],
+                       chains, kinds))
     if res == z3.sat:
         res, s = _check_z3(budget, given + [c for m in models for c in m.ops.definitions])
     return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)

@@ -145,11 +145,12 @@ def _pick(m: Model, run):
 
 
 def _outside_page(m: Model):
-    """A byte of an element the spec's local layout puts outside the local page."""
+    """A byte of an element the spec's local layout puts outside the local page, and its
+    witnesses (the element's index `i`)."""
     i, ci = m.index("local", "")
     b = m.fresh("b")
     byte = m.r.offset("local", i) + b
-    return z3.And(*ci, b >= 0, b < m.element(), z3.Or(byte < 0, byte >= m.r.page("local")))
+    return z3.And(*ci, b >= 0, b < m.element(), z3.Or(byte < 0, byte >= m.r.page("local"))), {"i": i}
 
 
 def _cover(mx: Model, my: Model, runs, sides: _Sides, in_page: bool = False, one_to_one: bool = False):
