@@ -296,13 +296,14 @@ def _tiling_cuts(m: Model, w: dict) -> tuple[dict, list]:
                                                f"{second}'s first byte", None, False, end <= start))
         mine = asserted.setdefault(part, ([], [], set()))
         for box, c in got:
-            point = (box[3], {})
+            point, name = (box[3], {}), _short(box[0])
             mine[0].extend([*c.instances(point), *c.inside(point, box[6]), *c.above(point, box[6])])
-            mine[1].append(f"region-{_short(box[0])}")
+            mine[1].append(f"region-{name}")
             mine[2].update(c.uses(False) | {"bound", "scale", "low", "above"})
-            chains.setdefault(box[0], (f"region-{_short(box[0])}", c, f"region {_short(box[0])}'s offset is its base plus the Horner form of "
-                                                   f"its atoms ({_atoms_text(c)}, fastest first) at every index of "
-                                                   f"its box; {_facts_text(c)}", c.within_point, False, None))
+            chains.setdefault(box[0], (f"region-{name}", c, f"region {name}'s offset is its base plus the Horner "
+                                                            f"form of its atoms ({_atoms_text(c)}, fastest first) at "
+                                                            f"every index of its box; {_facts_text(c)}",
+                                       c.within_point, False, None))
         mine[0].append(end <= start)
         mine[1].append(label)
     return asserted, list(chains.values())
