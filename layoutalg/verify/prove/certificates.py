@@ -192,7 +192,7 @@ def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
             got[2].update({"low", "above"})
     files = _identities(m, chains, m.assumptions())
     found = [x for got in asserted.values() for x in got[0]]
-    return found, [(label, said, [*a, *m.ops.side]) for label, said, a in files], \
+    return found, [(label, said, [*a, *m.ops.side_for(a)]) for label, said, a in files], \
         set().union(set(), *[got[2] for got in asserted.values()])
 
 

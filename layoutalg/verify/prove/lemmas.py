@@ -287,8 +287,9 @@ def _ratio(num, den):
     division (which would assert its divisor positive beside every query) is needed."""
     import sympy
     names, seen = {}, {}
+    num, den = z3.simplify(num), z3.simplify(den)  # (both held while read: `seen` is keyed by their terms' ids)
     try:
-        q = sympy.cancel(_to_sympy(z3.simplify(num), names, seen) / _to_sympy(z3.simplify(den), names, seen))
+        q = sympy.cancel(_to_sympy(num, names, seen) / _to_sympy(den, names, seen))
     except LookupError:  # (a term that is no polynomial: no radix)
         return None
     n, d = sympy.fraction(sympy.together(q))

@@ -430,8 +430,8 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     # at all, so they are asked once, without any case's domain (`_cover` says what each spares)
     def inside(m):
         v, w = _outside_page(m)
-        return solve(v, "the spec keeps each element of the local page inside it",
-                     lambda: cuts(m, None, w, [where]))[0] == "unsat"
+        return solve(v, f"the spec keeps each element of the {'load' if m is my else 'store'} configuration's local "
+                        f"page inside it", lambda: cuts(m, None, w, [where]))[0] == "unsat"
     in_page = all(inside(m) for m in (my, mx))
     bijective = query(my, "local-bijective")
     one_to_one = solve(bijective[0], "the load configuration's local layout is one-to-one",
@@ -450,14 +450,18 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     if not held:
         return both("unknown", "no size is shown where the plan's pieces divide")
     outside = None
-    said = " or ".join(" and ".join(f"{f'({a})' if a.is_Add else a} % {b} == 0" for a, b, _ in d) or "always"
-                       for d in held)
+    said = " or ".join(_divisible(d) or "always" for d in held)
     if any(held):  # the sizes no case's domain holds: nothing is proved there, and the row says so
         status, model = solve(z3.Not(z3.Or(*[z3.And(*[c for _, _, c in d], z3.BoolVal(True)) for d in held])),
                               "every size lies in some case's domain")
         if status != "unsat":
             outside = (said, f"not at {_sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
     return found, checked, outside, said if len(held) > 1 else ""
+
+
+def _divisible(domain) -> str:
+    """A case's domain in words: `(block_size - 1) % 2 == 0 and ...`."""
+    return " and ".join(f"{f'({a})' if a.is_Add else a} % {b} == 0" for a, b, _ in domain)
 
 
 def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, spec_facts, at: str = ""):
@@ -479,14 +483,14 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         return {row: (status, why) for row in RESHARD}, 0, domain
     if clash:  # Z3 and the runtime would read the case otherwise: what Z3 checked would not be the plan
         return both("unknown", f"not checked: {clash}")
-    said = f", where {' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)}" if domain else ""
+    said = f", where {_divisible(domain)}" if domain else ""
     if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
         status, _ = solve(z3.And(*[c for _, _, c in domain]), "no size lies in this case's domain: it checks nothing")
         if status == "unsat":
             return None
         if status != "sat":
             return both("unknown", f"undecided whether any size lies where the plan's pieces divide "
-                                   f"({' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)})")
+                                   f"({_divisible(domain)})")
         # a residue case's q = (n - rho) / k is an atom of the plan: that it is exact here is a
         # consequence of the domain, stated linearly (Z3 rarely finds it through the division)
         exact = [z(s) * int(a.den) == z(a.num) for s, a in z.atoms.items()
@@ -496,7 +500,7 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
             status, _ = _solve(mx, my, where, budget)
             if status != "sat":
                 return both("unknown", "the case's quotients are not shown exact at any size of its domain "
-                                       f"({' and '.join(f'{a} % {b} == 0' for a, b, _ in domain)}; {status})")
+                                       f"({_divisible(domain)}; {status})")
     shape = _malformed(built)
     if shape:
         return both("refuted", f"not a plan: {shape}")
@@ -517,9 +521,9 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     for plan in built:
         runs = [_z3_run(z, r) for r in plan.runs]
         queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides, *spec_facts)]
-        for run in runs:
+        for k, run in enumerate(runs):
             reading, match = _match(mx, my, plan.consumer, run, sides)
-            readings.append((plan, reading))
+            readings.append((plan, k, reading))
             queries.append((plan, "reshard-match", "a byte is read from a producer byte holding another canonical "
                                                    "byte", match))
     divisions = z.divisions
@@ -536,9 +540,9 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
             return both("unknown", f"the plan divides {n} by {d} where the guards do not show the divisor positive"
                                    f"{' and the division exact' if op == '/' else ''}" +
                         (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
-    for plan, violation in readings:  # the plan's own reading of its bytes, which both rows take
-        status, model = solve(violation, f"consumer rank {plan.consumer}: the plan's spec index of each byte it "
-                                         f"copies is the spec's")
+    for plan, k, violation in readings:  # the plan's own reading of its bytes, which both rows take
+        status, model = solve(violation, f"consumer rank {plan.consumer}, run {k}: the plan's spec index of each "
+                                         f"byte it copies is the spec's")
         if status != "unsat":
             return both("unknown", f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
                                    f"not shown to be the spec's" +

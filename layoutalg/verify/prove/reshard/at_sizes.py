@@ -272,14 +272,21 @@ def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     # of the definitions: asking them again would only cost time, quadratic in the divisions)
     asked = given + models[0].ops.side_for(given, *[m.ops for m in models[1:]])
     res, s = _check_z3(budget, asked)
-    if res == z3.unsat and _STEPS is not None:
-        what, cut = _SHOWING[-1] if _SHOWING else ("a query of the proof", None)
-        found, chains, kinds = cut() if cut is not None else ([], [], set())
-        _STEPS.append((what, [*asked, *found, *models[0].ops.side_for(found, *[m.ops for m in models[1:]])],
-                       chains, kinds))
     if res == z3.sat:
-        res, s = _check_z3(budget, given + [c for m in models for c in m.ops.definitions])
+        asked = given + [c for m in models for c in m.ops.definitions]
+        res, s = _check_z3(budget, asked)
+    if res == z3.unsat and _STEPS is not None:  # (the query answered: with every definition, where that decided)
+        _record(models, asked)
     return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
+
+
+def _record(models: list, asked: list) -> None:
+    """Keep an unsat query as a step, with what it rests on where its `showing` says
+    (`certificates.cuts`: instances asserted with their side conditions, chain files, lemmas)."""
+    what, cut = _SHOWING[-1] if _SHOWING else ("a query of the proof", None)
+    found, chains, kinds = cut() if cut is not None else ([], [], set())
+    _STEPS.append((what, [*asked, *found, *models[0].ops.side_for(found, *[m.ops for m in models[1:]])],
+                   chains, kinds))
 
 
 _ASSUMED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
