@@ -178,7 +178,7 @@ def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
     """What a query asking row `name` of `m` whole (`w` its witnesses) may rest on, as a
     certificate of it would, where `assumed` holds beside `m`'s assumptions: (the instances
     its parts assert, all at once; each chain's file as (label, what it says, assertions, with
-    `m`'s side conditions); the lemmas used). With `name` None, a byte of the local layout at
+    the side conditions its terms read); the lemmas used). With `name` None, a byte of the local layout at
     `w["i"]` inside the page (`reshard.plan_queries._outside_page`): the layout's chain, its
     fits and both ends of its element."""
     m = _Assuming(m, list(assumed))
@@ -186,14 +186,22 @@ def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
     if name is None:
         local = next((c for label, c, *_ in chains if label == "local"), None)
         asserted = {0: asserted.get(0, ([], [], set()))}
-        if local is not None:
-            got = asserted[0]
-            got[0].extend(local.above((w["i"], {}), m.element("local")))
-            got[2].update({"low", "above"})
+        if local is not None:  # its element's first byte at or after the base's, its last by the top's
+            got, e = asserted[0], m.element("local")
+            got[0].extend([*local.above((w["i"], {}), e), *local.inside((w["i"], {}), e)])
+            got[2].update({"low", "above", "bound", "scale"})
     files = _identities(m, chains, m.assumptions())
     found = [x for got in asserted.values() for x in got[0]]
     return found, [(label, said, [*a, *m.ops.side_for(a)]) for label, said, a in files], \
         set().union(set(), *[got[2] for got in asserted.values()])
+
+
+def divided(query, *models) -> tuple[list, list, set]:
+    """What a query reading its terms through divisions rests on (`cuts`' form): DIGIT and
+    QUOTIENT between every division of `models`' arithmetics and each `div` the query writes
+    (`lemmas.divisions`, `lemmas.native`); no chain file."""
+    found, uses = lemmas.divisions(*[m.ops for m in models], extra=lemmas.native([query]))
+    return found, [], uses
 
 
 SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "shard-injective": {0: (("i", "d"), ("j", "d"))},

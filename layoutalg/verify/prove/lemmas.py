@@ -108,7 +108,23 @@ def shared() -> list[tuple[str, str, list]]:
     return out
 
 
-def divisions(*arithmetics) -> tuple[list, set]:
+def native(terms) -> list[tuple]:
+    """(dividend, divisor, quotient, remainder) of each integer division written as Z3's own
+    `div` in `terms` (a plan's size whose dividend is no term the spec divides), each once."""
+    out, seen, todo = [], set(), [t for t in terms if z3.is_expr(t)]
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if z3.is_app_of(t, z3.Z3_OP_IDIV):
+            a, b = t.children()
+            out.append((a, b, t, a % b))
+        todo.extend(t.children())
+    return out
+
+
+def divisions(*arithmetics, extra=()) -> tuple[list, set]:
     """(instances, the lemmas they use) that tie the divisions of `arithmetics` (`Z3Ops`: a
     model's, and those of the other configurations a query reads) to one another: DIGIT at each
     division `x = q*b + r` against `x = 0*b + x` (a dividend already below its divisor is its
@@ -118,7 +134,7 @@ def divisions(*arithmetics) -> tuple[list, set]:
     quotients; a solver that does not divide by itself then reads each digit as the spec's term.
     """
     out, uses, seen = [], set(), {}
-    for x, b, q, r in (d for ops in arithmetics for d in ops.divisions()):
+    for x, b, q, r in [*(d for ops in arithmetics for d in ops.divisions()), *extra]:
         out.append(digit(b, x, 0, r, q))
         uses.add("digit")
         for q2, r2 in seen.get(_key(b), ()):

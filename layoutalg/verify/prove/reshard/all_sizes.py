@@ -55,7 +55,7 @@ from ..obligations import Budget, Model, family_names, query, value
 from .at_sizes import _solve, showing
 from .. import store
 from ..store import RESHARD, Row
-from ..certificates import cuts
+from ..certificates import cuts, divided
 from ..structural import page_tiles
 from .plan_queries import (_canonical_differs, _case_atoms, _cover, _grid_short, _malformed, _match, _outside_page,
                            _same_shape, _Sides, _sizes_at, _Terms, _unread, _z3_run)
@@ -314,7 +314,8 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
     undecided = None  # every part is asked: a refutation of one outranks another left undecided
     for part_query, (kind, a, c) in zip(w["parts"], w["meaning"]):
         with showing(f"{case}: regions '{a[0]}' and '{c[0]}' of the {side} page share no byte" if kind == "overlap"
-                     else f"{case}: pad '{a[0]}' of the {side} page is one-to-one inside it"):
+                     else f"{case}: pad '{a[0]}' of the {side} page is one-to-one inside it",
+                     lambda: cuts(m, "regions-tile-local", w, bounds)):
             status, model = _solve(m, None, z3.And(*bounds, part_query), budget)
         if status == "unsat":
             continue
@@ -469,8 +470,8 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     (dividend, divisor, Z3 condition)) for the plans of one case, or None where Z3 shows no
     size in its domain (a refuted shape or an unknown division: the pair's verdict).
     `spec_facts`: (in_page, one_to_one) as `_cover` takes them, shown for the pair."""
-    def solve(violation, what):
-        with showing(f"{at}{said}: {what}"):
+    def solve(violation, what, cut=None):
+        with showing(f"{at}{said}: {what}", cut):
             return _solve(mx, my, z3.And(where, violation), budget)
 
     own, clash = _case_atoms(fam, built)
@@ -542,7 +543,7 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
                         (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
     for plan, k, violation in readings:  # the plan's own reading of its bytes, which both rows take
         status, model = solve(violation, f"consumer rank {plan.consumer}, run {k}: the plan's spec index of each "
-                                         f"byte it copies is the spec's")
+                                         f"byte it copies is the spec's", lambda v=violation: divided(v, mx, my))
         if status != "unsat":
             return both("unknown", f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
                                    f"not shown to be the spec's" +
@@ -551,7 +552,8 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     for plan, row, what, violation in queries:
         if row in found:
             continue
-        status, model = solve(violation, f"consumer rank {plan.consumer} ({row}): no size where {what}")
+        status, model = solve(violation, f"consumer rank {plan.consumer} ({row}): no size where {what}",
+                              lambda v=violation: divided(v, mx, my))
         if status == "sat":
             found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {_sizes_at(mx, my, model)}")
         elif status != "unsat":
