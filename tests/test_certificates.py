@@ -399,7 +399,7 @@ def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and
 def test_a_direct_plans_proof_for_all_sizes_is_written_as_steps_cvc5_re_checks(tmp_path):
     """`prove --reshard --certificates`: each query the plan's proof answered unsat is a step
     file (the local layout's one-to-one step along its chain, DIGIT and RANGE; its elements
-    inside the page by LOW and ABOVE), all unsat."""
+    inside the page by LOW, ABOVE, BOUND and SCALE), all unsat."""
     r = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2", "tp=1", "--family", "split_nhd",
             "--certificates", str(tmp_path / "c"))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -416,9 +416,9 @@ def test_a_direct_plans_proof_for_all_sizes_is_written_as_steps_cvc5_re_checks(t
                      bijective)
     out = io.StringIO()
     assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
-    shared = sorted(f.stem for f in (tmp_path / "c" / "shared-lemmas").glob("*.smt2"))
-    assert shared == ["above", "digit", "low", "range"]  # one-to-one along its chain; each element after the base
-    assert f"{len(steps) + 4} certificates: {len(steps) + 4} as expected" in out.getvalue()
+    shared = {f.stem for f in (tmp_path / "c" / "shared-lemmas").glob("*.smt2")}
+    assert {"digit", "range", "low", "above", "bound", "scale"} <= shared  # along the chain; each element in the page
+    assert f"{len(steps) + len(shared)} certificates: {len(steps) + len(shared)} as expected" in out.getvalue()
 
 
 def test_a_plan_not_proved_for_all_sizes_gets_no_certificate_and_nothing_is_written(tmp_path):

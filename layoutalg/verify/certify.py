@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -194,7 +195,11 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
 
 
 if __name__ == "__main__":  # one file, one configuration: what `check_file` runs in a fresh process
+    options = json.loads(sys.argv[2])
+    if hasattr(signal, "alarm"):  # its own end, should the run that started it be killed: cvc5's
+        # time limit is checked between steps, and one configuration (nl-cov) may run on past it
+        signal.alarm(int(options.get("tlimit-per", "600000")) // 1000 + 20)  # (after `check_file` kills it)
     try:
-        print(solve_file(sys.argv[1], json.loads(sys.argv[2])))
+        print(solve_file(sys.argv[1], options))
     except Exception as e:  # noqa: BLE001 - a file cvc5 cannot read is answered, not raised
         print(f"error: {type(e).__name__}: {e}".replace("\n", " "))
