@@ -119,10 +119,10 @@ def _reshard_one(args) -> tuple[list[dict], list | str | None]:
     if not use_cache:  # this worker is a process of its own (`_fresh_processes`): the setting dies with it
         os.environ["LAYOUTALG_CACHE"] = "off"
     lib = load(paths)
+    if not steps:  # (recording builds each step's chains: only where they are written)
+        return to_json(prove_all_sizes(lib, family, x, y, Budget(rlimit, guard_s))), None
     with recording() as asked:
         rows = prove_all_sizes(lib, family, x, y, Budget(rlimit, guard_s))
-    if not steps:
-        return to_json(rows), None
     from ..verify.prove.certificates import step_texts
     from ..verify.prove.store import RESHARD
     main = [r for r in rows if r.obligation in RESHARD]

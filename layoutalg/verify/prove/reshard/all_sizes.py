@@ -411,7 +411,7 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
     where = z3.And(*extra)
 
     def solve(violation, what, cut=None):
-        with showing(f"{at}: {what}", cut):
+        with showing(lambda: f"{at}: {what() if callable(what) else what}", cut):
             return _solve(mx, my, z3.And(where, violation), budget)
 
     def both(status, why):
@@ -471,7 +471,7 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     size in its domain (a refuted shape or an unknown division: the pair's verdict).
     `spec_facts`: (in_page, one_to_one) as `_cover` takes them, shown for the pair."""
     def solve(violation, what, cut=None):
-        with showing(f"{at}{said}: {what}", cut):
+        with showing(lambda: f"{at}{said}: {what() if callable(what) else what}", cut):
             return _solve(mx, my, z3.And(where, violation), budget)
 
     own, clash = _case_atoms(fam, built)
@@ -484,7 +484,8 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         return {row: (status, why) for row in RESHARD}, 0, domain
     if clash:  # Z3 and the runtime would read the case otherwise: what Z3 checked would not be the plan
         return both("unknown", f"not checked: {clash}")
-    said = f", where {_divisible(domain)}" if domain else ""
+    said = f", where {_divisible(domain)}" if domain else ""  # (said of the case; its steps' words are made
+    # only where recorded: a term printed for every division of every plan would cost the proof its time)
     if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
         status, _ = solve(z3.And(*[c for _, _, c in domain]), "no size lies in this case's domain: it checks nothing")
         if status == "unsat":
@@ -536,7 +537,8 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         qr = next((q for q in (m.ops.quotient(n, d) for m in (mx, my)) if q is not None), None)
         rest = qr[1] if qr is not None else n % d
         status, model = solve(z3.Or(d <= 0, rest != 0) if op == "/" else d <= 0,
-                              f"the plan divides {n} by {d} only where it is positive{' and divides it' if op == '/' else ''}")
+                              lambda n=n, d=d, op=op: f"the plan divides {n} by {d} only where it is positive"
+                                                      f"{' and divides it' if op == '/' else ''}")
         if status != "unsat":
             return both("unknown", f"the plan divides {n} by {d} where the guards do not show the divisor positive"
                                    f"{' and the division exact' if op == '/' else ''}" +

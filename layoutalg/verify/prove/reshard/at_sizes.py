@@ -251,9 +251,10 @@ def recording():
 
 
 @contextmanager
-def showing(what: str, cut=None):
-    """What the queries asked inside show where unsat, for their recorded steps; `cut`, where
-    given, makes what such a step rests on (`certificates.cuts`: instances, chain files, lemmas)."""
+def showing(what, cut=None):
+    """What the queries asked inside show where unsat, for their recorded steps (words, or a
+    function that makes them where a step is kept); `cut`, where given, makes what such a step
+    rests on (`certificates.cuts`: instances, chain files, lemmas)."""
     _SHOWING.append((what, cut))
     try:
         yield
@@ -284,6 +285,7 @@ def _record(models: list, asked: list) -> None:
     """Keep an unsat query as a step, with what it rests on where its `showing` says
     (`certificates.cuts`: instances asserted with their side conditions, chain files, lemmas)."""
     what, cut = _SHOWING[-1] if _SHOWING else ("a query of the proof", None)
+    what = what() if callable(what) else what  # (words made only where kept)
     found, chains, kinds = cut() if cut is not None else ([], [], set())
     _STEPS.append((what, [*asked, *found, *models[0].ops.side_for(found, *[m.ops for m in models[1:]])],
                    chains, kinds))
