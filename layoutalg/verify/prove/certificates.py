@@ -476,20 +476,27 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
             if r.obligation == "one-format" and "agnostic" in r.method:
                 index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
             used.update(n for _, text in made for n in _LEMMA_USED.findall(text))
-        if used:  # the lemmas some file rests on, once
-            _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()
-                                                    if n in used])
-            index += [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS if n in used]
-        with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
-            f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index))
-        if os.path.isdir(folder):
-            os.rmdir(folder)
-        os.replace(tmp, folder)
+        index += _finish(tmp, folder, index, used)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return index
 
+
+
+def _finish(tmp: str, folder: str, index: list, used: set) -> list:
+    """Write the lemmas some file rests on (once) and `index.tsv` into `tmp`, which then takes
+    `folder`'s place. Returns the lemmas' index lines."""
+    shared = [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS if n in used]
+    if used:
+        _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()
+                                                if n in used])
+    with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
+        f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index + shared))
+    if os.path.isdir(folder):
+        os.rmdir(folder)
+    os.replace(tmp, folder)
+    return shared
 
 
 RESHARD_STEP = "reshard"
@@ -567,15 +574,7 @@ def write_steps(made: list, folder: str) -> list[tuple[str, str, str]]:
             _put(os.path.join(tmp, folder_of(family)), files)
             index.append((family, obligation, f"{len(files)} file(s)"))
             used.update(n for _, text in files for n in _LEMMA_USED.findall(text))
-        if used:  # the lemmas some file rests on, once
-            _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()
-                                                    if n in used])
-            index += [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS if n in used]
-        with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
-            f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index))
-        if os.path.isdir(folder):
-            os.rmdir(folder)
-        os.replace(tmp, folder)
+        index += _finish(tmp, folder, index, used)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
