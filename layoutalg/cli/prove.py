@@ -168,14 +168,14 @@ def prove_command(args, out=None) -> int:
     from .._resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
+    certificates = getattr(args, "certificates", None)
+    if certificates:  # before any proof, not after it
+        from ..verify.prove.certificates import check_target
+        check_target(certificates)
     if getattr(args, "pipeline", False):
         from ..verify.prove import GUARD_S
         from ..verify.prove import RLIMIT
         from ..verify.prove.pipeline import stages_row
-        certificates = getattr(args, "certificates", None)
-        if certificates:
-            from ..verify.prove.certificates import check_target
-            check_target(certificates)
         rows = [stages_row(args.rlimit or RLIMIT, args.timeout or GUARD_S)]
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
@@ -186,10 +186,6 @@ def prove_command(args, out=None) -> int:
                   f"`layoutalg certify {certificates}`", file=out)
         return 0 if rows[0].status == "proved" else 1
     if getattr(args, "reshard", None):
-        certificates = getattr(args, "certificates", None)
-        if certificates:  # before the proof, not after it
-            from ..verify.prove.certificates import check_target
-            check_target(certificates)
         made: list | None = [] if certificates else None
         rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout, args.jobs,
                              not args.no_cache, made)
@@ -209,10 +205,6 @@ def prove_command(args, out=None) -> int:
                   file=out)
         print("\nobligations:\n" + describe(dict.fromkeys(r.obligation for r in rows)), file=out)
         return 1 if any(r.status != "proved" for r in rows) else 0
-    certificates = getattr(args, "certificates", None)
-    if certificates:  # before the proof, not after it
-        from ..verify.prove.certificates import check_target
-        check_target(certificates)
     if getattr(args, "family", None):
         raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
                              "give its spec file")

@@ -193,7 +193,7 @@ def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
     files = _identities(m, chains, m.assumptions())
     found = [x for got in asserted.values() for x in got[0]]
     return found, [(label, said, [*a, *m.ops.side_for(a)]) for label, said, a in files], \
-        set().union(set(), *[got[2] for got in asserted.values()])
+        set().union(*[got[2] for got in asserted.values()])
 
 
 def divided(query, *models) -> tuple[list, list, set]:

@@ -42,6 +42,7 @@ import z3
 from z3 import z3util
 
 from .obligations import _prod
+from .z3ops import _key
 
 SHARED = "shared-lemmas"
 """The folder (in a certificate folder) of the lemmas every chain asserts instances of; its
@@ -142,10 +143,6 @@ def divisions(*arithmetics, extra=()) -> tuple[list, set]:
             uses.add("quotient")
         seen.setdefault(_key(b), []).append((q, r))
     return out, uses
-
-
-def _key(x):
-    return x.get_id() if z3.is_expr(x) else ("int", x)
 
 
 @dataclass(frozen=True)
