@@ -299,7 +299,11 @@ def misplaced_token(r: Reading, rank: int) -> str:
         return ""
     digits = rank_digits(r.rank_extents(), rank)
     ext = r.extents("local")
+    why = _miscounted(r, seq.id, ext[seq.id])
+    if why:
+        return why
     names = list(ext)
+    placed: dict = {}  # place in the sequence -> the local token there
     for values in itertools.product(*(range(ext[n]) for n in names)):
         index = dict(zip(names, values))
         got, want = r.shard(index, digits)[seq.id], r.sequence_place(index, digits)
@@ -307,6 +311,29 @@ def misplaced_token(r: Reading, rank: int) -> str:
             shown = ", ".join(f"{n}={v}" for n, v in index.items())
             return (f"rank {rank} puts local ({shown}) at canonical {seq.id}={got}, but its place in the sequence "
                     f"is token({index[seq.id]}) = {want}")
+        if placed.setdefault(want, index[seq.id]) != index[seq.id]:
+            return (f"rank {rank} sends local {seq.id}={placed[want]} and {seq.id}={index[seq.id]} to one place in "
+                    f"the sequence, {want}: two tokens, one place")
+    return ""
+
+
+def _miscounted(r: Reading, seq: str, local: int) -> str:
+    """Why the `sequence` index does not run over a page's tokens (local: the block's
+    block_size; canonical: block_size * cp, the grid's `cp` or 1), or ''."""
+    tokens = r.env.get("block_size")
+    if not isinstance(tokens, int):
+        return f"`sequence {seq}` claims the page's tokens, but the family never reads block_size (tokens per block)"
+    if local != tokens:
+        return (f"`sequence {seq}` claims the page's tokens, but the local index {seq} runs over {local} place(s) "
+                f"where a block holds block_size = {tokens} tokens")
+    try:
+        cp = r.expr(Name("cp", r.fdef.sequence.span))
+    except LookupError:
+        cp = 1
+    canon = r.extents("canonical")[seq]
+    if canon != tokens * cp:
+        return (f"`sequence {seq}` claims the page's tokens, but the canonical index {seq} runs over {canon} "
+                f"place(s) where a canonical page holds block_size * cp = {tokens} * {cp} tokens")
     return ""
 
 

@@ -116,6 +116,19 @@ def _runs_match_text(s: _Shown) -> str:
 def _sequence_text(s: _Shown) -> str:
     w = s.w
     q = w["seq"]
+    part = holding(s.model, w)
+    if part == "count":
+        return (f"{s.where}: `sequence {q}` claims the page's tokens, but the local index {q} runs over "
+                f"{s.value(w['local'])} place(s) where a block holds block_size = {s.value(w['tokens'])} tokens "
+                f"(two tokens share a place, or a token has none), with {s.sizes}")
+    if part == "pages":
+        return (f"{s.where}: `sequence {q}` claims the page's tokens, but the canonical index {q} runs over "
+                f"{s.value(w['canonical'])} place(s) where a canonical page holds block_size * cp = "
+                f"{s.value(w['tokens'])} * {s.value(w['cp'])} tokens, with {s.sizes}")
+    if part == "one-to-one":
+        return (f"{s.where}: rank {s.rank(w['d'])} sends local {q}={s.value(w['i'][q])} and {q}={s.value(w['j'][q])} "
+                f"to one place in the sequence, token(...) = {s.value(w['want'])}: two tokens, one place, with "
+                f"{s.sizes}")
     return (f"{s.where}: rank {s.rank(w['d'])} puts local {q}={s.value(w['i'][q])} at canonical "
             f"{q}={s.value(w['c'][q])}, but token({s.value(w['i'][q])}) = "
             f"{s.value(w['want'])} is its place in the sequence, with {s.sizes}")

@@ -26,8 +26,11 @@ OBLIGATIONS = {
                      "writer bytes as canonical bytes, sent injectively into the page; the injectivity and range "
                      "parts are the rows above, asked again where they were not proved for all sizes)",
     "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
-    "sequence-order": "where a family says `sequence t`, every local token t lands at canonical t = token(t), "
-                      "its place in the sequence by the grid (pages of another cp join along t)",
+    "sequence-order": "where a family says `sequence t`, t is a bijection between a page's tokens and the places "
+                      "in the sequence it covers: every local token t lands at canonical t = token(t), its place "
+                      "by the grid; local t runs over the block's block_size tokens, canonical t over "
+                      "block_size * cp; token(t) sends no two tokens of a rank to one place (pages of another cp "
+                      "or block size join along t)",
     "one-format": "a page read under another configuration than its writer's (another tp, pcp, dcp or "
                   "interleave; pages of another cp joined along `sequence`): each canonical byte holds, at every "
                   "configuration, the engine element it holds on a single rank holding the whole page (elements "

@@ -52,7 +52,7 @@ from ....ir.family import resolve
 from ....dsl.interpret import paths
 from ....dsl.library import Library
 from ..obligations import Budget, Model, family_names, query, value
-from .at_sizes import _solve, showing
+from .at_sizes import _solve, sequence_unproved as _sequence_unproved, showing
 from .. import store
 from ..store import RESHARD, Row
 from ..certificates import cuts, divided
@@ -170,22 +170,6 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
                        "; ".join(f"the plan holds only where {said} (case pairs {', '.join(map(str, pairs))}; "
                                  f"{at})" for said, (pairs, at) in by.items())))
     return out
-
-
-def _sequence_unproved(lib, part: str, budget: Budget) -> str:
-    """Why the part's `sequence` claim (canonical index t is the token's place in the
-    sequence, the grid's token(t)) is not shown for all sizes, or ''. Across another cp a
-    plan is checked by canonical indices, the small page's token shifted by its part: that
-    is the token's own place only where the claim holds (a shard map placing tokens by
-    another fn would otherwise be proved)."""
-    from ..runner import Budgets, prove_obligation
-    row = store.row(lib, part, "sequence-order", budget.rlimit,
-                    lambda: prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s)))
-    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
-        return ""
-    return f"across another cp the plan matches tokens by the canonical index '{lib.family_def(part).sequence.id}'" \
-           f", which is the token's place only where `sequence` holds; sequence-order is not proved for all sizes " \
-           f"({row.status}: {row.detail or row.method})"
 
 
 def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:

@@ -53,10 +53,16 @@ def prove_cross_plans(lib: Library, family: str, store: dict, load: dict, cross,
 
 
 def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, sides=("store", "load")) -> str:
-    """Why the `sequence` claim (canonical index t is the token's place, the grid's token(t))
-    is not shown at both configurations, or '': the plans are checked by canonical indices,
-    the small page's token shifted by its part, which is the token's own place only there."""
+    """Why the `sequence` claim (canonical index t is the token's place, the grid's token(t),
+    a bijection of a page's tokens) is not shown, or '': proved for all sizes in every part
+    (the `sequence-order` row, from the proof cache), and the family shown to apply at both
+    configurations. The plans and conversions are checked by canonical indices, the small
+    page's token shifted by its part, which is the token's own place only where it holds."""
     from ..obligations import query
+    for part in lib.parts_of(family):  # for all sizes first: a bijection of the tokens, never at two sizes alone
+        why = sequence_unproved(lib, part, budget)
+        if why:
+            return why + ("" if part == family else f" in region {part!r}")
     for side, sizes in zip(sides, (store, load)):
         for part in lib.parts_of(family):
             try:  # (a token's place is no matter of the page's size: the page is not assumed)
@@ -76,6 +82,24 @@ def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, 
                         f"configuration it is {'refuted' if status == 'sat' else 'undecided'}"
                         f"{'' if part == family else f' in region {part!r}'} (`layoutalg prove` shows a counterexample)")
     return ""
+
+
+def sequence_unproved(lib, part: str, budget: Budget) -> str:
+    """Why the part's `sequence` claim (canonical index t is the token's place in the
+    sequence, the grid's token(t), a bijection of the page's tokens) is not proved for all
+    sizes, or ''. Across another cp or block size a plan or conversion joins pages by
+    canonical indices, the small page's token shifted by its part: that is the token's own
+    place only where the claim holds (a shard map placing tokens by another fn, or two
+    tokens at one place, would otherwise be proved). The row comes from the proof cache."""
+    from .. import store
+    from ..runner import Budgets, prove_obligation
+    row = store.row(lib, part, "sequence-order", budget.rlimit,
+                    lambda: prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s)))
+    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
+        return ""
+    return f"pages of another cp or block size are matched by the canonical index " \
+           f"'{lib.family_def(part).sequence.id}', the token's place only where `sequence` holds; sequence-order is " \
+           f"not proved for all sizes ({row.status}: {row.detail or row.method})"
 
 
 class _Cross(NamedTuple):
