@@ -345,8 +345,8 @@ def test_a_false_sequence_claim_fails_check_and_no_conversion_joins_pages_by_it(
     assert "dcp=2" in rep.errors[0]
     big, small = _rank_major_sizes(2), _rank_major_sizes(1)
     for wrong_page in (None, 999):  # (a page size that contradicts the layout assumed no claim shown by it)
-        with pytest.raises(LayoutalgError, match="rank_major: not converted: .* at the big page's configuration it "
-                                                 "is refuted"):
+        with pytest.raises(LayoutalgError, match="rank_major: not converted: .* sequence-order is not proved for all "
+                                                 "sizes \\(refuted"):
             conversion(lib, "rank_major", {**big, "page_size": wrong_page or big["page_size"]}, small)
     rows = _rows("rank_major_tokens", "rank_major")
     assert rows["sequence-order"].status == "refuted"
