@@ -15,12 +15,15 @@ import importlib.util
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import LayoutalgError
+from .audit import audit
 
 PORTFOLIO = (
     ("default", {}),
@@ -176,6 +179,7 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
             return "unreadable", (f"error: {e.strerror if isinstance(e, OSError) else e}", "-", 0.0)
         return want, check_file(path, seconds)
 
+    content, vacuity = audit(folder, files)  # (read before any solver runs: a forged folder fails either way)
     answers = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for path, (want, (answer, how, secs)) in zip(files, pool.map(one, files)):
@@ -185,13 +189,40 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
             counts[got] = counts.get(got, 0) + (got != want)
             print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)}"
                   + ("" if got == want else f"  FAIL (expected {want})"), file=out, flush=True)
+        empty = vacuity_problems(folder, vacuity, seconds, pool, out)
     wrong = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("sat", "unsat", "unknown", "error"))
-    print(f"{len(files)} certificates: {good} as expected; not as expected: {wrong} "
+    print(f"{len(files)} certificates: {good} as expected; not as expected: {wrong}; "
+          f"{len(vacuity) - len(empty)} of {len(vacuity)} goals' assumptions shown satisfiable "
           f"(cvc5, {time.perf_counter() - t0:.1f} s)", file=out)
-    missing = index_problems(folder) + dependency_problems(answers)
+    missing = content + empty + index_problems(folder) + dependency_problems(answers)
     for line in missing:
         print(f"error: {line}", file=out)
     return 0 if good == len(files) and not missing else 1
+
+
+def vacuity_problems(folder: str, queries: list, seconds: float, pool, out) -> list[str]:
+    """Ask each vacuity query (`audit`: (file, its assertions without its goal)) of cvc5 in a
+    fresh process, each line printed; a problem for each that is not sat: the file's unsat
+    would not rest on its goal (its assumptions alone are unsat, or undecided)."""
+    if not queries:
+        return []
+    tmp = tempfile.mkdtemp(prefix="layoutalg-vacuity-")
+    try:
+        paths = []
+        for n, (path, text) in enumerate(queries):
+            paths.append(os.path.join(tmp, f"{n}.smt2"))
+            with open(paths[-1], "w", encoding="utf-8") as f:
+                f.write(text)
+        problems = []
+        for (path, _), (answer, how, secs) in zip(queries, pool.map(lambda p: check_file(p, seconds), paths)):
+            print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)} without its goal"
+                  + ("" if answer == "sat" else "  FAIL (expected sat)"), file=out, flush=True)
+            if answer != "sat":
+                problems.append(f"{path}: vacuous? its assertions without its goal answer {answer}, not sat: "
+                                f"its unsat would not rest on the obligation")
+        return problems
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":  # one file, one configuration: what `check_file` runs in a fresh process

@@ -105,14 +105,17 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             memo[model_of, k] = _dead([*assumed, *m.ops.side])
         dead = memo[model_of, k]
         if name == APPLIES:  # the assumptions alone: sat, or the case applies nowhere (then unsat)
+            body, kinds = _body([*assumed, *m.ops.side])
             out.append((f"{APPLIES}.case{k}", _header(lib, family, name, k, cases_text, 0, 1,
-                                                      "unsat" if dead else "sat") + _smt2([*assumed, *m.ops.side])))
+                                                      "unsat" if dead else "sat", uses=_needs(kinds)) + body))
             continue
         if dead:  # the runtime never takes it: its applies file shows that, and nothing else holds of it
             continue
         if name == "page-size":  # the guards alone make the local layout the page
-            out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1)
-                        + _smt2(_page_query(lib, model_of, path))))
+            asked, g = _page_query(lib, model_of, path)
+            body, kinds = _body(asked)
+            out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds), goal=g)
+                        + body))
             continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
@@ -128,13 +131,14 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
             used, labels, kinds = asserted.get(j, ([], [], set()))
-            needs = [f"{name}.case{k}.chain-{label}.smt2" for label in labels]
-            needs += [f"../{lemmas.SHARED}/{n}.smt2" for n in lemmas.LEMMAS if n in kinds]
-            out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts), uses=needs)
-                        + _smt2([*assumed, part, *used, *m.ops.side])))
-        for label, said, query_ in identities:
-            out.append((f"{name}.case{k}.chain-{label}", _header(lib, family, name, k, cases_text, 0, 1, chain=said)
-                        + _smt2([*query_, *m.ops.side])))
+            body, more = _body([*assumed, part, *used, *m.ops.side])
+            needs = [f"{name}.case{k}.chain-{label}.smt2" for label in labels] + _needs(kinds | more)
+            out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts), uses=needs,
+                                      goal=len(assumed)) + body))
+        for label, said, query_ in identities:  # (each claim negated last: its goal)
+            body, kinds = _body([*query_, *m.ops.side_for(query_)])  # (the divisions its terms read, no others)
+            out.append((f"{name}.case{k}.chain-{label}", _header(lib, family, name, k, cases_text, 0, 1, chain=said,
+                                                                 uses=_needs(kinds), goal=len(query_) - 1) + body))
     return out
 
 
@@ -178,7 +182,7 @@ def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
     """What a query asking row `name` of `m` whole (`w` its witnesses) may rest on, as a
     certificate of it would, where `assumed` holds beside `m`'s assumptions: (the instances
     its parts assert, all at once; each chain's file as (label, what it says, assertions, with
-    the side conditions its terms read); the lemmas used). With `name` None, a byte of the local layout at
+    the side conditions its terms read, the index of its goal: the claim negated); the lemmas used). With `name` None, a byte of the local layout at
     `w["i"]` inside the page (`reshard.plan_queries._outside_page`): the layout's chain, its
     fits and both ends of its element."""
     m = _Assuming(m, list(assumed))
@@ -192,7 +196,7 @@ def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
             got[2].update({"low", "above", "bound", "scale"})
     files = _identities(m, chains, m.assumptions())
     found = [x for got in asserted.values() for x in got[0]]
-    return found, [(label, said, [*a, *m.ops.side_for(a)]) for label, said, a in files], \
+    return found, [(label, said, [*a, *m.ops.side_for(a)], len(a) - 1) for label, said, a in files], \
         set().union(*[got[2] for got in asserted.values()])
 
 
@@ -355,12 +359,13 @@ def _dead(assumptions) -> bool:
     return s.check() == z3.unsat
 
 
-def _page_query(lib: Library, family: str, path) -> list:
-    """`page-size` on one live case path: its guards without the runtime's page check, and a
-    local layout that is not the page (unsat: the guards alone make the layout the page)."""
+def _page_query(lib: Library, family: str, path) -> tuple[list, int]:
+    """(assertions, the goal's index) of `page-size` on one live case path: its guards without
+    the runtime's page check, and a local layout that is not the page (unsat: the guards alone
+    make the layout the page)."""
     m = Model(lib, family, path, page_guard=False)
     implied = [*m.assumptions(), z3.Not(m.page_fits())]
-    return [*implied, *m.ops.side]
+    return [*implied, *m.ops.side], len(implied) - 1
 
 
 def _smt2(assertions) -> str:
@@ -372,11 +377,96 @@ def _smt2(assertions) -> str:
 
 
 _EMPTY = re.compile(r"(?<=\s)(and|or)(?=[\s)])")
+
+
+def _body(assertions) -> tuple[str, set]:
+    """(SMT-LIB text, lemmas its theorems use) of `assertions`, each theorem between two divisions
+    the arithmetic states as a side condition (`Z3Ops._lemma`: floor division is monotone;
+    `shared_equal`: one division read twice) written as an instance of its lemma (MONOTONE,
+    STRICT, SAME) with both divisions' definitions as hypotheses, so `certify` matches it
+    against a lemma its file names. A theorem whose divisions are not defined in `assertions`
+    is left as it is (and `certify` refuses an implication it cannot match)."""
+    defs = {}
+    for e in assertions:
+        d = _definition(e)
+        if d is not None:
+            defs.setdefault(d[2].get_id(), d)
+            defs.setdefault(d[3].get_id(), d)
+    out, kinds = [], set()
+    for e in assertions:
+        got = _theorem(e, defs)
+        out.append(e if got is None else got[0])
+        kinds |= set() if got is None else {got[1]}
+    return _smt2(out), kinds
+
+
+def _definition(e):
+    """(dividend, divisor, quotient, remainder) where `e` is a division's definition
+    `a == q*b + r` (either way round; q and r constants), else None."""
+    if not z3.is_eq(e):
+        return None
+    for a, rhs in ((e.arg(0), e.arg(1)), (e.arg(1), e.arg(0))):
+        if z3.is_add(rhs) and rhs.num_args() == 2 and z3.is_mul(rhs.arg(0)) and rhs.arg(0).num_args() == 2:
+            q, b, r = rhs.arg(0).arg(0), rhs.arg(0).arg(1), rhs.arg(1)
+            if all(z3.is_const(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED for x in (q, r)):
+                return a, b, q, r
+    return None
+
+
+def _theorem(e, defs: dict):
+    """(the lemma instance, its name) where `e` is a theorem between two divisions of `defs`
+    (their quotients' or remainders' ids -> definitions): `a <= A => q <= Q`, `a < A and R == 0
+    => q < Q`, or `q == Q` / `r == R` for one dividend and divisor; else None."""
+    def division(x, which):
+        d = defs.get(x.get_id()) if z3.is_const(x) else None
+        return d if d is not None and d[which].get_id() == x.get_id() else None
+
+    def apart(d1, d2):
+        return d1 is not None and d2 is not None and d1[2].get_id() != d2[2].get_id() and z3.eq(d1[1], d2[1])
+    if z3.is_implies(e):
+        hyp, con = e.arg(0), e.arg(1)
+        for strict_, c in ((False, _cmp(con, False)), (True, _cmp(con, True))):
+            d1, d2 = (division(c[0], 2), division(c[1], 2)) if c else (None, None)
+            if not apart(d1, d2):
+                continue
+            (a, b, q, r), (A, _, Q, R) = d1, d2
+            h = _cmp(hyp, strict_) if not strict_ else \
+                (_cmp(hyp.arg(0), True) if z3.is_and(hyp) and hyp.num_args() == 2 and _zero(hyp.arg(1), R) else None)
+            if h and z3.eq(h[0], a) and z3.eq(h[1], A):
+                return (lemmas.strict if strict_ else lemmas.monotone)(b, a, q, r, A, Q, R), \
+                    "strict" if strict_ else "monotone"
+        return None
+    if z3.is_eq(e):
+        for which in (2, 3):
+            d1, d2 = division(e.arg(0), which), division(e.arg(1), which)
+            if apart(d1, d2) and z3.eq(d1[0], d2[0]):
+                return lemmas.same(d1[1], d1[0], d1[2], d1[3], d2[0], d2[2], d2[3]), "same"
+    return None
+
+
+def _cmp(e, strict: bool):
+    """(x, y) where `e` says `x < y` (strict) or `x <= y`, in either direction; else None."""
+    if (z3.is_lt(e) if strict else z3.is_le(e)):
+        return e.arg(0), e.arg(1)
+    if (z3.is_gt(e) if strict else z3.is_ge(e)):
+        return e.arg(1), e.arg(0)
+    return None
+
+
+def _zero(e, r) -> bool:
+    """Whether `e` says `r == 0` (either way round)."""
+    return z3.is_eq(e) and any(z3.eq(e.arg(i), r) and z3.is_int_value(e.arg(1 - i)) and
+                               e.arg(1 - i).as_long() == 0 for i in (0, 1))
+
+
+def _needs(kinds) -> list[str]:
+    """The shared lemma files (relative to a family's folder) of the lemmas `kinds`."""
+    return [f"../{lemmas.SHARED}/{n}.smt2" for n in lemmas.LEMMAS if n in kinds]
 """`and`/`or` as an operand rather than an operator (an operator follows its parenthesis)."""
 
 
 def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
-            expect: str = "unsat", uses=(), chain: str = "") -> str:
+            expect: str = "unsat", uses=(), chain: str = "", goal: int | None = None) -> str:
     file, line, body = _spec_lines(lib, family)
     part = f", part {j + 1} of {parts} (the row holds where every part is unsat)" if parts > 1 else ""
     if chain:
@@ -397,7 +487,7 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
                  "index satisfies the path's guards together with the negation of the obligation, so the",
                  "obligation holds for every size, rank and index. sat means a counterexample exists."]
     lines = [f"layoutalg certificate: family {family}, obligation {name}, case path {k}{part}",
-             f"expect: {expect}",
+             f"expect: {expect}", *_goal_line(goal),
              f"spec: {file}:{line}", *(f"  | {t}" for t in body),
              f"case path {k}: {cases or 'the family has one case'}", *meant,
              *(["It asserts instances of the identities and lemmas certified in the files below: instances of",
@@ -406,6 +496,14 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
                 f"{DEPENDS} {' '.join(uses)}"] if uses else []),
              "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
+
+
+def _goal_line(goal: int | None) -> list[str]:
+    """The header line naming the goal among the assertions (from 1): `certify` asks the file
+    again without it, sat expected (its assumptions are not vacuous), and reads a chain file's
+    claim as its negation."""
+    return [] if goal is None else [f"goal: assertion {goal + 1} (the assertions without it are satisfiable: "
+                                    f"the assumptions are not vacuous)"]
 
 
 def _lemma_text(name: str, said: str, assertions) -> str:
@@ -472,7 +570,9 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
             index.append((r.family, r.obligation, f"{len(made)} file(s)"))
             if r.family not in applied:  # a family's cases once, whatever its rows
                 applied.add(r.family)
-                _put(where, texts(lib, r.family, APPLIES, dead))
+                cases = texts(lib, r.family, APPLIES, dead)
+                _put(where, cases)
+                used.update(n for _, text in cases for n in _LEMMA_USED.findall(text))
             if r.obligation == "one-format" and "agnostic" in r.method:
                 index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
             used.update(n for _, text in made for n in _LEMMA_USED.findall(text))
@@ -516,28 +616,31 @@ def step_texts(lib: Library, family: str, store: str, load: str, steps: list) ->
     one file a distinct query."""
     made: dict = {}
     for what, asserted, chains, kinds in steps:  # (a term in `what` may print on several lines)
-        made.setdefault(_smt2(asserted), (" ".join(what.split()), chains, kinds))
+        body, more = _body(asserted)
+        made.setdefault(body, (" ".join(what.split()), chains, kinds | more))
     name, out = pair_name(store, load), []
     for n, (body, (what, chains, kinds)) in enumerate(made.items()):
         stem = f"{name}.step{n:03d}"
-        needs = [f"{stem}.chain-{label}.smt2" for label, _, _ in chains]
-        needs += [f"../{lemmas.SHARED}/{k}.smt2" for k in lemmas.LEMMAS if k in kinds]
+        needs = [f"{stem}.chain-{label}.smt2" for label, *_ in chains] + _needs(kinds)
         out.append((stem, _step_header(lib, family, store, load, n, len(made), what, needs) + body))
-        out += [(f"{stem}.chain-{label}", _step_header(lib, family, store, load, n, len(made), said, chain=True)
-                 + _smt2(a)) for label, said, a in chains]
+        for label, said, a, g in chains:
+            text, used = _body(a)
+            out.append((f"{stem}.chain-{label}", _step_header(lib, family, store, load, n, len(made), said,
+                                                              _needs(used), chain=True, goal=g) + text))
     return out
 
 
 def _step_header(lib: Library, family: str, store: str, load: str, n: int, total: int, what: str,
-                 uses=(), chain: bool = False) -> str:
+                 uses=(), chain: bool = False, goal: int | None = None) -> str:
     file, line, body = _spec_lines(lib, family)
     if chain:
         return "".join(f"; {t}\n" for t in [
             f"layoutalg certificate: family {family}, the direct plan from {store} to {load} (`layoutalg prove "
-            f"--reshard`), a chain step {n + 1} of {total} rests on", "expect: unsat",
+            f"--reshard`), a chain step {n + 1} of {total} rests on", "expect: unsat", *_goal_line(goal),
             f"spec: {file}:{line}", *(f"  | {t}" for t in body), f"claim: {what}.",
             "unsat means: no sizes within their declared bounds satisfying the case's guards, and no index",
-            "of the box, break it; the step asserts it at its own indices."]) + "(set-logic ALL)\n"
+            "of the box, break it; the step asserts it at its own indices.",
+            *([f"{DEPENDS} {' '.join(uses)}"] if uses else [])]) + "(set-logic ALL)\n"
     lines = [f"layoutalg certificate: family {family}, the direct plan from {store} to {load} "
              f"(`layoutalg prove --reshard`), step {n + 1} of {total}",
              "expect: unsat", f"spec: {file}:{line}", *(f"  | {t}" for t in body),

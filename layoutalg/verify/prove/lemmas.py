@@ -49,42 +49,77 @@ SHARED = "shared-lemmas"
 name is no identifier, so no family's folder can take it."""
 
 
+def _ints(*xs) -> list:
+    """`xs` as Z3 terms (a Python int as its literal): a lemma's instance prints as the lemma's own
+    text does, which `verify.audit` matches term for term (`0 >= 0` would be Python's True)."""
+    return [z3.IntVal(x) if isinstance(x, int) else x for x in xs]
+
+
 def digit(a, x, X, y, Y):
     """DIGIT at (a, x, X, y, Y): two mixed-radix numbers with equal value agree in their digit."""
+    a, x, X, y, Y = _ints(a, x, X, y, Y)
     return z3.Implies(z3.And(x + a * X == y + a * Y, x >= 0, x < a, y >= 0, y < a), z3.And(x == y, X == Y))
 
 
 def range_(a, x, X, M):
     """RANGE at (a, x, X, M): a digit below `a` over a number below `M` is a number below `a*M`."""
+    a, x, X, M = _ints(a, x, X, M)
     return z3.Implies(z3.And(x >= 0, x < a, X >= 0, X < M), z3.And(x + a * X >= 0, x + a * X < a * M))
 
 
 def quotient(b, q, r, Q):
     """QUOTIENT at (b, q, r, Q): a number below `Q*b` has its quotient by `b` below `Q`."""
+    b, q, r, Q = _ints(b, q, r, Q)
     return z3.Implies(z3.And(q * b + r >= 0, q * b + r < Q * b, r >= 0, r < b), z3.And(q >= 0, q < Q))
 
 
 def bound(A, x, r, X, B):
     """BOUND at (A, x, r, X, B): a digit at most `A` over a number at most `B`, by a radix that
     is not negative, is a number at most `A + r*B`."""
+    A, x, r, X, B = _ints(A, x, r, X, B)
     return z3.Implies(z3.And(x <= A, X <= B, r >= 0), x + r * X <= A + r * B)
 
 
 def scale(e, x, M):
     """SCALE at (e, x, M): an element below `M`, of `e` bytes, ends by byte `e*M`."""
+    e, x, M = _ints(e, x, M)
     return z3.Implies(z3.And(x < M, e > 0), e * x + e <= e * M)
 
 
 def low(x, r, X):
     """LOW at (x, r, X): a digit and a number that are not negative, by a radix that is not,
     make a number that is not negative."""
+    x, r, X = _ints(x, r, X)
     return z3.Implies(z3.And(x >= 0, X >= 0, r >= 0), x + r * X >= 0)
 
 
 def above(e, x, y):
     """ABOVE at (e, x, y): an element at offset `x` at least `y`, of `e` bytes, starts at byte
     `e*y` or later."""
+    e, x, y = _ints(e, x, y)
     return z3.Implies(z3.And(x >= y, e >= 0), e * x >= e * y)
+
+
+def monotone(b, a, q, r, A, Q, R):
+    """MONOTONE at (b, a, q, r, A, Q, R): floor division by `b` is monotone in the dividend,
+    `a = q*b + r` and `A = Q*b + R` (remainders in [0, b)) with `a <= A` give `q <= Q`."""
+    b, a, q, r, A, Q, R = _ints(b, a, q, r, A, Q, R)
+    return z3.Implies(z3.And(a == q * b + r, r >= 0, r < b, A == Q * b + R, R >= 0, R < b, a <= A), q <= Q)
+
+
+def strict(b, a, q, r, A, Q, R):
+    """STRICT at (b, a, q, r, A, Q, R): a dividend below an exact multiple `A = Q*b` has a
+    smaller quotient, `a = q*b + r` (0 <= r < b) with `a < A` gives `q < Q`."""
+    b, a, q, r, A, Q, R = _ints(b, a, q, r, A, Q, R)
+    return z3.Implies(z3.And(a == q * b + r, r >= 0, r < b, A == Q * b + R, R == 0, a < A), q < Q)
+
+
+def same(b, a, q, r, A, Q, R):
+    """SAME at (b, a, q, r, A, Q, R): one dividend divided by one divisor twice (two
+    configurations' readings of a shared size) has one quotient and one remainder."""
+    b, a, q, r, A, Q, R = _ints(b, a, q, r, A, Q, R)
+    return z3.Implies(z3.And(a == q * b + r, r >= 0, r < b, A == Q * b + R, R >= 0, R < b, a == A),
+                      z3.And(q == Q, r == R))
 
 
 LEMMAS = {
@@ -95,6 +130,9 @@ LEMMAS = {
     "scale": (scale, 3, "x < M and e > 0 give e*x + e <= e*M"),
     "low": (low, 3, "x >= 0, X >= 0 and r >= 0 give x + r*X >= 0"),
     "above": (above, 3, "x >= y and e >= 0 give e*x >= e*y"),
+    "monotone": (monotone, 7, "a = q*b + r, A = Q*b + R with 0 <= r, R < b and a <= A give q <= Q"),
+    "strict": (strict, 7, "a = q*b + r with 0 <= r < b, A = Q*b + R with R = 0, and a < A give q < Q"),
+    "same": (same, 7, "a = q*b + r, A = Q*b + R with 0 <= r, R < b and a = A give q = Q and r = R"),
 }
 """Lemma name -> (its formula at given terms, how many terms, what it says)."""
 

@@ -1,0 +1,322 @@
+"""What `layoutalg certify` checks of a certificate folder's CONTENT, before and beside cvc5's answers.
+
+A solver's `unsat` on a file shows that file's formula unsatisfiable, nothing more. A
+folder is a proof only where its files fit together; this module reads them (`smtlib`) and
+says where they do not:
+
+- a shared lemma's file states the lemma this module knows (`LEMMA_TEXT`), negated, and
+  nothing else: a folder cannot bring a lemma of its own;
+- every implication a file asserts (other than its goal) is an instance of a known lemma that
+  its `; depends on:` line names, or of the claim of a chain (fits, order) file it names: the
+  claim with its constants replaced by terms of the file, every other assertion of that file
+  so replaced being an assertion of this one, a hypothesis of the implication, or a lemma's
+  instance;
+- no file asserts a bare `false`;
+- `; expect: sat` only on a case's applies file; every case a family's files speak of has
+  its applies file, answered sat; a case whose applies file is unsat (dead) has no other file;
+- every file stating its goal (`; goal: assertion N`) gets a vacuity query: its assertions
+  without the goal, which must be sat (`vacuity_text`; certify runs it).
+
+Nothing here decides a formula: the solver does. Pure Python, no solver imported.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from . import smtlib
+
+SHARED = "shared-lemmas"
+"""The folder of the lemmas (`prove.lemmas.SHARED`, named here without importing the prover)."""
+
+LEMMA_TEXT = {
+    "digit": ("a x X y Y", "(=> (and (= (+ x (* a X)) (+ y (* a Y))) (>= x 0) (< x a) (>= y 0) (< y a)) "
+                           "(and (= x y) (= X Y)))"),
+    "range": ("a x X M", "(=> (and (>= x 0) (< x a) (>= X 0) (< X M)) (and (>= (+ x (* a X)) 0) "
+                         "(< (+ x (* a X)) (* a M))))"),
+    "quotient": ("b q r Q", "(=> (and (>= (+ (* q b) r) 0) (< (+ (* q b) r) (* Q b)) (>= r 0) (< r b)) "
+                            "(and (>= q 0) (< q Q)))"),
+    "bound": ("A x r X B", "(=> (and (<= x A) (<= X B) (>= r 0)) (<= (+ x (* r X)) (+ A (* r B))))"),
+    "scale": ("e x M", "(=> (and (< x M) (> e 0)) (<= (+ (* e x) e) (* e M)))"),
+    "low": ("x r X", "(=> (and (>= x 0) (>= X 0) (>= r 0)) (>= (+ x (* r X)) 0))"),
+    "above": ("e x y", "(=> (and (>= x y) (>= e 0)) (>= (* e x) (* e y)))"),
+    "monotone": ("b a q r A Q R", "(=> (and (= a (+ (* q b) r)) (>= r 0) (< r b) (= A (+ (* Q b) R)) (>= R 0) "
+                                  "(< R b) (<= a A)) (<= q Q))"),
+    "strict": ("b a q r A Q R", "(=> (and (= a (+ (* q b) r)) (>= r 0) (< r b) (= A (+ (* Q b) R)) (= R 0) "
+                                "(< a A)) (< q Q))"),
+    "same": ("b a q r A Q R", "(=> (and (= a (+ (* q b) r)) (>= r 0) (< r b) (= A (+ (* Q b) R)) (>= R 0) "
+                              "(< R b) (= a A)) (and (= q Q) (= r R)))"),
+}
+"""Each lemma this checker knows: (its variables, its formula in SMT-LIB), valid for all integers.
+`prove.lemmas` builds the same formulas (`tests/test_certify_forgery.py` holds them alike)."""
+
+GOAL = re.compile(r"^assertion (\d+)\b")
+CASE = re.compile(r"^(?P<row>.+?)\.case(?P<k>\d+)(?:\.|$)")
+
+
+def templates(terms: smtlib.Terms) -> dict:
+    """Lemma name -> (its variables, its formula as a term of `terms`)."""
+    out = {}
+    for name, (names, text) in LEMMA_TEXT.items():
+        ((tree, _, _),) = smtlib._sexprs(text, f"<lemma {name}>")
+        out[name] = (names.split(), terms.expand(tree))
+    return out
+
+
+def goal(script: smtlib.Script, errors: list) -> int | None:
+    """The index (from 0) among `script`'s assertions of its goal (`; goal: assertion N`, from
+    1), None where it states none; a goal out of range is an error."""
+    said = script.header.get("goal")
+    if said is None:
+        return None
+    m = GOAL.match(said)
+    if not m or not 1 <= int(m.group(1)) <= len(script.assertions):
+        errors.append(f"{script.path}:1: its goal line says {said!r}, and it has {len(script.assertions)} assertions")
+        return None
+    return int(m.group(1)) - 1
+
+
+def check_lemma(script: smtlib.Script, name: str, known: dict, terms: smtlib.Terms) -> str | None:
+    """Why `script` (a shared lemma's file) is not the lemma `name` this checker knows, negated,
+    and nothing else; None where it is. Its variables must be distinct declared constants."""
+    if name not in known:
+        return f"{script.path}:1: no lemma {name!r} is known to certify (known: {', '.join(sorted(known))})"
+    variables, formula = known[name]
+    asserted = script.assertions
+    if len(asserted) != 1:
+        return f"{script.path}:1: a lemma's file asserts its negation alone; it has {len(asserted)} assertions"
+    t = asserted[0].term
+    sigma: dict = {}
+    if not (smtlib.head(terms, t) == "not" and
+            smtlib.unify(terms, formula, smtlib.args(terms, t)[0], set(variables), sigma)):
+        return (f"{script.path}:{asserted[0].line}: not the lemma {name} ({LEMMA_TEXT[name][1]}) negated: "
+                f"it asserts {smtlib.show(terms, t)}")
+    values = [terms.node(sigma[v]) for v in variables]
+    if len(set(values)) != len(values) or any(v not in script.declared for v in values):
+        return f"{script.path}:{asserted[0].line}: the lemma {name} at {values}, not at distinct fresh constants"
+    if script.header.get("expect", "unsat") != "unsat":
+        return f"{script.path}:1: a lemma's file must expect unsat"
+    return None
+
+
+def lemma_instance(terms: smtlib.Terms, t: int, allowed, known: dict):
+    """(lemma name, substitution) where `t` is an instance of a lemma in `allowed`, else None."""
+    for name in allowed:
+        variables, formula = known[name]
+        sigma: dict = {}
+        if smtlib.unify(terms, formula, t, set(variables), sigma):
+            return name, sigma
+    return None
+
+
+def chain_claim(terms: smtlib.Terms, script: smtlib.Script, errors: list):
+    """(claim, the other assertions, its constants) of a chain, fits or order file: its goal is
+    the claim negated; None (with an error) where it states no such goal."""
+    g = goal(script, errors)
+    if g is None:
+        errors.append(f"{script.path}:1: a chain file states no goal (`; goal: assertion N`, the claim negated)")
+        return None
+    t = script.assertions[g].term
+    if smtlib.head(terms, t) != "not":
+        errors.append(f"{script.path}:{script.assertions[g].line}: its goal is no negated claim: "
+                      f"{smtlib.show(terms, t)}")
+        return None
+    return smtlib.args(terms, t)[0], [a.term for k, a in enumerate(script.assertions) if k != g], script.declared
+
+
+def instance_of_chain(terms: smtlib.Terms, t: int, chain, mine: dict, facts: set, allowed,
+                      known: dict) -> tuple[dict | None, str]:
+    """(substitution, '') where the implication `t` is an instance of `chain`'s claim
+    (`chain_claim`): its conclusion the claim with the chain file's constants replaced (a
+    constant this file also declares, `mine`, and the claim does not read, by itself; one
+    it does not, by a term of this file found by matching), and each other assertion of the
+    chain file so replaced a conjunction of this file's assertions' conjuncts (`facts`) and
+    of `t`'s hypothesis, or an instance of a lemma in `allowed`; else (None, the mismatch)."""
+    claim, premises, declared = chain
+    conclusion = smtlib.args(terms, t)[1]
+    sigma: dict = {}
+    if not smtlib.unify(terms, claim, conclusion, set(declared), sigma):
+        return None, f"its conclusion is not the claim {smtlib.show(terms, claim, 200)}"
+    hypothesis = smtlib.conjuncts(terms, smtlib.args(terms, t)[0])
+    have = facts | set(hypothesis)
+    by_head: dict = {}
+    for c in dict.fromkeys([*hypothesis, *facts]):  # (the implication's own hypothesis tried first)
+        by_head.setdefault(smtlib.head(terms, c), []).append(c)
+    budget = [20_000]  # (matching steps: a search that runs past it fails, never passes)
+    stuck: list = []
+    found = _premises(terms, premises, 0, sigma, set(declared), mine, have, by_head, allowed, known, budget, stuck)
+    if found is None:
+        q = smtlib.substitute(terms, stuck[0][0], stuck[0][1]) if stuck else claim
+        return None, (f"no substitution puts the chain's assertion {smtlib.show(terms, q, 200)} among this file's "
+                      f"(at {{{', '.join(f'{k} -> {smtlib.show(terms, v, 40)}' for k, v in list((stuck[0][1] if stuck else sigma).items())[-10:])}}})")
+    return found, ""
+
+
+def _premises(terms, premises, k, sigma, declared, mine, have, by_head, allowed, known, budget, stuck):
+    """A substitution extending `sigma` under which premises[k:] each hold in this file
+    (`_holds`), or None. A constant not yet bound is tried first as itself (where this file
+    declares it), then as what matching a premise's conjuncts against `have` makes it."""
+    if k == len(premises):
+        return sigma
+    budget[0] -= 1
+    if budget[0] < 0:
+        return None
+    p = premises[k]
+    free = smtlib.constants(terms, p) & declared - set(sigma)
+    if not free:
+        if _holds(terms, smtlib.substitute(terms, p, sigma), have, allowed, known):
+            return _premises(terms, premises, k + 1, sigma, declared, mine, have, by_head, allowed, known, budget, stuck)
+        if not stuck or len(stuck) < 1:
+            stuck.append((p, dict(sigma)))
+        return None
+    same = {**sigma, **{n: terms.make(n) for n in free if n in mine}}
+    if len(same) - len(sigma) == len(free) and _holds(terms, smtlib.substitute(terms, p, same), have, allowed, known):
+        got = _premises(terms, premises, k + 1, same, declared, mine, have, by_head, allowed, known, budget, stuck)
+        if got is not None:
+            return got
+    parts = smtlib.conjuncts(terms, p)
+
+    def go(j, s):
+        if j == len(parts):
+            return _premises(terms, premises, k + 1, s, declared, mine, have, by_head, allowed, known, budget, stuck)
+        for c in by_head.get(smtlib.head(terms, parts[j]), ()):
+            budget[0] -= 1
+            if budget[0] < 0:
+                return None
+            s2 = dict(s)
+            if smtlib.unify(terms, parts[j], c, declared, s2):
+                got = go(j + 1, s2)
+                if got is not None:
+                    return got
+        return None
+    got = go(0, same) if len(same) > len(sigma) else None
+    got = go(0, dict(sigma)) if got is None else got
+    if got is None and not stuck:
+        stuck.append((p, same))
+    return got
+
+
+def _holds(terms, q: int, have: set, allowed, known) -> bool:
+    """Whether `q` (a chain file's assertion, substituted) holds in this file: each of its
+    conjuncts is among `have`, or it is an instance of a lemma in `allowed`."""
+    return all(c in have or terms.node(c) == "true" for c in smtlib.conjuncts(terms, q)) or \
+        (smtlib.head(terms, q) == "=>" and lemma_instance(terms, q, allowed, known) is not None)
+
+
+def _rel(path: str, folder: str) -> str:
+    return os.path.relpath(path, folder)
+
+
+def audit(folder: str, files: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """(problems, vacuity queries) of the certificate files `files` under `folder`: each problem
+    names the file, its line and what is violated; each vacuity query is (the file it is of, the
+    SMT-LIB text of its assertions without its goal), to be answered sat."""
+    terms = smtlib.Terms()
+    known = templates(terms)
+    errors, scripts = [], {}
+    for path in files:
+        try:
+            scripts[os.path.abspath(path)] = smtlib.read(path, terms)
+        except (OSError, smtlib.SmtError) as e:
+            errors.append(f"{path}: cannot be read ({e})")
+    vacuity = []
+    for path, s in scripts.items():
+        errors += _file_problems(path, s, scripts, known, terms, vacuity)
+    errors += _case_problems(scripts)
+    return errors, vacuity
+
+
+def _depends(path: str, s: smtlib.Script) -> list[str]:
+    here = os.path.dirname(path)
+    return [os.path.normpath(os.path.join(here, x)) for x in s.header.get("depends on", "").split()]
+
+
+def _file_problems(path: str, s: smtlib.Script, scripts: dict, known: dict, terms, vacuity: list) -> list[str]:
+    """The problems of one file (`audit`), appending its vacuity query to `vacuity`."""
+    errors = []
+    folder_name = os.path.basename(os.path.dirname(path))
+    name = os.path.basename(path)[:-len(".smt2")]
+    if folder_name == SHARED:
+        bad = check_lemma(s, name, known, terms)
+        return [bad] if bad else []
+    for a in s.assertions:
+        if terms.node(a.term) == "false":
+            errors.append(f"{path}:{a.line}: asserts a bare false (a certificate must not rest on false)")
+    expect = s.header.get("expect", "unsat")
+    if expect == "sat" and not name.startswith("applies.case"):
+        errors.append(f"{path}:1: expects sat, which only a case's applies file may (its case applies somewhere)")
+    deps = _depends(path, s)
+    allowed = [n for n in _lemmas_named(deps) if n in known]
+    chains = []
+    for d in deps:
+        if os.path.basename(os.path.dirname(d)) == SHARED or d not in scripts:
+            continue  # (a lemma; or a file not in the run: `dependency_problems` says so)
+        found = chain_claim(terms, scripts[d], errors)
+        if found is not None:
+            theirs = _lemmas_named(_depends(d, scripts[d]))
+            chains.append((d, found, [n for n in dict.fromkeys([*allowed, *theirs]) if n in known]))
+    g = goal(s, errors)
+    facts = {c for a in s.assertions for c in smtlib.conjuncts(terms, a.term)}
+    shown = set()  # the implications matched: valid where their files are unsat, so the vacuity query drops them
+    for k, a in enumerate(s.assertions):
+        if k == g or smtlib.head(terms, a.term) != "=>":
+            continue
+        shown.add(k)
+        if lemma_instance(terms, a.term, allowed, known):
+            continue
+        why = []
+        for d, chain, chain_allowed in chains:
+            sigma, mismatch = instance_of_chain(terms, a.term, chain, s.declared, facts, chain_allowed, known)
+            if sigma is not None:
+                break
+            why.append(f"{os.path.basename(d)}: {mismatch}")
+        else:
+            shown.discard(k)
+            errors.append(f"{path}:{a.line}: asserts an implication that is no instance of a lemma its depends line "
+                          f"names ({', '.join(allowed) or 'none'}) nor of a chain file it names: "
+                          f"{smtlib.show(terms, a.term, 240)}" + "".join(f"\n    {w}" for w in why))
+    if g is not None and ".chain-" not in name:
+        vacuity.append((path, vacuity_text(s, {g} | shown)))
+    return errors
+
+
+def vacuity_text(s: smtlib.Script, drop: set) -> str:
+    """`s`'s text without the assertions `drop` (indices: its goal, and the instances matched,
+    which hold in every model of the rest, so dropping them keeps sat and unsat), expecting sat:
+    the goal's assumptions are satisfiable. Pre: `drop` holds `s`'s goal."""
+    text, at = [], 0
+    for k, a in enumerate(s.assertions):
+        if k in drop:
+            text.append(s.text[at:a.span[0]])
+            at = a.span[1]
+    text.append(s.text[at:])
+    return "".join(text).replace("; expect: unsat", "; expect: sat", 1)
+
+
+def _lemmas_named(deps: list[str]) -> list[str]:
+    """The shared lemmas among the files `deps`, by name."""
+    return [os.path.basename(d)[:-len(".smt2")] for d in deps if os.path.basename(os.path.dirname(d)) == SHARED]
+
+
+def _case_problems(scripts: dict) -> list[str]:
+    """Each family folder's cases: a file of case K needs `applies.caseK.smt2` expecting sat;
+    an applies file expecting unsat (a dead case) leaves no other file of its case."""
+    errors, by_folder = [], {}
+    for path, s in scripts.items():
+        here, name = os.path.split(path)
+        m = CASE.match(name[:-len(".smt2")])
+        if m and os.path.basename(here) != SHARED and not name.startswith("stages-tile"):
+            by_folder.setdefault(here, {}).setdefault(int(m.group("k")), []).append((m.group("row"), path, s))
+    for here, cases in by_folder.items():
+        for k, made in sorted(cases.items()):
+            applies = next((s for row, _, s in made if row == "applies"), None)
+            others = [p for row, p, _ in made if row != "applies"]
+            if applies is None:
+                errors.append(f"{others[0]}:1: case {k} has no applies.case{k}.smt2 in this run: nothing shows "
+                              f"that the case applies somewhere (its certificates could all be vacuous)")
+            elif applies.header.get("expect") == "unsat" and others:
+                errors.append(f"{others[0]}:1: case {k} is dead (applies.case{k}.smt2 expects unsat) and yet has "
+                              f"{len(others)} other file(s)")
+            elif applies.header.get("expect") not in ("sat", "unsat"):
+                errors.append(f"{applies.path}:1: an applies file expects sat (or unsat: a dead case)")
+    return errors
