@@ -11,7 +11,7 @@ import logging
 import subprocess
 import sys
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import Enum, IntEnum
 from fractions import Fraction
 from math import prod
 
@@ -697,3 +697,48 @@ def test_a_hybrid_models_state_moves_across_a_tp_change_byte_for_byte(model, for
 
 def spec_state(model: str) -> str:
     return {"mamba2": "ssm", "gdn": "recurrent"}[model]
+
+
+# ---- vLLM 0.32's mamba_type is an enum (tests/engine runs the same on vLLM's own objects) ----
+
+class MambaAttentionBackendEnum(Enum):
+    """Imitates vLLM 0.32's `vllm.v1.attention.backends.registry.MambaAttentionBackendEnum`: each
+    member's value is the backend's class path, which a deployment may override."""
+    MAMBA1 = "vllm.v1.attention.backends.mamba1_attn.Mamba1AttentionBackend"
+    MAMBA2 = "vllm.v1.attention.backends.mamba2_attn.Mamba2AttentionBackend"
+    GDN_ATTN = "vllm.v1.attention.backends.gdn_attn.GDNAttentionBackend"
+
+
+@pytest.mark.parametrize("make,member", [(mamba2_spec, "MAMBA2"), (gdn_spec, "GDN_ATTN")])
+def test_vllms_backend_enum_names_the_state_family(make, member):
+    import dataclasses
+    spec = dataclasses.replace(make(2), mamba_type=MambaAttentionBackendEnum[member])
+    kv = cache_config([(spec, ["layers.0.mixer"])])
+    by_enum = derive_canonical_mappings(state_config(2, 1), kv, {}, state_layers=True)["layers.0.mixer"]
+    by_name = derive_canonical_mappings(state_config(2, 1), cache_config([(make(2), ["layers.0.mixer"])]), {},
+                                        state_layers=True)["layers.0.mixer"]
+    assert by_enum.parallelism_agnostic and by_enum == by_name
+
+
+def test_a_backend_with_no_state_family_stays_opaque_and_says_why(caplog):
+    import dataclasses
+    from layoutalg.runtime.vllm import state_layer
+    spec = dataclasses.replace(mamba2_spec(2), mamba_type=MambaAttentionBackendEnum.MAMBA1)
+    layer, why = state_layer(spec, 2, state_config(2, 0).model_config)
+    assert layer is None and "MAMBA1" in why and "GDN_ATTN" in why
+
+
+def test_a_model_of_state_layers_alone_has_no_kv_heads():
+    """vLLM gives `get_total_num_kv_heads() == 0` for a model with no attention layer."""
+    c = state_config(2, 1)
+    c.model_config.total_num_kv_heads = 0
+    m = derive_canonical_mappings(c, cache_config([(mamba2_spec(2), ["m"])]), {}, state_layers=True)["m"]
+    assert m.parallelism_agnostic
+
+
+def test_the_old_import_path_is_the_adapter():
+    import importlib
+    old, new = importlib.import_module("layoutalg.vllm"), importlib.import_module("layoutalg.runtime.vllm")
+    from layoutalg.vllm import STATE_KINDS, derive_canonical_mappings as old_derive
+    assert old_derive is new.derive_canonical_mappings and STATE_KINDS is new.STATE_KINDS
+    assert "state_layer" in dir(old) and old.state_layer is new.state_layer

@@ -236,13 +236,38 @@ read kernel-first ("SD", vLLM's default) or dim-first ("DS") as VLLM_SSM_CONV_ST
 says, and `conv_dim_first` selects the family of that page format."""
 
 
+STATE_BACKENDS = {"MAMBA2": "mamba2", "GDN_ATTN": "gdn_attention"}
+"""vLLM's `MambaAttentionBackendEnum` member name -> the state kind (`STATE_KINDS`): vLLM 0.32's
+`MambaSpec.mamba_type` is that enum, earlier versions gave the kind's own string."""
+
+
+def state_kind(mamba_type) -> str | None:
+    """The state kind a `MambaSpec.mamba_type` names: the string itself, or an enum member read
+    by its name (never by its value, a backend class path that a deployment may override);
+    None for anything else.
+
+    Examples:
+        >>> import enum
+        >>> state_kind("mamba2"), state_kind(enum.Enum("E", {"GDN_ATTN": "x.GDNBackend"}).GDN_ATTN)
+        ('mamba2', 'gdn_attention')
+        >>> state_kind(enum.Enum("E", {"MAMBA1": "x"}).MAMBA1) is None
+        True
+    """
+    if isinstance(mamba_type, str):
+        return mamba_type
+    name = getattr(mamba_type, "name", None)
+    return STATE_BACKENDS.get(name) if isinstance(name, str) and hasattr(type(mamba_type), "__members__") else None
+
+
 def state_layer(spec, tp: int, model, path: str = "kv_cache_spec",
                 gdn_recurrent: str | None = None) -> tuple[LayerSpec | None, str]:
     """The state family's `LayerSpec` of a `MambaSpec`, or (None, why it stays opaque)."""
-    mamba_type = _field(spec, path, "mamba_type", None)
-    read = STATE_KINDS.get(mamba_type) if isinstance(mamba_type, str) else None
+    given = _field(spec, path, "mamba_type", None)
+    mamba_type = state_kind(given)
+    read = STATE_KINDS.get(mamba_type)
     if read is None:
-        return None, f"mamba_type {mamba_type!r} has no state family (known: {', '.join(STATE_KINDS)})"
+        return None, (f"mamba_type {given!r} has no state family (known: {', '.join(STATE_KINDS)}, or vLLM's "
+                      f"MambaAttentionBackendEnum {', '.join(STATE_BACKENDS)})")
     layout = os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper()  # as vLLM's is_conv_state_dim_first
     if layout not in ("SD", "DS"):
         return None, f"VLLM_SSM_CONV_STATE_LAYOUT is {layout!r}, neither SD nor DS"
@@ -276,9 +301,10 @@ def parallel_config(vllm_config) -> ParallelConfig:
     total = _field(model, "vllm_config.model_config", "get_total_num_kv_heads")
     if not callable(total):
         raise ConfigError(f"vllm_config.model_config.get_total_num_kv_heads must be a method, got {total!r}")
+    heads = as_int(total(), "vllm_config.model_config.get_total_num_kv_heads()", minimum=0)
     return ParallelConfig(
         tp=_size(pc, "tensor_parallel_size"),
-        total_kv_heads=as_int(total(), "vllm_config.model_config.get_total_num_kv_heads()", minimum=1),
+        total_kv_heads=heads or None,  # a model of state layers alone has none (vLLM says 0): attention reads it
         pcp=_size(pc, "prefill_context_parallel_size", 1),
         dcp=_size(pc, "decode_context_parallel_size", 1),
         interleave=_size(pc, "cp_kv_cache_interleave_size", 1),

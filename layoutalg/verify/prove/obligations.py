@@ -21,6 +21,7 @@ from ...dsl.interpret import Reading, paths
 from ...dsl.library import Library
 from ...dsl.tree import Name
 from .z3ops import check, solver
+from .sequence import sequence_query
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .z3ops import Z3Ops
 
@@ -280,67 +281,6 @@ def _distinct(a: dict, b: dict):
     return z3.Or(*[a[n] != b[n] for n in a]) if a else z3.BoolVal(False)
 
 
-def _sequence_query(m: Model):
-    """A `sequence seq` claim, as a bijection between a page's tokens and the sequence positions
-    it covers (pages of another cp or block size are joined along `seq`, so nothing less will
-    do). Violated where any of its parts fails:
-
-    - place: a rank puts local token t at canonical seq != token(t);
-    - count: the local index `seq` does not run over exactly the block's `block_size` tokens;
-    - one-to-one: a rank's token(t) sends two of its tokens to one place in the sequence;
-    - pages: the canonical index `seq` does not run over exactly `block_size * cp` places (cp,
-      the grid's count of token shards; 1 where the grid names none), the tokens a canonical
-      page holds. With the tiling rows (every canonical place written) this leaves no place
-      for two tokens, by counting.
-    """
-    d, cd = m.digits("")
-    i, ci = m.index("local", "")
-    j, cj = m.index("local", "'")
-    c = m.r.shard(i, d)
-    seq = m.r.fdef.sequence.id
-    want = m.r.sequence_place(i, d)
-    other = m.r.sequence_place(j, d)
-    tokens, free, cp = _block_tokens(m)
-    local, canon = m.r.extents("local")[seq], m.r.extents("canonical")[seq]
-    parts = [z3.And(*ci, *cd, _ne(c[seq], want)),
-             z3.And(*free, _ne(local, tokens)),
-             z3.And(*ci, *cj, *cd, _ne(i[seq], j[seq]), _eq(want, other)),
-             z3.And(*free, _ne(canon, tokens * cp))]
-    meaning = ["place", "count", "one-to-one", "pages"]
-    return z3.Or(*parts), {"i": i, "j": j, "d": d, "c": c, "seq": seq, "want": want, "other": other,
-                           "local": local, "canonical": canon, "tokens": tokens, "cp": cp,
-                           "parts": parts, "meaning": meaning}
-
-
-def _block_tokens(m: Model):
-    """(block_size, its bounds where free, cp) as the model reads them: the engine's tokens a
-    rank's block holds, and the grid's `cp` (its count of token shards; 1 where it names none).
-    A family that never reads block_size gets it free over its declared domain: its claim
-    cannot then be tied to the engine's tokens, and is refuted."""
-    tokens, free = m.sizes.get("block_size"), []
-    if tokens is None:
-        p = m.lib.vocabulary()["block_size"]
-        tokens = m.fresh("block_size")
-        free = [tokens >= p.lo, tokens <= p.hi]
-    try:
-        cp = m.r.expr(Name("cp", m.r.fdef.sequence.span))
-    except LookupError:
-        cp = 1
-    return tokens, free, cp
-
-
-def _bool(x):
-    return z3.BoolVal(x) if isinstance(x, bool) else x
-
-
-def _ne(a, b):
-    return _bool(a != b)
-
-
-def _eq(a, b):
-    return _bool(a == b)
-
-
 def _bijective_query(m: Model, role: str):
     i, ci = m.index(role, "")
     j, cj = m.index(role, "'")
@@ -404,7 +344,7 @@ QUERIES = {
     "writers-disjoint": _disjoint_query,
     "writers-cover": lambda m: _cover_query(m, *m.digits("")),
     "single-rank-identity": _identity_query,
-    "sequence-order": _sequence_query,
+    "sequence-order": sequence_query,
     "regions-tile-local": lambda m: _tiling_query(m, "local"),
     "regions-tile-canonical": lambda m: _tiling_query(m, "canonical"),
 }
