@@ -742,3 +742,16 @@ def test_the_old_import_path_is_the_adapter():
     from layoutalg.vllm import STATE_KINDS, derive_canonical_mappings as old_derive
     assert old_derive is new.derive_canonical_mappings and STATE_KINDS is new.STATE_KINDS
     assert "state_layer" in dir(old) and old.state_layer is new.state_layer
+
+
+def test_the_vllm_plugin_switched_off_touches_nothing(monkeypatch):
+    """vLLM runs the plugin in every process; unset, it returns before importing vLLM (the engine
+    job, `.ci/engine`, tests it switched on inside vLLM 0.32 itself)."""
+    from layoutalg.runtime import vllm_plugin
+    monkeypatch.delenv(vllm_plugin.SWITCH, raising=False)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # importing vllm would now raise
+    assert vllm_plugin.register() is None
+    assert not vllm_plugin.switched_on({"LAYOUTALG_VLLM": "0"}) and vllm_plugin.switched_on({"LAYOUTALG_VLLM": "on"})
+    monkeypatch.setenv(vllm_plugin.SWITCH, "1")
+    with pytest.raises(ImportError):
+        vllm_plugin.register()  # (the control: switched on, it does import vLLM)
