@@ -490,11 +490,13 @@ def test_a_load_through_the_index_hashes_and_parses_nothing(empty_cache_folder, 
 def test_the_index_is_written_only_once_the_files_times_vouch_for_them(empty_cache_folder, tmp_path, lib):
     folder = tmp_path / "fresh"
     folder.mkdir()
+    now = __import__("time").time()
     for f in Path(lib).glob("*.lal"):
-        (folder / f.name).write_bytes(f.read_bytes())  # written now: an edit in this clock tick would keep the times
-    compiled_library(str(folder))
+        (folder / f.name).write_bytes(f.read_bytes())
+        os.utime(folder / f.name, (now + 3600, now + 3600))  # times that vouch for nothing yet, however
+    compiled_library(str(folder))                           # long the compile takes on a loaded machine
     assert entry_path(empty_cache_folder).exists() and index_of(empty_cache_folder) == []
-    old = __import__("time").time() - 3600
+    old = now - 3600
     for f in folder.glob("*.lal"):
         os.utime(f, (old, old))
     forget_compiled()
