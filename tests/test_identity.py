@@ -139,38 +139,3 @@ def test_rank_digits_in_another_order_are_another_format(tmp_path):
     assert swapped in grids.read_text()
     shipped = layout_id(resolve(load_default(), "split_nhd"))
     assert layout_id(resolve(load([tmp_path / "split_nhd.lal"]), "split_nhd")) != shipped
-
-
-def test_a_page_derived_from_sizes_alone_shares_its_format_with_no_other_engine():
-    """An attention layer derived without its tensor falls to the opaque fallback, whose bytes lie
-    as the tensor says: NHD and HND engines of one configuration must not share a format id.
-    Derived from sizes alone, the id is the derivation's own; derived with the tensor, it follows
-    the tensor's layout and is found again by another process."""
-    import subprocess
-    import sys
-    from layoutalg.plans.reshard import ReshardError, direct_plans
-    from layoutalg.runtime.formats import unread
-    bs, h, d = 4, 2, 8
-    layer = LayerSpec("attention", 2 * bs * h * d * 2, bs, h, d, 2)
-    par = ParallelConfig(tp=2, total_kv_heads=4)
-    nhd, hnd = Deriver().derive(layer, None, par, 3), Deriver().derive(layer, None, par, 3)
-    assert nhd.result == hnd.result == "opaque" and all(unread(m.format_id) for m in nhd.mappings + hnd.mappings)
-    assert nhd.mappings[0].format_id != hnd.mappings[0].format_id
-    assert {m.format_id for m in nhd.mappings} == {nhd.mappings[0].format_id}  # one derivation: one format
-    with pytest.raises(ReshardError, match="page format"):  # two engines' pages, each its own format
-        direct_plans(nhd.mappings, hnd.mappings)
-    d = Deriver()
-    first = d.derive(layer, None, par, 3).mappings[0].format_id
-    d._memo.cache_clear()  # derived again (as after the memo's eviction): the same format
-    assert d.derive(layer, None, par, 3).mappings[0].format_id == first
-    # the control: derived with the tensors, one engine's id is found again in another process,
-    # and the other engine's differs
-    tensors = {"nhd": "TensorLayout((3, 2, 4, 2, 8), (128, 64, 16, 8, 1), 2)",
-               "hnd": "TensorLayout((3, 2, 4, 2, 8), (128, 64, 8, 32, 1), 2)"}
-    code = ("from layoutalg.runtime.derive import *; l = LayerSpec('attention', 256, 4, 2, 8, 2); "
-            "print(Deriver().derive(l, {}, ParallelConfig(tp=2, total_kv_heads=4), 3).mappings[0].format_id)")
-    ids = {k: subprocess.run([sys.executable, "-c", code.format(t)], capture_output=True, text=True,
-                             check=True).stdout.strip() for k, t in tensors.items()}
-    told = Deriver().derive(layer, TensorLayout((3, 2, 4, 2, 8), (128, 64, 16, 8, 1), 2), par, 3)
-    assert told.result == "certified" and told.mappings[0].format_id == ids["nhd"] != ids["hnd"]
-    assert not unread(ids["nhd"])

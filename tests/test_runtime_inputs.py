@@ -95,7 +95,8 @@ def test_an_uncertified_attention_layer_with_that_fallback_has_no_mapping(half_p
     res = half_page.deriver.derive(LayerSpec("attention", 8192, 16, 2, 64, 2), None, ParallelConfig(tp=2, total_kv_heads=4))
     assert res.result == "no_mappings" and res.mappings == ()
     assert "split_nhd: needs a KV tensor of 5 dimensions" in res.reasons
-    assert res.reasons[-1] == "opaque (fallback): layout holds 4096 bytes but the page is 8192"
+    # from its sizes alone: refused before the fallback, as families reading a tensor would hold it
+    assert res.reasons[-1].startswith("derived from its sizes alone (no tensor)") and "split_nhd" in res.reasons[-1]
 
 
 def test_the_adapter_leaves_such_a_layer_out_and_says_why(half_page, caplog):

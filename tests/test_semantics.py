@@ -95,7 +95,7 @@ def test_context_parallel_token_interleave(deriver):
     (dict(par=dict(tp=2, total_kv_heads=4, world_size=4)), "no_mappings"),   # pipeline parallel
     (dict(par=dict(tp=2, total_kv_heads=4, dcp=2)), "opaque"),               # DCP without replicas
     (dict(heads=4), "opaque"),                                               # local heads != 4 // 2
-    (dict(tensor=None), "opaque"),
+    (dict(tensor=None), "no_mappings"),  # sizes alone: its bytes lie as an NHD or HND tensor says
     (dict(stride_fix=True), "opaque"),                                       # unrecognised strides
 ])
 def test_fail_closed(deriver, change, result):

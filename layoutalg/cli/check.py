@@ -69,10 +69,11 @@ def _check(args) -> int:
 
 def _recognition(lib, compiled: dict) -> int:
     """Two families of one kind that take one tensor must read it alike (`recognition`): printed;
-    1 where some pair does not."""
+    1 where some pair reads one apart at the sizes compared, or is neither shown apart for all
+    sizes nor shown to read alike (the runtime refuses a layer such a pair both takes)."""
     from ..verify.check import sample_domain, spec_line
     from ..verify.prove.together import pairs
-    from ..verify.recognition import confusions
+    from ..verify.recognition import alike, confusions, unproved
     together = pairs(lib, compiled)
     found, tally = confusions(lib, compiled, sample_domain(lib), together=together)
     if not tally.pairs:
@@ -86,9 +87,15 @@ def _recognition(lib, compiled: dict) -> int:
           + ("" if tally.offered or not compared else
              " (nothing compared: no layer of one family was offered to another)"))
     for t in together.values():
-        if t.status == "unknown":
-            print(f"    families {t.first} and {t.second}: not shown apart for all sizes ({t.why}); compared at the "
-                  f"samples only")
+        if t.status != "apart" and alike(compiled[t.first], compiled[t.second]):
+            print(f"    families {t.first} and {t.second}: shown to read alike every tensor both take, at every size "
+                  f"(one grid, one shard map by canonical index name, one tensor's dims)")
+    missing = unproved(compiled, together)
+    for u in missing:  # past the samples nothing says the two read alike: the runtime refuses such a layer
+        why = "Z3 found sizes where both apply" if u.status == "together" else u.why
+        print(f"    {spec_line(lib, u.first, 'family')}: families {u.first} and {u.second} are not shown apart for "
+              f"all sizes ({why}) nor shown to read a tensor both take alike: the runtime refuses a layer both "
+              f"take; a guard one requires and the other refuses would tell them apart")
     for c in found:
         shapes = ", ".join(str(t.shape) for t in c.tensors)
         shown = ", ".join(f"{k}={v}" for k, v in c.sizes.items() if k in _read_by(compiled, c))
@@ -96,7 +103,7 @@ def _recognition(lib, compiled: dict) -> int:
               f"{c.blocks} block(s) with tensor {shapes}, at {shown}, and read it apart: {c.why}; a runtime name "
               f"must tell them apart (a guard one requires and the other refuses), or the first the runtime "
               f"tries reads the other's tensor in its own order")
-    return 1 if found else 0
+    return 1 if found or missing else 0
 
 
 def _read_by(compiled: dict, c) -> set:

@@ -99,7 +99,7 @@ def _variant_source(v: Variant, k: int, pr: _Printer, agnostic=None, named: bool
     return "\n".join([f"def _variant_{k}(P):", *prelude, *lines])
 
 
-def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFamily:
+def compile_family(family: Family, unplaced: bool | None = None, reading: str = "") -> CompiledFamily:
     """Print and compile the family's variants into Python functions.
 
     An `agnostic` claim the grid does not back is dropped (`unplaced`: some case puts an index
@@ -125,7 +125,7 @@ def compile_family(family: Family, unplaced: bool | None = None) -> CompiledFami
     claims = not unplaced and any(v.agnostic is not sympy.false for v in family.variants)
     return CompiledFamily(family.name, family.serves, family.order, str(family.span), src, guards, atoms,
                           tuple(family.tensor or ()), layout_id(family), bounds, family, claims,
-                          family.tensor_outer)
+                          family.tensor_outer, reading)
 
 
 def unbacked(family: Family) -> bool:
@@ -144,7 +144,7 @@ def compile_named(lib, name: str):
     from ..ir.identity import page_id
     parts = lib.parts_of(name)
     if parts == [name]:
-        return compile_family(resolve(lib, name))
+        return compile_family(resolve(lib, name), reading=reading_key(lib, name))
     fdef = lib.families[name]
     resolved = {p: resolve(lib, p) for p in parts}
     unplaced = any(unbacked(f) for f in resolved.values())  # one region's unbacked claim drops the page's
@@ -166,3 +166,79 @@ def _views(page) -> tuple:
             views.setdefault(r.tensor_name, []).append(r.name)
             groups[r.tensor_name] = r.tensor_groups
     return tuple((name, tuple(regions), groups[name]) for name, regions in views.items())
+
+
+def reading_key(lib, name: str) -> str:
+    """How family `name` reads a tensor it takes, as the spec's terms (a hash), or '' where no
+    structural argument covers it. Two families of one kind with one key read every byte of
+    any tensor both take as the same engine element, at every size: the runtime takes a tensor
+    only where its shape and strides (those after the block dim) are the family's, so both
+    decode a byte to the same values of the same named indices (each local index a tensor dim,
+    in one order; the dims before the block outermost, where the dense layout's strides are
+    fixed by the extents); the same grid and the same shard terms, by canonical index name,
+    then name the same element (`oracle.naming`'s notion). A family that names no tensor dims
+    reads its page's bytes as they lie: there the local layout's offset, extents and element,
+    as terms, decode a byte, so equal terms read alike. Covered: a family of one box, not a
+    page, whose statements are requires only (a `let` or `case` may change what the terms mean),
+    and, for one recognised by a tensor, whose local layout is dense in its indices' order and
+    names every index as a tensor dim."""
+    import hashlib
+    from ..dsl.tree import Require
+    fdef = lib.families[name]
+    if fdef.grid is None or fdef.local is None or fdef.canonical is None or fdef.shard is None or fdef.shards \
+            or not all(isinstance(s, Require) for s in fdef.body):
+        return ""
+    local, canon = lib.layouts.get(fdef.local.call.fn), lib.layouts.get(fdef.canonical.call.fn)
+    if local is None or canon is None or local.regions:
+        return ""
+    bound = dict(zip(local.params, fdef.local.call.args))
+    indices = tuple(i.name for i in local.indices)
+    extents = sorted((i.name, _bound_text(i.extent, bound)) for i in local.indices)
+    element = _bound_text(local.element, bound) if local.element is not None else "1"
+    names = sorted(zip((i.name for i in canon.indices), map(repr, fdef.shard.targets)))
+    if local.tensor is None:  # read as its page's bytes lie: the offset's terms say which index a byte is
+        offset = _bound_text(local.offset, bound) if local.offset is not None else ""
+        key = (fdef.serves, fdef.grid.id, "page", indices, offset, element, extents, names)
+        return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    tensor = _tensor_names(local, indices)
+    outer = local.tensor_outer
+    if not _dense(local) or tensor is None or sorted(tensor) != sorted(indices) or tensor[:outer] != indices[:outer]:
+        return ""
+    key = (fdef.serves, fdef.grid.id, "tensor", tensor, outer, element, extents, names)
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+
+
+def _dense(layout) -> bool:
+    """Whether a layout's offset is the dense one of its indices in declaration order (the last
+    fastest), as a layout without an `offset` statement gets."""
+    from ..dsl.tree import BinOp, Name
+    if not layout.indices:
+        return False
+    dense = Name(layout.indices[0].name, None)
+    for i in layout.indices[1:]:
+        dense = BinOp("+", BinOp("*", dense, i.extent, None), Name(i.name, None), None)
+    return layout.offset == dense
+
+
+def _tensor_names(layout, indices: tuple) -> tuple | None:
+    """The index each tensor dim holds, the block dim aside (`tensor (block, ...)`: every index in
+    order), or None where a dim is not one index."""
+    names = tuple(n.id for n in layout.tensor)
+    if "..." in names:
+        return indices if names == ("...",) else None
+    return names if not layout.tensor_groups else None
+
+
+def _bound_text(expr, bound: dict) -> str:
+    """A layout expression with its parameters replaced by the family's arguments, as text
+    (spans aside: the tree's reprs leave them out)."""
+    from ..dsl.tree import BinOp, Call, Name, Neg
+    if isinstance(expr, Name):
+        return _bound_text(bound[expr.id], {}) if expr.id in bound else repr(expr)
+    if isinstance(expr, BinOp):
+        return f"({_bound_text(expr.left, bound)} {expr.op} {_bound_text(expr.right, bound)})"
+    if isinstance(expr, Neg):
+        return f"(-{_bound_text(expr.arg, bound)})"
+    if isinstance(expr, Call):
+        return f"{expr.fn}({', '.join(_bound_text(a, bound) for a in expr.args)})"
+    return repr(expr)

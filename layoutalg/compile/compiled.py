@@ -116,6 +116,7 @@ def valid_json(d, check: bool = True) -> bool:
                                         for k in ("name", "serves", "where", "source", "layout_id"))
             and type(d.get("order")) is int and type(d.get("claims_agnostic")) is bool
             and type(d.get("tensor_outer")) is int and isinstance(d.get("tensor"), list)
+            and isinstance(d.get("reading"), str)
             and 0 <= d["tensor_outer"] <= len(d["tensor"])
             and items(d.get("guards"), lambda v: items(v, lambda g: strings(g, 2)))
             and items(d.get("atoms"), lambda a: strings(a, 3))
@@ -156,6 +157,9 @@ class CompiledFamily:
     # a head), not where a rank put it, so the canonical layout's numbers are its format
     claims_agnostic: bool = True
     tensor_outer: int = 0  # dims of `tensor` before the block dim (FlashAttention's (2, blocks, ...))
+    # how it reads a tensor it takes, as terms (`codegen.reading_key`): two families of one kind
+    # with one non-empty key read every byte of a tensor both take as one engine element; '' none
+    reading: str = ""
 
     code: bytes | None = None  # marshalled bytecode of `source`, from the trusted cache only
 
@@ -186,7 +190,7 @@ class CompiledFamily:
     def to_json(self) -> dict:
         """The family as plain data (the private cache adds the bytecode: `admitted`)."""
         return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
-                                           "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer")}
+                                           "tensor", "layout_id", "bounds", "claims_agnostic", "tensor_outer", "reading")}
 
     @staticmethod
     def from_json(d: dict, trusted: bool = False) -> "CompiledFamily":
@@ -197,7 +201,7 @@ class CompiledFamily:
                               tuple(tuple(tuple(g) for g in v) for v in d["guards"]),
                               tuple(tuple(a) for a in d["atoms"]), tuple(d["tensor"]), d["layout_id"],
                               tuple(Bound(*b) for b in d["bounds"]), claims_agnostic=d["claims_agnostic"],
-                              tensor_outer=d["tensor_outer"], code=code)
+                              tensor_outer=d["tensor_outer"], reading=d["reading"], code=code)
 
     @property
     def tensor_dims(self) -> int:
@@ -286,6 +290,7 @@ class CompiledPage:
 
     tensor = ()
     tensor_dims = 0
+    reading = ""  # a family of pages is never shown to read alike with another (`codegen.reading_key`)
 
     @property
     def claims_agnostic(self) -> bool:

@@ -8,7 +8,7 @@ rank's pages and canonical pages), `execute`, `gather` and `scatter` (direct res
 `convert` (pages of another cp), `stages_tile` (a pipeline's stage plans).
 """
 from .direct import convert, execute, gather, scatter
-from .executor import CopyPlan, ModelPlan, plan, plan_model, stages_tile
+from .executor import CopyPlan, ModelPages, ModelPlan, plan, plan_model, stages_tile
 
-__all__ = ["CopyPlan", "ModelPlan", "convert", "execute", "gather", "plan", "plan_model", "scatter",
+__all__ = ["CopyPlan", "ModelPages", "ModelPlan", "convert", "execute", "gather", "plan", "plan_model", "scatter",
            "stages_tile"]

@@ -35,6 +35,7 @@ batch partly moved: the caller retries the batch, as after any failed transfer.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 from dataclasses import dataclass
 
 import torch
@@ -329,14 +330,43 @@ class ModelPlan:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def store(self, kv_caches: dict, block_ids, pages, page_ids) -> dict:
-        """Each layer's `CopyPlan.store`; returns the blocks each wrote, by layer."""
+        """Each layer's `CopyPlan.store`; returns the blocks each wrote, by layer (`pages` may be a
+        `ModelPages` of this plan's format)."""
+        pages = self._same_format(pages, None, "store")
         batches = self._batches("store", kv_caches, block_ids, pages, page_ids)
         return {n: self.plans[n]._store(*b) for n, b in batches.items()}
 
-    def load(self, pages, page_ids, kv_caches: dict, block_ids) -> dict:
-        """Each layer's `CopyPlan.load`; returns the blocks each filled, by layer."""
+    def stamped(self, pages) -> "ModelPages":
+        """`pages` (what `store` and `load` take) with this plan's page format: hand the record to
+        the loader, whose `load` then compares the format itself."""
+        return ModelPages(pages, self.format_id, self.layout)
+
+    def load(self, pages, page_ids, kv_caches: dict, block_ids, format_id: str | None = None) -> dict:
+        """Each layer's `CopyPlan.load`; returns the blocks each filled, by layer. The stored pages'
+        format is compared with this plan's before anything moves (`LayoutMismatch` naming the
+        layers that differ) where the pages say it: `pages` a `ModelPages` (the storer's
+        `stamped`), or `format_id` the storer's `ModelPlan.format_id`. Plain pages with no
+        `format_id` are loaded as before: the caller vouches that one format stored them."""
+        pages = self._same_format(pages, format_id, "load")
         batches = self._batches("load", kv_caches, block_ids, pages, page_ids)
         return {n: self.plans[n]._move(b[2], b[0], b[1], to_pages=False) for n, b in batches.items()}
+
+    def _same_format(self, pages, format_id: str | None, op: str):
+        """The page tensor(s) of `pages`, once the format they were stored under (a `ModelPages`'s,
+        or `format_id`) is found to be this plan's; raises `LayoutMismatch` naming the layers whose
+        name, place, size or format differ."""
+        layout = ()
+        if isinstance(pages, ModelPages):
+            if format_id is not None and format_id != pages.format_id:
+                raise LayoutMismatch(f"{op}: format_id {format_id!r} is not the format of the pages given "
+                                     f"({pages.format_id!r})")
+            pages, format_id, layout = pages.pages, pages.format_id, pages.layout
+        if format_id is None or format_id == self.format_id:
+            return pages
+        if not isinstance(format_id, str):
+            raise ConfigError(f"{op}: format_id must be a ModelPlan.format_id (a str), got {type(format_id).__name__}")
+        raise LayoutMismatch(f"{op}: the pages were stored as model page format {format_id!r}, and this plan's is "
+                             f"{self.format_id!r}: {_layout_differs(layout, self.layout)}")
 
     def _batches(self, op, kv_caches, block_ids, pages, page_ids) -> dict:
         """(blocks, page ids, views) of each layer as its plan checks them (`CopyPlan._batch`: ids
@@ -396,6 +426,29 @@ class ModelPlan:
         check_blocks_apart([(f"layer {n!r}'s kv", layer_segments(kv_caches[n], p.mapping, "kv", "load"), blocks[n])
                             for n, p in self.plans.items()], "load",
                            "both layers would fill those bytes, and the one loaded later overwrite the other")
+
+
+class ModelPages(NamedTuple):
+    """Model pages with the format they hold (`ModelPlan.stamped`): `pages` as `ModelPlan.store`
+    and `load` take them, `format_id` the storing plan's `ModelPlan.format_id`, `layout` its
+    `ModelPlan.layout` (which layers differ, said on a mismatch)."""
+    pages: object
+    format_id: str
+    layout: tuple = ()
+
+
+def _layout_differs(stored: tuple, mine: tuple) -> str:
+    """Which layers of two model pages' layouts ((name, offset, bytes, format_id) each) differ."""
+    if not stored:
+        return "a page of one format loaded as another reads other bytes (compare the layers' format ids)"
+    a, b = {x[0]: x[1:] for x in stored}, {x[0]: x[1:] for x in mine}
+    only = sorted(set(a) ^ set(b))
+    if only:
+        return (f"layers {', '.join(map(repr, only[:4]))}{' ...' if len(only) > 4 else ''} are in one page and not "
+                f"the other (layers named differently on load?)")
+    odd = [n for n in sorted(a) if a[n] != b[n]]
+    return (f"layer{'s' if len(odd) > 1 else ''} {', '.join(map(repr, odd[:4]))} differ (offset, canonical bytes, "
+            f"format id: {a[odd[0]]} stored, {b[odd[0]]} here)" if odd else "their layouts are one (another id?)")
 
 
 def _by_election(m: CanonicalPageMapping) -> list:

@@ -26,7 +26,7 @@ from ..errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from ..mapping import MAX_STRETCHES, TensorView
 from ..record import replace
-from .formats import _dtypes, _unread, format_id, names_data
+from .formats import _dtypes, assumed_id, format_id, names_data
 from .records import (CERTIFIED, FALLBACK, NO_MAPPINGS, OMITTED, OPAQUE, LayerResult, LayerSpec, ParallelConfig,
                       TensorLayout, as_int)
 from .tensors import _mismatch_views, _physical, as_it_lies, raw_page, stacked
@@ -51,7 +51,6 @@ class Deriver:
         self.names = {b.name for cf in self.families.values() for b in cf.bounds}  # every name some family reads
         self.domains = {b.name: (b.lo, b.hi) for cf in self.families.values() for b in cf.bounds}
         self._memo = functools.lru_cache(maxsize=4096)(self._derive)
-        self._salt = os.urandom(16)  # names pages derived without their tensors (`_unread`)
 
     def derive(self, layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConfig,
                num_blocks: int | None = None, strict: bool = True) -> LayerResult:
@@ -97,7 +96,7 @@ class Deriver:
         missing = {}
         kind = self._by_kind.get(layer.kind, []) if not reasons else []
         for k, cf in enumerate(kind):
-            runs = _apply(cf, sizes, layer, tensor, num_blocks, salt=self._salt)
+            runs = _apply(cf, sizes, layer, tensor, num_blocks)
             if isinstance(runs, str):
                 reasons.append(f"{cf.name}: {runs}")
                 missing[cf.name] = getattr(runs, "missing", None)
@@ -117,33 +116,70 @@ class Deriver:
             raise MissingNames(f"LayerSpec.sizes: a '{layer.kind}' layer must give {', '.join(map(repr, names))}: "
                                f"{'; '.join(f'family {f} reads {n!r}' for f, n in missing.items())}, and the layer "
                                f"gives {', '.join(sorted(n for n, _ in layer.sizes)) or 'no runtime name'}")
+        readers = _tensor_readers(kind, sizes, layer.page_size_bytes) if tensor is None else []
+        if readers:  # the fallback's page is the rank's bytes as its tensor lays them out, and none was given
+            reasons.append(f"derived from its sizes alone (no tensor), and families {', '.join(readers)} of kind "
+                           f"'{layer.kind}' would each hold this page, its bytes lying as their tensor says: an "
+                           f"opaque page of the sizes "
+                           f"alone would share one format id between engines whose bytes lie otherwise (NHD and "
+                           f"HND); derive the layer with its tensor")
+            return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         if self.fallback is None:
             reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
                            if not reasons else "the library declares no fallback")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
-        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True, salt=self._salt)
+        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True)
         if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         return LayerResult(OPAQUE, self.fallback.name, runs, tuple(reasons))
 
 
+def _tensor_readers(kind: list, sizes: dict, page: int) -> list[str]:
+    """The families of a layer's kind (`kind`) recognised by a tensor of named dims that would
+    hold the layer at `sizes` given one (their guards hold, their page is the layer's and their
+    grid the group): from its sizes alone, its bytes may lie as any of their tensors says."""
+    out = []
+    for cf in kind:
+        if not cf.tensor_dims:
+            continue
+        try:
+            inst = cf.evaluate(sizes)
+        except (GuardFailed, ArithmeticError, LookupError):
+            continue
+        if not misfit(inst, page, sizes["tp"] * sizes["pcp"]):
+            out.append(cf.name)
+    return out
+
+
 def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
     """Why the layer `cf` takes is not certainly its (''): a family tried after it takes the same
-    tensor too and places the tensor's bytes in a block's page otherwise (FlashAttention's
-    `(2, blocks, ...)` read as split NHD's `(blocks, 2, ...)` at two blocks), so the preference
-    alone chose between two readings of one tensor. Two that place them alike and name their
-    elements apart are `layoutalg check`'s to find (`recognition`: the runtime reads no element)."""
-    mine = [tuple(v.placing for v in m.tensors) for m in runs]
+    tensor too, and the two are not shown to read it alike, so the preference alone would choose
+    between two readings of one tensor. Shown alike: one place in a block's page for every
+    tensor byte (their views), one tensor shape and strides, and one reading of their terms,
+    computed when the library was compiled (`codegen.reading_key`: the same grid, shard terms
+    and tensor dims; never a proof run here). Two families that place the bytes alike and read
+    them apart past what `layoutalg check` compares (pages over 4096 bytes) are refused here."""
+    mine = _placed(runs)
     for other in later:
         theirs = _apply(other, sizes, layer, tensor, num_blocks)
         if isinstance(theirs, str):
             continue
-        if [tuple(v.placing for v in m.tensors) for m in theirs] != mine:
+        if _placed(theirs) != mine:
             return (f"{cf.name} and {other.name} both take this tensor and place its bytes in a block's page "
                     f"differently: no runtime name the layer gives tells them apart, so neither reading is certain "
                     f"(a guard one requires and the other refuses would)")
+        if not (cf.reading and cf.reading == other.reading):
+            return (f"families {cf.name} and {other.name} both take this tensor, and they are not shown to read it "
+                    f"alike (nor to be offered no one layer) for every size: neither reading is certain, so the layer "
+                    f"is refused (`layoutalg check` of the library says so; a guard one requires and the other "
+                    f"refuses would tell them apart)")
     return ""
+
+
+def _placed(runs) -> list:
+    """Where each rank's tensors lie in a block's page, and their shapes, strides and elements."""
+    return [tuple((v.placing, v.shape, v.strides, v.element) for v in m.tensors) for m in runs]
 
 
 class _Why(str):
@@ -169,7 +205,7 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
 
 
 def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks,
-           fallback: bool = False, salt: bytes = b""):
+           fallback: bool = False):
     """Every rank's mappings where `cf` describes the layer exactly, else why not (a string)."""
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
         return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
@@ -205,8 +241,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     named = names_data(inst)
     fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors),
                     () if named else (layer.kind,) + _physical(tensors))
-    if not named and not tensors:  # where a rank's bytes lie is its tensor's word, and none was given
-        fmt = _unread(fmt, salt, (cf.name, layer, num_blocks, sorted(sizes.items())))
+    if not named and not tensors:  # where a rank's bytes lie is assumed (the family's layout, the kind's)
+        fmt = assumed_id(fmt)
     reads = (box,) if tensor is None and not views and not fallback else ()  # what a plan's tensor must be
     return tuple(replace(m, tensors=views, format_id=fmt, reads=reads) for m in runs)
 

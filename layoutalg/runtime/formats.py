@@ -6,28 +6,38 @@ from __future__ import annotations
 from ..compile.compiled import Page
 
 
-_UNREAD = "unread-"
+_ASSUMED = "assumed-"
 
 
-def _unread(fmt: str, salt: bytes, derivation) -> str:
-    """A format id for a page whose bytes lie as the layer's tensors say, derived without them
-    (the opaque fallback from sizes alone): nothing tells two engines' placements apart (an NHD
-    and an HND engine of one configuration), so the id is the deriving `Deriver`'s own (`salt`),
-    one for one `derivation` however often it is derived again. Derived with the tensors, a page
-    has a format that follows its bytes (`_physical`) and is found again by any process."""
-    import hmac
-    return f"{fmt.split('.')[0]}.{_UNREAD}{hmac.new(salt, repr(derivation).encode(), 'sha256').hexdigest()[:12]}"
+def assumed_id(fmt: str) -> str:
+    """The format id of a page derived without the tensors that would say where its bytes lie
+    (`fmt`, keyed by its family's layout, its sizes and the layer's kind), marked so: the layout
+    was assumed, the family's own or, for the fallback, the kind's as the engine lays it out. It
+    is one id whatever the process or the derivation's history, and never an id derived from a
+    tensor (whose key holds the tensor's strides, `_physical`). A kind some family reads from
+    its tensor is refused from sizes alone (`derive._tensor_readers`): there two engines' bytes
+    may lie apart at one size.
+
+    Examples:
+        >>> assumed_id("lal3-0.0123456789ab") == assumed_id("lal3-0.0123456789ab") != "lal3-0.0123456789ab"
+        True
+        >>> assumed_id("lal3-0.0123456789ab.cdef0123")
+        'lal3-0.assumed-0123456789ab.cdef0123'
+    """
+    layout, form, *rest = fmt.split(".")
+    return ".".join([layout, _ASSUMED + form, *rest])
 
 
 def unread(fmt: str) -> bool:
-    """Whether a format id is of a page derived without the tensors that say where its bytes lie.
+    """Whether a format id is of a page derived without the tensors that say where its bytes lie
+    (`assumed_id`).
 
     Examples:
-        >>> unread("lal3-0.unread-abc"), unread("lal3-0.abc.def"), unread("")
+        >>> unread("lal3-0.assumed-abc"), unread("lal3-0.abc.def"), unread("")
         (True, False, False)
     """
     parts = fmt.split(".")
-    return len(parts) > 1 and parts[1].startswith(_UNREAD)
+    return len(parts) > 1 and parts[1].startswith(_ASSUMED)
 
 
 def _dtypes(tensors: tuple) -> tuple:

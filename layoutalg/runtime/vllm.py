@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import numbers
 import os
+from math import prod
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -404,7 +405,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
                 layer = state or layer
             if sizes:
                 layer = _with_sizes(layer, sizes, deriver)
-            tensor = TensorLayout.of(kv_caches.get(name))
+            given = tensor = TensorLayout.of(kv_caches.get(name))
             if engine is not None and layer.kind == engine:
                 tensor = _as_bytes(tensor)
             layer = _kv_outside_blocks(layer, tensor, num_blocks, deriver)
@@ -416,7 +417,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
         if result.result != "certified":
             failed.setdefault((type(spec).__name__, result.result, result.reasons), []).append(name)
         if result.mappings:
-            m = result.mappings[rank]
+            m = _as_given(result.mappings[rank], tensor, given)
             # the encoding is the spec's too (fp8 e4m3 and e5m2 are both uint8 tensors), and an opaque
             # page holds the rank's bytes as the layer lays them out: the whole spec
             out[name] = replace(m, format_id=_spec_format(m.format_id, spec, result.result == "opaque",
@@ -438,6 +439,20 @@ def _as_bytes(tensor):
     for n in tensor.shape[1:]:
         page *= n
     return TensorLayout((tensor.shape[0], page), (tensor.stride[0], 1), tensor.element_size, tensor.dtype)
+
+
+def _as_given(m, flat, given):
+    """The mapping `m`, derived for `flat` (`_as_bytes` of the tensor the engine `given`), viewing
+    the tensor as given: its dims after the block, row-major over the same bytes of each block
+    (`_as_bytes` flattens only such a tensor), so that a copy plan takes the tensor the
+    derivation took (the indexer's `(num_blocks, block_size, 132)`), and its flat bytes too."""
+    if flat is given or len(m.tensors) != 1 or len(m.tensors[0].shape) != 1:
+        return m
+    v = m.tensors[0]
+    if v.strides != (1,) or v.shape[0] * v.element != prod(given.shape[1:]) * given.element_size:
+        return m
+    shaped = v._replace(shape=tuple(given.shape[1:]), strides=tuple(given.stride[1:]), element=given.element_size)
+    return replace(m, tensors=(shaped,))
 
 
 KV_OUTSIDE = "kv_blocks_second"

@@ -110,6 +110,30 @@ def _element(n, at: int) -> str:
     return f"({where}{token}" + ", ".join(f"{k}={v}" for k, v in named) + f", byte {byte})"
 
 
+def alike(a, b) -> bool:
+    """Whether compiled families `a` and `b` are shown to read alike every tensor both take, at
+    every size: one non-empty reading key (`codegen.reading_key`: the same grid, shard terms by
+    canonical index name, tensor dims and element). The runtime takes a layer two families both
+    take only where this holds (`runtime.derive._taken_twice`)."""
+    return bool(a.reading) and a.reading == b.reading
+
+
+class Unproved(NamedTuple):
+    """Two families of one kind neither shown apart for every size (`together`'s status and
+    `why`) nor shown to read alike (`alike`): the runtime refuses a layer both take."""
+    first: str
+    second: str
+    status: str
+    why: str
+
+
+def unproved(families: dict, together: dict) -> list[Unproved]:
+    """The pairs of `together` (`prove.together.pairs`) that are not 'apart' and whose families
+    (`families`: name -> compiled family) are not `alike`, in order."""
+    return [Unproved(t.first, t.second, t.status, t.why) for key, t in sorted(together.items())
+            if t.status != "apart" and not alike(families[t.first], families[t.second])]
+
+
 class Tally(NamedTuple):
     """What `confusions` looked at: pairs of families of one kind, layers of one family offered
     to another, and those the other took too (each then compared byte by byte); of the pairs,
