@@ -164,9 +164,14 @@ def test_a_missing_or_none_cp_size_means_one(name):
     assert derive_canonical_mappings(VllmConfig(bare, ModelConfig(4)), *one_layer()) == expected
 
 
-def test_total_kv_heads_below_one_is_an_error():
-    with pytest.raises(ConfigError, match=r"get_total_num_kv_heads\(\) must be an integer >= 1, got 0"):
-        derive_canonical_mappings(config(tp=2, total=0), *one_layer())
+def test_total_kv_heads_below_zero_is_an_error_and_none_leaves_attention_opaque(caplog):
+    """vLLM gives 0 for a model of state layers alone; an attention layer then has no heads to be
+    sharded by, and fails closed to the fallback (saying which name it lacks)."""
+    with pytest.raises(ConfigError, match=r"get_total_num_kv_heads\(\) must be an integer >= 0, got -1"):
+        derive_canonical_mappings(config(tp=2, total=-1), *one_layer())
+    with caplog.at_level(logging.WARNING, logger="layoutalg"):
+        out = derive_canonical_mappings(config(tp=2, total=0), *one_layer())
+    assert not out["attn"].parallelism_agnostic and "'total_heads', which this layer does not give" in caplog.text
 
 
 @pytest.mark.parametrize("field", ["tp", "total_kv_heads", "pcp", "dcp", "interleave", "world_size"])
