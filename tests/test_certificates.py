@@ -41,7 +41,8 @@ def proved(tmp_path_factory):
 def test_prove_writes_certificates_of_the_rows_it_proves(tmp_path):
     r = run("prove", "specs/opaque.lal", "--certificates", str(tmp_path / "c"), "--jobs", "1")
     assert r.returncode == 0, r.stderr
-    assert "certificates: 23 SMT-LIB files for 9 rows and 3 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
+    # digits-match-spec writes the arithmetic's side theorems as instances of MONOTONE and STRICT
+    assert "certificates: 25 SMT-LIB files for 9 rows and 5 shared lemmas" in r.stdout and "layoutalg certify" in r.stdout, r.stdout
     rows = {x["obligation"]: x["certificate"] for x in csv.DictReader(open(tmp_path / "c" / "index.tsv"),
                                                                       delimiter="\t")}
     assert rows["page-size"] == "1 file(s)" and rows["writers-cover"] == "6 file(s)"
@@ -84,7 +85,12 @@ def test_a_page_of_regions_certifies_each_region_and_says_why_the_tiling_has_non
     assert rows[("mamba2", "regions-tile-local")].startswith("none: the concatenation argument")
     assert rows[("mamba2.x", "page-size")] == "2 file(s)"  # its guards make the layout the page, per case
     assert rows[("mamba2.x", "one-format")].startswith("none: the agnostic claim")
-    assert (tmp_path / "m" / "mamba2.tail-canonical" / "digits-match-spec.case0.part1.smt2").exists()  # a canonical pad
+    # a canonical pad the regions always fill: a file a case shows its box empty, none asserts false
+    pad = tmp_path / "m" / "mamba2.tail-canonical"
+    assert sorted(f.name for f in pad.glob("digits-match-spec.*")) == ["digits-match-spec.case0.smt2",
+                                                                       "digits-match-spec.case1.smt2"]
+    assert "the pad's box empty at every size" in (pad / "digits-match-spec.case0.smt2").read_text()
+    assert not [f for f in (tmp_path / "m").rglob("*.smt2") if re.search(r"\(assert\s+false\s*\)", f.read_text())]
     assert all(v.startswith("none: ") or v.endswith("file(s)") for v in rows.values())
 
 
@@ -103,9 +109,13 @@ def test_a_case_that_applies_nowhere_fails_its_applies_file(proved, tmp_path):
     folder, _ = proved
     text = (folder / "split_nhd" / "applies.case0.smt2").read_text()
     assert "; expect: sat" in text
-    (tmp_path / "as_written.smt2").write_text(text)
+    # the case's assumptions include the arithmetic's side theorems, instances of shared lemmas: they travel with it
+    (tmp_path / "split_nhd").mkdir()
+    shutil.copytree(folder / "shared-lemmas", tmp_path / "shared-lemmas")
+    (tmp_path / "split_nhd" / "applies.case0.smt2").write_text(text)
     assert run("certify", str(tmp_path)).returncode == 0  # some sizes satisfy case path 0's guards
-    (tmp_path / "as_written.smt2").write_text(text.replace("(check-sat)", "(assert (< tp 1))\n(check-sat)"))
+    (tmp_path / "split_nhd" / "applies.case0.smt2").write_text(
+        text.replace("(check-sat)", "(assert (< tp 1))\n(check-sat)"))
     r = run("certify", str(tmp_path))  # no sizes left: the case's certificates would be vacuous
     assert r.returncode == 1 and "FAIL (expected sat)" in r.stdout, r.stdout
 
@@ -147,12 +157,14 @@ def test_bad_headers_and_a_changed_folder_fail(proved, tmp_path):
     assert r.returncode == 1 and "expects 'unknown'" in r.stdout, r.stdout
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy)
-    for f in (copy / "split_nhd").glob("*.smt2"):  # keep one row's files, then remove one of them
-        if not f.name.startswith("single-rank-identity"):
+    for f in (copy / "split_nhd").glob("*.smt2"):  # keep one row's files (and its cases'), then remove one of them
+        if not f.name.startswith(("single-rank-identity", "applies")):
             f.unlink()
     next((copy / "split_nhd").glob("single-rank-identity.case*.smt2")).unlink()
+    (copy / "index.tsv").rename(tmp_path / "index.tsv")
     out = io.StringIO()
-    assert certify(str(copy / "split_nhd"), 20, 2, out) == 0, out.getvalue()  # no index there: file by file
+    assert certify(str(copy), 20, 2, out) == 0, out.getvalue()  # no index there: file by file
+    (tmp_path / "index.tsv").rename(copy / "index.tsv")
     out = io.StringIO()
     assert certify(str(copy), 20, 2, out) == 1  # the index says 7
     assert "error: split_nhd single-rank-identity: index.tsv lists 7 file(s), the folder holds 6" in out.getvalue()
@@ -182,17 +194,21 @@ def test_the_shard_map_rows_are_certified_along_their_chains_by_cvc5(proved, tmp
         for f in (folder / "split_nhd").glob(f"{row}.case5.*smt2"):
             shutil.copy(f, here / f.name)
     shutil.copy(folder / "split_nhd" / "applies.case3.smt2", here)  # the dead case: unsat, as it says
+    shutil.copy(folder / "split_nhd" / "applies.case5.smt2", here)  # case path 5 applies: sat, as it says
     chain = (folder / "split_nhd" / "local-bijective.case5.chain-local.smt2").read_text()
     assert "Horner form of its atoms (d, h, t, kv, fastest first)" in chain
     token = (here / "writers-disjoint.case5.chain-shard-t.smt2").read_text()
     assert "(t % interleave, dcp_rank, pcp_rank, t // interleave, fastest first)" in token
     uses = (here / "writers-disjoint.case5.smt2").read_text()
+    # (MONOTONE and STRICT: the arithmetic's side theorems between divisions by tp, written as their instances)
     assert "; depends on: writers-disjoint.case5.chain-shard-t.smt2 writers-disjoint.case5.chain-shard-h.smt2 " \
-           "../shared-lemmas/digit.smt2 ../shared-lemmas/range.smt2 ../shared-lemmas/quotient.smt2\n" in uses
+           "../shared-lemmas/digit.smt2 ../shared-lemmas/range.smt2 ../shared-lemmas/quotient.smt2 " \
+           "../shared-lemmas/monotone.smt2 ../shared-lemmas/strict.smt2\n" in uses
     inside = (here / "shard-in-range.case5.smt2").read_text()  # one point: no two numbers to tell apart
-    assert "../shared-lemmas/range.smt2 ../shared-lemmas/quotient.smt2\n" in inside and "digit.smt2" not in inside
+    assert "../shared-lemmas/range.smt2 ../shared-lemmas/quotient.smt2 " in inside and "digit.smt2" not in inside
     n = len(list(tmp_path.rglob("*.smt2")))
-    assert n == 18  # 3 lemmas, the dead case, and 14 of case path 5: 7 queries (writers-cover's in 5 parts), 7 chains
+    assert n == 21  # 5 lemmas, the dead case, case 5's applies file and 14 of its files: 7 queries (writers-cover's
+    # in 5 parts), 7 chains
     out = io.StringIO()
     assert certify(str(tmp_path), 20, 2, out) == 0, out.getvalue()
     assert f"{n} certificates: {n} as expected" in out.getvalue()
@@ -252,6 +268,7 @@ def test_a_certificate_checked_without_the_files_it_rests_on_fails(proved, tmp_p
            in out.getvalue() and "shared-lemmas/digit.smt2, which was not checked" in out.getvalue()
     shutil.copytree(folder / "shared-lemmas", tmp_path / "shared-lemmas")
     shutil.copy(folder / "split_nhd" / "local-bijective.case0.chain-local.smt2", alone)
+    shutil.copy(folder / "split_nhd" / "applies.case0.smt2", alone)  # (its case applies: certify asks it)
     out = io.StringIO()
     assert certify(str(tmp_path), 20, 2, out) == 0, out.getvalue()
 
@@ -280,10 +297,11 @@ def test_a_region_ends_inside_its_page_by_a_fits_file_and_two_lemmas(tmp_path):
     out_part = (tmp_path / "c" / "gdn.recurrent" / "local-bijective.case0.part1.smt2").read_text()
     assert "local-bijective.case0.chain-local-fits.smt2" in out_part and "../shared-lemmas/scale.smt2" in out_part \
         and "../shared-lemmas/bound.smt2" in out_part
-    (tmp_path / "c" / "gdn.recurrent" / "applies.case0.smt2").unlink()  # (sat, as it says: cvc5 takes seconds)
     out = io.StringIO()
     assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
-    assert "8 certificates: 8 as expected" in out.getvalue()  # 2 parts, chain, fits; DIGIT, RANGE, BOUND, SCALE
+    # 2 parts, chain, fits, the case's applies file; DIGIT, RANGE, BOUND, SCALE, and MONOTONE and STRICT (the
+    # arithmetic's side theorems between divisions by tp)
+    assert "11 certificates: 11 as expected" in out.getvalue()
     x, M, E, A, r, X, B = z3.Ints("x M E A r X B")  # each lemma without one hypothesis: sat
     for name, loose in (("scale", z3.Implies(E > 0, E * x + E <= E * M)),                    # no x < M
                         ("bound", z3.Implies(z3.And(x <= A, X <= B), x + r * X <= A + r * B)),  # no r >= 0
@@ -372,7 +390,8 @@ def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and
     for name, said, assertions in lemmas.shared():
         (tmp_path / "c" / "shared-lemmas" / f"{name}.smt2").write_text(_lemma_text(name, said, assertions))
     made = dict(texts(load([str(ROOT / "specs" / "gdn_ds.lal")]), "gdn_ds", "regions-tile-local"))
-    for stem, text in made.items():
+    cases = dict(texts(load([str(ROOT / "specs" / "gdn_ds.lal")]), "gdn_ds", "applies"))  # (certify asks each case)
+    for stem, text in {**made, **cases}.items():
         (tmp_path / "c" / "gdn_ds" / f"{stem}.smt2").write_text(text)
     k_v = next(stem for stem, text in made.items() if "chain-k-before-v.smt2" in text)
     assert "chain-region-k.smt2" in made[k_v] and "../shared-lemmas/above.smt2" in made[k_v]
@@ -380,7 +399,8 @@ def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and
         made["regions-tile-local.case0.chain-k-before-v"]
     out = io.StringIO()
     assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
-    assert f"{len(made) + len(lemmas.LEMMAS)} certificates: {len(made) + len(lemmas.LEMMAS)} as expected" in out.getvalue()
+    n = len(made) + len(cases) + len(lemmas.LEMMAS)
+    assert f"{n} certificates: {n} as expected" in out.getvalue()
 
     for f in (ROOT / "specs").glob("*.lal"):
         (tmp_path / f.name).write_text(f.read_text())

@@ -15,7 +15,9 @@ says where they do not:
 - `; expect: sat` only on a case's applies file; every case a family's files speak of has
   its applies file, answered sat; a case whose applies file is unsat (dead) has no other file;
 - every file stating its goal (`; goal: assertion N`) gets a vacuity query: its assertions
-  without the goal, which must be sat (`vacuity_text`; certify runs it).
+  without the goal, which must be sat (`vacuity_text`; certify runs it). Where its header
+  gives a `; witness:` (values of its constants, `(= NAME VALUE)`), certify asks the query
+  with them first (a ground query: sat there is sat without them) and, failing that, without.
 
 Nothing here decides a formula: the solver does. Pure Python, no solver imported.
 """
@@ -203,14 +205,50 @@ def _holds(terms, q: int, have: set, allowed, known) -> bool:
         (smtlib.head(terms, q) == "=>" and lemma_instance(terms, q, allowed, known) is not None)
 
 
+_INT = re.compile(r"^\d+$")
+
+
+def witnessed(s: smtlib.Script, text: str, errors: list) -> str | None:
+    """`text` (`s`'s, or its vacuity query) with `s`'s `; witness:` values asserted before its
+    `(check-sat)`: each `(= NAME VALUE)` (either way round) of a constant `s` declares and an
+    integer literal (or its negation); None where it gives none, and an error where one is not
+    of that form (a witness names values, nothing else)."""
+    said = s.header.get("witness")
+    if not said:
+        return None
+    try:
+        pairs = smtlib._sexprs(said, s.path)
+    except smtlib.SmtError as e:
+        errors.append(f"{s.path}:1: its witness line cannot be read ({e})")
+        return None
+    lines = []
+    for tree, _, _ in pairs:
+        if not (isinstance(tree, tuple) and len(tree) == 3 and tree[0] == "="):
+            errors.append(f"{s.path}:1: its witness line holds {tree!r}, not (= NAME VALUE)")
+            return None
+        a, b = tree[1:]
+        name, value = (a, b) if isinstance(a, str) and a in s.declared else (b, a)
+        number = value if isinstance(value, str) else (value[1] if len(value) == 2 and value[0] == "-" else None)
+        if not (isinstance(name, str) and name in s.declared and isinstance(number, str) and _INT.match(number)):
+            errors.append(f"{s.path}:1: its witness line holds {tree!r}, not a declared constant and an integer")
+            return None
+        lines.append(f"(assert (= {name} {number if isinstance(value, str) else f'(- {number})'}))\n")
+    at = text.rfind("(check-sat)")
+    if at < 0:
+        return None
+    return text[:at] + "; the witness's values\n" + "".join(lines) + text[at:]
+
+
 def _rel(path: str, folder: str) -> str:
     return os.path.relpath(path, folder)
 
 
-def audit(folder: str, files: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """(problems, vacuity queries) of the certificate files `files` under `folder`: each problem
-    names the file, its line and what is violated; each vacuity query is (the file it is of, the
-    SMT-LIB text of its assertions without its goal), to be answered sat."""
+def audit(folder: str, files: list[str]) -> tuple[list[str], list[tuple[str, str, str | None]], dict]:
+    """(problems, vacuity queries, witnessed sat files) of the certificate files `files` under
+    `folder`: each problem names the file, its line and what is violated; each vacuity query is
+    (the file it is of, the SMT-LIB text of its assertions without its goal, that text with its
+    witness or None), to be answered sat; each file expecting sat with a witness maps (by its
+    absolute path) to its text with the witness (`witnessed`)."""
     terms = smtlib.Terms()
     known = templates(terms)
     errors, scripts = [], {}
@@ -219,11 +257,15 @@ def audit(folder: str, files: list[str]) -> tuple[list[str], list[tuple[str, str
             scripts[os.path.abspath(path)] = smtlib.read(path, terms)
         except (OSError, smtlib.SmtError) as e:
             errors.append(f"{path}: cannot be read ({e})")
-    vacuity = []
+    vacuity, sat = [], {}
     for path, s in scripts.items():
         errors += _file_problems(path, s, scripts, known, terms, vacuity)
+        if s.header.get("expect") == "sat":
+            got = witnessed(s, s.text, errors)
+            if got is not None:
+                sat[path] = got
     errors += _case_problems(scripts)
-    return errors, vacuity
+    return errors, vacuity, sat
 
 
 def _depends(path: str, s: smtlib.Script) -> list[str]:
@@ -276,7 +318,8 @@ def _file_problems(path: str, s: smtlib.Script, scripts: dict, known: dict, term
                           f"names ({', '.join(allowed) or 'none'}) nor of a chain file it names: "
                           f"{smtlib.show(terms, a.term, 240)}" + "".join(f"\n    {w}" for w in why))
     if g is not None and ".chain-" not in name:
-        vacuity.append((path, vacuity_text(s, {g} | shown)))
+        text = vacuity_text(s, {g} | shown)
+        vacuity.append((path, text, witnessed(s, text, errors)))
     return errors
 
 

@@ -15,7 +15,6 @@ import importlib.util
 import json
 import os
 import signal
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -177,9 +176,14 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
             want = expected(path)
         except (OSError, ValueError) as e:
             return "unreadable", (f"error: {e.strerror if isinstance(e, OSError) else e}", "-", 0.0)
+        given = sat.get(os.path.abspath(path))
+        if want == "sat" and given is not None:  # its witness's values first: sat with them is sat without
+            got = _check_text(given, seconds)
+            if got[0] == "sat":
+                return want, (got[0], "witness", got[2])
         return want, check_file(path, seconds)
 
-    content, vacuity = audit(folder, files)  # (read before any solver runs: a forged folder fails either way)
+    content, vacuity, sat = audit(folder, files)  # (read before any solver runs: a forged folder fails either way)
     answers = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for path, (want, (answer, how, secs)) in zip(files, pool.map(one, files)):
@@ -206,23 +210,34 @@ def vacuity_problems(folder: str, queries: list, seconds: float, pool, out) -> l
     would not rest on its goal (its assumptions alone are unsat, or undecided)."""
     if not queries:
         return []
-    tmp = tempfile.mkdtemp(prefix="layoutalg-vacuity-")
+
+    def ask(query):
+        _, text, given = query
+        if given is not None:  # the witness's values first: a ground query, sat there is sat without them
+            got = _check_text(given, seconds)
+            if got[0] == "sat":
+                return got[0], "witness", got[2]
+        return _check_text(text, seconds)
+    problems = []
+    for (path, _, _), (answer, how, secs) in zip(queries, pool.map(ask, queries)):
+        print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)} without its goal"
+              + ("" if answer == "sat" else "  FAIL (expected sat)"), file=out, flush=True)
+        if answer != "sat":
+            problems.append(f"{path}: vacuous? its assertions without its goal answer {answer}, not sat: "
+                            f"its unsat would not rest on the obligation")
+    return problems
+
+
+def _check_text(text: str, seconds: float) -> tuple[str, str, float]:
+    """`check_file` of an SMT-LIB text (a query `certify` makes: a vacuity query, a witnessed one),
+    from a temporary file removed after."""
+    fd, path = tempfile.mkstemp(prefix="layoutalg-query-", suffix=".smt2")
     try:
-        paths = []
-        for n, (path, text) in enumerate(queries):
-            paths.append(os.path.join(tmp, f"{n}.smt2"))
-            with open(paths[-1], "w", encoding="utf-8") as f:
-                f.write(text)
-        problems = []
-        for (path, _), (answer, how, secs) in zip(queries, pool.map(lambda p: check_file(p, seconds), paths)):
-            print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)} without its goal"
-                  + ("" if answer == "sat" else "  FAIL (expected sat)"), file=out, flush=True)
-            if answer != "sat":
-                problems.append(f"{path}: vacuous? its assertions without its goal answer {answer}, not sat: "
-                                f"its unsat would not rest on the obligation")
-        return problems
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return check_file(path, seconds)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.unlink(path)
 
 
 if __name__ == "__main__":  # one file, one configuration: what `check_file` runs in a fresh process

@@ -29,7 +29,7 @@ from ...ir.family import resolve
 from ..certify import DEPENDS, folder_of
 from . import lemmas, meaning
 from .obligations import PAGE, QUERIES, Model, _prod
-from .runner import query
+from .runner import Budgets, box_empty, query
 from .store import OBLIGATIONS, Row
 
 APPLIES = "applies"
@@ -107,16 +107,28 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         if name == APPLIES:  # the assumptions alone: sat, or the case applies nowhere (then unsat)
             body, kinds = _body([*assumed, *m.ops.side])
             out.append((f"{APPLIES}.case{k}", _header(lib, family, name, k, cases_text, 0, 1,
-                                                      "unsat" if dead else "sat", uses=_needs(kinds)) + body))
+                                                      "unsat" if dead else "sat", uses=_needs(kinds),
+                                                      witness="" if dead else _witness([*assumed, *m.ops.side]))
+                        + body))
             continue
         if dead:  # the runtime never takes it: its applies file shows that, and nothing else holds of it
             continue
         if name == "page-size":  # the guards alone make the local layout the page
             asked, g = _page_query(lib, model_of, path)
             body, kinds = _body(asked)
-            out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds), goal=g)
-                        + body))
+            out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds), goal=g,
+                                                   witness=_witness(asked[:g] + asked[g + 1:])) + body))
             continue
+        if name == "digits-match-spec" and pad:  # a pad the regions always fill: its box is empty
+            probe = Model(lib, model_of, path, page_guard=not pad)
+            if box_empty(probe, Budgets.of().full):
+                _, inside = probe.index("local", "")  # (fresh constants: the same box box_empty asked of)
+                asked = [*probe.assumptions(), z3.And(*inside)]
+                body, kinds = _body([*asked, *probe.ops.side])
+                out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds),
+                                                       goal=len(asked) - 1, empty=True,
+                                                       witness=_witness([*asked[:-1], *probe.ops.side])) + body))
+                continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
         parts = w.get("parts") or w.get("sides") or ([w["clash"], v.children()[1]] if name in LAYOUT_POINTS else [v])
@@ -134,7 +146,7 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             body, more = _body([*assumed, part, *used, *m.ops.side])
             needs = [f"{name}.case{k}.chain-{label}.smt2" for label in labels] + _needs(kinds | more)
             out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts), uses=needs,
-                                      goal=len(assumed)) + body))
+                                      goal=len(assumed), witness=_witness([*assumed, *used, *m.ops.side])) + body))
         for label, said, query_ in identities:  # (each claim negated last: its goal)
             body, kinds = _body([*query_, *m.ops.side_for(query_)])  # (the divisions its terms read, no others)
             out.append((f"{name}.case{k}.chain-{label}", _header(lib, family, name, k, cases_text, 0, 1, chain=said,
@@ -394,10 +406,20 @@ def _body(assertions) -> tuple[str, set]:
             defs.setdefault(d[3].get_id(), d)
     out, kinds = [], set()
     for e in assertions:
+        if _bare_false(e):  # (a division by a constant at most 0: the file would rest on it, and prove nothing)
+            raise LayoutalgError("certificates: a query asserts a bare false (a constant divisor at most 0); "
+                                 "no certificate rests on false")
         got = _theorem(e, defs)
         out.append(e if got is None else got[0])
         kinds |= set() if got is None else {got[1]}
-    return _smt2(out), kinds
+    text = _smt2(out)
+    if _FALSE.search(text):
+        raise LayoutalgError("certificates: a query's text asserts a bare false (an empty disjunction); "
+                             "no certificate rests on false")
+    return text, kinds
+
+
+_FALSE = re.compile(r"\(assert\s+false\s*\)")
 
 
 def _definition(e):
@@ -466,10 +488,19 @@ def _needs(kinds) -> list[str]:
 
 
 def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
-            expect: str = "unsat", uses=(), chain: str = "", goal: int | None = None) -> str:
+            expect: str = "unsat", uses=(), chain: str = "", goal: int | None = None, empty: bool = False,
+            witness: str = "") -> str:
     file, line, body = _spec_lines(lib, family)
     part = f", part {j + 1} of {parts} (the row holds where every part is unsat)" if parts > 1 else ""
-    if chain:
+    if empty:
+        part = ", the pad's box empty at every size"
+        meant = [f"obligation: {OBLIGATIONS.get(name, name)}",
+                 "Its goal (the assertion the goal line names) puts an index inside the pad's box, each index at",
+                 "least 0 and below its extent. unsat means: no sizes within their declared bounds",
+                 "satisfying the path's guards admit one: the box is empty at every size, so the digit table",
+                 "is never read and the row holds on this path with nothing to compute. sat: an index exists,",
+                 "and this file shows nothing."]
+    elif chain:
         part = ", its chain (a step of the row's argument)"
         meant = [f"claim: {chain}.",
                  "unsat means: no sizes within their declared bounds satisfying the path's guards, and no index",
@@ -487,7 +518,7 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
                  "index satisfies the path's guards together with the negation of the obligation, so the",
                  "obligation holds for every size, rank and index. sat means a counterexample exists."]
     lines = [f"layoutalg certificate: family {family}, obligation {name}, case path {k}{part}",
-             f"expect: {expect}", *_goal_line(goal),
+             f"expect: {expect}", *_goal_line(goal), *([f"witness: {witness}"] if witness else []),
              f"spec: {file}:{line}", *(f"  | {t}" for t in body),
              f"case path {k}: {cases or 'the family has one case'}", *meant,
              *(["It asserts instances of the identities and lemmas certified in the files below: instances of",
@@ -496,6 +527,30 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
                 f"{DEPENDS} {' '.join(uses)}"] if uses else []),
              "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
+
+
+WITNESS_RLIMIT = 20_000_000
+"""Z3's budget for a witness (`_witness`): past it, the file has none and cvc5 searches alone."""
+
+
+def _witness(assertions) -> str:
+    """A model Z3 finds of `assertions` (a file's assertions without its goal, or a case's
+    assumptions), as SMT-LIB equalities `(= NAME VALUE)` of its integer constants: certify asks
+    the file's assumptions with them too, a ground query cvc5 evaluates at once (a model of the
+    assumptions with the equalities is one of the assumptions: its sat is theirs). '' where Z3
+    finds none within `WITNESS_RLIMIT` (certify then asks cvc5 without)."""
+    s = z3.Solver()
+    s.set("rlimit", WITNESS_RLIMIT)
+    s.add(*assertions)
+    if s.check() != z3.sat:
+        return ""
+    model = s.model()
+    out = []
+    for d in model.decls():
+        v = model[d]
+        if d.arity() == 0 and d.range() == z3.IntSort() and z3.is_int_value(v):
+            out.append((z3.Int(d.name()) == v).sexpr())
+    return " ".join(sorted(out))
 
 
 def _goal_line(goal: int | None) -> list[str]:
@@ -615,14 +670,20 @@ def step_texts(lib: Library, family: str, store: str, load: str, steps: list) ->
     (what it shows, its assertions), each a query Z3 answered unsat: `reshard.at_sizes.recording`),
     one file a distinct query."""
     made: dict = {}
+    held = []  # (steps whose query asserts a bare false: a guard the prover evaluated false at the pair's numbers)
     for what, asserted, chains, kinds in steps:  # (a term in `what` may print on several lines)
+        if any(_bare_false(e) for e in asserted):
+            held.append(" ".join(what.split()))
+            continue
         body, more = _body(asserted)
         made.setdefault(body, (" ".join(what.split()), chains, kinds | more))
     name, out = pair_name(store, load), []
+    pairs = [_PAIR.search(w) for w in held]
+    alone = " ".join(f"{p.group(1)}-{p.group(2)}" if p else w for p, w in zip(pairs, held))
     for n, (body, (what, chains, kinds)) in enumerate(made.items()):
         stem = f"{name}.step{n:03d}"
         needs = [f"{stem}.chain-{label}.smt2" for label, *_ in chains] + _needs(kinds)
-        out.append((stem, _step_header(lib, family, store, load, n, len(made), what, needs) + body))
+        out.append((stem, _step_header(lib, family, store, load, n, len(made), what, needs, alone=alone) + body))
         for label, said, a, g in chains:
             text, used = _body(a)
             out.append((f"{stem}.chain-{label}", _step_header(lib, family, store, load, n, len(made), said,
@@ -630,8 +691,17 @@ def step_texts(lib: Library, family: str, store: str, load: str, steps: list) ->
     return out
 
 
+_PAIR = re.compile(r"^cases (\d+) \(store\) and (\d+) \(load\) apply together at no size")
+"""A step that shows a case pair never applies: its store and load cases."""
+
+
+def _bare_false(e) -> bool:
+    """Whether `e` is false itself (Python's False, or Z3's): a query asserting it is unsat by it."""
+    return e is False or (z3.is_expr(e) and z3.is_false(e))
+
+
 def _step_header(lib: Library, family: str, store: str, load: str, n: int, total: int, what: str,
-                 uses=(), chain: bool = False, goal: int | None = None) -> str:
+                 uses=(), chain: bool = False, goal: int | None = None, alone: str = "") -> str:
     file, line, body = _spec_lines(lib, family)
     if chain:
         return "".join(f"; {t}\n" for t in [
@@ -651,6 +721,9 @@ def _step_header(lib: Library, family: str, store: str, load: str, n: int, total
              "another cp, its sequence-order row; for a page of regions, its regions-tile rows), which",
              "`layoutalg prove SPEC --certificates` certifies or says why not. Which steps a plan takes (its",
              "case pairs, consumers and regions) is the prover's; each step is here to re-check.",
+             *([f"prover alone: {alone} (store-load case pairs, or steps, whose query asserts a guard the prover",
+                "evaluated false at the configurations' numbers: no file, a query resting on false proves nothing)"]
+               if alone else []),
              *(["It asserts instances of the identities and lemmas the files below certify (valid where they",
                 "are unsat: the answer is the query's own).", f"{DEPENDS} {' '.join(uses)}"] if uses else []),
              "Sizes and indices are integer constants; x // b and x % b are q and r with x = q * b + r, 0 <= r < b."]
