@@ -455,3 +455,31 @@ def test_the_pipeline_row_is_one_certificate_and_one_edit_breaks_it(tmp_path):
     assert certify(str(tmp_path / "c"), 20, 1, io.StringIO()) == 0
     (tmp_path / "edited.smt2").write_text(text.replace("(- pp 1)", "(- pp 2)"))  # one stage too many gets a layer more
     assert check_file(str(tmp_path / "edited.smt2"), 20)[0] == "sat"
+
+
+def test_an_always_empty_pad_is_certified_by_its_empty_box_never_by_false(tmp_path):
+    """mamba2's canonical pad is the page less its regions: 0 at every size. Its digit table
+    would divide by that 0; its files show the box empty instead (an index inside it, under
+    each case's assumptions: unsat), and the prover's row says that is why it holds. The local
+    pad, which holds bytes, is not taken for empty."""
+    from layoutalg.verify.prove.certificates import APPLIES
+    from layoutalg.verify.prove.runner import EMPTY_BOX, Budgets, _pad_digits
+    lib = load([str(ROOT / "specs" / "mamba2.lal")])
+    made = texts(lib, "mamba2.tail'", "digits-match-spec")
+    assert [stem for stem, _ in made] == ["digits-match-spec.case0", "digits-match-spec.case1"]
+    here = tmp_path / "c" / "mamba2.tail-canonical"
+    here.mkdir(parents=True)
+    for stem, text in [*made, *texts(lib, "mamba2.tail'", APPLIES)]:
+        assert not re.search(r"\(assert\s+false\s*\)", text) and "; witness: " in text
+        (here / f"{stem}.smt2").write_text(text)
+    from layoutalg.verify.prove import lemmas
+    from layoutalg.verify.prove.certificates import _lemma_text
+    (tmp_path / "c" / "shared-lemmas").mkdir(exist_ok=True)
+    for name, said, assertions in lemmas.shared():
+        (tmp_path / "c" / "shared-lemmas" / f"{name}.smt2").write_text(_lemma_text(name, said, assertions))
+    out = io.StringIO()
+    assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
+    assert "2 of 2 goals' assumptions shown satisfiable" in out.getvalue()
+    assert EMPTY_BOX in _pad_digits(lib, "mamba2.tail'", Budgets.of()).method
+    assert EMPTY_BOX not in _pad_digits(lib, "mamba2.tail", Budgets.of()).method
+    assert all(".part" in stem for stem, _ in texts(lib, "mamba2.tail", "digits-match-spec"))

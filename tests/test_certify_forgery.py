@@ -91,3 +91,22 @@ def test_the_lemmas_certify_knows_are_those_the_prover_writes(tmp_path):
         assert audit.check_lemma(smtlib.read(str(tmp_path / f"{name}.smt2"), terms), name, known, terms) is None, name
     (tmp_path / "bad.smt2").write_text(_lemma_text("range", "", lemmas.shared()[0][2]))  # digit's text, named range
     assert "not the lemma range" in audit.check_lemma(smtlib.read(str(tmp_path / "bad.smt2"), terms), "range", known, terms)
+
+
+def test_a_witness_cannot_excuse_a_vacuous_query_and_must_name_its_constants(made, tmp_path):
+    text = made[QUERY]
+    assert "; witness: " in text
+    # values that meet the added assumption (tp = -1) but not the declared bounds: the witnessed query is
+    # unsat, the query without them too: vacuous still
+    vacuous = re.sub(r"; witness: [^\n]*", "; witness: (= tp (- 1))", text).replace(
+        "(check-sat)", "(assert (< tp 0))\n(check-sat)")
+    rc, out = _run(tmp_path, {**made, QUERY: vacuous})
+    assert rc == 1 and "vacuous? its assertions without its goal answer unsat" in out, out
+    forged = re.sub(r"; witness: [^\n]*", "; witness: (= nowhere 1)", text)
+    rc, out = _run(tmp_path / "b", {**made, QUERY: forged})
+    assert rc == 1 and "not a declared constant and an integer" in out, out
+
+
+def test_the_witness_answers_the_vacuity_query(made, tmp_path):
+    rc, out = _run(tmp_path, made)
+    assert rc == 0 and re.search(r"^sat +witness .*writers-disjoint\.case0\.smt2 without its goal$", out, re.M), out
