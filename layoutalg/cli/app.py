@@ -11,6 +11,7 @@ from .check import _check
 from .derive import _corpus, _explain, _id, _runs
 from .draw import _draw
 from .reshard import _reshard
+from .conform import _conform
 
 _EPILOG = """\
 examples:
@@ -100,6 +101,23 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="where each rank's KV cache lives (default cpu: gloo); cuda: rank r on GPU r %% count, "
                          "pages in shared host memory, NCCL where every rank has a GPU of its own")
+
+    co = sub.add_parser("conform", help="check a family's spec against the engine's own writer, rank by rank: "
+                                        "every byte where the writer put it")
+    co.add_argument("--family", required=True, help="the family of the layer (e.g. split_nhd, mla, mamba2)")
+    co.add_argument("--config", action="append", required=True, metavar="CONFIG",
+                    help="a parallel configuration, e.g. tp=2,dcp=2; repeatable")
+    co.add_argument("--specs", metavar="DIR", help="the spec library folder holding the family (default: the shipped "
+                                                   "specs)")
+    co.add_argument("--writer", metavar="MODULE:FUNCTION",
+                    help="a function giving the writer (default: the engine model of vLLM's writer for a shipped "
+                         "family, layoutalg.tools.engine_models)")
+    co.add_argument("--heads", type=_positive, default=4, help="KV heads of the model (default 4)")
+    co.add_argument("--block-size", type=_positive, default=4, help="tokens per block (default 4)")
+    co.add_argument("--head-size", type=_positive, help="head size (default 128; MLA: 576)")
+    co.add_argument("--dtype", default="fp32", help="the elements the writer tags (default fp32: 4-byte tags)")
+    co.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", type=_named_size,
+                    help="a runtime name the family's spec declares, e.g. --size ssm_heads=8 for mamba2; repeatable")
 
     pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
@@ -240,7 +258,7 @@ def main(argv=None) -> int:
     try:
         rc = {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
               "prove": _prove, "certify": _certify, "id": _id, "reshard": _reshard,
-              "draw": _draw}[args.cmd](args)
+              "draw": _draw, "conform": _conform}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
     except RecursionError:  # a last net: the parser bounds nesting, but lets can compound it
