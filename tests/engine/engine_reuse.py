@@ -6,14 +6,18 @@ Each engine runs in a subprocess of its own (`python engine_reuse.py engine ...`
 do not shut down cleanly in one process), bounded by a timeout, one at a time:
 
   0. (byte check) TP 2, plugin OFF, prompts P1 -> store S0 (vLLM's own derive)
-  1. TP 2, plugin on, P1 -> store S: computed without reuse (no cached tokens), stores P1
+  1. TP 2, plugin on, P1 and P3 -> store S: computed without reuse (no cached tokens), stored
+  -  P3's files in S are then corrupted (each file's bf16 elements reversed: finite, wrong)
   2. TP 1, plugin on, fresh engine on S: P1 reused (cached tokens > 0, greedy tokens = engine 1's);
-     then P2 computed without reuse and stored
+     P3 reused from the corrupted files (cached tokens > 0, tokens differ from engine 1's: the
+     tokens do rest on the loaded pages); then P2 computed without reuse and stored
   3. TP 2, plugin on, fresh engine on S: P2 reused (cached tokens > 0, tokens = engine 2's)
 
 and the files engines 0 and 1 wrote for P1 are compared byte for byte (vLLM's derive and
-layoutalg's certify this model alike). The model is a tiny Llama written here (seeded random
-weights, no download, no tokenizer: prompts are token ids).
+layoutalg's certify this model alike). Each engine's log must show layoutalg's derive in every
+worker (plugin on) or nowhere (off), and S holds one folder (tp and rank left its hash) that
+both TPs read and write. The model is a tiny Llama written here (seeded random weights, no
+download, no tokenizer: prompts are token ids).
 
 vLLM's CPU offloading worker does not run on vLLM's CPU build as shipped:
 tests/engine/cpu_offload_shim (a test-only vLLM plugin, `LAYOUTALG_CPU_OFFLOAD_SHIM=1`) stands
@@ -26,7 +30,6 @@ Exit status 0 when every check holds; the last line printed is a JSON summary.
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import json
 import os
@@ -45,7 +48,7 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
 PROMPT_LEN = 300          # full blocks of it are stored and found again
 NEW_TOKENS = 8
-ENGINE_TIMEOUT = 420      # seconds, one engine: start, generate, let its stores land, exit
+ENGINE_TIMEOUT = 240      # seconds, one engine: start, generate, let its stores land, exit (~100 s seen)
 
 
 def make_model(folder: Path) -> None:
@@ -108,17 +111,21 @@ def engine(args) -> None:
     sp = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, detokenize=False)
     results = {"tp": args.tp, "plugin": os.environ.get("LAYOUTALG_VLLM") == "1", "start_s": round(started, 1),
                "runs": []}
+    store = Path(args.store)
     for name in args.sets:
         batch = json.loads(Path(args.prompts).read_text())[name]
+        before = set(store.rglob("*.bin"))
         t1 = time.monotonic()
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in batch], sp, use_tqdm=False)
-        results["runs"].append({"set": name, "generate_s": round(time.monotonic() - t1, 2),
+        gen = time.monotonic() - t1
+        # Stores reach the fs tier asynchronously (CPU tier first, then a cascade): wait until
+        # the store's files stop changing, so each set's new files are known.
+        settle(store, llm, sp)
+        results["runs"].append({"set": name, "generate_s": round(gen, 2),
                                 "tokens": [list(o.outputs[0].token_ids) for o in outs],
-                                "cached": [o.num_cached_tokens for o in outs]})
-    # Stores reach the fs tier asynchronously (CPU tier first, then a cascade): wait until the
-    # store's files stop changing.
-    settle(Path(args.store), llm, sp)
-    results["files"] = len(store_files(Path(args.store)))
+                                "cached": [o.num_cached_tokens for o in outs],
+                                "new_files": sorted(str(f.relative_to(store)) for f in
+                                                    set(store.rglob("*.bin")) - before)})
     Path(args.out).write_text(json.dumps(results))
     print(f"engine tp={args.tp}: started in {started:.1f} s, results written", flush=True)
     try:
@@ -142,50 +149,110 @@ def settle(store: Path, llm, sp, quiet_s: float = 3.0, limit_s: float = 60.0) ->
         time.sleep(0.5)
 
 
+def corrupt(path: Path) -> None:
+    """Reverse the file's bf16 elements in place: same size, finite values, wrong places."""
+    import numpy as np
+    a = np.fromfile(path, dtype=np.int16)
+    a[::-1].tofile(path)
+
+
 # --- the driver ----------------------------------------------------------------------------------
 
-def run_engine(tp: int, plugin: bool, model: Path, store: Path, prompt_file: Path, sets: list[str], out: Path,
-               log: Path) -> dict:
+DERIVE_LINE = "layoutalg derives vLLM's canonical page mappings"
+
+
+def run_engine(tp: int, plugin: bool, model: Path, store: Path, prompt_file: Path, sets: list[str], work: Path,
+               name: str) -> dict:
+    """One engine in a process group of its own, bounded by ENGINE_TIMEOUT; then the group is
+    ended and the /dev/shm files its processes held are removed."""
+    out, log, tmp = work / f"{name}.json", work / f"{name}.log", work / f"{name}-tmp"
+    tmp.mkdir(exist_ok=True)  # vLLM's ipc sockets and temp files land here, removed with `work`
     env = dict(os.environ, VLLM_HOST_IP="127.0.0.1", VLLM_CPU_KVCACHE_SPACE="1", LAYOUTALG_CPU_OFFLOAD_SHIM="1",
                LAYOUTALG_VLLM="1" if plugin else "0", PYTHONHASHSEED="0", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", VLLM_CPU_OMP_THREADS_BIND="0|1" if tp == 2 else "0-1",
-               VLLM_ENABLE_V1_MULTIPROCESSING="1")
+               TRANSFORMERS_OFFLINE="1", VLLM_CPU_OMP_THREADS_BIND="0|1" if tp == 2 else "0-1", TMPDIR=str(tmp))
     cmd = [sys.executable, str(HERE), "engine", "--tp", str(tp), "--model", str(model), "--store", str(store),
            "--prompts", str(prompt_file), "--out", str(out), "--sets", *sets]
     t0 = time.monotonic()
+    shm: set[str] = set()
     with open(log, "w") as f:
         p = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        rc = None
         try:
-            rc = p.wait(timeout=ENGINE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            rc = None
-        finally:
+            while time.monotonic() - t0 < ENGINE_TIMEOUT:
+                shm |= shm_held(p.pid)
+                try:
+                    rc = p.wait(timeout=2.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+            shm |= shm_held(p.pid)
+        finally:  # also where the driver itself is told to stop (SIGTERM)
             kill_group(p.pid)
+            p.wait()
+    for f in shm:
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
     wall = time.monotonic() - t0
+    text = log.read_text(errors="replace")
     if rc != 0 or not out.exists():
-        tail = "".join(log.read_text(errors="replace").splitlines(True)[-60:])
-        raise RuntimeError(f"engine tp={tp} plugin={plugin} {'timed out' if rc is None else f'exited {rc}'} "
-                           f"after {wall:.0f} s; its log ends:\n{tail}")
+        tail = "".join(text.splitlines(True)[-60:])
+        raise RuntimeError(f"engine {name} (tp={tp}, plugin {'on' if plugin else 'off'}) "
+                           f"{'timed out' if rc is None else f'exited {rc}'} after {wall:.0f} s; its log ends:\n{tail}")
     r = json.loads(out.read_text())
     r["wall_s"] = round(wall, 1)
-    print(f"engine tp={tp} plugin={'on' if plugin else 'off'}: start {r['start_s']} s, wall {r['wall_s']} s, "
-          + "; ".join(f"{x['set']}: cached {x['cached']}, generate {x['generate_s']} s" for x in r["runs"]),
-          flush=True)
+    r["workers_deriving_with_layoutalg"] = sum(1 for line in text.splitlines() if DERIVE_LINE in line and
+                                               "Worker" in line.split(")")[0])
+    r["all_layers_portable"] = "all_layers_portable=True" in text
+    print(f"engine {name} tp={tp} plugin={'on' if plugin else 'off'}: start {r['start_s']} s, wall {r['wall_s']} s; "
+          + "; ".join(f"{x['set']}: cached {x['cached']}, generate {x['generate_s']} s, {len(x['new_files'])} new "
+                      f"file(s)" for x in r["runs"]), flush=True)
     return r
 
 
+def group_pids(pgid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if os.getpgid(int(d.name)) == pgid:
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def shm_held(pgid: int) -> set[str]:
+    """The /dev/shm files the engine's processes (its process group) have open or mapped."""
+    held = set()
+    for pid in group_pids(pgid):
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    held.add(target.removesuffix(" (deleted)"))
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                if "/dev/shm/" in line:
+                    held.add(line[line.index("/dev/shm/"):].removesuffix(" (deleted)"))
+        except OSError:
+            pass
+    return held
+
+
 def kill_group(pgid: int) -> None:
-    """End the engine's process group (its engine core and workers), then what vLLM leaves in /dev/shm."""
+    """End the engine's process group: its engine core and workers, whatever state they are in."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not group_pids(pgid):
+            return
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
-            break
-        time.sleep(1.0)
-
-
-def shm_now() -> set[str]:
-    return set(glob.glob("/dev/shm/*"))
+            return
+        for _ in range(20):
+            if not group_pids(pgid):
+                return
+            time.sleep(0.25)
 
 
 def main(argv=None) -> int:
@@ -193,56 +260,62 @@ def main(argv=None) -> int:
     ap.add_argument("--no-byte-check", action="store_true", help="skip engine 0 (plugin off) and the byte compare")
     ap.add_argument("--keep", help="work in this folder and keep it")
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("engine_reuse.py: stopped (SIGTERM)"))
     t_all = time.monotonic()
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="layoutalg-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
-    shm_before = shm_now()
     summary: dict = {"ok": False}
     try:
         model = work / "tiny-llama"
         make_model(model)
         prompt_file = work / "prompts.json"
-        prompt_file.write_text(json.dumps({"P1": prompts(1), "P2": prompts(2)}))
+        prompt_file.write_text(json.dumps({"P1": prompts(1), "P2": prompts(2), "P3": prompts(3)}))
         store, store0 = work / "store", work / "store-vllm-derive"
         res = {}
         if not a.no_byte_check:
-            res["e0"] = run_engine(2, False, model, store0, prompt_file, ["P1"], work / "e0.json", work / "e0.log")
-        res["e1"] = run_engine(2, True, model, store, prompt_file, ["P1"], work / "e1.json", work / "e1.log")
-        files_tp2 = store_files(store)
-        res["e2"] = run_engine(1, True, model, store, prompt_file, ["P1", "P2"], work / "e2.json", work / "e2.log")
-        res["e3"] = run_engine(2, True, model, store, prompt_file, ["P2"], work / "e3.json", work / "e3.log")
+            res["e0"] = run_engine(2, False, model, store0, prompt_file, ["P1"], work, "e0")
+        res["e1"] = run_engine(2, True, model, store, prompt_file, ["P1", "P3"], work, "e1")
+        p1_files = {k: v for k, v in store_files(store).items() if k in res["e1"]["runs"][0]["new_files"]}
+        for f in res["e1"]["runs"][1]["new_files"]:
+            corrupt(store / f)
+        res["e2"] = run_engine(1, True, model, store, prompt_file, ["P1", "P3", "P2"], work, "e2")
+        res["e3"] = run_engine(2, True, model, store, prompt_file, ["P2"], work, "e3")
 
-        a1, b1 = res["e1"]["runs"][0], res["e2"]["runs"][0]
-        a2, b2 = res["e2"]["runs"][1], res["e3"]["runs"][0]
+        (a1, a3), (b1, b3, a2), (b2,) = res["e1"]["runs"], res["e2"]["runs"], res["e3"]["runs"]
+        configs = [json.loads(f.read_text()) for f in store.glob("*/config.json")]
         checks = {
-            "tp2_computed_without_reuse": all(c == 0 for c in a1["cached"]),
-            "tp2_stored_files": len(files_tp2) > 0,
+            "tp2_computed_without_reuse": all(c == 0 for c in a1["cached"] + a3["cached"]),
+            "tp2_stored_files": len(a1["new_files"]) > 0 and len(a3["new_files"]) > 0,
             "tp1_reused_tp2": all(c > 0 for c in b1["cached"]),
             "tp1_tokens_equal_tp2": b1["tokens"] == a1["tokens"],
-            "tp1_computed_p2_without_reuse": all(c == 0 for c in a2["cached"]),
+            "tp1_loaded_corrupted_pages": all(c > 0 for c in b3["cached"]),
+            "tp1_tokens_differ_on_corrupted_pages": all(x != y for x, y in zip(b3["tokens"], a3["tokens"])),
+            "tp1_computed_p2_without_reuse": all(c == 0 for c in a2["cached"]) and len(a2["new_files"]) > 0,
             "tp2_reused_tp1": all(c > 0 for c in b2["cached"]),
             "tp2_tokens_equal_tp1": b2["tokens"] == a2["tokens"],
+            "one_folder_for_both_tps": len(configs) == 1 and configs[0]["tp_size"] == 1,
+            "every_worker_derived_with_layoutalg": all(res[e]["workers_deriving_with_layoutalg"] == res[e]["tp"]
+                                                       for e in ("e1", "e2", "e3")),
+            "every_layer_portable": all(res[e]["all_layers_portable"] for e in ("e1", "e2", "e3")),
         }
         if not a.no_byte_check:
             files0 = store_files(store0)
+            checks["plugin_off_derived_with_vllm"] = res["e0"]["workers_deriving_with_layoutalg"] == 0
             checks["vllm_derive_tokens_equal"] = res["e0"]["runs"][0]["tokens"] == a1["tokens"]
-            # the folder names hash the same fields (the plugin changes no config), so paths match too
-            checks["files_byte_identical_to_vllm_derive"] = bool(files0) and files0 == files_tp2
+            # the folder's name hashes the same fields (the plugin changes no config), so paths match too
+            checks["files_byte_identical_to_vllm_derive"] = bool(files0) and files0 == p1_files
             summary["files_vllm_derive"] = len(files0)
-        summary.update(ok=all(checks.values()), checks=checks, files_tp2=len(files_tp2),
-                       cached={"tp1_from_tp2": b1["cached"], "tp2_from_tp1": b2["cached"]},
-                       tokens={"P1": a1["tokens"], "P2": a2["tokens"]},
+        summary.update(ok=all(checks.values()), checks=checks, files={"P1": len(a1["new_files"]),
+                       "P3": len(a3["new_files"]), "P2": len(a2["new_files"])},
+                       cached={"tp1_from_tp2": b1["cached"], "tp1_from_corrupted": b3["cached"],
+                               "tp2_from_tp1": b2["cached"]},
+                       tokens={"P1": a1["tokens"], "P2": a2["tokens"], "P3": a3["tokens"],
+                               "P3_corrupted": b3["tokens"]},
                        engines={k: {"tp": v["tp"], "plugin": v["plugin"], "start_s": v["start_s"],
                                     "wall_s": v["wall_s"]} for k, v in res.items()})
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         summary["error"] = str(e)
     finally:
-        for f in shm_now() - shm_before:  # what the engines left (their offload regions, queues)
-            if os.path.basename(f).startswith(("vllm", "psm_", "sem.", "torch_")):
-                try:
-                    os.unlink(f)
-                except OSError:
-                    pass
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
         summary["total_s"] = round(time.monotonic() - t_all, 1)
