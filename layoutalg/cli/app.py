@@ -12,6 +12,7 @@ from .derive import _corpus, _explain, _id, _runs
 from .draw import _draw
 from .reshard import _reshard
 from .conform import _conform
+from .specs import _specs
 
 _EPILOG = """\
 examples:
@@ -119,6 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     co.add_argument("--size", action="append", default=[], metavar="NAME=VALUE", type=_named_size,
                     help="a runtime name the family's spec declares, e.g. --size ssm_heads=8 for mamba2; repeatable")
 
+    sp = sub.add_parser("specs", help="print where the shipped spec library is, and its files (what a spec's "
+                                      "import finds when its own folder has no such file)")
+    sp.add_argument("--where", action="store_true", help="only the folder")
+
     pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
     pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
     pr.add_argument("--rlimit", type=_positive, default=None,
@@ -135,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
                          "all model sizes instead: every consumer byte written once, from a producer byte that "
                          "holds the same canonical byte; each side may give its block_size (one a whole multiple "
                          "k of the other: proved for every block size B against k * B)")
-    pr.add_argument("--family", help="with --reshard: only this family")
+    pr.add_argument("--family", help="only this family (with no SPEC: one of the shipped library's)")
     pr.add_argument("--pipeline", action="store_true",
                     help="prove that vLLM's split of a model's layers over pipeline stages gives each layer one "
                          "stage, for every layer and stage count (the writers of a model page across stages)")
@@ -258,7 +263,7 @@ def main(argv=None) -> int:
     try:
         rc = {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
               "prove": _prove, "certify": _certify, "id": _id, "reshard": _reshard,
-              "draw": _draw, "conform": _conform}[args.cmd](args)
+              "draw": _draw, "conform": _conform, "specs": _specs}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
     except RecursionError:  # a last net: the parser bounds nesting, but lets can compound it

@@ -43,7 +43,7 @@ def _progress(family: str, data: list[dict], seconds: float, k: int, n: int) -> 
 
 
 def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool = True, out=None,
-                guard_s: float | None = None) -> list:
+                guard_s: float | None = None, family: str | None = None) -> list:
     from ..verify.prove import GUARD_S
     from ..verify.prove import RLIMIT
     out = sys.stdout if out is None else out
@@ -52,9 +52,13 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     if not lib.families:
         raise LayoutalgError(f"nothing to prove: no family in {', '.join(map(str, paths))} "
                              f"({len(lib.modules)} file(s), {len(lib.grids)} grid(s), {len(lib.layouts)} layout(s))")
+    if family is not None and family not in lib.families:
+        raise LayoutalgError(f"prove --family: no family {family!r} in {', '.join(map(str, paths))}; its families: "
+                             f"{', '.join(lib.families)}")
+    names = [family] if family is not None else list(lib.families)
     files = [str(f.resolve()) for f in spec_files(paths)]
     todo, rows, cached = [], {}, set()
-    for fam in lib.families:
+    for fam in names:
         key = proof_key(lib, fam, rlimit)
         hit = _read(key) if use_cache else None
         if hit is not None:
@@ -83,7 +87,7 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
             futures = [pool.submit(_prove_one, a) for a in args]
             for k, f in enumerate(as_completed(futures), 1):
                 finish(f.result(), k)
-    out_rows = [Row(**r) for fam in lib.families for r in rows[fam]]
+    out_rows = [Row(**r) for fam in names for r in rows[fam]]
     _table(out_rows, cached, out)
     return out_rows
 
@@ -205,16 +209,13 @@ def prove_command(args, out=None) -> int:
                   file=out)
         print("\nobligations:\n" + describe(dict.fromkeys(r.obligation for r in rows)), file=out)
         return 1 if any(r.status != "proved" for r in rows) else 0
-    if getattr(args, "family", None):
-        raise LayoutalgError("prove: --family names the family of a --reshard proof; without --reshard, "
-                             "give its spec file")
     folder = getattr(args, "draw", None)
     if folder:
         from ..tools.draw import need_matplotlib
         need_matplotlib()  # before any proof: the pictures could not be drawn
     if folder and os.path.exists(folder) and not os.path.isdir(folder):  # say it before the proof, not after
         raise LayoutalgError(f"prove: --draw {folder}: not a folder (the pictures are files in it)")
-    rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout)
+    rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout, args.family)
     print(f"({time.perf_counter() - t:.1f} s)", file=out)
     if getattr(args, "draw", None):
         _draw_refutations(paths, rows, args.draw, out)

@@ -72,16 +72,20 @@ class Library:
             if depth >= MAX_IMPORT_DEPTH:
                 raise SpecError(f"imports nested too deeply: more than {MAX_IMPORT_DEPTH} levels", imp.span)
             target = _import_target(module, imp)
-            self.links.append((str(Path(module.path).parent / imp.path), str(target)))
+            written = Path(module.path).parent / imp.path
+            # (an import the shipped library answers: the importing folder's listing says when a
+            # file of its own appears there)
+            self.links.append((str(written if written.exists() else target), str(target)))
             self.add(parse_file(target, imp.span), depth + 1)
         for table, items in ((self.layouts, module.layouts), (self.grids, module.grids),
                              (self.families, module.families), (self.lets, module.lets),
                              (self.fns, module.fns), (self.params, module.params), (self.rules, module.rules)):
             for item in items:
                 prior = table.get(item.name)
-                if prior is not None:
+                if prior is not None and not same_definition(prior, item):
                     raise SpecError(f"'{item.name}' is already defined at {prior.span}", item.span)
-                table[item.name] = item
+                if prior is None:
+                    table[item.name] = item
         for d in module.params:
             if d.name in params.TABLE:
                 raise SpecError(f"'{d.name}' is a built-in runtime name ({params.TABLE[d.name].meaning}); "
@@ -308,13 +312,44 @@ def _merging(use: Use, case: Case, which: str) -> SpecError:
                      case.span if which == "ends" else use.span)
 
 
+SHIPPED = "layoutalg/"
+"""An import path that starts so names a file of the shipped library (`layoutalg specs`)."""
+
+
 def _import_target(module: Module, imp) -> Path:
-    target = (Path(module.path).parent / imp.path).resolve()
+    """The file an `import` names: `layoutalg/NAME` the shipped library's; any other path the
+    importing file's folder's, else, where that folder has none, the shipped library's (so a
+    user's folder imports "grids.lal" without a copy of it)."""
+    if imp.path.startswith(SHIPPED):
+        target = (specs_dir() / imp.path[len(SHIPPED):]).resolve()
+        looked = str(target)
+    else:
+        own = (Path(module.path).parent / imp.path).resolve()
+        shipped = (specs_dir() / imp.path).resolve()
+        target = own if own.exists() or not shipped.is_file() else shipped
+        looked = f"{own}" + (f", nor in the shipped library ({shipped})" if own != shipped else "")
     if target.is_dir():
         raise SpecError(f"imported path '{imp.path}' is a folder, not a spec file ({target})", imp.span)
     if not target.exists():
-        raise SpecError(f"imported file '{imp.path}' not found (looked for {target})", imp.span)
+        raise SpecError(f"imported file '{imp.path}' not found (looked for {looked})", imp.span)
     return target
+
+
+def same_definition(a, b) -> bool:
+    """Whether two definitions say the same thing, wherever each was written (two copies of one
+    file, imported from two folders, are one definition, not two)."""
+    return type(a) is type(b) and _plain(a) == _plain(b)
+
+
+def _plain(x):
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return (type(x).__name__,) + tuple(_plain(getattr(x, f.name)) for f in dataclasses.fields(x)
+                                           if f.name != "span")
+    if isinstance(x, (list, tuple)):
+        return tuple(_plain(y) for y in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, _plain(v)) for k, v in x.items()))
+    return x
 
 
 def _variants(stmts) -> int:
