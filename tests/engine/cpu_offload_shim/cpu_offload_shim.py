@@ -28,16 +28,24 @@ import time
 import types
 
 SWITCH = "LAYOUTALG_CPU_OFFLOAD_SHIM"
+TESTED = ("0.32.0",)
 
 
 def register() -> None:
     if os.environ.get(SWITCH) != "1":
         return
     import torch
+    import vllm
     from vllm.platforms import current_platform
     if not current_platform.is_cpu():
         return
+    if vllm.__version__ not in TESTED:
+        raise RuntimeError(f"cpu_offload_shim stands in for pieces of vLLM {', '.join(TESTED)}'s CPU offloading "
+                           f"worker, not {vllm.__version__}'s: read vllm/v1/kv_offload/cpu again")
     from vllm.v1.kv_offload.cpu import gpu_worker, spec
+    for name in ("SingleDirectionOffloadingHandler", "_select_swap_blocks_fn", "torch"):
+        if not hasattr(gpu_worker, name):
+            raise RuntimeError(f"cpu_offload_shim: vllm.v1.kv_offload.cpu.gpu_worker has no {name}")
     if getattr(gpu_worker, "_cpu_offload_shim", False):
         return
 
