@@ -29,6 +29,9 @@ TESTED = ("0.32.0",)
 
 WORKER = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker"
 REFERENCE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping"
+GATE = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config"
+GATE_IMPORTERS = ("vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector",)
+"""The modules of vLLM 0.32.0 that import `build_offloading_config` by name (grep of vllm/)."""
 
 _log = logging.getLogger("vllm.layoutalg")  # vLLM's handlers show it, in its format
 _said: set = set()
@@ -60,7 +63,21 @@ def register() -> None:
         raise ConfigError(f"layoutalg's vLLM plugin: {WORKER}.derive_canonical_mappings is not vLLM's own "
                           f"({REFERENCE}.derive_canonical_mappings) but {current!r}: another plugin replaced it, "
                           f"or this vLLM is not the one tested; not patched")
+    gate = importlib.import_module(GATE)
+    importers = [importlib.import_module(m) for m in GATE_IMPORTERS]
+    vllms = getattr(gate, "build_offloading_config", None)
+    for module in importers:
+        if getattr(module, "build_offloading_config", None) not in (vllms, build_offloading_config):
+            raise ConfigError(f"layoutalg's vLLM plugin: {module.__name__}.build_offloading_config is not vLLM's own "
+                              f"({GATE}.build_offloading_config): another plugin replaced it, or this vLLM is not "
+                              f"the one tested; not patched")
+    global _vllms_build
+    if vllms is not build_offloading_config:
+        _vllms_build = vllms
     worker.derive_canonical_mappings = derive
+    gate.build_offloading_config = build_offloading_config
+    for module in importers:
+        module.build_offloading_config = build_offloading_config
     _once("on", "layoutalg derives vLLM's canonical page mappings (%s=1; vLLM %s; state layers %s)", SWITCH,
           version, "on" if _state_layers() else "off")
 
@@ -96,6 +113,49 @@ def derive(vllm_config, kv_cache_config, kv_caches) -> dict:
         _once(("kept", tuple(kept)), "layoutalg kept vLLM's own mapping of %d layer(s) whose runs have writers of "
               "their own: %s", len(kept), ", ".join(kept[:8]))
     return out
+
+
+_vllms_build = None
+"""vLLM's own `build_offloading_config`, kept where `register` replaced it."""
+
+
+def build_offloading_config(vllm_config, kv_cache_config):
+    """vLLM's `build_offloading_config`, with its parallelism-agnostic gate widened to the
+    configurations layoutalg certifies (module docstring); vLLM's verdict everywhere else."""
+    import dataclasses
+
+    config = _vllms_build(vllm_config, kv_cache_config)
+    if config.parallel.is_parallelism_agnostic or not config.canonical_layout:
+        return config
+    layers = certified_agnostic(vllm_config, kv_cache_config)
+    if not layers:
+        return config
+    _once(("gate", tuple(layers)), "layoutalg widened vLLM's parallelism-agnostic gate (tp and rank leave the "
+          "store's folder hash) for %d layer(s) it certifies: %s", len(layers),
+          ", ".join(layers[:8]) + (f" and {len(layers) - 8} more" if len(layers) > 8 else ""))
+    return dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, is_parallelism_agnostic=True))
+
+
+def certified_agnostic(vllm_config, kv_cache_config) -> list[str]:
+    """Every layer of every KV cache group, where layoutalg's derive (from the specs' sizes alone,
+    the switches as the worker's derive reads them) certifies each parallelism-agnostic with one
+    writer; else [] (a layer refused, opaque, absent or with runs of several writers)."""
+    from .vllm import _layers, derive_canonical_mappings
+    names = [name for name, _ in _layers(kv_cache_config)]
+    if not names:
+        return []
+    try:
+        ours = derive_canonical_mappings(vllm_config, kv_cache_config, {}, specs=os.environ.get(
+            "LAYOUTALG_VLLM_SPECS") or None, state_layers=_state_layers(),
+            gdn_recurrent=os.environ.get("LAYOUTALG_VLLM_GDN_RECURRENT") or None)
+    except ConfigError as e:
+        _once(("gate refused", str(e)), "layoutalg keeps vLLM's parallelism-agnostic gate: %s", e)
+        return []
+    for name in names:
+        m = ours.get(name)
+        if m is None or not m.parallelism_agnostic or len(set(m.run_writers)) > 1:
+            return []
+    return names
 
 
 def as_vllm(m, base):

@@ -22,6 +22,9 @@ from test_vllm_objects import LAYER, MODELS, engine
 
 WORKER = importlib.import_module(vllm_plugin.WORKER)
 REFERENCE = importlib.import_module(vllm_plugin.REFERENCE)
+GATE = importlib.import_module(vllm_plugin.GATE)
+CONNECTOR = importlib.import_module(vllm_plugin.GATE_IMPORTERS[0])
+VLLMS_BUILD = GATE.build_offloading_config
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 128,
          "vocab_size": 256, "torch_dtype": "bfloat16"}
@@ -29,9 +32,10 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
 
 @pytest.fixture
 def vllms_own():
-    """The offloading worker's derive as vLLM shipped it, put back after each test."""
+    """The offloading worker's derive and the connector's gate as vLLM shipped them, put back after each test."""
     yield
     WORKER.derive_canonical_mappings = REFERENCE.derive_canonical_mappings
+    GATE.build_offloading_config = CONNECTOR.build_offloading_config = VLLMS_BUILD
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +54,7 @@ def test_vllms_loader_finds_the_plugin_and_switched_off_it_changes_nothing(monke
     load_general_plugins()
     vllm_plugin.register()
     assert WORKER.derive_canonical_mappings is REFERENCE.derive_canonical_mappings
+    assert CONNECTOR.build_offloading_config is VLLMS_BUILD and GATE.build_offloading_config is VLLMS_BUILD
 
 
 def test_switched_on_the_worker_derives_with_layoutalg_and_says_so_once(monkeypatch, caplog, vllms_own):
@@ -114,3 +119,129 @@ def _folder(name, monkeypatch):
     with open(f"{folder}/config.json", "w") as f:
         json.dump(MODELS[name]["config"], f)
     return folder
+
+
+# --- the connector's parallelism-agnostic gate ---------------------------------------------------
+
+vllms_gate = vllms_own
+
+
+def connected(vc, store, canonical=True):
+    from vllm.config import KVTransferConfig
+    vc.cache_config.block_size = 16  # the specs' block size (as the engine aligns them)
+    vc.kv_transfer_config = KVTransferConfig(
+        kv_connector="OffloadingConnector", kv_role="kv_both", engine_id="layoutalg-gate-test",
+        kv_connector_extra_config={"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 1 << 20,
+                                   "canonical_layout": canonical,
+                                   "secondary_tiers": [{"type": "fs", "root_dir": str(store)}]})
+    return vc
+
+
+def mamba_engine(name, tp, rank, monkeypatch, folder=None):
+    model = ModelConfig(model=folder or _folder(name, monkeypatch), skip_tokenizer_init=True, dtype="bfloat16")
+    vc, kcc, raw, _, _ = engine(name, model, tp, rank)
+    return vc, kcc, raw
+
+
+def test_vllm_names_every_importer_of_the_gate():
+    """Every module of vLLM that imports `build_offloading_config` by name is one the plugin patches."""
+    import pathlib
+    root = pathlib.Path(vllm.__file__).parent
+    importers = sorted(str(f.relative_to(root.parent)).removesuffix(".py").replace("/", ".")
+                       for f in root.rglob("*.py") if "build_offloading_config" in f.read_text(errors="replace"))
+    assert set(importers) - {vllm_plugin.GATE} == set(vllm_plugin.GATE_IMPORTERS)
+
+
+def test_switched_off_the_gate_is_vllms(monkeypatch, tmp_path, vllms_gate):
+    monkeypatch.delenv(vllm_plugin.SWITCH, raising=False)
+    monkeypatch.setenv("LAYOUTALG_VLLM_STATE_LAYERS", "1")
+    vllm_plugin.register()
+    assert CONNECTOR.build_offloading_config is VLLMS_BUILD and GATE.build_offloading_config is VLLMS_BUILD
+    vc, kcc, _ = mamba_engine("mamba2", 2, 0, monkeypatch)
+    assert not CONNECTOR.build_offloading_config(connected(vc, tmp_path), kcc).parallel.is_parallelism_agnostic
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_switched_on_the_gate_widens_to_state_layers_layoutalg_certifies(name, monkeypatch, tmp_path, caplog,
+                                                                         vllms_gate):
+    monkeypatch.setenv(vllm_plugin.SWITCH, "1")
+    monkeypatch.setenv("LAYOUTALG_VLLM_STATE_LAYERS", "1")
+    monkeypatch.setenv("LAYOUTALG_VLLM_GDN_RECURRENT", "vk")
+    monkeypatch.setattr(vllm_plugin, "_said", set())
+    vllm_plugin.register()
+    assert CONNECTOR.build_offloading_config is vllm_plugin.build_offloading_config
+    for tp in (1, 2):
+        for rank in range(tp):
+            vc, kcc, raw = mamba_engine(name, tp, rank, monkeypatch)
+            vc = connected(vc, tmp_path)
+            theirs = VLLMS_BUILD(vc, kcc)
+            with caplog.at_level(logging.INFO, logger="vllm.layoutalg"):
+                ours = CONNECTOR.build_offloading_config(vc, kcc)
+            assert not theirs.parallel.is_parallelism_agnostic and ours.parallel.is_parallelism_agnostic
+            # nothing else changes
+            assert ours == __import__("dataclasses").replace(theirs, parallel=__import__("dataclasses").replace(
+                theirs.parallel, is_parallelism_agnostic=True))
+            # the worker's check (fails closed on the flag) agrees: every mapping it gets is agnostic
+            mappings = WORKER.derive_canonical_mappings(vc, kcc, {LAYER: raw})
+            assert mappings and all(m.parallelism_agnostic for m in mappings.values())
+    assert any("widened vLLM's parallelism-agnostic gate" in r.getMessage() and LAYER in r.getMessage()
+               for r in caplog.records)
+    # state layers off: layoutalg does not certify them either, so vLLM's verdict stands
+    monkeypatch.delenv("LAYOUTALG_VLLM_STATE_LAYERS")
+    vc, kcc, _ = mamba_engine(name, 2, 0, monkeypatch)
+    assert not CONNECTOR.build_offloading_config(connected(vc, tmp_path), kcc).parallel.is_parallelism_agnostic
+
+
+def test_the_gate_keeps_vllms_verdict_without_canonical_layout_and_where_vllm_says_yes(llama, monkeypatch, tmp_path,
+                                                                                     vllms_gate):
+    monkeypatch.setenv(vllm_plugin.SWITCH, "1")
+    monkeypatch.setenv("LAYOUTALG_VLLM_STATE_LAYERS", "1")
+    vllm_plugin.register()
+    vc, kcc, _ = mamba_engine("mamba2", 2, 0, monkeypatch)
+    off = CONNECTOR.build_offloading_config(connected(vc, tmp_path, canonical=False), kcc)
+    assert off == VLLMS_BUILD(vc, kcc) and not off.parallel.is_parallelism_agnostic
+    vc, kcc, _ = attention(llama, 2, 1)
+    vc = connected(vc, tmp_path)
+    assert CONNECTOR.build_offloading_config(vc, kcc) == VLLMS_BUILD(vc, kcc)
+    assert VLLMS_BUILD(vc, kcc).parallel.is_parallelism_agnostic
+
+
+def test_the_widened_gate_drops_tp_and_rank_from_the_store_folder(monkeypatch, tmp_path, vllms_gate):
+    """vLLM's connector on the scheduler side, built as the engine builds it: with the plugin, the
+    fs tier's folder of a TP 2 and of a TP 1 Mamba2 engine is one; with vLLM's gate, two."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    monkeypatch.setenv("LAYOUTALG_VLLM_STATE_LAYERS", "1")
+    folders, model = {}, _folder("mamba2", monkeypatch)  # (the model's path is hashed too)
+    for plugin in (False, True):
+        monkeypatch.setenv(vllm_plugin.SWITCH, "1" if plugin else "0")
+        if plugin:
+            vllm_plugin.register()
+        for tp in (1, 2):
+            vc, kcc, _ = mamba_engine("mamba2", tp, 0, monkeypatch, model)
+            c = CONNECTOR.OffloadingConnector(connected(vc, tmp_path / str(plugin)), KVConnectorRole.SCHEDULER, kcc)
+            folders[plugin, tp] = folder_of(c)
+            c.shutdown()
+    assert folders[True, 1] == folders[True, 2]
+    assert folders[False, 1] != folders[False, 2]
+
+
+def folder_of(connector):
+    """The fs tier's folder (its path hashes the run's fields) as the connector's spec built it."""
+    from vllm.v1.kv_offload.file_mapper import FileMapper
+    found = []
+
+    def walk(obj, depth=0):
+        if depth > 4 or obj is None:
+            return
+        if isinstance(obj, FileMapper):
+            found.append(obj.base_path)
+            return
+        for v in list(getattr(obj, "__dict__", {}).values()):
+            if isinstance(v, (list, tuple)):
+                for x in v:
+                    walk(x, depth + 1)
+            elif hasattr(v, "__dict__") and type(v).__module__.startswith("vllm"):
+                walk(v, depth + 1)
+    walk(connector)
+    assert len(found) == 1, found
+    return found[0]
