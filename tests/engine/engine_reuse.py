@@ -48,6 +48,13 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
 PROMPT_LEN = 300          # full blocks of it are stored and found again
 NEW_TOKENS = 8
+# A tiny pure Mamba2 (scenario "mamba2"): 2 layers of 8 heads of 16, 2 groups (both shard at TP 2),
+# state 16. vLLM stores its state layers opaque; layoutalg certifies them (state layers on).
+MAMBA2 = {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 2,
+          "num_heads": 8, "head_dim": 16, "expand": 2, "n_groups": 2, "state_size": 16, "conv_kernel": 4,
+          "chunk_size": 16, "vocab_size": 256, "layer_norm_epsilon": 1e-5, "rms_norm": True, "use_bias": False,
+          "use_conv_bias": True, "residual_in_fp32": True, "tie_word_embeddings": False, "bos_token_id": 1,
+          "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "bfloat16"}
 ENGINE_TIMEOUT = 240      # seconds, one engine: start, generate, let its stores land, exit (~100 s seen)
 
 
@@ -78,6 +85,22 @@ def make_model(folder: Path) -> None:
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
+def make_mamba2(folder: Path) -> None:
+    """A tiny Mamba2: config.json and seeded random weights (transformers' own Mamba2 init, with
+    torch's generator seeded), saved as model.safetensors under the names vLLM's Mamba2 loads."""
+    import torch
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+    torch.manual_seed(52)
+    cfg = {k: v for k, v in MAMBA2.items() if k not in ("architectures", "model_type", "torch_dtype")}
+    model = Mamba2ForCausalLM(Mamba2Config(**cfg)).to(torch.bfloat16)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    conf = json.loads((folder / "config.json").read_text())
+    conf.update(architectures=MAMBA2["architectures"], torch_dtype="bfloat16")
+    conf.pop("time_step_limit", None)  # (0, inf), written as no JSON reader takes it; both read inf by default
+    (folder / "config.json").write_text(json.dumps(conf, indent=1))
+
+
 def prompts(seed: int, n: int = 2) -> list[list[int]]:
     import random
     r = random.Random(seed)
@@ -100,11 +123,12 @@ def engine(args) -> None:
     from vllm.inputs import TokensPrompt
 
     t0 = time.monotonic()
+    sized = {"block_size": args.block_size} if args.block_size else {}
     extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 32 << 20, "canonical_layout": True,
              "secondary_tiers": [{"type": "fs", "root_dir": args.store, "n_read_threads": 2, "n_write_threads": 2}]}
     llm = LLM(model=args.model, skip_tokenizer_init=True, tensor_parallel_size=args.tp,
               distributed_executor_backend="mp", enforce_eager=True, dtype="bfloat16", max_model_len=1024,
-              max_num_seqs=4, seed=0, enable_prefix_caching=True,
+              max_num_seqs=4, seed=0, enable_prefix_caching=True, **sized,
               kv_transfer_config=KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
                                                   kv_connector_extra_config=extra))
     started = time.monotonic() - t0
@@ -162,16 +186,17 @@ DERIVE_LINE = "layoutalg derives vLLM's canonical page mappings"
 
 
 def run_engine(tp: int, plugin: bool, model: Path, store: Path, prompt_file: Path, sets: list[str], work: Path,
-               name: str) -> dict:
+               name: str, block_size: int = 0, env_extra: dict | None = None) -> dict:
     """One engine in a process group of its own, bounded by ENGINE_TIMEOUT; then the group is
     ended and the /dev/shm files its processes held are removed."""
     out, log, tmp = work / f"{name}.json", work / f"{name}.log", work / f"{name}-tmp"
     tmp.mkdir(exist_ok=True)  # vLLM's ipc sockets and temp files land here, removed with `work`
     env = dict(os.environ, VLLM_HOST_IP="127.0.0.1", VLLM_CPU_KVCACHE_SPACE="1", LAYOUTALG_CPU_OFFLOAD_SHIM="1",
                LAYOUTALG_VLLM="1" if plugin else "0", PYTHONHASHSEED="0", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", VLLM_CPU_OMP_THREADS_BIND="0|1" if tp == 2 else "0-1", TMPDIR=str(tmp))
+               TRANSFORMERS_OFFLINE="1", VLLM_CPU_OMP_THREADS_BIND="0|1" if tp == 2 else "0-1", TMPDIR=str(tmp),
+               **(env_extra or {}))
     cmd = [sys.executable, str(HERE), "engine", "--tp", str(tp), "--model", str(model), "--store", str(store),
-           "--prompts", str(prompt_file), "--out", str(out), "--sets", *sets]
+           "--prompts", str(prompt_file), "--out", str(out), "--block-size", str(block_size), "--sets", *sets]
     t0 = time.monotonic()
     shm: set[str] = set()
     with open(log, "w") as f:
@@ -255,8 +280,93 @@ def kill_group(pgid: int) -> None:
             time.sleep(0.25)
 
 
+def llama_scenario(work: Path, a, summary: dict) -> None:
+    """The tiny Llama (module docstring): engines 0-3."""
+    model = work / "tiny-llama"
+    make_model(model)
+    prompt_file = work / "prompts.json"
+    prompt_file.write_text(json.dumps({"P1": prompts(1), "P2": prompts(2), "P3": prompts(3)}))
+    store, store0 = work / "store", work / "store-vllm-derive"
+    res = {}
+    if not a.no_byte_check:
+        res["e0"] = run_engine(2, False, model, store0, prompt_file, ["P1"], work, "e0")
+    res["e1"] = run_engine(2, True, model, store, prompt_file, ["P1", "P3"], work, "e1")
+    p1_files = {k: v for k, v in store_files(store).items() if k in res["e1"]["runs"][0]["new_files"]}
+    for f in res["e1"]["runs"][1]["new_files"]:
+        corrupt(store / f)
+    res["e2"] = run_engine(1, True, model, store, prompt_file, ["P1", "P3", "P2"], work, "e2")
+    res["e3"] = run_engine(2, True, model, store, prompt_file, ["P2"], work, "e3")
+
+    (a1, a3), (b1, b3, a2), (b2,) = res["e1"]["runs"], res["e2"]["runs"], res["e3"]["runs"]
+    configs = [json.loads(f.read_text()) for f in store.glob("*/config.json")]
+    checks = {
+        "tp2_computed_without_reuse": all(c == 0 for c in a1["cached"] + a3["cached"]),
+        "tp2_stored_files": len(a1["new_files"]) > 0 and len(a3["new_files"]) > 0,
+        "tp1_reused_tp2": all(c > 0 for c in b1["cached"]),
+        "tp1_tokens_equal_tp2": b1["tokens"] == a1["tokens"],
+        "tp1_loaded_corrupted_pages": all(c > 0 for c in b3["cached"]),
+        "tp1_tokens_differ_on_corrupted_pages": all(x != y for x, y in zip(b3["tokens"], a3["tokens"])),
+        "tp1_computed_p2_without_reuse": all(c == 0 for c in a2["cached"]) and len(a2["new_files"]) > 0,
+        "tp2_reused_tp1": all(c > 0 for c in b2["cached"]),
+        "tp2_tokens_equal_tp1": b2["tokens"] == a2["tokens"],
+        "one_folder_for_both_tps": len(configs) == 1 and configs[0]["tp_size"] == 1,
+        "every_worker_derived_with_layoutalg": all(res[e]["workers_deriving_with_layoutalg"] == res[e]["tp"]
+                                                   for e in ("e1", "e2", "e3")),
+        "every_layer_portable": all(res[e]["all_layers_portable"] for e in ("e1", "e2", "e3")),
+    }
+    if not a.no_byte_check:
+        files0 = store_files(store0)
+        checks["plugin_off_derived_with_vllm"] = res["e0"]["workers_deriving_with_layoutalg"] == 0
+        checks["vllm_derive_tokens_equal"] = res["e0"]["runs"][0]["tokens"] == a1["tokens"]
+        # the folder's name hashes the same fields (the plugin changes no config), so paths match too
+        checks["files_byte_identical_to_vllm_derive"] = bool(files0) and files0 == p1_files
+        summary["files_vllm_derive"] = len(files0)
+    summary.update(ok=all(checks.values()), checks=checks, files={"P1": len(a1["new_files"]),
+                   "P3": len(a3["new_files"]), "P2": len(a2["new_files"])},
+                   cached={"tp1_from_tp2": b1["cached"], "tp1_from_corrupted": b3["cached"],
+                           "tp2_from_tp1": b2["cached"]},
+                   tokens={"P1": a1["tokens"], "P2": a2["tokens"], "P3": a3["tokens"],
+                           "P3_corrupted": b3["tokens"]},
+                   engines={k: {"tp": v["tp"], "plugin": v["plugin"], "start_s": v["start_s"],
+                                "wall_s": v["wall_s"]} for k, v in res.items()})
+
+
+def mamba2_scenario(work: Path, a, summary: dict) -> None:
+    """Reuse vLLM alone cannot serve: a pure Mamba2, whose state layers vLLM stores opaque and
+    keys per TP. m1: TP 2, plugin on, state layers on, stores P1. m2: TP 1, plugin on, reuses it
+    (cached tokens > 0, m1's greedy tokens). m0 (control): TP 1, plugin off, same store: vLLM's
+    own gate keeps tp and rank in the folder's hash, so nothing is found (0 cached tokens)."""
+    model = work / "tiny-mamba2"
+    make_mamba2(model)
+    prompt_file = work / "prompts.json"
+    prompt_file.write_text(json.dumps({"P1": prompts(1)}))
+    store, state = work / "store", {"LAYOUTALG_VLLM_STATE_LAYERS": "1"}
+    res = {"m1": run_engine(2, True, model, store, prompt_file, ["P1"], work, "m1", 128, state),
+           "m2": run_engine(1, True, model, store, prompt_file, ["P1"], work, "m2", 128, state),
+           "m0": run_engine(1, False, model, store, prompt_file, ["P1"], work, "m0", 128, state)}
+    a, b, c = (res[k]["runs"][0] for k in ("m1", "m2", "m0"))
+    logs = {k: (work / f"{k}.log").read_text(errors="replace") for k in res}
+    checks = {
+        "tp2_computed_without_reuse": all(x == 0 for x in a["cached"]),
+        "tp2_stored_files": len(a["new_files"]) > 0,
+        "gate_widened_by_layoutalg": all("widened vLLM's parallelism-agnostic gate" in logs[k] for k in ("m1", "m2")),
+        "tp1_reused_tp2": all(x > 0 for x in b["cached"]),
+        "tp1_tokens_equal_tp2": b["tokens"] == a["tokens"],
+        "every_layer_portable": res["m1"]["all_layers_portable"] and res["m2"]["all_layers_portable"],
+        "plugin_off_no_reuse": all(x == 0 for x in c["cached"]),
+        "plugin_off_gate_vllms": "widened vLLM's parallelism-agnostic gate" not in logs["m0"],
+    }
+    summary.update(ok=all(checks.values()), checks=checks, cached={"tp1_from_tp2": b["cached"],
+                   "tp1_plugin_off": c["cached"]}, tokens={"tp2": a["tokens"], "tp1": b["tokens"],
+                   "tp1_plugin_off": c["tokens"]},
+                   engines={k: {"tp": v["tp"], "plugin": v["plugin"], "start_s": v["start_s"], "wall_s": v["wall_s"]}
+                            for k, v in res.items()})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", choices=("llama", "mamba2"), default="llama",
+                    help="llama: the tiny Llama both derives certify; mamba2: state layers only layoutalg certifies")
     ap.add_argument("--no-byte-check", action="store_true", help="skip engine 0 (plugin off) and the byte compare")
     ap.add_argument("--keep", help="work in this folder and keep it")
     a = ap.parse_args(argv)
@@ -264,55 +374,9 @@ def main(argv=None) -> int:
     t_all = time.monotonic()
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="layoutalg-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"ok": False}
+    summary: dict = {"ok": False, "scenario": a.scenario}
     try:
-        model = work / "tiny-llama"
-        make_model(model)
-        prompt_file = work / "prompts.json"
-        prompt_file.write_text(json.dumps({"P1": prompts(1), "P2": prompts(2), "P3": prompts(3)}))
-        store, store0 = work / "store", work / "store-vllm-derive"
-        res = {}
-        if not a.no_byte_check:
-            res["e0"] = run_engine(2, False, model, store0, prompt_file, ["P1"], work, "e0")
-        res["e1"] = run_engine(2, True, model, store, prompt_file, ["P1", "P3"], work, "e1")
-        p1_files = {k: v for k, v in store_files(store).items() if k in res["e1"]["runs"][0]["new_files"]}
-        for f in res["e1"]["runs"][1]["new_files"]:
-            corrupt(store / f)
-        res["e2"] = run_engine(1, True, model, store, prompt_file, ["P1", "P3", "P2"], work, "e2")
-        res["e3"] = run_engine(2, True, model, store, prompt_file, ["P2"], work, "e3")
-
-        (a1, a3), (b1, b3, a2), (b2,) = res["e1"]["runs"], res["e2"]["runs"], res["e3"]["runs"]
-        configs = [json.loads(f.read_text()) for f in store.glob("*/config.json")]
-        checks = {
-            "tp2_computed_without_reuse": all(c == 0 for c in a1["cached"] + a3["cached"]),
-            "tp2_stored_files": len(a1["new_files"]) > 0 and len(a3["new_files"]) > 0,
-            "tp1_reused_tp2": all(c > 0 for c in b1["cached"]),
-            "tp1_tokens_equal_tp2": b1["tokens"] == a1["tokens"],
-            "tp1_loaded_corrupted_pages": all(c > 0 for c in b3["cached"]),
-            "tp1_tokens_differ_on_corrupted_pages": all(x != y for x, y in zip(b3["tokens"], a3["tokens"])),
-            "tp1_computed_p2_without_reuse": all(c == 0 for c in a2["cached"]) and len(a2["new_files"]) > 0,
-            "tp2_reused_tp1": all(c > 0 for c in b2["cached"]),
-            "tp2_tokens_equal_tp1": b2["tokens"] == a2["tokens"],
-            "one_folder_for_both_tps": len(configs) == 1 and configs[0]["tp_size"] == 1,
-            "every_worker_derived_with_layoutalg": all(res[e]["workers_deriving_with_layoutalg"] == res[e]["tp"]
-                                                       for e in ("e1", "e2", "e3")),
-            "every_layer_portable": all(res[e]["all_layers_portable"] for e in ("e1", "e2", "e3")),
-        }
-        if not a.no_byte_check:
-            files0 = store_files(store0)
-            checks["plugin_off_derived_with_vllm"] = res["e0"]["workers_deriving_with_layoutalg"] == 0
-            checks["vllm_derive_tokens_equal"] = res["e0"]["runs"][0]["tokens"] == a1["tokens"]
-            # the folder's name hashes the same fields (the plugin changes no config), so paths match too
-            checks["files_byte_identical_to_vllm_derive"] = bool(files0) and files0 == p1_files
-            summary["files_vllm_derive"] = len(files0)
-        summary.update(ok=all(checks.values()), checks=checks, files={"P1": len(a1["new_files"]),
-                       "P3": len(a3["new_files"]), "P2": len(a2["new_files"])},
-                       cached={"tp1_from_tp2": b1["cached"], "tp1_from_corrupted": b3["cached"],
-                               "tp2_from_tp1": b2["cached"]},
-                       tokens={"P1": a1["tokens"], "P2": a2["tokens"], "P3": a3["tokens"],
-                               "P3_corrupted": b3["tokens"]},
-                       engines={k: {"tp": v["tp"], "plugin": v["plugin"], "start_s": v["start_s"],
-                                    "wall_s": v["wall_s"]} for k, v in res.items()})
+        (mamba2_scenario if a.scenario == "mamba2" else llama_scenario)(work, a, summary)
     except (Exception, SystemExit) as e:
         summary["error"] = str(e)
     finally:
@@ -333,5 +397,6 @@ if __name__ == "__main__":
         p.add_argument("--prompts")
         p.add_argument("--out")
         p.add_argument("--sets", nargs="+")
+        p.add_argument("--block-size", type=int, default=0)
         engine(p.parse_args())
     sys.exit(main())

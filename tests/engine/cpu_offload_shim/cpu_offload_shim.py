@@ -19,6 +19,19 @@ What it stands in for, and why (all in `vllm.v1.kv_offload`):
   elapsed_time): the CPU backend raises "cpu backend doesn't support events". Stand-in:
   `_HostEvent`, which records a wall-clock time and is always complete (the copies it follows
   are synchronous). `torch.cpu.Stream` (vLLM's `current_platform.Stream` on CPU) is used as is.
+
+And, for Mamba2 with prefix caching (mamba cache mode "align", which the connector needs: the
+state is stored at block ends), two pieces of `vllm.model_executor.layers.mamba`:
+
+- `ops.ssd_combined._mamba_chunk_scan_combined_fwd` is, on CPU, `ops.cpu.mamba_ssm.
+  _mamba_chunk_scan_combined_fwd_cpu`, which ignores `return_intermediate_states` (it returns
+  each sequence's final state only), so `mamba_mixer2.conv_ssm_forward` indexes it with chunk
+  indices: "IndexError: index 18 is out of bounds for dimension 0 with size 2". Stand-in: where
+  intermediate states are asked for, the same CPU op run chunk by chunk (each chunk from the
+  previous chunk's state of its sequence), returning the state at every chunk end.
+- `ops.ssd_checkpoint.store_prefill_checkpoint` (imported by name into `mamba_mixer2`) is a
+  Triton kernel. Stand-in: the same copies in torch (each row's conv history and its chunk's
+  state into the row's block).
 """
 from __future__ import annotations
 
@@ -98,3 +111,59 @@ def register() -> None:
     gpu_worker._select_swap_blocks_fn = lambda *a, **k: _swap_blocks_batch
     gpu_worker.torch = host_torch
     gpu_worker._cpu_offload_shim = True
+    _mamba_align()
+
+
+def _mamba_align() -> None:
+    import torch
+    from vllm.model_executor.layers.mamba import mamba_mixer2
+    from vllm.model_executor.layers.mamba.ops import ssd_combined
+    from vllm.model_executor.layers.mamba.ops.cpu import mamba_ssm
+    if getattr(ssd_combined, "_cpu_offload_shim", False):
+        return
+    cpu_fwd = mamba_ssm._mamba_chunk_scan_combined_fwd_cpu
+    if ssd_combined._mamba_chunk_scan_combined_fwd is not cpu_fwd or not hasattr(mamba_mixer2,
+                                                                                  "store_prefill_checkpoint"):
+        raise RuntimeError("cpu_offload_shim: vLLM's CPU Mamba2 chunk scan is not the one read")
+
+    def chunk_scan(x, dt, A, B, C, chunk_size, out, D=None, z=None, dt_bias=None, initial_states=None,
+                   return_intermediate_states=False, seq_idx=None, cu_seqlens=None, cu_chunk_seqlens=None,
+                   last_chunk_indices=None, dt_softplus=False, dt_limit=(0.0, float("inf")), state_dtype=None,
+                   **kw):
+        if not return_intermediate_states:
+            return cpu_fwd(x, dt, A, B, C, chunk_size, out, D=D, z=z, dt_bias=dt_bias,
+                           initial_states=initial_states, seq_idx=seq_idx, cu_seqlens=cu_seqlens,
+                           cu_chunk_seqlens=cu_chunk_seqlens, last_chunk_indices=last_chunk_indices,
+                           dt_softplus=dt_softplus, dt_limit=dt_limit, state_dtype=state_dtype, **kw)
+        bounds, seqs = cu_chunk_seqlens.tolist(), seq_idx.tolist()
+        nheads, headdim, dstate = x.shape[1], x.shape[2], B.shape[2]
+        carry, states = {}, []
+        for c, seq in enumerate(seqs):
+            s, e = bounds[c], bounds[c + 1]
+            if seq not in carry:
+                carry[seq] = (initial_states[seq].float() if initial_states is not None else
+                              torch.zeros(nheads, headdim, dstate, dtype=torch.float32))
+            st = cpu_fwd(x[s:e], dt[s:e], A, B[s:e], C[s:e], chunk_size, out[s:e], D=D,
+                         z=None if z is None else z[s:e], dt_bias=dt_bias, initial_states=carry[seq][None],
+                         cu_seqlens=torch.tensor([0, e - s], dtype=torch.int32), dt_softplus=dt_softplus,
+                         dt_limit=dt_limit, state_dtype=torch.float32)[0]
+            carry[seq] = st
+            states.append(st)
+        out_dtype = state_dtype if state_dtype is not None else x.dtype
+        return torch.stack(states).to(out_dtype)
+
+    def store_prefill_checkpoint(checkpoint, chunk_idx, x, conv_state, chunk_states, ssm_state, query_start_loc,
+                                 *, state_len):
+        offsets, dsts = checkpoint.checkpoint_offsets.tolist(), checkpoint.state_indices.tolist()
+        starts, srcs = query_start_loc.tolist(), chunk_idx.tolist()
+        for row, off in enumerate(offsets[:len(srcs)]):
+            if off <= 0:
+                continue
+            dst, t = int(dsts[row]), starts[row] + off - state_len
+            conv_state[dst, :, :state_len] = x[:, t:t + state_len]
+            n = chunk_states[0].numel()
+            ssm_state[dst].reshape(-1)[:n] = chunk_states[srcs[row]].reshape(-1).to(ssm_state.dtype)
+
+    ssd_combined._mamba_chunk_scan_combined_fwd = chunk_scan
+    mamba_mixer2.store_prefill_checkpoint = store_prefill_checkpoint
+    ssd_combined._cpu_offload_shim = True
