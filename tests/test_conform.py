@@ -132,3 +132,27 @@ def test_the_command(tmp_path):
     from layoutalg.errors import LayoutalgError
     with pytest.raises(LayoutalgError, match="no engine model writes aiter"):
         _writer(None, "aiter")
+
+
+def test_a_byte_no_run_writes_is_refuted_though_both_sides_hold_the_sentinel():
+    """Every 4th byte of each element left unwritten, by the single rank too: both sides hold the
+    sentinel there, which must not count as agreeing."""
+    nhd = em.attention("NHD")
+
+    def partial(sizes, rank, pages, page_of_block):
+        keep = pages.clone()
+        nhd(sizes, rank, pages, page_of_block)
+        pages[:, 3::4] = keep[:, 3::4]
+    r = _check("split_nhd", "tp=2", partial)
+    assert r.status == "refuted" and "never writes this byte" in str(r), str(r)
+
+
+def test_a_writer_that_raises_is_an_error_naming_the_rank():
+    from layoutalg.errors import ConfigError
+
+    def boom(sizes, rank, pages, page_of_block):
+        raise ValueError("no such head")
+    with pytest.raises(ConfigError, match="conform: the writer failed on rank 0 .*ValueError: no such head"):
+        _check("split_nhd", "tp=2", boom)
+    with pytest.raises(ConfigError, match="^conform: split_nhd cannot size a page"):
+        _check("split_nhd", "tp=3", em.attention("NHD"))

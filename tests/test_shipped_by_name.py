@@ -70,3 +70,32 @@ def test_the_specs_command_and_one_shipped_familys_proof():
     assert out.returncode == 0 and " opaque " in out.stdout and "split_nhd" not in out.stdout, out.stdout + out.stderr
     wrong = run("prove", "--family", "nothing", "--jobs", "1")
     assert wrong.returncode == 2 and "no family 'nothing'" in wrong.stderr
+
+
+def test_the_shipped_prefix_cannot_leave_the_shipped_folder(tmp_path):
+    (tmp_path / "evil.lal").write_text('param evil in 0 .. 1 default 0 "x"\n')
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "a.lal").write_text(f'import "layoutalg/{"../" * 12}{str(tmp_path / "evil.lal").lstrip("/")}"\n')
+    with pytest.raises(SpecError, match="leaves the shipped library"):
+        load([tmp_path / "a" / "a.lal"])
+
+
+def test_a_folder_that_gains_its_own_file_is_never_served_the_shipped_one(tmp_path, monkeypatch):
+    """Folder y imports x's spec, whose `import "grids.lal"` the shipped library answered: a
+    grids.lal written into x later is another source, in this process and the next (the
+    library is never cached on disk while it rests on a file's absence)."""
+    from layoutalg.dsl.library import load_default
+    from layoutalg.runtime.derive import compiled_library, forget_compiled
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    shutil.copy(SPECS / "split_nhd.lal", tmp_path / "x" / "split_nhd.lal")
+    (tmp_path / "y" / "use.lal").write_text('import "../x/split_nhd.lal"\n')
+    first = compiled_library(str(tmp_path / "y"))["split_nhd"].to_json()
+    assert load_default(tmp_path / "y") is load_default(tmp_path / "y")  # (served again while nothing changes)
+    (tmp_path / "x" / "grids.lal").write_text((SPECS / "grids.lal").read_text().replace(
+        "fn head(h) = head_shard * heads + h", "fn head(h) = h * shards + head_shard"))
+    assert str(load_default(tmp_path / "y").grids["heads"].span.file) == str(tmp_path / "x" / "grids.lal")
+    assert compiled_library(str(tmp_path / "y"))["split_nhd"].to_json() != first
+    forget_compiled()
+    assert compiled_library(str(tmp_path / "y"))["split_nhd"].to_json() != first  # as a fresh process

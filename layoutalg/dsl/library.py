@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,10 +73,7 @@ class Library:
             if depth >= MAX_IMPORT_DEPTH:
                 raise SpecError(f"imports nested too deeply: more than {MAX_IMPORT_DEPTH} levels", imp.span)
             target = _import_target(module, imp)
-            written = Path(module.path).parent / imp.path
-            # (an import the shipped library answers: the importing folder's listing says when a
-            # file of its own appears there)
-            self.links.append((str(written if written.exists() else target), str(target)))
+            self.links.append((str(Path(module.path).parent / imp.path), str(target)))
             self.add(parse_file(target, imp.span), depth + 1)
         for table, items in ((self.layouts, module.layouts), (self.grids, module.grids),
                              (self.families, module.families), (self.lets, module.lets),
@@ -323,6 +321,9 @@ def _import_target(module: Module, imp) -> Path:
     if imp.path.startswith(SHIPPED):
         target = (specs_dir() / imp.path[len(SHIPPED):]).resolve()
         looked = str(target)
+        if not target.is_relative_to(specs_dir().resolve()):
+            raise SpecError(f"imported path '{imp.path}' leaves the shipped library ({target}): "
+                            f"'{SHIPPED}NAME' names a file of it", imp.span)
     else:
         own = (Path(module.path).parent / imp.path).resolve()
         shipped = (specs_dir() / imp.path).resolve()
@@ -393,9 +394,14 @@ def load(paths) -> Library:
 
 def sources(lib: Library) -> tuple[tuple[str, str], ...]:
     """(path, sha256 of the bytes parsed) of every file the library was read from, and of every
-    import by the path it is written as (a link re-pointed since is another source)."""
+    import by the path it is written as (a link re-pointed since is another source); an import
+    the shipped library answered because its own folder had no such file, (path, `ABSENT`): a
+    file appearing there later is another source (such a library is never cached on disk, whose
+    entries record files, not their absence)."""
+    from .sources import ABSENT
     read = {m.path: m.digest for m in lib.modules}
-    return tuple(sorted({*read.items(), *((path, read[target]) for path, target in lib.links)}))
+    return tuple(sorted({*read.items(), *((path, read[target] if os.path.exists(path) else ABSENT)
+                                          for path, target in lib.links)}))
 
 
 _LOADED: dict[str, tuple[tuple, tuple, Library]] = {}

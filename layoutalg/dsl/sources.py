@@ -10,6 +10,10 @@ import stat
 from ..errors import LayoutalgError, SpecError
 
 
+ABSENT = "absent"
+"""The digest `library.sources` records for a path that must still not exist (an import the
+shipped library answered because the importing folder had no such file)."""
+
 RACY_NS = 2_000_000_000
 """A file modified this close to when its times were recorded is hashed, not trusted by them
 (coarse file-system clocks tick in milliseconds, some in seconds)."""
@@ -81,6 +85,10 @@ def unchanged(sources: tuple, folder, listing: tuple) -> bool:
     if listing != folder_listing(folder):
         return False
     for path, digest in sources:
+        if digest == ABSENT:
+            if os.path.lexists(path):
+                return False
+            continue
         try:
             if hashlib.sha256(_bytes_of(path)).hexdigest() != digest:
                 return False

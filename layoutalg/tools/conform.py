@@ -72,7 +72,11 @@ def _written(write: Callable, sizes: dict, rank: int, blocks: int, page: int, pa
     runs = []
     for s in SENTINELS:
         mem = torch.full((blocks, page), s, dtype=torch.uint8)
-        write(dict(sizes), rank, mem, list(page_of_block))
+        try:
+            write(dict(sizes), rank, mem, list(page_of_block))
+        except Exception as e:  # noqa: BLE001 - a writer is the user's code: say where it failed
+            raise ConfigError(f"conform: the writer failed on rank {rank} of tp={sizes['tp']}, pcp={sizes['pcp']}, "
+                              f"dcp={sizes['dcp']}: {type(e).__name__}: {e}") from None
         runs.append(mem)
     a, b = runs
     untouched = (a == SENTINELS[0]) & (b == SENTINELS[1])
@@ -109,12 +113,11 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
     the width in bytes of one tag (default: the dtype's); `describe(bytes)` names the element a
     tag is, for the messages. Raises `ConfigError` where the family does not serve the
     configuration."""
-    from .distributed import group_of
     config = dict(config)
     cp = config["dcp"] * (1 if config.get("pcp_replicas") else config["pcp"])
     one = {**config, "tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
-    whole = group_of(family, one, heads, block_size * cp, head_size, dtype, blocks, names, specs)
-    group = group_of(family, config, heads, block_size, head_size, dtype, blocks, names, specs)
+    whole = _group(family, one, heads, block_size * cp, head_size, dtype, blocks, names, specs)
+    group = _group(family, config, heads, block_size, head_size, dtype, blocks, names, specs)
     page_of_block = list(range(blocks))[::-1]  # block b holds page blocks - 1 - b: blocks are not pages
     m1 = whole.mappings[0]
     single, wrote = _written(write, whole.sizes, 0, blocks, m1.local_page_size_bytes, page_of_block)
@@ -123,6 +126,12 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
     c1 = _canonical_of(m1)
     canonical[:, c1[data1]] = single[:, data1]  # the single rank's page is the canonical page
     e = element or torch.empty(0, dtype=_dtype(dtype)).element_size()
+    never = (data1 & ~wrote).nonzero().tolist()
+    if never:  # the single rank's page is the reference: every byte of it the spec maps must be written
+        return Conformance(family, config, "refuted", 0, tuple(
+            Misplaced(0, b, x, "the writer of the single rank holding the whole page never writes this byte, which "
+                               "the spec maps (as canonical byte {})".format(int(c1[x]))) for b, x in never[:shown]),
+            "the engine's writer leaves bytes the spec maps unwritten")
     why = _untagged(single, data1, e)
     if why:
         return Conformance(family, config, "unknown", 0, (), why)
@@ -134,7 +143,7 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
         want = canonical[:, to.clamp(min=0)]
         compared += int(data.sum()) * blocks
         for b in range(blocks):
-            bad = (data & (got[b] != want[b])).nonzero().flatten().tolist()
+            bad = (data & ((got[b] != want[b]) | ~wrote[b])).nonzero().flatten().tolist()
             found += [_said(rank, b, x, got, want, to, canonical, e, describe, wrote) for x in bad[:shown]]
             extra = (~data & wrote[b]).nonzero().flatten().tolist()
             found += [Misplaced(rank, b, x, "the writer wrote this byte, which the spec maps to no canonical byte "
@@ -145,6 +154,15 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
         return Conformance(family, config, "refuted", compared, tuple(found[:shown]),
                            "the engine's writer puts these bytes elsewhere than the spec says")
     return Conformance(family, config, "conformant", compared, ())
+
+
+def _group(family, config, *model):
+    """`distributed.group_of`, its refusals said as conform's."""
+    from .distributed import group_of
+    try:
+        return group_of(family, config, *model)
+    except ConfigError as e:
+        raise ConfigError("conform: " + str(e).removeprefix("reshard: ")) from None
 
 
 def _dtype(name: str):

@@ -21,6 +21,9 @@ def sequence_query(m):
       page holds. With the tiling rows (every canonical place written) this leaves no place
       for two tokens, by counting.
     """
+    if m.r.fdef.shard is None:  # a page of regions: each data region has a claim of its own
+        raise LookupError(f"'{m.family}' is a page of regions: its `sequence` claim is asked of each data region "
+                          f"(its parts, `family.region`)")
     d, cd = m.digits("")
     i, ci = m.index("local", "")
     j, cj = m.index("local", "'")
