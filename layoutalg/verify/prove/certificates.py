@@ -113,11 +113,12 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             continue
         if dead:  # the runtime never takes it: its applies file shows that, and nothing else holds of it
             continue
+        base = _fixed(_model([*assumed, *m.ops.side], WITNESS_RLIMIT[1]))  # (the case's sizes, for each file's witness)
         if name == "page-size":  # the guards alone make the local layout the page
             asked, g = _page_query(lib, model_of, path)
             body, kinds = _body(asked)
             out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds), goal=g,
-                                                   witness=_witness(asked[:g] + asked[g + 1:])) + body))
+                                                   witness=_witness(asked[:g] + asked[g + 1:], base)) + body))
             continue
         if name == "digits-match-spec" and pad:  # a pad the regions always fill: its box is empty
             probe = Model(lib, model_of, path, page_guard=not pad)
@@ -127,7 +128,8 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
                 body, kinds = _body([*asked, *probe.ops.side])
                 out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds),
                                                        goal=len(asked) - 1, empty=True,
-                                                       witness=_witness([*asked[:-1], *probe.ops.side])) + body))
+                                                       witness=_witness([*asked[:-1], *probe.ops.side], base))
+                            + body))
                 continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
@@ -140,13 +142,16 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
                 got[0].extend(tied)
                 got[2].update(uses)
         identities = _identities(m, chains, assumed)
+        # one witness for every part: each asserts the case's assumptions and side conditions, and
+        # besides its goal only instances of valid formulas, which hold in any model of those
+        wit = _witness([*assumed, *m.ops.side], base)
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
             used, labels, kinds = asserted.get(j, ([], [], set()))
             body, more = _body([*assumed, part, *used, *m.ops.side])
             needs = [f"{name}.case{k}.chain-{label}.smt2" for label in labels] + _needs(kinds | more)
             out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts), uses=needs,
-                                      goal=len(assumed), witness=_witness([*assumed, *used, *m.ops.side])) + body))
+                                      goal=len(assumed), witness=wit) + body))
         for label, said, query_ in identities:  # (each claim negated last: its goal)
             body, kinds = _body([*query_, *m.ops.side_for(query_)])  # (the divisions its terms read, no others)
             out.append((f"{name}.case{k}.chain-{label}", _header(lib, family, name, k, cases_text, 0, 1, chain=said,
@@ -529,28 +534,37 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
     return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
 
 
-WITNESS_RLIMIT = 20_000_000
-"""Z3's budget for a witness (`_witness`): past it, the file has none and cvc5 searches alone."""
+WITNESS_RLIMIT = (1_000_000, 4_000_000)
+"""Z3's budgets for a witness (`_witness`): with the case's sizes fixed, then free; past both,
+the file has none and cvc5 searches alone."""
 
 
-def _witness(assertions) -> str:
+def _model(assertions, rlimit: int = WITNESS_RLIMIT[1]):
+    """A Z3 model of `assertions`, None where Z3 finds none within `rlimit`."""
+    s = z3.Solver()
+    s.set("rlimit", rlimit)
+    s.add(*assertions)
+    return s.model() if s.check() == z3.sat else None
+
+
+def _fixed(model) -> list:
+    """`model`'s values of its integer constants, as equalities (a case's sizes, for `_witness`)."""
+    if model is None:
+        return []
+    return [z3.Int(d.name()) == model[d] for d in model.decls()
+            if d.arity() == 0 and d.range() == z3.IntSort() and z3.is_int_value(model[d])]
+
+
+def _witness(assertions, base=()) -> str:
     """A model Z3 finds of `assertions` (a file's assertions without its goal, or a case's
     assumptions), as SMT-LIB equalities `(= NAME VALUE)` of its integer constants: certify asks
     the file's assumptions with them too, a ground query cvc5 evaluates at once (a model of the
-    assumptions with the equalities is one of the assumptions: its sat is theirs). '' where Z3
-    finds none within `WITNESS_RLIMIT` (certify then asks cvc5 without)."""
-    s = z3.Solver()
-    s.set("rlimit", WITNESS_RLIMIT)
-    s.add(*assertions)
-    if s.check() != z3.sat:
-        return ""
-    model = s.model()
-    out = []
-    for d in model.decls():
-        v = model[d]
-        if d.arity() == 0 and d.range() == z3.IntSort() and z3.is_int_value(v):
-            out.append((z3.Int(d.name()) == v).sexpr())
-    return " ".join(sorted(out))
+    assumptions with the equalities is one of the assumptions: its sat is theirs). Tried first
+    with `base` (the case's sizes, `_fixed`: what is left is nearly linear), then without; ''
+    where Z3 finds none within `WITNESS_RLIMIT` (certify then asks cvc5 without)."""
+    model = _model([*assertions, *base], WITNESS_RLIMIT[0]) if base else None
+    model = model if model is not None else _model(assertions, WITNESS_RLIMIT[1])
+    return " ".join(sorted(e.sexpr() for e in _fixed(model)))
 
 
 def _goal_line(goal: int | None) -> list[str]:
