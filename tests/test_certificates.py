@@ -13,7 +13,8 @@ from conftest import ROOT
 from layoutalg.dsl.library import load
 from layoutalg.errors import LayoutalgError
 from layoutalg.verify.certify import certify, check_file
-from layoutalg.verify.prove.certificates import texts, write
+from layoutalg.verify.prove.certificates import texts
+from layoutalg.verify.prove.certificate_files import write
 from layoutalg.verify.prove.store import Row
 
 def run(*args):

@@ -127,7 +127,7 @@ def _reshard_one(args) -> tuple[list[dict], list | str | None]:
         return to_json(prove_all_sizes(lib, family, x, y, Budget(rlimit, guard_s))), None
     with recording() as asked:
         rows = prove_all_sizes(lib, family, x, y, Budget(rlimit, guard_s))
-    from ..verify.prove.certificates import step_texts
+    from ..verify.prove.certificate_files import step_texts
     from ..verify.prove.store import RESHARD
     main = [r for r in rows if r.obligation in RESHARD]
     if not all(r.status == "proved" and "all sizes" in r.method for r in main):
@@ -143,7 +143,7 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
     process as the library's proofs are (`_fresh_processes`): a verdict never depends on what
     the calling process solved before. The family's own rows a plan rests on (`one-format`,
     `sequence-order`) are taken from the proof cache unless `use_cache` is false. With a list
-    `steps`, each family's step files (`certificates.step_texts`), or why it has none, are
+    `steps`, each family's step files (`certificate_files.step_texts`), or why it has none, are
     added to it as (family, obligation, files or why)."""
     from ..params import parse_config
     from ..verify.prove import GUARD_S
@@ -162,7 +162,7 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
     with _fresh_processes(max(1, min(jobs, len(args)))) as pool:
         done = list(pool.map(_reshard_one, args))
     if steps is not None:
-        from ..verify.prove.certificates import pair_name
+        from ..verify.prove.certificate_files import pair_name
         steps += [(n, pair_name(store, load_), made) for n, (_, made) in zip(names, done)]
     return [Row(**r) for rows, _ in done for r in rows]
 
@@ -174,7 +174,7 @@ def prove_command(args, out=None) -> int:
     t = time.perf_counter()
     certificates = getattr(args, "certificates", None)
     if certificates:  # before any proof, not after it
-        from ..verify.prove.certificates import check_target
+        from ..verify.prove.certificate_files import check_target
         check_target(certificates)
     if getattr(args, "pipeline", False):
         from ..verify.prove import GUARD_S
@@ -184,7 +184,7 @@ def prove_command(args, out=None) -> int:
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
         if certificates and rows[0].status == "proved":
-            from ..verify.prove.certificates import stages_text, write_steps
+            from ..verify.prove.certificate_files import stages_text, write_steps
             write_steps([("pipeline", "stages-tile", stages_text())], certificates)
             print(f"certificates: 1 SMT-LIB file in {certificates}; re-check it with "
                   f"`layoutalg certify {certificates}`", file=out)
@@ -197,7 +197,7 @@ def prove_command(args, out=None) -> int:
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
         if certificates:
-            from ..verify.prove.certificates import write_steps
+            from ..verify.prove.certificate_files import write_steps
             from ..verify.prove.lemmas import SHARED
             index = write_steps(made, certificates)
             files = sum(int(what.split()[0]) for _, _, what in index if not what.startswith("none"))
@@ -220,7 +220,7 @@ def prove_command(args, out=None) -> int:
     if getattr(args, "draw", None):
         _draw_refutations(paths, rows, args.draw, out)
     if certificates:
-        from ..verify.prove.certificates import write
+        from ..verify.prove.certificate_files import write
         from ..verify.prove.lemmas import SHARED
         index = write(load(paths), rows, certificates)
         files = sum(int(what.split()[0]) for _, _, what in index if not what.startswith("none"))

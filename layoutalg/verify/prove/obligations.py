@@ -354,6 +354,23 @@ means). The rows asked otherwise: `digits-match-spec` (`_digits_query`, of the f
 (sympy) and `page-size` (witnesses)."""
 
 
+def box_empty(m: Model, budget: Budget, seeds: int = 1) -> bool:
+    """Whether no index lies in the local index box of `m` (a fresh model: nothing asked of it
+    yet) at any size on its path: its assumptions and an index inside the box are unsat (Z3).
+    A canonical pad the regions always fill is such a box; its digit table is never read (and
+    may divide by an extent that is 0). An answer resting on a bare `false` among the side
+    conditions (a constant divisor at most 0) is not taken: False."""
+    _, inside = m.index("local", "")
+    if any(z3.is_false(c) for c in m.ops.side):
+        return False
+    return m.solve(z3.And(*inside), budget, seeds)[0] == "unsat"
+
+
+EMPTY_BOX = "the pad's box is empty at every size (no index lies in it under the path's assumptions), " \
+            "so its digit table is never read"
+"""What a pad's `digits-match-spec` says of a case path where its box is empty (`box_empty`)."""
+
+
 def query(m: Model, name: str, variant=None, atoms=None):
     """(violation formula, what each witness variable means) for obligation `name`.
 

@@ -38,7 +38,7 @@ from . import RLIMIT
 from . import meaning
 from .meaning import LAYOUT_CLAIM, PAD_CLAIM, claim_row
 from .explain import _sizes_text, _used, _where, _witness, explain
-from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, runs_query, value
+from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, EMPTY_BOX, box_empty, runs_query, value
 from .obligations import query as _asked
 from .store import Row
 from .structural import Certificate, certify, page_tiles
@@ -433,23 +433,6 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
                          f"structural: {cert.detail}"})
         rows.append(Row(**{**asdict(row), "family": family}))
     return rows
-
-
-def box_empty(m: Model, budget: Budget, seeds: int = 1) -> bool:
-    """Whether no index lies in the local index box of `m` (a fresh model: nothing asked of it
-    yet) at any size on its path: its assumptions and an index inside the box are unsat (Z3).
-    A canonical pad the regions always fill is such a box; its digit table is never read (and
-    may divide by an extent that is 0). An answer resting on a bare `false` among the side
-    conditions (a constant divisor at most 0) is not taken: False."""
-    _, inside = m.index("local", "")
-    if any(z3.is_false(c) for c in m.ops.side):
-        return False
-    return m.solve(z3.And(*inside), budget, seeds)[0] == "unsat"
-
-
-EMPTY_BOX = "the pad's box is empty at every size (no index lies in it under the path's assumptions), " \
-            "so its digit table is never read"
-"""What a pad's `digits-match-spec` says of a case path where its box is empty (`box_empty`)."""
 
 
 def _pad_digits(lib: Library, pad: str, budgets: Budgets) -> Row:

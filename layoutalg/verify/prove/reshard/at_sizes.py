@@ -265,7 +265,7 @@ _SHOWING: list = []  # what the query asked now shows where unsat (`showing`), i
 def recording():
     """While on, each query `_solve` answers unsat is kept as (what it shows, its assertions,
     the chain files and lemmas it rests on): the steps of a proof, each a file a second solver
-    can re-check (`certificates.step_texts`)."""
+    can re-check (`certificate_files.step_texts`)."""
     global _STEPS
     outer, _STEPS = _STEPS, []
     try:
