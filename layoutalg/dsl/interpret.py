@@ -240,6 +240,14 @@ class Reading:
         env = {**self.env, **rank_digits, **index, _MEMO: {}}
         return self.expr(Call("token", (Name(seq.id, seq.span),), seq.span), env)
 
+    def token_shards(self):
+        """The grid's count of token shards, its `cp` (1 where it names none): a canonical page
+        holds block_size * cp tokens."""
+        try:
+            return self.expr(Name("cp", self.fdef.sequence.span if self.fdef.sequence else self.fdef.span))
+        except LookupError:
+            return 1
+
     def shard(self, index: dict, rank_digits: dict) -> dict:
         """Canonical index of local `index` on the rank with these digit values."""
         env = {**self.env, **rank_digits, **index, _MEMO: {}}  # lets here may use the index
@@ -326,10 +334,7 @@ def _miscounted(r: Reading, seq: str, local: int) -> str:
     if local != tokens:
         return (f"`sequence {seq}` claims the page's tokens, but the local index {seq} runs over {local} place(s) "
                 f"where a block holds block_size = {tokens} tokens")
-    try:
-        cp = r.expr(Name("cp", r.fdef.sequence.span))
-    except LookupError:
-        cp = 1
+    cp = r.token_shards()
     canon = r.extents("canonical")[seq]
     if canon != tokens * cp:
         return (f"`sequence {seq}` claims the page's tokens, but the canonical index {seq} runs over {canon} "

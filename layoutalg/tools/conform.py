@@ -86,23 +86,12 @@ def _written(write: Callable, sizes: dict, rank: int, blocks: int, page: int, pa
     return a, ~untouched
 
 
-def _runs_mask(m: CanonicalPageMapping) -> torch.Tensor:
-    """The local bytes a mapping copies (every run), as a mask of the local page."""
-    mask = torch.zeros(m.local_page_size_bytes, dtype=torch.bool)
-    for r in m.runs:
-        for i in range(r.num_fragments):
-            lo = r.local_offset + i * r.local_stride
-            mask[lo:lo + r.fragment_size] = True
-    return mask
-
-
 def _canonical_of(m: CanonicalPageMapping) -> torch.Tensor:
-    """Local byte -> canonical byte (-1: not mapped) of one mapping."""
+    """Local byte -> canonical byte of one mapping, -1 where no run copies the byte (a pad)."""
     out = torch.full((m.local_page_size_bytes,), -1, dtype=torch.long)
     for r in m.runs:
-        for i in range(r.num_fragments):
-            lo, co = r.local_offset + i * r.local_stride, r.canonical_offset + i * r.canonical_stride
-            out[lo:lo + r.fragment_size] = torch.arange(co, co + r.fragment_size)
+        for lo, co, n in r.triples():
+            out[lo:lo + n] = torch.arange(co, co + n)
     return out
 
 
@@ -121,9 +110,9 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
     page_of_block = list(range(blocks))[::-1]  # block b holds page blocks - 1 - b: blocks are not pages
     m1 = whole.mappings[0]
     single, wrote = _written(write, whole.sizes, 0, blocks, m1.local_page_size_bytes, page_of_block)
-    data1 = _runs_mask(m1)
-    canonical = torch.zeros(blocks, m1.canonical_page_size_bytes, dtype=torch.uint8)
     c1 = _canonical_of(m1)
+    data1 = c1 >= 0
+    canonical = torch.zeros(blocks, m1.canonical_page_size_bytes, dtype=torch.uint8)
     canonical[:, c1[data1]] = single[:, data1]  # the single rank's page is the canonical page
     e = element or torch.empty(0, dtype=_dtype(dtype)).element_size()
     never = (data1 & ~wrote).nonzero().tolist()
@@ -139,7 +128,8 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
     compared = 0
     for rank, m in enumerate(group.mappings):
         got, wrote = _written(write, group.sizes, rank, blocks, m.local_page_size_bytes, page_of_block)
-        data, to = _runs_mask(m), _canonical_of(m)
+        to = _canonical_of(m)
+        data = to >= 0
         want = canonical[:, to.clamp(min=0)]
         compared += int(data.sum()) * blocks
         for b in range(blocks):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import z3
 
-from ...dsl.tree import Name
-
 
 def sequence_query(m):
     """A `sequence seq` claim, as a bijection between a page's tokens and the sequence positions
@@ -53,11 +51,7 @@ def _block_tokens(m):
         p = m.lib.vocabulary()["block_size"]
         tokens = m.fresh("block_size")
         free = [tokens >= p.lo, tokens <= p.hi]
-    try:
-        cp = m.r.expr(Name("cp", m.r.fdef.sequence.span))
-    except LookupError:
-        cp = 1
-    return tokens, free, cp
+    return tokens, free, m.r.token_shards()
 
 
 def _bool(x):
