@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 
 from ...dsl.library import Library
 from ...errors import LayoutalgError
@@ -55,11 +56,8 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
     proved = [r for r in rows if r.status == "proved" and "all sizes" in r.method]
     if not proved:
         raise LayoutalgError(f"prove --certificates {folder}: no row is proved for all sizes: nothing to certify")
-    parent = os.path.dirname(os.path.abspath(folder))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
-    index, dead, applied, used = [], {}, set(), set()
-    try:
+    dead, applied = {}, set()
+    with _writing(folder) as (tmp, index, used):
         for r in proved:
             if not (r.method.startswith(ALL_SIZES) and r.obligation in SMT_ROWS):
                 why = NO_SMT.get(r.obligation if r.obligation != "one-format" else "one-format/claim",
@@ -80,11 +78,24 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
             if r.obligation == "one-format" and "agnostic" in r.method:
                 index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
             used.update(n for _, text in made for n in _LEMMA_USED.findall(text))
+    return index
+
+
+@contextmanager
+def _writing(folder: str):
+    """(a new folder beside `folder` to fill, its index lines, the lemmas its files rest on):
+    on leaving, the lemmas and `index.tsv` are written into it and it takes `folder`'s place
+    (`_finish`); on any failure it is removed, so nothing is half-written."""
+    parent = os.path.dirname(os.path.abspath(folder))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
+    index, used = [], set()
+    try:
+        yield tmp, index, used
         index += _finish(tmp, folder, index, used)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return index
 
 
 
@@ -182,11 +193,7 @@ def write_steps(made: list, folder: str) -> list[tuple[str, str, str]]:
     if not any(files for _, _, files in made if not isinstance(files, str)):
         raise LayoutalgError(f"prove --reshard --certificates {folder}: no plan is proved for all sizes: "
                              f"nothing to certify")
-    parent = os.path.dirname(os.path.abspath(folder))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".certificates-", dir=parent)
-    index, used = [], set()
-    try:
+    with _writing(folder) as (tmp, index, used):
         for family, obligation, files in made:
             if isinstance(files, str):
                 index.append((family, obligation, f"none: {files}"))
@@ -194,10 +201,6 @@ def write_steps(made: list, folder: str) -> list[tuple[str, str, str]]:
             _put(os.path.join(tmp, folder_of(family)), files)
             index.append((family, obligation, f"{len(files)} file(s)"))
             used.update(n for _, text in files for n in _LEMMA_USED.findall(text))
-        index += _finish(tmp, folder, index, used)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return index
 
 
