@@ -10,7 +10,7 @@ from ..errors import LayoutalgError
 from .check import _check
 from .derive import _corpus, _explain, _id, _runs
 from .draw import _draw
-from .reshard import _reshard
+from .reshard import _reshard, add_store_arguments
 from .conform import _conform
 from .specs import _specs
 
@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="one side's job under torchrun (one process a rank, any nodes): --store writes the "
                          "canonical pages into files under DIR, a path every node shares; a later --load job "
                          "reads them and checks every byte")
+    add_store_arguments(rs)
     rs.add_argument("--heads", type=_positive, default=8, help="KV heads of the model (default 8)")
     rs.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")
     rs.add_argument("--head-size", type=_positive, help="head size (default 128; MLA: 576)")

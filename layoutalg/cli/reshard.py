@@ -10,7 +10,7 @@ def _reshard(args) -> int:
     from ..tools.distributed import group_of, reshard
     names = sizes_once("reshard", args.size)
     specs = args.specs
-    if args.pages is not None:
+    if args.pages is not None or args.store_backend != "file" or args.mooncake_master is not None:
         return _reshard_job(args, names)
     if args.store is None or args.load is None:
         raise LayoutalgError("reshard: give both --store and --load (or one of them with --pages, under torchrun)")
@@ -68,24 +68,48 @@ def _reshard(args) -> int:
 
 
 def _reshard_job(args, names: dict) -> int:
-    """One side of a reshard as a job of its own under torchrun, its pages in files (`node`)."""
+    """One side of a reshard as a job of its own under torchrun, its pages in a page store
+    (`tools.stores`: files under --pages, or a Mooncake Store with --store-backend mooncake)."""
     from ..tools.distributed import group_of
     from ..tools.node import load_job, store_job, under_torchrun
+    from ..tools.stores import open_store
+    how = "--pages" if args.store_backend == "file" else f"--store-backend {args.store_backend}"
     if (args.store is None) == (args.load is None):
-        raise LayoutalgError("reshard --pages: give one of --store and --load: a job is one side, its pages "
+        raise LayoutalgError(f"reshard {how}: give one of --store and --load: a job is one side, its pages "
                              "stored for a later job (or loaded from an earlier one)")
     if args.direct:
-        raise LayoutalgError("reshard --pages: --direct moves bytes between two groups at once; a job of one "
+        raise LayoutalgError(f"reshard {how}: --direct moves bytes between two groups at once; a job of one "
                              "side goes through its pages")
+    if args.store_backend == "file" and args.pages is None:
+        raise LayoutalgError("reshard: the file store needs --pages DIR (or --store-backend mooncake "
+                             "--mooncake-master HOST:PORT)")
+    if args.store_backend != "file" and args.pages is not None:
+        raise LayoutalgError(f"reshard: --pages is the file store's folder; --store-backend {args.store_backend} "
+                             f"keeps the pages in its own store")
     if not under_torchrun():
-        raise LayoutalgError("reshard --pages: run it under torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
+        raise LayoutalgError(f"reshard {how}: run it under torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
                              "MASTER_PORT unset), e.g. torchrun --nproc-per-node 4 -m layoutalg reshard ...")
     config, stages = _side(args.store if args.store is not None else args.load, args.layers)
     block = config.pop("block_size", args.block_size)
     group = group_of(args.family, config, args.heads, block, args.head_size, args.dtype, args.blocks,
                      names=names, specs=args.specs)
+    store = open_store(args.store_backend, pages=args.pages, master=args.mooncake_master)
     job = store_job if args.store is not None else load_job
-    return job(group, stages, args.layers, args.pages)
+    try:
+        return job(group, stages, args.layers, store, args.model)
+    finally:
+        store.close()
+
+
+def add_store_arguments(rs) -> None:
+    """`reshard`'s page store options (the parser is `cli.app`'s)."""
+    rs.add_argument("--store-backend", choices=("file", "mooncake"), default="file",
+                    help="where a torchrun job's canonical pages go: file (default: files under --pages DIR) or "
+                         "mooncake (a Mooncake Store: --mooncake-master)")
+    rs.add_argument("--mooncake-master", metavar="HOST:PORT",
+                    help="the Mooncake Store master (mooncake_master -rpc_port=PORT); the pages live in the memory "
+                         "its long-lived clients lend (docs/moving-bytes.md)")
+    rs.add_argument("--model", metavar="NAME", help="the model the pages are stored under (default: the family)")
 
 
 def _side(text: str, layers: int) -> tuple[dict, tuple]:

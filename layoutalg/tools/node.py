@@ -1,29 +1,33 @@
-"""One rank of a store job or a load job under torchrun: canonical pages in files on a path
-every node shares, so a page stored by one job is loaded by another, later, elsewhere.
+"""One rank of a store job or a load job under torchrun: canonical pages in a page store
+(`tools.stores`): files on a path every node shares (the default), or a Mooncake Store, so a
+page stored by one job is loaded by another, later, elsewhere.
 
     torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-addr HOST --master-port 29400 \\
         -m layoutalg reshard --family split_nhd --store tp=4 --pages /shared/kv
     # later, another job, any nodes:
     torchrun ... -m layoutalg reshard --family split_nhd --load tp=2 --pages /shared/kv
+    # or the pages in a Mooncake Store: --store-backend mooncake --mooncake-master HOST:PORT
 
 A job is one side of `layoutalg reshard`: its ranks join by torchrun's env:// rendezvous
 (`RANK`, `WORLD_SIZE`: the configuration's world times its pipeline stages, stage by stage).
-The pages of a layer are one file, `DIR/FORMAT/layer{L}.pages`
-(FORMAT the pages' `format_id`), `pages x page bytes`; each writer writes only the bytes its
-plan stores, by byte-range writes (no mapping of the file: writers on other nodes never
-share a cached page of it). `DIR/FORMAT/job.json` says what was stored. The load job reads
-the pages of its own format and checks every byte of every layer against the engine element
-it holds (`distributed.element_coordinates`), as `layoutalg reshard` does in one process tree.
+A store job assembles whole canonical pages: each rank's plan stores its own bytes of each
+page into zeros (each byte has one writer, pads none), the stage's ranks sum them onto the
+rank that puts the layer (layer % world), and that rank puts the layer's pages whole. When
+every page is in, rank 0 commits the record of the job (the file store's `FORMAT/job.json`).
+The load job reads the record first (a record of another format is refused before any page
+is read), gets the pages of its own layers and checks every byte of every layer against the
+engine element it holds (`distributed.element_coordinates`), as `layoutalg reshard` does in
+one process tree. A rank whose put or get fails fails the job on every rank, naming the page.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
 
 from .distributed import Group, _fill, _shown, _verify, layout_of_pages, stage_of
-from ..errors import ConfigError
+from .stores import FileStore, PageKey, PageStore
+from ..errors import ConfigError, LayoutalgError
 
 ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -33,8 +37,8 @@ def under_torchrun() -> bool:
 
 
 def _join(group: Group, stages: tuple, side: str):
-    """(torch.distributed, this process's rank in its stage, the layers it owns): the job's ranks
-    joined by env://, stage by stage (`distributed.stage_of`)."""
+    """(torch.distributed, this process's rank in its stage, the layers it owns, the stage's process
+    group, its first process): the job's ranks joined by env://, stage by stage (`distributed.stage_of`)."""
     import torch.distributed as dist
     torch.set_num_threads(1)
     world, size = int(os.environ["WORLD_SIZE"]), group.world * len(stages)
@@ -42,111 +46,96 @@ def _join(group: Group, stages: tuple, side: str):
         raise ConfigError(f"reshard {side} job: torchrun started {world} processes, but {_said(group, stages)} "
                           f"is {size} ranks (the configuration's world times its pipeline stages)")
     dist.init_process_group("gloo", init_method="env://")
-    _, rank, owned = stage_of(stages, group.world, dist.get_rank())
-    return dist, rank, owned
+    stage, rank, owned = stage_of(stages, group.world, dist.get_rank())
+    groups = [dist.new_group(list(range(s * group.world, (s + 1) * group.world))) if len(stages) > 1 else None
+              for s in range(len(stages))]  # (every process makes every group, in one order)
+    return dist, rank, owned, groups[stage], stage * group.world
+
+
+def _together(dist, error, side: str) -> None:
+    """Every rank of the job agrees whether any failed: each raises, the failing ones their own error."""
+    flag = torch.tensor([0 if error is None else 1], dtype=torch.int64)
+    dist.all_reduce(flag)
+    if int(flag):
+        dist.destroy_process_group()
+        raise error or ConfigError(f"reshard {side} job: {int(flag)} other rank(s) failed (their error is in "
+                                   f"their output); nothing more was done")
 
 
 def _said(group: Group, stages: tuple) -> str:
     return _shown(group.config) + (f" in {len(stages)} pipeline stages" if len(stages) > 1 else "")
 
 
-def _folder(root: str, group: Group) -> str:
-    return os.path.join(root, group.mappings[0].format_id)
+def _key(group: Group, model: str, job: str, layer: int) -> PageKey:
+    return PageKey(model, group.mappings[0].format_id, job, layer)
 
 
-def _file(folder: str, layer: int) -> str:
-    return os.path.join(folder, f"layer{layer}.pages")
-
-
-def _written(mapping, group: Group, pages, blocks) -> torch.Tensor:
-    """(pages, page bytes) bool: the bytes this rank's plan stores (its share of the data, pads
-    never): a zero KV stored into pages of ones."""
+def store_job(group: Group, stages: tuple, layers: int, store: PageStore | str, model: str | None = None) -> int:
+    """Store a hash of every byte's coordinate under `group` into `store` (a `PageStore`, or a folder
+    for the file store) as pages of `model` (default: the family's name)."""
     from ..copy.executor import plan
-    kv = group.empty().zero_()
-    out = torch.ones(len(pages), mapping.canonical_page_size_bytes, dtype=torch.uint8)
-    plan(mapping, kv).store(kv, blocks, out, pages)
-    return out == 0
-
-
-def _same_format(folder: str, group: Group, side: str) -> dict:
-    """What `folder/job.json` says was stored ({} where nothing was), after checking it names
-    this group's page format: a store never overwrites pages of another format, and a load
-    never reads them."""
-    meta = os.path.join(folder, "job.json")
-    if not os.path.exists(meta):
-        return {}
-    try:
-        with open(meta) as f:
-            stored = json.load(f)
-        fmt = stored["format_id"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"reshard {side} job: {meta} is not a record of stored pages ({e})") from None
-    if fmt != group.mappings[0].format_id:
-        raise ConfigError(f"reshard {side} job: {folder} holds pages of format {fmt}, not "
-                          f"{group.mappings[0].format_id} (what {_said(group, (range(1),))} reads)")
-    return stored
-
-
-def store_job(group: Group, stages: tuple, layers: int, root: str) -> int:
-    from ..copy.executor import plan
-    dist, rank, owned = _join(group, stages, "store")
-    folder = _folder(root, group)
+    store = FileStore(store) if isinstance(store, (str, os.PathLike)) else store
+    model, fmt = model or group.family, group.mappings[0].format_id
+    dist, rank, owned, stage_group, first = _join(group, stages, "store")
     page = group.mappings[0].canonical_page_size_bytes
-    if dist.get_rank() == 0:  # the files first, whole size: every writer writes into them in place
-        os.makedirs(folder, exist_ok=True)
-        _same_format(folder, group, "store")  # (a folder is one format's; never overwrite another's pages)
-        for layer in range(layers):
-            with open(_file(folder, layer), "wb") as f:
-                f.truncate(group.blocks * page)
-    dist.barrier()
+    job, error = [None], None
+    if dist.get_rank() == 0:  # (a store of one format never overwrites another's pages)
+        try:
+            store.begin(model, fmt, "store", layers=layers, pages=group.blocks, page_bytes=page)
+            job = [store.new_job()]
+        except LayoutalgError as e:
+            error = e
+    _together(dist, error, "store")
+    dist.broadcast_object_list(job, src=0)
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
-    written = _written(m, group, pages, blocks).view(-1)
-    starts = torch.nonzero(written & ~torch.cat([torch.tensor([False]), written[:-1]])).view(-1).tolist()
-    ends = torch.nonzero(written & ~torch.cat([written[1:], torch.tensor([False])])).view(-1).tolist()
-    buf = torch.zeros(group.blocks, page, dtype=torch.uint8)
-    for layer, kv in zip(owned, _fill(group, rank, owned, pages, blocks)):
-        plan(m, kv).store(kv, blocks, buf, pages)
-        flat = buf.view(-1).numpy()
-        fd = os.open(_file(folder, layer), os.O_WRONLY)
-        try:
-            for s, e in zip(starts, ends):  # byte ranges: no other writer's byte is ever rewritten
-                os.pwrite(fd, flat[s:e + 1].tobytes(), s)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    dist.barrier()
+    try:
+        for layer, kv in zip(owned, _fill(group, rank, owned, pages, blocks)):
+            buf = torch.zeros(group.blocks, page, dtype=torch.uint8)
+            plan(m, kv).store(kv, blocks, buf, pages)  # this rank's bytes; every other byte stays 0
+            putter = first + layer % group.world
+            dist.reduce(buf, dst=putter, group=stage_group)  # (each byte has one writer: the sum is the page)
+            if dist.get_rank() == putter:
+                store.put(_key(group, model, job[0], layer), pages, buf)
+    except LayoutalgError as e:
+        error = e
+    _together(dist, error, "store")  # every page is in (or the job fails, committing nothing)
     if dist.get_rank() == 0:
-        with open(os.path.join(folder, "job.json"), "w") as f:
-            json.dump({"family": group.family, "config": group.config, "layers": layers, "pages": group.blocks,
-                       "page_bytes": page, "format_id": group.mappings[0].format_id}, f)
-        print(f"stored: {_said(group, stages)}, {layers} layers x {group.blocks} pages of {page} bytes into {folder}")
+        store.commit(model, {"family": group.family, "config": group.config, "layers": layers, "pages": group.blocks,
+                             "page_bytes": page, "format_id": fmt, "model": model, "job": job[0]})
+        print(f"stored: {_said(group, stages)}, {layers} layers x {group.blocks} pages of {page} bytes into "
+              f"{store.place(fmt)}")
     dist.destroy_process_group()
     return 0
 
 
-def load_job(group: Group, stages: tuple, layers: int, root: str) -> int:
+def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, model: str | None = None) -> int:
+    """Load the pages of `model` (default: the family's name) that a store job put into `store`, under
+    `group`, and check every byte; 0 where every layer of every rank passed."""
     from ..copy.executor import plan
-    folder = _folder(root, group)
-    meta = os.path.join(folder, "job.json")
-    if not os.path.exists(meta):
-        there = sorted(os.listdir(root)) if os.path.isdir(root) else []
-        raise ConfigError(f"reshard load job: no pages of format {group.mappings[0].format_id} (what "
-                          f"{_said(group, stages)} reads) in {root}" + (f"; it holds {', '.join(there)}" if there
-                                                                        else "; it holds none"))
-    stored = _same_format(folder, group, "load")
+    store = FileStore(store) if isinstance(store, (str, os.PathLike)) else store
+    model, fmt = model or group.family, group.mappings[0].format_id
+    stored = store.stored(model, fmt, "load")  # another format's record: refused before any page is read
+    if stored is None:
+        raise ConfigError(f"reshard load job: no pages of format {fmt} (what {_said(group, stages)} reads) "
+                          f"{store.missing(fmt)}")
     if stored["pages"] != group.blocks or stored["layers"] != layers:
-        raise ConfigError(f"reshard load job: {folder} holds {stored['layers']} layers x {stored['pages']} pages, "
-                          f"this job reads {layers} x {group.blocks} (give --layers and --blocks as stored)")
-    dist, rank, owned = _join(group, stages, "load")
+        raise ConfigError(f"reshard load job: {store.place(fmt)} holds {stored['layers']} layers x {stored['pages']} "
+                          f"pages, this job reads {layers} x {group.blocks} (give --layers and --blocks as stored)")
+    dist, rank, owned, _, _ = _join(group, stages, "load")
     pages, blocks = layout_of_pages(group, group.blocks)
     m, page = group.mappings[rank], group.mappings[0].canonical_page_size_bytes
-    kvs = []
-    for layer in owned:
-        src = torch.from_file(_file(folder, layer), shared=False, size=group.blocks * page, dtype=torch.uint8)
-        kv = group.empty().zero_()
-        plan(m, kv).load(src.view(group.blocks, page), pages, kv, blocks)
-        kvs.append(kv)
+    kvs, error = [], None
+    try:
+        for layer in owned:
+            src = torch.empty(group.blocks, page, dtype=torch.uint8)
+            store.get(_key(group, model, stored.get("job", ""), layer), pages, src)
+            kv = group.empty().zero_()
+            plan(m, kv).load(src, pages, kv, blocks)
+            kvs.append(kv)
+    except LayoutalgError as e:
+        error = e
+    _together(dist, error, "load")
     ok = _verify(group, rank, kvs, pages, blocks, owned)
     counts = torch.tensor([sum(ok), len(ok) - sum(ok)], dtype=torch.int64)
     dist.all_reduce(counts)
