@@ -8,6 +8,8 @@ DATA = Path(__file__).parent / "data"
 
 # tests/engine runs on vLLM's own objects, in the venv `.ci/engine` makes (LAYOUTALG_ENGINE=1)
 collect_ignore = [] if os.environ.get("LAYOUTALG_ENGINE") == "1" else ["engine"]
+# tests/stores starts a Mooncake Store on loopback, in the namespace `.ci/stores` makes (LAYOUTALG_STORES=1)
+collect_ignore += [] if os.environ.get("LAYOUTALG_STORES") == "1" else ["stores"]
 ROOT = Path(__file__).parent.parent
 
 

@@ -71,8 +71,7 @@ def _reshard_job(args, names: dict) -> int:
     """One side of a reshard as a job of its own under torchrun, its pages in a page store
     (`tools.stores`: files under --pages, or a Mooncake Store with --store-backend mooncake)."""
     from ..tools.distributed import group_of
-    from ..tools.node import load_job, store_job, under_torchrun
-    from ..tools.stores import open_store
+    from ..tools.node import load_job, open_store, store_job, under_torchrun
     how = "--pages" if args.store_backend == "file" else f"--store-backend {args.store_backend}"
     if (args.store is None) == (args.load is None):
         raise LayoutalgError(f"reshard {how}: give one of --store and --load: a job is one side, its pages "

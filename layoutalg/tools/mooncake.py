@@ -153,7 +153,7 @@ class MooncakeStore(PageStore):
         return f"layoutalg/{model}/record"
 
     def commit(self, model: str, record: dict) -> None:
-        data = json.dumps(record, sort_keys=True).encode()
+        data = json.dumps(record).encode()
         rc = self._call("the record's upsert", lambda: self.client.upsert(self.record_key(model), data))
         if rc != 0:
             raise ConfigError(f"mooncake: the record of {model} could not be written to {self.where()}: "

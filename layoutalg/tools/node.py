@@ -29,6 +29,7 @@ from .distributed import Group, _fill, _shown, _verify, layout_of_pages, stage_o
 from .stores import FileStore, PageKey, PageStore
 from ..errors import ConfigError, LayoutalgError
 
+BACKENDS = ("file", "mooncake")
 ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -146,3 +147,20 @@ def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, m
         print(f"{passed} passed, {failed} failed")
     dist.destroy_process_group()
     return 1 if failed or not passed else 0
+
+
+def open_store(backend: str = "file", pages: str | None = None, master: str | None = None, **options) -> PageStore:
+    """A page store: `file` (canonical pages in files under `pages`) or `mooncake` (a Mooncake
+    Store master at `master`, 'HOST:PORT'; options go to `tools.mooncake.MooncakeStore`)."""
+    if backend == "file":
+        if not pages:
+            raise ConfigError("page store: the file store needs a folder (--pages DIR)")
+        if master:
+            raise ConfigError("page store: --mooncake-master is for --store-backend mooncake")
+        return FileStore(pages)
+    if backend == "mooncake":
+        if not master:
+            raise ConfigError("page store: --store-backend mooncake needs --mooncake-master HOST:PORT")
+        from .mooncake import MooncakeStore
+        return MooncakeStore(master, **options)
+    raise ConfigError(f"page store: no backend {backend!r}; one of {', '.join(BACKENDS)}")

@@ -21,8 +21,8 @@ Two backends:
   docs/moving-bytes.md#page-stores); every job's pages are new keys, and the record moves
   to them only when they are all in.
 
-`open_store("file", pages=DIR)` or `open_store("mooncake", master="HOST:PORT")` gives one.
-Nothing here imports a backend's library: `tools.mooncake` imports it inside its functions.
+`node.open_store("file", pages=DIR)` or `node.open_store("mooncake", master="HOST:PORT")` gives
+one. Nothing here imports a backend's library: `tools.mooncake` imports it inside its functions.
 """
 from __future__ import annotations
 
@@ -34,9 +34,6 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
-
-BACKENDS = ("file", "mooncake")
-
 
 @dataclass(frozen=True)
 class PageKey:
@@ -197,20 +194,3 @@ class FileStore(PageStore):
                 flat[i] = memoryview(data)
         finally:
             os.close(fd)
-
-
-def open_store(backend: str = "file", pages: str | None = None, master: str | None = None, **options) -> PageStore:
-    """A page store: `file` (canonical pages in files under `pages`) or `mooncake` (a Mooncake
-    Store master at `master`, 'HOST:PORT'; options go to `tools.mooncake.MooncakeStore`)."""
-    if backend == "file":
-        if not pages:
-            raise ConfigError("page store: the file store needs a folder (--pages DIR)")
-        if master:
-            raise ConfigError("page store: --mooncake-master is for --store-backend mooncake")
-        return FileStore(pages)
-    if backend == "mooncake":
-        if not master:
-            raise ConfigError("page store: --store-backend mooncake needs --mooncake-master HOST:PORT")
-        from .mooncake import MooncakeStore
-        return MooncakeStore(master, **options)
-    raise ConfigError(f"page store: no backend {backend!r}; one of {', '.join(BACKENDS)}")
