@@ -110,3 +110,25 @@ def test_a_witness_cannot_excuse_a_vacuous_query_and_must_name_its_constants(mad
 def test_the_witness_answers_the_vacuity_query(made, tmp_path):
     rc, out = _run(tmp_path, made)
     assert rc == 0 and re.search(r"^sat +witness .*writers-disjoint\.case0\.smt2 without its goal$", out, re.M), out
+
+
+def test_the_reader_reads_a_stretch_met_again_at_its_own_lines_and_reads_only_what_a_solver_reads(tmp_path):
+    from layoutalg.verify import smtlib
+    body = ("(declare-fun x () Int)\n(assert (let ((a!1 (+ x 1))) (let ((a!1 (* a!1 2)) (b a!1)) (>= a!1 b))))\n"
+            "(assert (! (> x 0) :named p))\n(check-sat)\n")
+    (tmp_path / "a.smt2").write_text("; one\n" + body)
+    (tmp_path / "b.smt2").write_text("; one\n; two\n\n" + body)
+    terms = smtlib.Terms()
+    a, b = (smtlib.read(str(tmp_path / n), terms) for n in ("a.smt2", "b.smt2"))
+    assert [c.line for c in a.commands] == [2, 3, 4, 5] and [c.line for c in b.commands] == [4, 5, 6, 7]
+    assert [b.text[slice(*c.span)] for c in b.commands] == [a.text[slice(*c.span)] for c in a.commands]
+    first, second = (x.term for x in a.assertions)
+    # parallel let: b is the outer a!1 (x + 1); the inner a!1 is (x + 1) * 2; >= read as <= mirrored
+    assert smtlib.show(terms, first) == "(<= (+ x 1) (* (+ x 1) 2))" and smtlib.show(terms, second) == "(< 0 x)"
+    assert [x.term for x in b.assertions] == [first, second]
+    for bad, why in [("(assert (= x |y))\n", "no token this reader reads"), ('(assert (= x "a b"))\n', "no token"),
+                     ("(assert (let ((a 1)) a a))\n", "takes no symbol"), ("(assert (let ((a 1))))\n", "malformed"), ("(assert (= x 1)\n", "never closed"),
+                     ("(assert (= x 1)))\n", "closes nothing"), ("(assert ((f) x))\n", "no operator")]:
+        (tmp_path / "c.smt2").write_text("(declare-fun x () Int)\n" + bad)
+        with pytest.raises(smtlib.SmtError, match=why):
+            smtlib.read(str(tmp_path / "c.smt2"), terms)

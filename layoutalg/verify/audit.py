@@ -56,13 +56,33 @@ GOAL = re.compile(r"^assertion (\d+)\b")
 CASE = re.compile(r"^(?P<row>.+?)\.case(?P<k>\d+)(?:\.|$)")
 
 
-def templates(terms: smtlib.Terms) -> dict:
+class Known(dict):
+    """Lemma name -> (its variables, its formula as a term of one `Terms` table), with what
+    `lemma_instance` found of each term it was asked (a term is one int of that table, so the
+    answer holds for every file read into it) and each lemma's shape."""
+
+    def __init__(self, terms: smtlib.Terms):
+        super().__init__()
+        self.memo: dict = {}
+        self.shapes: dict = {}
+        for name, (names, text) in LEMMA_TEXT.items():
+            ((tree, _, _),) = smtlib._sexprs(text, f"<lemma {name}>")
+            self[name] = (names.split(), terms.expand(tree))
+            self.shapes[name] = _shape(terms, self[name][1])
+
+
+def templates(terms: smtlib.Terms) -> Known:
     """Lemma name -> (its variables, its formula as a term of `terms`)."""
-    out = {}
-    for name, (names, text) in LEMMA_TEXT.items():
-        ((tree, _, _),) = smtlib._sexprs(text, f"<lemma {name}>")
-        out[name] = (names.split(), terms.expand(tree))
-    return out
+    return Known(terms)
+
+
+def _shape(terms: smtlib.Terms, t: int) -> tuple:
+    """The operators and arities of an implication's top, hypothesis and conclusion: a term
+    that is a lemma's instance has the lemma's (its variables are leaves below them)."""
+    def one(x):
+        return smtlib.head(terms, x), len(smtlib.args(terms, x))
+    parts = smtlib.args(terms, t)
+    return (one(t), *(one(x) for x in parts)) if len(parts) == 2 else (one(t),)
 
 
 def goal(script: smtlib.Script, errors: list) -> int | None:
@@ -102,13 +122,24 @@ def check_lemma(script: smtlib.Script, name: str, known: dict, terms: smtlib.Ter
 
 
 def lemma_instance(terms: smtlib.Terms, t: int, allowed, known: dict):
-    """(lemma name, substitution) where `t` is an instance of a lemma in `allowed`, else None."""
+    """(lemma name, substitution) where `t` is an instance of a lemma in `allowed`, else None.
+    (Memoised in `known` where it is a `Known`; a lemma of another shape is not tried.)"""
+    memo, shapes = getattr(known, "memo", None), getattr(known, "shapes", {})
+    key = (t, tuple(allowed))
+    if memo is not None and key in memo:
+        return memo[key]
+    shape, got = _shape(terms, t), None
     for name in allowed:
         variables, formula = known[name]
+        if name in shapes and shapes[name] != shape:
+            continue
         sigma: dict = {}
         if smtlib.unify(terms, formula, t, set(variables), sigma):
-            return name, sigma
-    return None
+            got = name, sigma
+            break
+    if memo is not None:
+        memo[key] = got
+    return got
 
 
 def chain_claim(terms: smtlib.Terms, script: smtlib.Script, errors: list):

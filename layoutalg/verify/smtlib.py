@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_TOKEN = re.compile(r"\s+|;[^\n]*|\|[^|]*\||\(|\)|[^\s()|;]+")
-
 
 class SmtError(ValueError):
     """A file this reader cannot read, with its line."""
@@ -88,6 +86,7 @@ class Terms:
     def __init__(self):
         self._ids: dict = {}
         self.nodes: list = []
+        self.stretches: dict = {}  # (a text's stretch of whole commands -> its commands: `_commands`)
 
     def make(self, key) -> int:
         """The id of the leaf (a str) or application ((operator, child ids...)) `key`."""
@@ -142,20 +141,183 @@ def read(path: str, terms: Terms | None = None) -> Script:
         text = f.read()
     terms = terms or Terms()
     out = Script(path, text, _header(text))
-    for x, line, span in _sexprs(text, path):
-        if isinstance(x, str) or not x or not isinstance(x[0], str):
-            raise SmtError(f"{path}:{line}: {x!r} is no command")
-        c = Command(x[0], x[1:], line, span)
+    for c in _commands(text, path, terms):
         if c.head == "assert":
-            if len(x) != 2:
-                raise SmtError(f"{path}:{line}: an assert takes one term")
-            c.term = terms.expand(x[1])
-        elif c.head == "declare-fun" and len(x) == 4 and x[2] == ():
-            out.declared[x[1]] = x[3]
-        elif c.head == "declare-const" and len(x) == 3:
-            out.declared[x[1]] = x[2]
+            if len(c.args) != 1:
+                raise SmtError(f"{path}:{c.line}: an assert takes one term")
+            c.term = c.args[0]
+        elif c.head == "declare-fun" and len(c.args) == 3 and c.args[1] == () and isinstance(c.args[0], str):
+            out.declared[c.args[0]] = c.args[2]
+        elif c.head == "declare-const" and len(c.args) == 2 and isinstance(c.args[0], str):
+            out.declared[c.args[0]] = c.args[1]
         out.commands.append(c)
     return out
+
+
+_TOK = re.compile(r'(\()|(\))|(;[^\n]*)|(\|[^|]*\||[^\s()|;"]+)|(\S)')
+"""A token: an opening or closing parenthesis, a comment (skipped), a symbol or literal; or a
+character this reader does not read (a lone `|`, a string's `"`), an error: what it reads
+must be what a solver reads."""
+
+_TERM, _LET, _BINDS, _BIND, _BODY, _NOTE, _RAW, _TOP = range(8)
+"""What an open parenthesis is, in `_Reader`: an application (its operator, then its
+arguments' ids), a `let` before its bindings, its bindings, one binding (name, id), the `let`
+past its bindings (its body's id), an annotation `(! term ...)`, a list read as is (a
+command's arguments other than an assert's), a top-level command."""
+
+
+def _commands(text: str, path: str, terms: Terms) -> list:
+    """The top-level commands of `text`, read in one pass over its tokens: an `assert`'s
+    argument interned as it is read (`Terms`: each `let` expanded, `>=`/`>` mirrored, an
+    annotation its term), any other command's arguments as nested tuples of tokens.
+
+    A stretch of lines that starts at the top level and reads as whole commands is read once
+    a `Terms` table: the files of a folder repeat most of their commands word for word, and
+    a stretch met again is its commands again (their lines and offsets moved). Tokens never
+    span a line's end (a quoted `|symbol|` may: a text holding one is read as one stretch)."""
+    reader = _Reader(text, path, terms)
+    starts = [0] if _quoted(text) else [0, *(k + 1 for k in _starts(text))]
+    memo = terms.stretches
+    for a, b in zip(starts, [*starts[1:], len(text)]):
+        if reader.stack:
+            reader.tokens(a, b)
+            continue
+        piece = text[a:b]
+        known = memo.get(piece)
+        line = reader.line + text.count("\n", reader.last, a)
+        if known is None:
+            n = len(reader.out)
+            reader.tokens(a, b)
+            if not reader.stack:
+                memo[piece] = [(c.head, c.args, c.line - line, c.span[0] - a, c.span[1] - a) for c in reader.out[n:]]
+            continue
+        reader.out += [Command(h, x, line + dl, (a + s, a + e)) for h, x, dl, s, e in known]
+        reader.line, reader.last = line, a
+    if reader.stack:
+        raise SmtError(f"{path}:{reader.where(reader.first)}: a '(' is never closed")
+    return reader.out
+
+
+def _quoted(text: str) -> bool:
+    """Whether `text` holds a quoted symbol: a `|` with no `;` before it on its line (a quoted
+    symbol's first `|` is outside any comment; a `;` inside an earlier one follows a `|`)."""
+    at = text.find("|")
+    while at >= 0:
+        if ";" not in text[text.rfind("\n", 0, at) + 1:at]:
+            return True
+        at = text.find("|", at + 1)
+    return False
+
+
+def _starts(text: str):
+    """The offsets of each `\n(` in `text`: where a line starts with a parenthesis."""
+    at = text.find("\n(")
+    while at >= 0:
+        yield at
+        at = text.find("\n(", at + 1)
+
+
+class _Reader:
+    """`_commands`'s state: the commands read, the open parentheses (`[what, items]`), the
+    `let` scopes, and the line of the offset `last`."""
+
+    def __init__(self, text: str, path: str, terms: Terms):
+        self.text, self.path, self.terms = text, path, terms
+        self.out, self.stack, self.envs, self.env = [], [], [], {}
+        self.line, self.last, self.first = 1, 0, 0
+
+    def where(self, at: int) -> int:
+        return self.line + self.text.count("\n", self.last, at)
+
+    def fail(self, at: int, why: str):
+        raise SmtError(f"{self.path}:{self.where(at)}: {why}")
+
+    def tokens(self, a: int, b: int) -> None:
+        """Read the tokens of text[a:b] (`_commands`)."""
+        text, make, ids, stack, env = self.text, self.terms.make, self.terms._ids, self.stack, self.env
+        for m in _TOK.finditer(text, a, b):
+            k = m.lastindex
+            if k == 4:  # a symbol or literal
+                tok = m.group(4)
+                if not stack:
+                    self.fail(m.start(), f"{tok!r} is no command")
+                f = stack[-1]
+                kind, items = f
+                if kind == _TERM:
+                    if items:
+                        v = env.get(tok)
+                        if v is None:
+                            v = ids.get(tok)
+                            if v is None:
+                                v = make(tok)
+                        items.append(v)
+                    elif tok == "let":
+                        f[0] = _LET
+                    elif tok == "!":
+                        f[0] = _NOTE
+                    else:
+                        items.append(tok)
+                elif kind == _RAW or (kind == _TOP and (not items or items[0] != "assert")) or \
+                        (kind == _BIND and not items):
+                    items.append(tok)
+                elif kind == _TOP or (kind == _BIND and len(items) == 1) or (kind in (_BODY, _NOTE) and not items):
+                    v = env.get(tok)
+                    items.append(make(tok) if v is None else v)
+                elif kind != _NOTE:  # (an annotation's attributes are skipped)
+                    self.fail(m.start(), f"{tok!r} where a 'let' takes no symbol")
+            elif k == 1:
+                if not stack:
+                    self.line, self.last = self.where(m.start()), m.start()
+                    self.first = m.start()
+                    stack.append([_TOP, []])
+                    continue
+                kind, items = stack[-1]
+                if kind == _TERM or kind == _TOP:
+                    if not items:
+                        self.fail(m.start(), "an application of no operator")
+                    stack.append([_TERM if kind == _TERM or items[0] == "assert" else _RAW, []])
+                elif kind == _RAW or (kind == _NOTE and items):
+                    stack.append([_RAW, []])
+                elif kind == _LET:
+                    stack.append([_BINDS, []])
+                elif kind == _BINDS:
+                    stack.append([_BIND, []])
+                elif (kind == _BIND and len(items) == 1) or (kind in (_BODY, _NOTE) and not items):
+                    stack.append([_TERM, []])
+                else:
+                    self.fail(m.start(), "a 'let' malformed (a '(' where it takes none)")
+            elif k == 2:
+                if not stack:
+                    self.fail(m.start(), "a ')' closes nothing")
+                kind, items = stack.pop()
+                if kind == _TERM:
+                    if not items:
+                        self.fail(m.start(), "an application of no operator")
+                    v = make((FLIP[items[0]], items[2], items[1]) if len(items) == 3 and items[0] in FLIP
+                             else tuple(items))
+                elif kind == _RAW:
+                    v = tuple(items)
+                elif kind == _TOP:
+                    if not items or not isinstance(items[0], str):
+                        raise SmtError(f"{self.path}:{self.line}: {tuple(items)!r} is no command")
+                    self.out.append(Command(items[0], tuple(items[1:]), self.line, (self.first, m.end())))
+                    continue
+                elif kind == _BINDS:
+                    self.envs.append(env)
+                    env = self.env = {**env, **dict(items)}  # (each value was read in the outer scope)
+                    stack[-1][0] = _BODY
+                    continue
+                elif kind == _BIND and len(items) == 2:
+                    v = tuple(items)
+                elif (kind == _BODY and len(items) == 1) or (kind == _NOTE and items):
+                    v = items[0]
+                    if kind == _BODY:
+                        env = self.env = self.envs.pop()
+                else:
+                    self.fail(m.start(), "a 'let' or annotation malformed")
+                stack[-1][1].append(v)
+            elif k == 5:
+                self.fail(m.start(), f"{m.group(5)!r} is no token this reader reads")
 
 
 def head(terms: Terms, t: int) -> str | None:
