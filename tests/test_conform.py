@@ -3,6 +3,7 @@
 conformant, and refute mutants the prover proves: each tiles and keeps its claims, but says the
 engine writes a byte where it does not."""
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +12,7 @@ from layoutalg.params import parse_config
 from layoutalg.tools import conform, engine_models as em
 from layoutalg.verify.prove.runner import Budgets, prove_obligation
 
-from conftest import ROOT
-from test_cli import run
-
-SPECS = ROOT / "specs"
+SPECS = Path(__file__).parent.parent / "specs"  # (not conftest's ROOT: tests/engine imports this module)
 MAMBA = dict(ssm_heads=4, ssm_head_dim=2, state_size=2, n_groups=2, conv_kernel=3, conv_bytes=4, ssm_bytes=4)
 
 
@@ -121,6 +119,7 @@ def test_tags_that_do_not_tell_elements_apart_leave_it_unknown():
 
 
 def test_the_command(tmp_path):
+    from test_cli import run
     out = run("conform", "--family", "split_nhd", "--config", "tp=2", "--config", "tp=4,dcp=2", "--heads", "2",
               "--head-size", "8")
     assert out.returncode == 0 and out.stdout.count("conformant") == 2, out.stdout + out.stderr

@@ -1,0 +1,93 @@
+"""`layoutalg conform` with vLLM 0.32's own writers, run on the CPU (`tools.vllm_writers`):
+Triton's `triton_reshape_and_cache_flash` under the interpreter, the CPU attention backend's
+`_C` cache op, and the CPU Mamba ops, with vLLM's own slot mapping (DCP token dealing) and its
+layers' weight loaders (which heads, channels and groups a TP rank holds). The shipped families
+are what vLLM writes; mutants the prover proves are refuted by the real writers."""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before vLLM decorates its kernels: run by Triton's interpreter
+
+import pytest  # noqa: E402
+
+from layoutalg.dsl.library import load  # noqa: E402
+from layoutalg.params import parse_config  # noqa: E402
+from layoutalg.tools import conform, vllm_writers as vw  # noqa: E402
+from layoutalg.verify.prove.runner import Budgets, prove_obligation  # noqa: E402
+
+from test_conform import B_REGION, MAMBA, X_REGION, _mutant  # noqa: E402
+
+FLASH = {"kv_blocks_second": 1}
+
+
+def _check(family, config, writer, heads, head_size=8, block_size=4, names=None, specs=None, describe=None):
+    return conform.check(family, parse_config(config), writer, heads=heads, block_size=block_size,
+                         head_size=head_size, dtype="fp32", names=names, specs=specs, describe=describe)
+
+
+def test_vllm_deals_heads_and_tokens_as_the_grid_says():
+    """The two rules the writers take from vLLM, seen directly: QKVParallelLinear's K heads of a
+    rank (contiguous; GQA replicas share one), and the block table's slot mapping at DCP 2."""
+    assert vw.kv_heads(4, 2, 1, 8) == [2, 3] and vw.kv_heads(2, 4, 3, 8) == [1]
+    s = vw.slots(4, 2, 1, 1, [1, 0], 16).tolist()  # dcp rank 1 keeps the odd tokens; page 0 in block 1
+    assert s == [-1, 4, -1, 5, -1, 6, -1, 7, -1, 0, -1, 1, -1, 2, -1, 3]
+
+
+ATTENTION = [("tp=2", 4), ("tp=4", 2), ("tp=2,dcp=2,interleave=2", 1)]  # heads cut; GQA replicas; DCP pairs
+
+
+@pytest.mark.parametrize("family", ["split_nhd", "split_hnd", "flash_nhd", "flash_hnd"])
+def test_attention_families_are_what_vllms_triton_writer_writes(family):
+    for config, heads in ATTENTION:
+        r = _check(family, config, vw.WRITERS[family](), heads, names=FLASH if "flash" in family else None)
+        assert r.status == "conformant" and r.compared > 0, str(r)
+
+
+@pytest.mark.parametrize("config, groups", [("tp=2", 2), ("tp=4", 4), ("tp=2", 1), ("tp=4", 1)])
+def test_mamba2_is_what_vllms_cpu_mamba_ops_write(config, groups):
+    """n_groups = 1 at tp 2 and 4: vLLM's loader gives every rank the one group (replicated)."""
+    r = _check("mamba2", config, vw.mamba2(), heads=1, head_size=None, names=dict(MAMBA, n_groups=groups))
+    assert r.status == "conformant" and r.compared > 0, str(r)
+
+
+def test_mamba2_groups_vllm_will_not_shard_are_an_error():
+    from layoutalg.errors import ConfigError
+    with pytest.raises(ConfigError, match="n_groups % tp == 0 or n_groups == 1"):
+        _check("mamba2", "tp=4", vw.mamba2(), heads=1, head_size=None, names=MAMBA)  # 2 groups, 4 ranks
+
+
+def test_heads_dealt_round_robin_are_refuted_by_vllms_writer(tmp_path):
+    specs = _mutant(tmp_path, "grids.lal", "fn head(h) = head_shard * heads + h",
+                    "fn head(h) = h * shards + head_shard")
+    lib = load([tmp_path / "split_nhd.lal"])
+    assert prove_obligation(lib, "split_nhd", "writers-disjoint", {}, Budgets.of()).status == "proved"
+    r = _check("split_nhd", "tp=2", vw.triton_flash("NHD"), 4, specs=specs, describe=vw.describe_kv(4, 8, 8))
+    assert r.status == "refuted" and r.misplaced, str(r)
+    m = r.misplaced[0]
+    assert m.rank == 0 and "the writer put the element (K of token" in m.what and "head 1" in m.what, str(r)
+    assert "the spec sends this byte to canonical byte" in m.what, str(r)
+
+
+def test_a_mamba2_conv_row_b_x_c_is_refuted_by_vllms_writer(tmp_path):
+    b_first = B_REGION.replace("offset X + j +", "offset j +") + X_REGION.replace("offset j +", "offset G * N + j +")
+    specs = _mutant(tmp_path, "mamba2.lal", X_REGION + B_REGION, b_first)
+    r = _check("mamba2", "tp=2", vw.mamba2(), heads=1, head_size=None, names=MAMBA, specs=specs,
+               describe=vw.describe_mamba2(MAMBA))
+    assert r.status == "refuted", str(r)
+    m = r.misplaced[0]
+    assert m.rank == 0 and m.block == 0 and "(conv step 0 of page 1, x channel 2)" in m.what, str(r)
+    assert "the spec sends this byte to canonical byte 18" in m.what, str(r)  # x channel 2 sent after B
+
+
+def test_the_cpu_backends_own_cache_write_against_packed_hnd():
+    """vLLM's CPU attention backend allocates `(blocks, heads, block_size, 2 * head_size)`, the
+    tensor packed HND describes, but its `_C` op writes a head's K of every token first (dim-major:
+    a dim's tokens side by side) and then its V, not K|V side by side per token. Under TP a head's
+    stretch moves whole, so the bytes land alike (conformant); where DCP changes a page's token
+    count the spec sends them elsewhere (refuted): packed_hnd is not the CPU backend's layout."""
+    write = vw.cpu_attn()
+    r = _check("packed_hnd", "tp=2", write, 2, head_size=32, block_size=32)
+    assert r.status == "conformant" and r.compared == 2 * 2 * 32 * 64 * 4, str(r)
+    r = _check("packed_hnd", "tp=2,dcp=2", write, 1, head_size=32, block_size=32, describe=vw.describe_kv(1, 32, 128))
+    assert r.status == "refuted", str(r)
+    m = r.misplaced[0]
+    assert m.rank == 0 and "K of token" in m.what and "the spec sends this byte" in m.what, str(r)
