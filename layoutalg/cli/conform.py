@@ -10,8 +10,15 @@ from .common import sizes_once
 
 def _writer(text: str | None, family: str):
     """The writer a `--writer MODULE:FUNCTION` names (called with no argument, it gives the
-    writer), or the engine model of vLLM's writer for a shipped family."""
+    writer), `--writer vllm` vLLM's own writer of a shipped family, or by default the engine
+    model of vLLM's writer."""
     from ..tools import engine_models
+    if text == "vllm":  # vLLM's own writers, run on the CPU (needs vLLM CPU and triton: tools/vllm_writers)
+        from ..tools import vllm_writers
+        if family not in vllm_writers.WRITERS:
+            raise LayoutalgError(f"conform: no vLLM writer runs {family}'s layer on a CPU (writers: "
+                                 f"{', '.join(sorted(vllm_writers.WRITERS))})")
+        return vllm_writers.WRITERS[family]()
     if text is None:
         if family not in engine_models.WRITERS:
             raise LayoutalgError(f"conform: no engine model writes {family}'s layer (models: "

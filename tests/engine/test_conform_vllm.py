@@ -91,3 +91,12 @@ def test_the_cpu_backends_own_cache_write_against_packed_hnd():
     assert r.status == "refuted", str(r)
     m = r.misplaced[0]
     assert m.rank == 0 and "K of token" in m.what and "the spec sends this byte" in m.what, str(r)
+
+
+def test_the_command_names_vllms_writers():
+    from layoutalg.cli.conform import _writer
+    from layoutalg.errors import LayoutalgError
+    r = _check("split_hnd", "tp=2", _writer("vllm", "split_hnd"), 2)
+    assert r.status == "conformant", str(r)
+    with pytest.raises(LayoutalgError, match="no vLLM writer runs aiter's layer on a CPU"):
+        _writer("vllm", "aiter")
