@@ -10,6 +10,8 @@ def _reshard(args) -> int:
     from ..tools.distributed import group_of, reshard
     names = sizes_once("reshard", args.size)
     specs = args.specs
+    if args.transport != "torch" and not args.direct:
+        raise LayoutalgError(f"reshard: --transport {args.transport} moves a direct plan's bytes: give --direct")
     if args.pages is not None or args.store_backend != "file" or args.mooncake_master is not None:
         return _reshard_job(args, names)
     if args.store is None or args.load is None:
@@ -61,8 +63,12 @@ def _reshard(args) -> int:
     print("byte check: each byte is named by the engine element it holds (the local layout's indices, each a "
           "global index by the grid's placements: the engine's word), never by the spec's canonical layout"
           + ("; taken from the spec: " + "; ".join(taken) if taken else ""))
+    transport = None
+    if args.transport == "nixl":
+        from ..tools.nixl import spawn
+        transport = spawn
     passed, failed = reshard(store, load, args.layers, args.direct, conversion=conversion, device=args.device,
-                             stages=(sx, sy))
+                             stages=(sx, sy), transport=transport)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed or not passed else 0
 
@@ -108,6 +114,10 @@ def add_store_arguments(rs) -> None:
     rs.add_argument("--mooncake-master", metavar="HOST:PORT",
                     help="the Mooncake Store master (mooncake_master -rpc_port=PORT); the pages live in the memory "
                          "its long-lived clients lend (docs/moving-bytes.md)")
+    rs.add_argument("--transport", choices=("torch", "nixl"), default="torch",
+                    help="with --direct, what moves the bytes: torch (default: the process group's sends) or nixl "
+                         "(each consumer READs from the producers' registered KV memory; pip install "
+                         "'layoutalg[nixl]')")
     rs.add_argument("--model", metavar="NAME", help="the model the pages are stored under (default: the family)")
 
 

@@ -454,7 +454,7 @@ def _synchronize(dev) -> None:
 
 
 def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=print,
-            conversion=None, device: str = "cpu", stages: tuple = ((), ())) -> tuple[int, int]:
+            conversion=None, device: str = "cpu", stages: tuple = ((), ()), transport=None) -> tuple[int, int]:
     """Run it; returns (passed, failed) counting loading ranks x layers. Where the two groups
     read pages of another cp, `conversion` (`conversions.conversion`, big to small pages)
     converts the stored pages between the two formats in between, or with `direct` is
@@ -465,7 +465,9 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     between it and shared host memory; the group runs NCCL where every rank has a GPU of its own.
     `stages` gives each side's pipeline stages, the layers each owns (`params.stage_layers`),
     each stage a group of the side's configuration: a layer is stored by the stage that owns
-    it and loaded by the other side's stage that owns it (none given: one stage, every layer)."""
+    it and loaded by the other side's stage that owns it (none given: one stage, every layer).
+    `transport(job, processes)` runs a direct reshard's processes instead of the process group's
+    sends (`tools.nixl.spawn`) and says what moved the bytes."""
     _usable(device)
     stages = tuple(tuple(x) or (range(layers),) for x in stages)
     ps, pl = store.world * len(stages[0]), load.world * len(stages[1])  # processes of each side
@@ -490,8 +492,9 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             (("direct", ps + pl),) if direct else (("store", store.world), ("load", load.world)))))
         log(f"KV caches on {on}" + (f" ({gpus} GPUs: ranks share them round-robin)" if device == "cuda" else ""))
         t0 = time.perf_counter()
+        how = "the process group"
         if direct:
-            _spawn(_direct_worker, job, ps + pl)
+            how = transport(job, ps + pl) if transport is not None else _spawn(_direct_worker, job, ps + pl) or how
         else:
             _spawn(_store_worker, job, ps)
             log(f"stored: {_staged(stages[0], store)} of {_shown(store.config)} into {layers} x {store.blocks} "
@@ -509,8 +512,8 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
     moved = sum(r["moved"] for r in results)
     copies = max(r["copy_s"] for r in results) + max((r["copy_s"] for r in stores), default=0.0)
     if direct:
-        log(f"direct: {_staged(stages[1], load)} read {moved} bytes from {_staged(stages[0], store)} over the "
-            f"process group: the transfers and scatters {copies:.3f} s (the slowest consumer); processes, filling "
+        log(f"direct: {_staged(stages[1], load)} read {moved} bytes from {_staged(stages[0], store)} over "
+            f"{how}: the transfers and scatters {copies:.3f} s (the slowest consumer); processes, filling "
             f"and checking the rest of {seconds:.2f} s")
     else:
         log(f"loaded: {_staged(stages[1], load)} of {_shown(load.config)}: the copies {copies:.3f} s (the slowest rank's "
