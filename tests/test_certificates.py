@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 from layoutalg.dsl.library import load
 from layoutalg.errors import LayoutalgError
+from layoutalg.verify.audit import audit
 from layoutalg.verify.certify import certify, check_file
 from layoutalg.verify.prove.certificates import texts
 from layoutalg.verify.prove.certificate_files import write
@@ -417,29 +418,75 @@ def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and
     assert s.check() == z3.sat  # a byte of k and one of v at the same place: the file is a counterexample
 
 
-def test_a_direct_plans_proof_for_all_sizes_is_written_as_steps_cvc5_re_checks(tmp_path):
-    """`prove --reshard --certificates`: each query the plan's proof answered unsat is a step
-    file (the local layout's one-to-one step along its chain, DIGIT and RANGE; its elements
-    inside the page by LOW, ABOVE, BOUND and SCALE), all unsat."""
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    """split_nhd's direct plan tp=2 -> tp=1, its certificates written by `prove --reshard`."""
+    folder = tmp_path_factory.mktemp("plan") / "c"
     r = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2", "tp=1", "--family", "split_nhd",
-            "--certificates", str(tmp_path / "c"))
+            "--certificates", str(folder))
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"certificates: \d+ SMT-LIB files for 1 plans in ", r.stdout), r.stdout
+    return folder
+
+
+def test_a_direct_plans_proof_for_all_sizes_is_written_as_steps_cvc5_re_checks(plan):
+    """`prove --reshard --certificates`: each query the plan's proof answered unsat is a step
+    file (the local layout's one-to-one step along its chain, DIGIT and RANGE; its elements
+    inside the page by LOW, ABOVE, BOUND and SCALE), all unsat; each case pair that applies
+    has its applies file (sat), and each step its goal (its assumptions sat without it)."""
     rows = {(x["family"], x["obligation"]): x["certificate"]
-            for x in csv.DictReader(open(tmp_path / "c" / "index.tsv"), delimiter="\t")}
-    steps = sorted((tmp_path / "c" / "split_nhd").glob("reshard.tp2-to-tp1.step*.smt2"))
-    assert rows[("split_nhd", "reshard.tp2-to-tp1")] == f"{len(steps)} file(s)" and len(steps) > 20
+            for x in csv.DictReader(open(plan / "index.tsv"), delimiter="\t")}
+    steps = sorted((plan / "split_nhd").glob("reshard.tp2-to-tp1.step*.smt2"))
+    applies = sorted((plan / "split_nhd").glob("reshard.tp2-to-tp1.applies.case*.smt2"))
+    assert [f.name for f in applies] == ["reshard.tp2-to-tp1.applies.case0-0.smt2",
+                                         "reshard.tp2-to-tp1.applies.case4-0.smt2"]
+    assert all("; expect: sat\n; witness: (= " in f.read_text() for f in applies)
+    assert rows[("split_nhd", "reshard.tp2-to-tp1")] == f"{len(steps) + len(applies)} file(s)" and len(steps) > 20
     said = [f.read_text() for f in steps]
     assert any("; step: cases 0 (store) and 0 (load): consumer rank 0 (reshard-match): no size where a byte is read "
                "from a producer byte holding another canonical byte." in t for t in said)
     bijective = next(t for t in said if "the load configuration's local layout is one-to-one" in t)
     assert re.search(r"; depends on: reshard\.tp2-to-tp1\.step\d+\.chain-local\.smt2 \.\./shared-lemmas/digit\.smt2",
                      bijective)
+    of_pair = [t for t in said if t.count("; step: cases 0 (store) and 0 (load): ")]
+    assert of_pair and all("; goal: assertion " in t and "reshard.tp2-to-tp1.applies.case0-0.smt2" in t for t in of_pair)
+    dead = [t for t in said if "apply together at no size" in t]
+    assert dead and not any("; goal: " in t for t in dead)  # (a dead pair's assumptions are what it shows empty)
     out = io.StringIO()
-    assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
-    shared = {f.stem for f in (tmp_path / "c" / "shared-lemmas").glob("*.smt2")}
+    assert certify(str(plan), 20, 2, out) == 0, out.getvalue()
+    shared = {f.stem for f in (plan / "shared-lemmas").glob("*.smt2")}
     assert {"digit", "range", "low", "above", "bound", "scale"} <= shared  # along the chain; each element in the page
-    assert f"{len(steps) + len(shared)} certificates: {len(steps) + len(shared)} as expected" in out.getvalue()
+    n = len(steps) + len(applies) + len(shared)
+    assert f"{n} certificates: {n} as expected" in out.getvalue()
+    goals = sum(1 for t in said if "; goal: " in t and ".chain-" not in t)
+    assert f"{goals} of {goals} goals' assumptions shown satisfiable" in out.getvalue()
+
+
+def test_a_direct_plan_without_its_pairs_applies_file_or_a_steps_goal_is_rejected(plan, tmp_path):
+    """A step of a case pair that applies rests on the pair's applies file (sat): removed, or
+    forged to expect unsat, certify's audit rejects the folder; so it does a step whose goal line
+    is gone. The folder as written has no problem."""
+    assert audit(str(plan), sorted(str(f) for f in plan.rglob("*.smt2")))[0] == []
+    where = "split_nhd/reshard.tp2-to-tp1.applies.case0-0.smt2"
+    step = next(f for f in sorted((plan / "split_nhd").glob("reshard.tp2-to-tp1.step*.smt2"))
+                if "; step: cases 0 (store) and 0 (load): consumer rank 0" in f.read_text())
+    for k, edit in enumerate(["remove", "unsat", "goal"]):
+        copy = tmp_path / f"c{k}"
+        shutil.copytree(plan, copy)
+        (copy / "index.tsv").unlink()
+        if edit == "remove":
+            (copy / where).unlink()
+        elif edit == "unsat":
+            (copy / where).write_text((copy / where).read_text().replace("; expect: sat", "; expect: unsat"))
+        else:
+            text = (copy / "split_nhd" / step.name).read_text()
+            (copy / "split_nhd" / step.name).write_text(re.sub(r"; goal: [^\n]*\n", "", text))
+        files = sorted(str(f) for f in copy.rglob("*.smt2"))
+        said = "\n".join(audit(str(copy), files)[0])  # (certify's content audit: it fails the run on any line)
+        if edit == "goal":
+            assert f"{step.name}:1: a direct plan's step states no goal" in said, said
+        else:
+            assert "its case pair has no applies file expecting sat (reshard.tp2-to-tp1.applies.case0-0.smt2)" in said, said
 
 
 def test_a_plan_not_proved_for_all_sizes_gets_no_certificate_and_nothing_is_written(tmp_path):

@@ -23,8 +23,10 @@ Nothing here decides a formula: the solver does. Pure Python, no solver imported
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+from dataclasses import dataclass
 
 from . import smtlib
 
@@ -54,6 +56,14 @@ LEMMA_TEXT = {
 
 GOAL = re.compile(r"^assertion (\d+)\b")
 CASE = re.compile(r"^(?P<row>.+?)\.case(?P<k>\d+)(?:\.|$)")
+STEP = re.compile(r"^(?P<plan>.+)\.step\d+$")
+"""A direct plan's step file (`certificate_files.step_texts`; its chain files are `STEP.chain-LABEL`)."""
+PAIR_APPLIES = re.compile(r"^(?P<plan>.+)\.applies\.case(?P<x>\d+)-(?P<y>\d+)(?:\.r\d+)?$")
+"""A direct plan's applies file of a case pair (store, load): `certificate_files.applies_name`."""
+STEP_PAIR = re.compile(r"^cases (\d+) \(store\) and (\d+) \(load\)(?!.* apply together at no size)")
+"""A step of one case pair that applies, as its `; step:` line says."""
+DEAD_PAIR = re.compile(r"^cases \d+ \(store\) and \d+ \(load\) apply together at no size")
+"""A step showing a case pair applies nowhere: its assumptions are what it shows empty (no goal)."""
 
 
 class Known(dict):
@@ -239,11 +249,10 @@ def _holds(terms, q: int, have: set, allowed, known) -> bool:
 _INT = re.compile(r"^\d+$")
 
 
-def witnessed(s: smtlib.Script, text: str, errors: list) -> str | None:
-    """`text` (`s`'s, or its vacuity query) with `s`'s `; witness:` values asserted before its
-    `(check-sat)`: each `(= NAME VALUE)` (either way round) of a constant `s` declares and an
-    integer literal (or its negation); None where it gives none, and an error where one is not
-    of that form (a witness names values, nothing else)."""
+def witness_lines(s: smtlib.Script, errors: list) -> str | None:
+    """`s`'s `; witness:` values as assertions: each `(= NAME VALUE)` (either way round) of a
+    constant `s` declares and an integer literal (or its negation); None where it gives none,
+    and an error where one is not of that form (a witness names values, nothing else)."""
     said = s.header.get("witness")
     if not said:
         return None
@@ -264,39 +273,107 @@ def witnessed(s: smtlib.Script, text: str, errors: list) -> str | None:
             errors.append(f"{s.path}:1: its witness line holds {tree!r}, not a declared constant and an integer")
             return None
         lines.append(f"(assert (= {name} {number if isinstance(value, str) else f'(- {number})'}))\n")
+    return "; the witness's values\n" + "".join(lines)
+
+
+def witnessed(s: smtlib.Script, text: str, errors: list) -> str | None:
+    """`text` (`s`'s, or its vacuity query) with `s`'s witness's values (`witness_lines`)
+    asserted before its `(check-sat)`; None where it gives none."""
+    lines = witness_lines(s, errors)
+    return None if lines is None else _with(text, lines)
+
+
+def _with(text: str, lines: str) -> str | None:
     at = text.rfind("(check-sat)")
-    if at < 0:
-        return None
-    return text[:at] + "; the witness's values\n" + "".join(lines) + text[at:]
+    return None if at < 0 else text[:at] + lines + text[at:]
 
 
-def _rel(path: str, folder: str) -> str:
-    return os.path.relpath(path, folder)
+@dataclass(frozen=True)
+class Query:
+    """A query certify asks of a file beside the file itself, made when asked (a library's
+    queries are as large as its files): the file's text as audited (its digest) without the
+    assertions at the spans `drop` (a vacuity query: its goal's assumptions, to be sat), and
+    that text with its witness's values (`witness_lines`) where it gives them."""
+    path: str
+    digest: str
+    drop: tuple = ()
+    witness: str | None = None
+
+    def texts(self) -> tuple[str, str | None]:
+        """(the query's text, with the witness or None). Raises ValueError where the file is not
+        the one audited (changed since)."""
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        if _digest(text) != self.digest:
+            raise ValueError(f"{self.path}: changed since its content was audited")
+        if self.drop:
+            text = vacuity_text(text, self.drop)
+        return text, (None if self.witness is None else _with(text, self.witness))
 
 
-def audit(folder: str, files: list[str]) -> tuple[list[str], list[tuple[str, str, str | None]], dict]:
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def audit(folder: str, files: list[str], jobs: int = 1) -> tuple[list[str], list[Query], dict]:
     """(problems, vacuity queries, witnessed sat files) of the certificate files `files` under
-    `folder`: each problem names the file, its line and what is violated; each vacuity query is
-    (the file it is of, the SMT-LIB text of its assertions without its goal, that text with its
-    witness or None), to be answered sat; each file expecting sat with a witness maps (by its
-    absolute path) to its text with the witness (`witnessed`)."""
+    `folder`: each problem names the file, its line and what is violated; each vacuity query
+    (`Query`: the file's assertions without its goal) is to be answered sat; each file
+    expecting sat with a witness maps (by its absolute path) to its `Query` (no span dropped).
+
+    Each folder's files are read into a table of their own (`_group`), in `jobs` processes
+    where there are several folders: a file rests only on files of its own folder and the
+    shared lemmas (a file it names elsewhere is read there too)."""
+    run = {os.path.abspath(p) for p in files}
+    groups: dict = {}
+    for path in files:
+        groups.setdefault(os.path.dirname(os.path.abspath(path)), []).append(path)
+    work = list(groups.values())
+    if jobs > 1 and len(work) > 1 and len(files) > 64:
+        from concurrent.futures import ProcessPoolExecutor
+        order = sorted(range(len(work)), key=lambda k: -len(work[k]))  # (the largest first: the last to end)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+            futures = {k: pool.submit(_group, work[k], run) for k in order}
+            done = [futures[k].result() for k in range(len(work))]
+    else:
+        done = [_group(paths, run) for paths in work]
+    errors, vacuity, sat, expects, needs = [], [], {}, {}, []
+    for e, v, s, (x, n) in done:
+        errors += e
+        vacuity += v
+        sat.update(s)
+        expects.update(x)
+        needs += n
+    return errors + _case_problems(expects) + _pair_problems(needs, expects), vacuity, sat
+
+
+def _group(paths: list[str], run: set) -> tuple[list[str], list[Query], dict, dict]:
+    """`audit` of the files `paths` (one folder's), in a `Terms` table of their own: (problems,
+    vacuity queries, witnessed sat files, each file's `expect` by its absolute path)."""
     terms = smtlib.Terms()
     known = templates(terms)
     errors, scripts = [], {}
-    for path in files:
+    for path in paths:
         try:
             scripts[os.path.abspath(path)] = smtlib.read(path, terms)
         except (OSError, smtlib.SmtError) as e:
             errors.append(f"{path}: cannot be read ({e})")
-    vacuity, sat = [], {}
-    for path, s in scripts.items():
-        errors += _file_problems(path, s, scripts, known, terms, vacuity)
+    mine = dict(scripts)
+    for path, s in mine.items():  # (a file this one names outside its folder: read here too, checked there)
+        for d in _depends(path, s):
+            if d in run and d not in scripts and os.path.basename(os.path.dirname(d)) != SHARED:
+                try:
+                    scripts[d] = smtlib.read(d, terms)
+                except (OSError, smtlib.SmtError):
+                    pass  # (its own folder's run says why)
+    vacuity, sat, needs = [], {}, []
+    for path, s in mine.items():
+        errors += _file_problems(path, s, scripts, known, terms, vacuity, needs)
         if s.header.get("expect") == "sat":
-            got = witnessed(s, s.text, errors)
-            if got is not None:
-                sat[path] = got
-    errors += _case_problems(scripts)
-    return errors, vacuity, sat
+            lines = witness_lines(s, errors)
+            if lines is not None:
+                sat[path] = Query(path, _digest(s.text), (), lines)
+    return errors, vacuity, sat, ({p: s.header.get("expect") for p, s in mine.items()}, needs)
 
 
 def _depends(path: str, s: smtlib.Script) -> list[str]:
@@ -304,8 +381,10 @@ def _depends(path: str, s: smtlib.Script) -> list[str]:
     return [os.path.normpath(os.path.join(here, x)) for x in s.header.get("depends on", "").split()]
 
 
-def _file_problems(path: str, s: smtlib.Script, scripts: dict, known: dict, terms, vacuity: list) -> list[str]:
-    """The problems of one file (`audit`), appending its vacuity query to `vacuity`."""
+def _file_problems(path: str, s: smtlib.Script, scripts: dict, known: dict, terms, vacuity: list,
+                   needs: list) -> list[str]:
+    """The problems of one file (`audit`), appending its vacuity query to `vacuity` and, for a
+    direct plan's step of a case pair, (the file, its pair's applies file) to `needs`."""
     errors = []
     folder_name = os.path.basename(os.path.dirname(path))
     name = os.path.basename(path)[:-len(".smt2")]
@@ -316,14 +395,23 @@ def _file_problems(path: str, s: smtlib.Script, scripts: dict, known: dict, term
         if terms.node(a.term) == "false":
             errors.append(f"{path}:{a.line}: asserts a bare false (a certificate must not rest on false)")
     expect = s.header.get("expect", "unsat")
-    if expect == "sat" and not name.startswith("applies.case"):
+    if expect == "sat" and not (name.startswith("applies.case") or PAIR_APPLIES.match(name)):
         errors.append(f"{path}:1: expects sat, which only a case's applies file may (its case applies somewhere)")
+    step = STEP.match(name)
+    if step and s.header.get("goal") is None and not DEAD_PAIR.match(s.header.get("step", "")):
+        errors.append(f"{path}:1: a direct plan's step states no goal (`; goal: assertion N`): nothing shows its "
+                      f"assumptions satisfiable")
+    pair = STEP_PAIR.match(s.header.get("step", "")) if step else None
+    if pair:  # (the pair's applies file, answered sat: `_case_problems`)
+        needs.append((path, os.path.join(os.path.dirname(path), f"{step.group('plan')}.applies.case{pair.group(1)}-"
+                                                                 f"{pair.group(2)}.smt2")))
     deps = _depends(path, s)
     allowed = [n for n in _lemmas_named(deps) if n in known]
     chains = []
     for d in deps:
-        if os.path.basename(os.path.dirname(d)) == SHARED or d not in scripts:
-            continue  # (a lemma; or a file not in the run: `dependency_problems` says so)
+        if os.path.basename(os.path.dirname(d)) == SHARED or d not in scripts or \
+                PAIR_APPLIES.match(os.path.basename(d)[:-len(".smt2")]):
+            continue  # (a lemma; a case pair's applies file; or a file not in the run: `dependency_problems` says so)
         found = chain_claim(terms, scripts[d], errors)
         if found is not None:
             theirs = _lemmas_named(_depends(d, scripts[d]))
@@ -349,22 +437,22 @@ def _file_problems(path: str, s: smtlib.Script, scripts: dict, known: dict, term
                           f"names ({', '.join(allowed) or 'none'}) nor of a chain file it names: "
                           f"{smtlib.show(terms, a.term, 240)}" + "".join(f"\n    {w}" for w in why))
     if g is not None and ".chain-" not in name:
-        text = vacuity_text(s, {g} | shown)
-        vacuity.append((path, text, witnessed(s, text, errors)))
+        dropped = {g} | shown
+        drop = tuple(a.span for k, a in enumerate(s.assertions) if k in dropped)
+        vacuity.append(Query(path, _digest(s.text), drop, witness_lines(s, errors)))
     return errors
 
 
-def vacuity_text(s: smtlib.Script, drop: set) -> str:
-    """`s`'s text without the assertions `drop` (indices: its goal, and the instances matched,
+def vacuity_text(text: str, drop: tuple) -> str:
+    """`text` without the assertions at the spans `drop` (its goal, and the instances matched,
     which hold in every model of the rest, so dropping them keeps sat and unsat), expecting sat:
-    the goal's assumptions are satisfiable. Pre: `drop` holds `s`'s goal."""
-    text, at = [], 0
-    for k, a in enumerate(s.assertions):
-        if k in drop:
-            text.append(s.text[at:a.span[0]])
-            at = a.span[1]
-    text.append(s.text[at:])
-    return "".join(text).replace("; expect: unsat", "; expect: sat", 1)
+    the goal's assumptions are satisfiable. Pre: `drop` holds its goal's span, in order."""
+    out, at = [], 0
+    for start, end in drop:
+        out.append(text[at:start])
+        at = end
+    out.append(text[at:])
+    return "".join(out).replace("; expect: unsat", "; expect: sat", 1)
 
 
 def _lemmas_named(deps: list[str]) -> list[str]:
@@ -372,25 +460,34 @@ def _lemmas_named(deps: list[str]) -> list[str]:
     return [os.path.basename(d)[:-len(".smt2")] for d in deps if os.path.basename(os.path.dirname(d)) == SHARED]
 
 
-def _case_problems(scripts: dict) -> list[str]:
+def _pair_problems(needs: list, expects: dict) -> list[str]:
+    """A direct plan's step of a case pair needs the pair's applies file in the run, expecting
+    sat (certify then asks it): else nothing shows that its sizes exist."""
+    return [f"{path}:1: its case pair has no applies file expecting sat ({os.path.basename(want)}) in this run: "
+            f"nothing shows that the pair applies somewhere (the step could be vacuous)"
+            for path, want in needs if expects.get(want) != "sat"]
+
+
+def _case_problems(expects: dict) -> list[str]:
     """Each family folder's cases: a file of case K needs `applies.caseK.smt2` expecting sat;
-    an applies file expecting unsat (a dead case) leaves no other file of its case."""
+    an applies file expecting unsat (a dead case) leaves no other file of its case. (`expects`:
+    each file's `expect` header, or None, by its absolute path.)"""
     errors, by_folder = [], {}
-    for path, s in scripts.items():
+    for path, s in expects.items():
         here, name = os.path.split(path)
         m = CASE.match(name[:-len(".smt2")])
         if m and os.path.basename(here) != SHARED and not name.startswith("stages-tile"):
             by_folder.setdefault(here, {}).setdefault(int(m.group("k")), []).append((m.group("row"), path, s))
     for here, cases in by_folder.items():
         for k, made in sorted(cases.items()):
-            applies = next((s for row, _, s in made if row == "applies"), None)
+            applies = next(((p, x) for row, p, x in made if row == "applies"), None)
             others = [p for row, p, _ in made if row != "applies"]
             if applies is None:
                 errors.append(f"{others[0]}:1: case {k} has no applies.case{k}.smt2 in this run: nothing shows "
                               f"that the case applies somewhere (its certificates could all be vacuous)")
-            elif applies.header.get("expect") == "unsat" and others:
+            elif applies[1] == "unsat" and others:
                 errors.append(f"{others[0]}:1: case {k} is dead (applies.case{k}.smt2 expects unsat) and yet has "
                               f"{len(others)} other file(s)")
-            elif applies.header.get("expect") not in ("sat", "unsat"):
-                errors.append(f"{applies.path}:1: an applies file expects sat (or unsat: a dead case)")
+            elif applies[1] not in ("sat", "unsat"):
+                errors.append(f"{applies[0]}:1: an applies file expects sat (or unsat: a dead case)")
     return errors

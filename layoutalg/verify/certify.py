@@ -147,7 +147,8 @@ def index_problems(folder: str) -> list[str]:
                 continue
             where = os.path.join(folder, folder_of(family))
             have = len([n for n in (os.listdir(where) if os.path.isdir(where) else [])
-                        if (n.startswith((obligation + ".case", obligation + ".step")) and n.endswith(".smt2"))
+                        if (n.startswith((obligation + ".case", obligation + ".step", obligation + ".applies."))
+                            and n.endswith(".smt2"))
                         or n == obligation + ".smt2"])
             if str(have) != what.split()[0]:
                 out.append(f"{family} {obligation}: index.tsv lists {what}, the folder holds {have}")
@@ -178,12 +179,18 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
             return "unreadable", (f"error: {e.strerror if isinstance(e, OSError) else e}", "-", 0.0)
         given = sat.get(os.path.abspath(path))
         if want == "sat" and given is not None:  # its witness's values first: sat with them is sat without
-            got = _check_text(given, seconds)
+            try:
+                got = _check_text(given.texts()[1], seconds)
+            except (OSError, ValueError) as e:
+                return want, (f"error: {e}", "-", 0.0)
             if got[0] == "sat":
                 return want, (got[0], "witness", got[2])
         return want, check_file(path, seconds)
 
-    content, vacuity, sat = audit(folder, files)  # (read before any solver runs: a forged folder fails either way)
+    t1 = time.perf_counter()
+    content, vacuity, sat = audit(folder, files, jobs)  # (read before any solver runs: a forged folder fails either way)
+    print(f"audit: {len(files)} files read, {len(content)} problem(s) ({time.perf_counter() - t1:.1f} s)",
+          file=out, flush=True)
     answers = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for path, (want, (answer, how, secs)) in zip(files, pool.map(one, files)):
@@ -205,21 +212,24 @@ def certify(folder: str, seconds: float = 20.0, jobs: int = 1, out=None) -> int:
 
 
 def vacuity_problems(folder: str, queries: list, seconds: float, pool, out) -> list[str]:
-    """Ask each vacuity query (`audit`: (file, its assertions without its goal)) of cvc5 in a
+    """Ask each vacuity query (`audit.Query`: a file's assertions without its goal) of cvc5 in a
     fresh process, each line printed; a problem for each that is not sat: the file's unsat
     would not rest on its goal (its assumptions alone are unsat, or undecided)."""
     if not queries:
         return []
 
     def ask(query):
-        _, text, given = query
+        try:
+            text, given = query.texts()
+        except (OSError, ValueError) as e:
+            return f"error: {e}", "-", 0.0
         if given is not None:  # the witness's values first: a ground query, sat there is sat without them
             got = _check_text(given, seconds)
             if got[0] == "sat":
                 return got[0], "witness", got[2]
         return _check_text(text, seconds)
     problems = []
-    for (path, _, _), (answer, how, secs) in zip(queries, pool.map(ask, queries)):
+    for path, (answer, how, secs) in zip((q.path for q in queries), pool.map(ask, queries)):
         print(f"{answer:<8} {how:<8} {secs:7.2f}s  {os.path.relpath(path, folder)} without its goal"
               + ("" if answer == "sat" else "  FAIL (expected sat)"), file=out, flush=True)
         if answer != "sat":

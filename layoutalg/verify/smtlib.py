@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 class SmtError(ValueError):
@@ -37,9 +38,9 @@ class Script:
     commands: list = field(default_factory=list)
     declared: dict = field(default_factory=dict)
 
-    @property
+    @cached_property
     def assertions(self) -> list:
-        """The `assert` commands, in order."""
+        """The `assert` commands, in order (asked once the script is read)."""
         return [c for c in self.commands if c.head == "assert"]
 
 

@@ -15,7 +15,7 @@ from ...errors import LayoutalgError
 from ..certify import DEPENDS, folder_of
 from . import lemmas
 from .certificates import (ALL_SIZES, APPLIES, NO_SMT, SMT_ROWS, _bare_false, _body, _goal_line, _lemma_text, _needs,
-                           _smt2, _spec_lines, texts)
+                           _smt2, _spec_lines, _witness, texts)
 from .store import Row
 
 
@@ -127,23 +127,43 @@ def pair_name(store: str, load: str) -> str:
 
 def step_texts(lib: Library, family: str, store: str, load: str, steps: list) -> list[tuple[str, str]]:
     """(file stem, SMT-LIB text) of each step of a direct plan's proof for all sizes (`steps`:
-    (what it shows, its assertions), each a query Z3 answered unsat: `reshard.at_sizes.recording`),
-    one file a distinct query."""
+    (what it shows, its assertions, chains, lemmas, answer, the index of its violation), each a
+    query Z3 answered unsat, or sat where it shows a case pair applies: `reshard.at_sizes.recording`),
+    one file a distinct query: a step's file names its goal (certify asks its assertions without
+    it, to be sat); a case pair that applies has its applies file (`applies_name`), expecting sat
+    with Z3's witness, and every step of that pair rests on the pair applying somewhere."""
     made: dict = {}
-    held = []  # (steps whose query asserts a bare false: a guard the prover evaluated false at the pair's numbers)
-    for what, asserted, chains, kinds in steps:  # (a term in `what` may print on several lines)
+    held, applies = [], {}  # (steps whose query asserts a bare false: a guard the prover evaluated false)
+    for what, asserted, chains, kinds, answer, goal in steps:  # (a term in `what` may print on several lines)
+        what = " ".join(what.split())
+        if answer == "sat":
+            pair = _PAIR.search(what)
+            if pair and not any(_bare_false(e) for e in asserted):
+                applies.setdefault((int(pair.group(1)), int(pair.group(2))), []).append(asserted)
+            continue
         if any(_bare_false(e) for e in asserted):
-            held.append(" ".join(what.split()))
+            held.append(what)
             continue
         body, more = _body(asserted)
-        made.setdefault(body, (" ".join(what.split()), chains, kinds | more))
+        goal = None if _PAIR.search(what) else goal  # (a dead pair: its assumptions are what it shows empty)
+        made.setdefault(body, (what, chains, kinds | more, goal, asserted))
     name, out = pair_name(store, load), []
     pairs = [_PAIR.search(w) for w in held]
     alone = " ".join(f"{p.group(1)}-{p.group(2)}" if p else w for p, w in zip(pairs, held))
-    for n, (body, (what, chains, kinds)) in enumerate(made.items()):
+    for (kx, ky), queries in sorted(applies.items()):
+        for j, asserted in enumerate(queries):  # (one a region of a page of regions)
+            body, _ = _body(asserted)
+            out.append((applies_name(name, kx, ky, j), _applies_header(lib, family, store, load, kx, ky, asserted)
+                        + body))
+    for n, (body, (what, chains, kinds, goal, asserted)) in enumerate(made.items()):
         stem = f"{name}.step{n:03d}"
         needs = [f"{stem}.chain-{label}.smt2" for label, *_ in chains] + _needs(kinds)
-        out.append((stem, _step_header(lib, family, store, load, n, len(made), what, needs, alone=alone) + body))
+        pair = _STEP_PAIR.match(what)
+        if pair and not _PAIR.search(what):
+            needs.append(applies_name(name, int(pair.group(1)), int(pair.group(2))) + ".smt2")
+        wit = "" if goal is None else _witness(asserted[:goal] + asserted[goal + 1:])
+        out.append((stem, _step_header(lib, family, store, load, n, len(made), what, needs, alone=alone, goal=goal,
+                                       witness=wit) + body))
         for label, said, a, g in chains:
             text, used = _body(a)
             out.append((f"{stem}.chain-{label}", _step_header(lib, family, store, load, n, len(made), said,
@@ -151,12 +171,35 @@ def step_texts(lib: Library, family: str, store: str, load: str, steps: list) ->
     return out
 
 
+def applies_name(name: str, kx: int, ky: int, j: int = 0) -> str:
+    """The stem of a direct plan's applies file of the case pair (kx, ky) (`j`: its region, past the first)."""
+    return f"{name}.applies.case{kx}-{ky}" + (f".r{j}" if j else "")
+
+
+_STEP_PAIR = re.compile(r"^cases (\d+) \(store\) and (\d+) \(load\)")
+"""A step of one case pair: its store and load cases (the words `all_sizes._check` starts with)."""
+
+
+def _applies_header(lib: Library, family: str, store: str, load: str, kx: int, ky: int, asserted) -> str:
+    file, line, body = _spec_lines(lib, family)
+    wit = _witness(asserted)
+    lines = [f"layoutalg certificate: family {family}, the direct plan from {store} to {load} (`layoutalg prove "
+             f"--reshard`), case pair {kx} (store) and {ky} (load) applies", "expect: sat",
+             *([f"witness: {wit}"] if wit else []), f"spec: {file}:{line}", *(f"  | {t}" for t in body),
+             "sat means: some sizes within their declared bounds satisfy both cases' guards at these configurations,",
+             "with canonical pages of one shape (or k of one along the sequence index): the plan's steps of this",
+             "pair speak of sizes that exist (they rest on this file answering sat)."]
+    return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n"
+
+
 _PAIR = re.compile(r"^cases (\d+) \(store\) and (\d+) \(load\) apply together at no size")
 """A step that shows a case pair never applies: its store and load cases."""
 
 
 def _step_header(lib: Library, family: str, store: str, load: str, n: int, total: int, what: str,
-                 uses=(), chain: bool = False, goal: int | None = None, alone: str = "") -> str:
+                 uses=(), chain: bool = False, goal: int | None = None, alone: str = "", witness: str = "") -> str:
+    """A step file's header (a chain file's with `chain`); `goal`: its violation's index, and
+    `witness` Z3's values of a model of the rest (certify asks the rest, sat expected)."""
     file, line, body = _spec_lines(lib, family)
     if chain:
         return "".join(f"; {t}\n" for t in [
@@ -168,8 +211,8 @@ def _step_header(lib: Library, family: str, store: str, load: str, n: int, total
             *([f"{DEPENDS} {' '.join(uses)}"] if uses else [])]) + "(set-logic ALL)\n"
     lines = [f"layoutalg certificate: family {family}, the direct plan from {store} to {load} "
              f"(`layoutalg prove --reshard`), step {n + 1} of {total}",
-             "expect: unsat", f"spec: {file}:{line}", *(f"  | {t}" for t in body),
-             f"step: {what}.",
+             "expect: unsat", *_goal_line(goal), *([f"witness: {witness}"] if witness else []),
+             f"spec: {file}:{line}", *(f"  | {t}" for t in body), f"step: {what}.",
              "unsat means: no value of the sizes within their declared bounds, and no rank, byte or index,",
              "satisfies the query below, so the step holds for every size. The plan's rows (reshard-cover,",
              "reshard-match) hold where every step is unsat, with the family's one-format row (and, across",

@@ -212,7 +212,7 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
         cross = cross_of(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
         shape = _same_shape(mx, my, cross)  # the runtime plans only between pages of one format (or k of one)
         with showing(f"cases {kx} (store) and {ky} (load) apply together at no size with canonical pages of one "
-                     f"shape (or k of one along the sequence index): the pair has no plan to check"):
+                     f"shape (or k of one along the sequence index): the pair has no plan to check", applies=True):
             status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
         if status == "unsat":
             continue

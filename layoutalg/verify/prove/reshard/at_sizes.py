@@ -257,7 +257,7 @@ def _match(mx: Model, my: Model, plan, cross=None):
         {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx}
 
 
-_STEPS: list | None = None  # while `recording`: (what, assertions, chain files, lemmas) of each unsat query
+_STEPS: list | None = None  # while `recording`: (what, assertions, chain files, lemmas, answer, goal) of each query kept
 _SHOWING: list = []  # what the query asked now shows where unsat (`showing`), innermost last
 
 
@@ -275,11 +275,12 @@ def recording():
 
 
 @contextmanager
-def showing(what, cut=None):
+def showing(what, cut=None, applies=False):
     """What the queries asked inside show where unsat, for their recorded steps (words, or a
     function that makes them where a step is kept); `cut`, where given, makes what such a step
-    rests on (`certificates.cuts`: instances, chain files, lemmas)."""
-    _SHOWING.append((what, cut))
+    rests on (`certificates.cuts`: instances, chain files, lemmas). With `applies`, a query
+    answered sat is kept too: it shows where its assumptions hold (a case pair that applies)."""
+    _SHOWING.append((what, cut, applies))
     try:
         yield
     finally:
@@ -300,19 +301,22 @@ def _solve(mx: Model, my: Model | None, violation, budget: Budget):
     if res == z3.sat:
         asked = given + [c for m in models for c in m.ops.definitions]
         res, s = _check_z3(budget, asked)
-    if res == z3.unsat and _STEPS is not None:  # (the query answered: with every definition, where that decided)
-        _record(models, asked)
+    if _STEPS is not None and (res == z3.unsat or (res == z3.sat and _SHOWING and _SHOWING[-1][2])):
+        _record(models, asked, "unsat" if res == z3.unsat else "sat", len(given) - 1)  # (as answered: with
+        # every definition, where that decided)
     return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
 
 
-def _record(models: list, asked: list) -> None:
-    """Keep an unsat query as a step, with what it rests on where its `showing` says
-    (`certificates.cuts`: instances asserted with their side conditions, chain files, lemmas)."""
-    what, cut = _SHOWING[-1] if _SHOWING else ("a query of the proof", None)
+def _record(models: list, asked: list, answer: str = "unsat", goal: int | None = None) -> None:
+    """Keep a query as a step (`answer` unsat; sat where its `showing` keeps those: a case pair
+    that applies), with what it rests on where its `showing` says (`certificates.cuts`: instances
+    asserted with their side conditions, chain files, lemmas) and the index of its violation
+    among its assertions (`goal`)."""
+    what, cut, _ = _SHOWING[-1] if _SHOWING else ("a query of the proof", None, False)
     what = what() if callable(what) else what  # (words made only where kept)
-    found, chains, kinds = cut() if cut is not None else ([], [], set())
+    found, chains, kinds = cut() if cut is not None and answer == "unsat" else ([], [], set())
     _STEPS.append((what, [*asked, *found, *models[0].ops.side_for(found, *[m.ops for m in models[1:]])],
-                   chains, kinds))
+                   chains, kinds, answer, goal))
 
 
 _ASSUMED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
