@@ -12,6 +12,10 @@ def _reshard(args) -> int:
     specs = args.specs
     if args.transport != "torch" and not args.direct:
         raise LayoutalgError(f"reshard: --transport {args.transport} moves a direct plan's bytes: give --direct")
+    if args.transport == "nixl":
+        from importlib.util import find_spec
+        if find_spec("nixl_cu12") is None:
+            raise LayoutalgError("reshard --transport nixl needs NIXL: pip install 'layoutalg[nixl]' (nixl-cu12)")
     if args.pages is not None or args.store_backend != "file" or args.mooncake_master is not None:
         return _reshard_job(args, names)
     if args.store is None or args.load is None:

@@ -15,8 +15,9 @@ Three layers, each usable alone:
 - `Agent`: one process's NIXL agent (UCX), its KV memory registered, its metadata for the
   others, and `read` (one transfer a peer, waited with a deadline).
 
-`reshard_job`/`worker` run `layoutalg reshard --direct --transport nixl`: the agents' metadata and
-each producer's addresses travel over the reshard job's own process group (all_gather_object).
+`publish`/`fetch` carry a producer's metadata and addresses through a torch.distributed store (a
+torchrun job's TCPStore); `spawn`/`worker` run `layoutalg reshard --direct --transport nixl`, where
+they travel over the reshard job's own process group (all_gather_object).
 NIXL is imported only here, and only inside the functions that need it (`pip install
 'layoutalg[nixl]'`: nixl-cu12, UCX bundled). Processes that made an agent end with `os._exit`:
 nixl-cu12 1.5.1 crashes at interpreter exit (SIGSEGV) whatever was released before.
@@ -207,9 +208,13 @@ class Agent:
             col = np.full((rows.shape[0], 1), dev, dtype=np.uint64)
             local = np.hstack([rows[:, 1:2].astype(np.uint64), rows[:, 2:3].astype(np.uint64), col])
             remote = np.hstack([rows[:, 0:1].astype(np.uint64), rows[:, 2:3].astype(np.uint64), col])
-            h = self.agent.initialize_xfer("READ", self.agent.get_xfer_descs(local, mem),
-                                           self.agent.get_xfer_descs(remote, mem), peer)
-            state = self.agent.transfer(h)
+            try:
+                h = self.agent.initialize_xfer("READ", self.agent.get_xfer_descs(local, mem),
+                                               self.agent.get_xfer_descs(remote, mem), peer)
+                state = self.agent.transfer(h)
+            except Exception as e:  # noqa: BLE001 - NIXL's own errors (a peer gone: NIXL_ERR_REMOTE_DISCONNECT)
+                raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} failed: {type(e).__name__}: {e} "
+                                  f"(did that process die?)") from None
             if state == "ERR":
                 raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} failed to start")
             handles.append((peer, h, state))
@@ -221,7 +226,11 @@ class Agent:
                         raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} not done in {deadline_s:g} s "
                                           f"(did that process die?)")
                     time.sleep(1e-4)
-                    state = self.agent.check_xfer_state(h)
+                    try:
+                        state = self.agent.check_xfer_state(h)
+                    except Exception as e:  # noqa: BLE001
+                        raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} failed: "
+                                          f"{type(e).__name__}: {e} (did that process die?)") from None
                 if state != "DONE":
                     raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} ended in error "
                                       f"(did that process die?)")
@@ -239,6 +248,22 @@ class Agent:
         for r in self.regions:
             self.agent.deregister_memory(r)
         self.peers, self.regions = {}, []
+
+
+def publish(store, key: str, agent: Agent, sides: dict) -> None:
+    """Put this producer's agent metadata and its checked sides (`{anything: producer_side(...)}`)
+    under `key` of a torch.distributed store (the `TCPStore` of a torchrun job), for consumers."""
+    import pickle
+    store.set(key, pickle.dumps((agent.metadata(), sides)))
+
+
+def fetch(store, key: str, agent: Agent, timeout_s: float = 60.0):
+    """(the producer's agent name, its sides) published under `key`: waits for it up to `timeout_s`."""
+    import datetime
+    import pickle
+    store.wait([key], datetime.timedelta(seconds=timeout_s))
+    metadata, sides = pickle.loads(store.get(key))
+    return agent.add(metadata), sides
 
 
 def _shown(name) -> str:
