@@ -181,7 +181,7 @@ class Agent:
         except ImportError:
             raise ConfigError("reshard --transport nixl needs NIXL: pip install 'layoutalg[nixl]' (nixl-cu12)") from None
         self.agent = nixl_agent(name, nixl_agent_config(backends=list(backends)))
-        self.name, self.regions, self.peers = name, [], {}
+        self.name, self.regions, self.peers, self.last = name, [], {}, (0.0, 0.0, 0.0)
 
     def register(self, tensors) -> None:
         for addr, n, dev, kind in registered(tensors):
@@ -201,7 +201,7 @@ class Agent:
         """`transfers`: {peer name: (n, 3) rows (peer address, my address, size)}: one READ a peer,
         all posted before any is waited; a transfer in error, or not done by the deadline, fails."""
         mem, dev = ("DRAM", 0) if device.type == "cpu" else ("VRAM", device.index or 0)
-        handles = []
+        handles, made, posted, t0 = [], 0.0, 0.0, time.perf_counter()
         for peer, rows in transfers.items():
             if not rows.shape[0]:
                 continue
@@ -211,14 +211,18 @@ class Agent:
             try:
                 h = self.agent.initialize_xfer("READ", self.agent.get_xfer_descs(local, mem),
                                                self.agent.get_xfer_descs(remote, mem), peer)
+                made += time.perf_counter() - t0
+                t0 = time.perf_counter()
                 state = self.agent.transfer(h)
+                posted += time.perf_counter() - t0
+                t0 = time.perf_counter()
             except Exception as e:  # noqa: BLE001 - NIXL's own errors (a peer gone: NIXL_ERR_REMOTE_DISCONNECT)
                 raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} failed: {type(e).__name__}: {e} "
                                   f"(did that process die?)") from None
             if state == "ERR":
                 raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} failed to start")
             handles.append((peer, h, state))
-        end = time.monotonic() + deadline_s
+        end, t1 = time.monotonic() + deadline_s, time.perf_counter()
         try:
             for peer, h, state in handles:
                 while state == "PROC":
@@ -234,6 +238,7 @@ class Agent:
                 if state != "DONE":
                     raise ConfigError(f"nixl: {self.name}'s READ from {_shown(peer)} ended in error "
                                       f"(did that process die?)")
+            self.last = (made, posted, time.perf_counter() - t1)  # seconds making the READs, posting them, waiting
         finally:
             for _, h, _ in handles:
                 try:

@@ -144,13 +144,13 @@ def test_a_producer_that_died_fails_the_consumer_in_seconds(tcpstore, tmp_path):
     assert not (tmp_path / "consumer.pt").exists()
 
 
-def _reshard(*args, timeout=400):
-    p = subprocess.run([sys.executable, "-m", "layoutalg", "reshard", "--family", "split_nhd", *MODEL, "--direct",
+def _reshard(*args, timeout=400, family="split_nhd"):
+    p = subprocess.run([sys.executable, "-m", "layoutalg", "reshard", "--family", family, *MODEL, "--direct",
                         *args], cwd=ROOT, text=True, capture_output=True, timeout=timeout)
     return p.returncode, p.stdout + p.stderr
 
 
-def test_reshard_over_nixl_tp2_to_tp4_and_gqa_tp4_to_tp2_as_over_torch():
+def test_reshard_over_nixl_tp2_to_tp4_gqa_tp4_to_tp2_and_across_cp_as_over_torch():
     rc, torch_out = _reshard("--store", "tp=2", "--load", "tp=4")
     assert rc == 0 and "\n8 passed, 0 failed\n" in torch_out, torch_out
     rc, out = _reshard("--store", "tp=2", "--load", "tp=4", "--transport", "nixl")
@@ -164,6 +164,9 @@ def test_reshard_over_nixl_tp2_to_tp4_and_gqa_tp4_to_tp2_as_over_torch():
     rc, out = _reshard("--store", "tp=4", "--load", "tp=2", "--heads", "2", "--transport", "nixl")
     assert rc == 0 and "\n4 passed, 0 failed\n" in out, out
     assert "over NIXL (2 READs" in out, out  # a consumer reads one of its head's replicas
+    # across another cp: the cross-cp direct plans (MLA tp=1 into tp=2,dcp=2)
+    rc, out = _reshard("--store", "tp=1", "--load", "tp=2,dcp=2", "--transport", "nixl", family="mla")
+    assert rc == 0 and "\n4 passed, 0 failed\n" in out and "over NIXL (2 READs" in out, out
 
 
 def test_transport_nixl_needs_direct():
