@@ -158,6 +158,66 @@ def engine_kind(vllm_config, name: str) -> str | None:
     return next((kind for end, kind in LAYER_SUFFIXES.items() if name.endswith(end)), None)
 
 
+CPU_ATTN = "cpu_attn_layout"
+"""The name a layer says vLLM's CPU attention backend with (`specs/grids.lal`): its tensor has
+packed HND's shape, but its vec kernels' cache write stores a head's K dim-major, then its V
+(`specs/cpu_attn.lal`, 1); AMX, Arm and fp8 KV tile a block otherwise (2: no family but the
+fallback). Any other backend: 0, what a layer that says nothing gets."""
+
+CPU_ATTN_ISAS = ("vec", "vec16")
+"""The CPU backend's kernels (`layer.isa`) whose cache write `specs/cpu_attn.lal` describes, each
+seen through vLLM 0.32's own op (tests/engine/test_conform_vllm.py)."""
+
+
+def backend_name(backend) -> str | None:
+    """vLLM's name of an attention backend: an `AttentionBackendEnum` member's name (never its
+    value, a class path a deployment may override), a backend class's `get_name()`, or a string.
+
+    Examples:
+        >>> import enum
+        >>> backend_name(enum.Enum("E", {"CPU_ATTN": "x.CPUAttentionBackend"}).CPU_ATTN), backend_name(None)
+        ('CPU_ATTN', None)
+    """
+    if isinstance(backend, str) or backend is None:
+        return backend
+    if hasattr(type(backend), "__members__"):
+        name = getattr(backend, "name", None)
+    else:
+        get = getattr(backend, "get_name", None)
+        try:
+            name = get() if callable(get) else None
+        except Exception:  # (a backend that cannot name itself names no family)
+            name = None
+    return name if isinstance(name, str) else None
+
+
+def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec") -> tuple[int, str]:
+    """(the `cpu_attn_layout` of attention layer `name`, why a CPU layer is no family's): 0 unless
+    its layer object's backend (`attn_backend`) is vLLM's CPU_ATTN; then 1 where the kernel vLLM
+    chose for it (`layer.isa`, set by the backend's metadata builder, else the backend's own
+    `_get_attn_isa` of the layer's dtype, block size, head size and cache dtype) is one of
+    `CPU_ATTN_ISAS` and the cache holds no fp8, else 2."""
+    context = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None)
+    layer = context.get(name) if isinstance(context, dict) else None
+    backend = getattr(layer, "attn_backend", None)
+    if backend_name(backend) != "CPU_ATTN":
+        return 0, ""
+    cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", "auto")
+    isa = getattr(layer, "isa", None)
+    if isa is None:
+        import sys
+        choose = getattr(sys.modules.get(getattr(backend, "__module__", "")), "_get_attn_isa", None)
+        try:
+            isa = choose(_field(spec, path, "dtype"), _field(spec, path, "block_size"),
+                         _field(spec, path, "head_size"), cache) if callable(choose) else None
+        except Exception as e:  # vLLM refuses the layer itself (fp8 without AVX-512): no kernel, no layout
+            return 2, f"vLLM's CPU attention backend chooses no kernel for this layer: {e}"
+    if str(cache).startswith("fp8") or isa not in CPU_ATTN_ISAS:
+        return 2, (f"vLLM's CPU attention backend with kernel {isa!r} and cache dtype {cache!r}: its blocks are "
+                   f"not the layout of its {'/'.join(CPU_ATTN_ISAS)} kernels with an unquantised cache (specs/cpu_attn.lal)")
+    return 1, ""
+
+
 def layer_spec(spec, path: str = "kv_cache_spec", kinds: dict | None = None, engine: str | None = None) -> LayerSpec:
     """A `LayerSpec` from a vLLM KV cache spec (AttentionSpec, MLAAttentionSpec, MambaSpec, ...),
     its kind by `spec_kind`, or `engine`'s where the engine names the layer's kind (its fields
@@ -399,6 +459,11 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
         try:
             engine = engine_kind(vllm_config, name)
             layer, why = layer_spec(spec, kinds=kinds, engine=engine), ""
+            cpu = 0
+            if layer.kind == "attention":
+                cpu, why = cpu_attn_layout(vllm_config, name, spec)
+                if cpu:
+                    layer = replace(layer, sizes={**dict(layer.sizes), CPU_ATTN: cpu})
             if state_layers and layer.kind == "mamba":
                 state, why = state_layer(spec, parallel.tp, _field(vllm_config, "vllm_config", "model_config"),
                                          gdn_recurrent=gdn_recurrent)
@@ -406,7 +471,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
             if sizes:
                 layer = _with_sizes(layer, sizes, deriver)
             given = tensor = TensorLayout.of(kv_caches.get(name))
-            if engine is not None and layer.kind == engine:
+            if (engine is not None and layer.kind == engine) or cpu == 1:  # (a page of regions: read flat)
                 tensor = _as_bytes(tensor)
             layer = _kv_outside_blocks(layer, tensor, num_blocks, deriver)
         except ConfigError as e:

@@ -10,8 +10,9 @@ sit in a block's page (conv state from byte 0, the SSM state after it).
 - `triton_flash(order, kv_first)`: `triton_reshape_and_cache_flash` (Triton, run by Triton's
   interpreter: `TRITON_INTERPRET=1`), into split (`(blocks, 2, ...)`) or FlashAttention
   (`(2, blocks, ...)`) K/V memory with NHD or HND strides;
-- `cpu_attn()`: the CPU attention backend's `torch.ops._C.cpu_attn_reshape_and_cache`, into its
-  `(blocks, heads, block_size, 2 * head_size)` tensor;
+- `cpu_attn(isa)`: the CPU attention backend's `torch.ops._C.cpu_attn_reshape_and_cache`, into its
+  `(blocks, heads, block_size, 2 * head_size)` tensor (the `cpu_attn` family; `isa` the kernel,
+  vec or vec16, as vLLM's backend chooses it);
 - `mamba2()`: the CPU Mamba ops (`causal_conv1d_fn_cpu`, `selective_state_update`), channels,
   groups and heads of a rank from `mamba_v2_sharded_weight_loader`.
 
@@ -254,7 +255,7 @@ def mamba2():
 
 WRITERS = {"split_nhd": lambda: triton_flash("NHD"), "split_hnd": lambda: triton_flash("HND"),
            "flash_nhd": lambda: triton_flash("NHD", True), "flash_hnd": lambda: triton_flash("HND", True),
-           "mamba2": mamba2}
+           "cpu_attn": cpu_attn, "mamba2": mamba2}
 """The shipped families checked against vLLM's own writer, and the writer."""
 
 

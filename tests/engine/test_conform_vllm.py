@@ -16,6 +16,8 @@ from layoutalg.verify.prove.runner import Budgets, prove_obligation  # noqa: E40
 
 from test_conform import B_REGION, MAMBA, X_REGION, _mutant  # noqa: E402
 
+BLOCKS = conform.BLOCKS
+
 FLASH = {"kv_blocks_second": 1}
 
 
@@ -91,6 +93,35 @@ def test_the_cpu_backends_own_cache_write_against_packed_hnd():
     assert r.status == "refuted", str(r)
     m = r.misplaced[0]
     assert m.rank == 0 and "K of token" in m.what and "the spec sends this byte" in m.what, str(r)
+
+
+CPU = {"cpu_attn_layout": 1}  # what the adapter says of a layer on vLLM's CPU backend (its vec kernels)
+
+
+@pytest.mark.parametrize("config, heads, tp", [("tp=2", 4, 2), ("tp=4", 2, 4), ("tp=2,dcp=2", 1, 2),
+                                               ("tp=4,dcp=2,interleave=2", 2, 4)])
+def test_cpu_attn_is_what_vllms_cpu_backend_writes(config, heads, tp):
+    """The CPU backend's `_C` op, heads dealt by QKVParallelLinear's loader and DCP tokens by the
+    block table's slot mapping: every byte where `cpu_attn` says (heads cut; GQA replicas, each
+    written; DCP dealing tokens singly and in pairs). Every rank's every byte is compared."""
+    r = _check("cpu_attn", config, vw.cpu_attn(), heads, head_size=32, block_size=32, names=CPU)
+    per_rank = max(1, heads // tp) * 2 * 32 * 32 * 4 * BLOCKS  # its heads' K and V, fp32, every block
+    assert r.status == "conformant" and r.compared == tp * per_rank, str(r)
+
+
+@pytest.mark.parametrize("isa, block_size, head_size", [("vec16", 32, 32), ("vec", 16, 64), ("vec", 64, 80)])
+def test_cpu_attn_holds_for_both_vec_kernels_and_other_sizes(isa, block_size, head_size):
+    """vec16 (vLLM's kernel for head sizes of 16 but not 32 elements, or blocks not of 32 tokens)
+    writes as vec does; so do other block and head sizes (no tiling by vector width)."""
+    r = _check("cpu_attn", "tp=2,dcp=2", vw.cpu_attn(isa), 1, head_size=head_size, block_size=block_size, names=CPU)
+    assert r.status == "conformant" and r.compared > 0, str(r)
+
+
+def test_packed_hnd_does_not_take_a_cpu_backend_layer():
+    """Said to be the CPU backend's, the layer is no longer packed HND's (its guard refuses it)."""
+    from layoutalg.errors import ConfigError
+    with pytest.raises(ConfigError, match="cpu_attn_layout == 0"):
+        _check("packed_hnd", "tp=2", vw.cpu_attn(), 2, head_size=32, block_size=32, names=CPU)
 
 
 def test_the_command_names_vllms_writers():

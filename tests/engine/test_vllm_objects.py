@@ -137,3 +137,97 @@ def test_real_state_layers_move_across_tp_byte_for_byte(name, form, model_config
             for g, e, codes in zip(views, expected, (torch.int16, torch.int32)):
                 g, e = g.view(codes), e.view(codes)
                 assert torch.equal(g, e), f"{name} tp={tp} rank {rank}: {int((g != e).sum())} of {g.numel()} differ"
+
+
+# An attention layer on vLLM's CPU backend: a real `Attention` (the platform picks CPU_ATTN), its
+# spec from the layer, its tensor from `allocate_kv_cache`, written by the backend's own `_C` op.
+ATTN = "model.layers.0.self_attn.attn"
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_hidden_layers": 1,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 64,
+         "vocab_size": 256, "torch_dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("llama")
+    (folder / "config.json").write_text(json.dumps(LLAMA))
+    return ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32")
+
+
+def cpu_engine(model_config, tp: int, rank: int):
+    """(vllm_config, kv_cache_config, the layer's tensor (blocks, heads, block_size, 2 * head_size), its layer)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention import Attention
+    vc = VllmConfig(model_config=model_config, parallel_config=ParallelConfig(tensor_parallel_size=tp))
+    vc.parallel_config.rank = rank
+    vc.cache_config.block_size = 32
+    vc.cache_config.kv_cache_layout = "LBHNC"
+    heads, kv_heads = LLAMA["num_attention_heads"] // tp, max(1, LLAMA["num_key_value_heads"] // tp)
+    with set_current_vllm_config(vc):
+        layer = Attention(num_heads=heads, head_size=32, scale=1.0, num_kv_heads=kv_heads, prefix=ATTN)
+    spec = layer.get_kv_cache_spec(vc)
+    kcc = get_kv_cache_config_from_groups(vc, [KVCacheGroupSpec([ATTN], spec)], spec.page_size_bytes * BLOCKS)
+    kv = allocate_kv_cache(kcc, torch.device("cpu"), vc.cache_config.get_resolved_kv_cache_layout())[ATTN]
+    return vc, kcc, kv, layer
+
+
+def test_a_cpu_backend_layer_is_cpu_attn_not_packed_hnd(llama):
+    """The backend's tensor has packed HND's shape; the layer's backend says which it is."""
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig as Parallel, TensorLayout
+    vc, kcc, kv, layer = cpu_engine(llama, 2, 1)
+    assert layer.attn_backend.get_name() == "CPU_ATTN" and tuple(kv.shape) == (BLOCKS, 1, 32, 64)
+    m = derive_canonical_mappings(vc, kcc, {ATTN: kv})[ATTN]
+    d, flat = Deriver(), TensorLayout.of(kv.view(BLOCKS, -1))
+    said = d.derive(LayerSpec("attention", kv[0].numel() * 4, 32, 1, 32, 4, sizes={"cpu_attn_layout": 1}), flat,
+                    Parallel(2, 2), BLOCKS)
+    unsaid = d.derive(LayerSpec("attention", kv[0].numel() * 4, 32, 1, 32, 4), TensorLayout.of(kv), Parallel(2, 2),
+                      BLOCKS)
+    assert (said.family, unsaid.family) == ("cpu_attn", "packed_hnd")
+    assert m.runs == said.mappings[1].runs != unsaid.mappings[1].runs and m.layout_id == said.mappings[1].layout_id
+    assert m.tensors[0].shape == (1, 32, 64)  # the engine's tensor as given, for the copy plan
+    vc.compilation_config.static_forward_context.clear()  # no layer object to name the backend: packed HND
+    assert derive_canonical_mappings(vc, kcc, {ATTN: kv})[ATTN].runs == unsaid.mappings[1].runs
+
+
+def test_a_cpu_backend_layer_on_another_kernel_is_left_opaque(llama):
+    """AMX (bf16 on a CPU with AMX tiles) tiles a block otherwise: no family takes the layer."""
+    vc, kcc, kv, layer = cpu_engine(llama, 2, 0)
+    layer.isa = "amx"
+    m = derive_canonical_mappings(vc, kcc, {ATTN: kv})[ATTN]
+    assert not m.parallelism_agnostic
+
+
+def _cpu_write(kv, tp: int, rank: int, page_of_block: list):
+    """The backend's own cache write of this rank's K/V heads (tags: each element's place in the model)."""
+    from vllm import _custom_ops as ops
+    from layoutalg.tools import vllm_writers as vw
+    total, d, bs = LLAMA["num_key_value_heads"], 32, 32
+    heads = vw.kv_heads(total, tp, rank, d)
+    tokens = BLOCKS * bs
+    slot = torch.tensor([page_of_block.index(t // bs) * bs + t % bs for t in range(tokens)])
+    key, value = vw._kv({"head_size": d, "total_heads": total}, heads, tokens)
+    k_cache, v_cache = kv.view(BLOCKS, len(heads), 2 * bs, d).chunk(2, dim=2)
+    ops.cpu_attn_reshape_and_cache(key, value, k_cache, v_cache, slot, "vec")
+
+
+def test_cpu_backend_pages_move_across_tp_byte_for_byte(llama):
+    """Written by the backend's op at tp 2, stored, loaded at tp 1 (and back at tp 2): every byte
+    is what the op writes there. (Under packed HND's reading, this holds too: TP moves whole heads.)"""
+    where = [2, 0, 1]
+    page_of_block = [where.index(b) for b in range(BLOCKS)]
+    pages = None
+    for tp, op in ((2, "store"), (1, "load"), (2, "load")):
+        for rank in range(tp):
+            vc, kcc, kv, _ = cpu_engine(llama, tp, rank)
+            _cpu_write(kv, tp, rank, page_of_block)
+            m = derive_canonical_mappings(vc, kcc, {ATTN: kv})[ATTN]
+            if pages is None:
+                pages = torch.zeros(BLOCKS, m.canonical_page_size_bytes, dtype=torch.uint8)
+            if op == "store":
+                plan(m, kv).store(kv, where, pages, list(range(BLOCKS)))
+                continue
+            expected = kv.clone()
+            kv.zero_()
+            plan(m, kv).load(pages, list(range(BLOCKS)), kv, where)
+            assert torch.equal(kv, expected), f"tp={tp} rank {rank}: {int((kv != expected).sum())} differ"

@@ -257,8 +257,9 @@ def _take(modes: list, stride):
 
 def _shared(regions) -> list:
     """The modes every region of `regions` has (same extent, same stride)."""
-    return [m for m in regions[0][1]
-            if all(any(_same(m[0], n) and _same(m[1], s) for n, s in r[1]) for r in regions[1:])]
+    return [m for m in regions[0][1] if not _same(m[1], 1)  # a region's own dense bytes are never set aside:
+            # regions alike inside (a head's K stretch, then its V stretch) follow each other under what is outer
+            and all(any(_same(m[0], n) and _same(m[1], s) for n, s in r[1]) for r in regions[1:])]
 
 
 def _dense(modes: list):
