@@ -117,6 +117,26 @@ def test_cpu_attn_holds_for_both_vec_kernels_and_other_sizes(isa, block_size, he
     assert r.status == "conformant" and r.compared > 0, str(r)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cpu_attn_two_byte_elements_lie_where_fp32_ones_do(dtype):
+    """Conform tags fp32 elements; the op puts bf16 and fp16 ones (tagged by their bit patterns,
+    every one a distinct finite number) in the same places: one layout whatever the dtype."""
+    import torch
+    from vllm import _custom_ops as ops
+
+    def places(dt, tags):
+        n = tags.numel() // 2
+        cache = torch.zeros(BLOCKS, 1, 32, 64, dtype=dt)
+        k, v = cache.view(BLOCKS, 1, 64, 32).chunk(2, dim=2)
+        ops.cpu_attn_reshape_and_cache(tags[:n].view(-1, 1, 32), tags[n:].view(-1, 1, 32), k, v,
+                                       torch.arange(BLOCKS * 32), "vec")
+        return cache
+    n = 2 * BLOCKS * 32 * 32
+    bits = (0x0400 + torch.arange(n)).to(torch.int16).view(getattr(torch, dtype))
+    wide = places(torch.float32, torch.arange(n, dtype=torch.float32))
+    assert torch.equal(places(bits.dtype, bits).view(torch.int16).long() - 0x0400, wide.long())
+
+
 def test_packed_hnd_does_not_take_a_cpu_backend_layer():
     """Said to be the CPU backend's, the layer is no longer packed HND's (its guard refuses it)."""
     from layoutalg.errors import ConfigError
