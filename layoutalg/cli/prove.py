@@ -89,7 +89,20 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
                 finish(f.result(), k)
     out_rows = [Row(**r) for fam in names for r in rows[fam]]
     _table(out_rows, cached, out)
+    _record_conversions(lib, names, rows, rlimit)
     return out_rows
+
+
+def _record_conversions(lib, names, rows: dict, rlimit: int) -> None:
+    """Keep, for each family with a `sequence` index whose rows are proved for all sizes, the
+    record its page conversions rest on at run time (`verify.conversions.record`, from the table)."""
+    from ..verify.conversions import record
+    for fam in names:
+        fdef = lib.family_def(fam)
+        if fdef.page is None and fdef.sequence is not None and all(
+                r["status"] == "proved" for r in rows[fam]
+                if r["obligation"] in ("sequence-order", "one-format", "digits-match-spec")):
+            record(lib, fam, rlimit)
 
 
 def _table(rows: list, cached: set, out) -> None:

@@ -14,10 +14,12 @@ with `A` and `B` the two canonical layouts over that shared index space. The res
 group of `k` small pages: copy plans execute it as they execute any mapping.
 
 This module composes the runs from two families of boxes (`Box`: a canonical layout's
-indices, extents and strides at some sizes). The boxes are read from the spec and proved
-affine, and the conversion is proved to keep every element, by `verify.conversions`, the one
-place a `PageConversion` is made; copies execute it (`copy.direct.convert`). The runtime never
-imports this module.
+indices, extents and strides at some sizes). `compiled_boxes` reads them from a compiled
+family (`Instance.canonical_form`: the numbers the runtime executes and the page format id is
+made of), so `page_conversion` imports no parser, sympy or Z3. What a conversion rests on,
+proved offline for all sizes, is looked up as data by `plans.conversion`; `verify.conversions`
+also checks the boxes against the spec's own reading at the pair's sizes. Copies execute a
+conversion (`copy.direct.convert`).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from ..algebra.ops import NotCompact, coalesce, invert_and_compose
 from ..errors import LayoutalgError
 from ..algebra.layout import Layout
 from ..runtime.lower import run_plan
-from ..mapping import CanonicalPageMapping, CopyRun
+from ..mapping import CanonicalPageMapping, CopyRun, PageConversion
 
 
 class Box(NamedTuple):
@@ -41,6 +43,59 @@ class Box(NamedTuple):
     base: int          # byte of index 0 in the page (0 for a layout of one box)
     page: int          # bytes of the whole canonical page
 
+
+def compiled_boxes(cf, sizes: dict, names: dict) -> list[Box]:
+    """The canonical boxes of compiled family `cf` (a `CompiledFamily` or a `CompiledPage`) at
+    `sizes`: one box, or one per data region of a page, in the order of its parts. `names`
+    gives each part's canonical index names in the layout's order (key '' for a family of one
+    box, else the region's name): the compiled form holds numbers only. Raises
+    `LayoutalgError` where the family does not apply at these sizes."""
+    from ..compile.compiled import GuardFailed
+    bad = next(((n, v) for n, v in dict(sizes).items() if type(v) is not int), None)
+    if bad is not None:
+        raise LayoutalgError(f"{cf.name}: size {bad[0]} = {bad[1]!r} is not an integer")
+    try:
+        inst = cf.evaluate(dict(sizes))
+    except (GuardFailed, KeyError) as err:
+        raise LayoutalgError(f"{cf.name} does not apply at {_shown(sizes)}: {err}") from None
+    parts = inst.regions if hasattr(inst, "regions") else (("", inst),)
+    out = []
+    for region, part in parts:
+        base, element, dims = part.canonical_form
+        idx = names.get(region)
+        if idx is None or len(idx) != len(dims):
+            raise LayoutalgError(f"{cf.name}: the index names of its canonical layout{_in(region)} are not those the "
+                                 f"conversion's record gives ({idx}): prove the family again")
+        out.append(Box(tuple(idx), {n: e for n, (e, _) in zip(idx, dims)},
+                       {n: element * k for n, (_, k) in zip(idx, dims)}, element, element * base,
+                       inst.canonical_page))
+    if not hasattr(inst, "regions") and out[0].base != 0:
+        raise LayoutalgError(f"{cf.name}: the canonical layout starts at byte {out[0].base}, not 0")
+    return out
+
+
+def page_conversion(cf, big: dict, small: dict, token: str, names: dict) -> PageConversion:
+    """The conversion from canonical pages of `big` sizes to those of `small` sizes (fewer
+    tokens a page) of compiled family `cf`, joined along its `sequence` index `token`, its
+    boxes from the compiled family (`compiled_boxes`). The algebra only: the proofs it rests on
+    are the caller's (`plans.conversion.conversion` looks them up). Raises `LayoutalgError`
+    where the two pages are not parts of one another."""
+    from ..runtime.formats import format_id, names_data
+    parts = [f"{cf.name}.{region}" for region, _ in cf.parts] if hasattr(cf, "parts") else [cf.name]
+    boxes_b, boxes_s = compiled_boxes(cf, big, names), compiled_boxes(cf, small, names)
+    k = pages_joined(cf.name, parts, boxes_b, boxes_s, token)
+    m = page_runs(cf.name, parts, boxes_b, boxes_s, token, k)
+    fmt = [format_id(cf.layout_id, inst, names_data(inst), dict(sizes))
+           for sizes in (big, small) for inst in [cf.evaluate(dict(sizes))]]
+    return PageConversion(k, token, m, boxes_b[0].page, boxes_s[0].page, *fmt)
+
+
+def _in(region: str) -> str:
+    return f" (region '{region}')" if region else ""
+
+
+def _shown(sizes: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
 def pages_joined(family: str, parts: list, boxes_b: list, boxes_s: list, tok: str) -> int:

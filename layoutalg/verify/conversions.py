@@ -1,11 +1,16 @@
-"""Page conversions between configurations of another cp, made where they are proved: the one
-place a `PageConversion` is built.
+"""Page conversions between configurations of another cp, proved offline.
 
-Each canonical layout is read from the spec (`dsl.interpret`); its strides are probed at unit
-indices, and Z3 proves, at these sizes, that the spec's offset is exactly that affine function
-on the whole index box, so the algebra (`plans.pageformat.page_runs`) composes what the spec
-says. The family's `sequence` claim and its one format are proved at both sizes, and the
-engine-level oracle (`oracle.unkept`) checks that the runs give every element back.
+`record` proves for all sizes what a conversion rests on (`plans.conversion.REQUIRED`, cached
+as the library's proofs are) and keeps it as data the runtime reads (`plans.conversion.facts`);
+`layoutalg prove` calls it for every family it proves.
+
+`conversion` is the offline entry (the CLI's, the tests'): the runtime's conversion
+(`plans.pageformat.page_conversion`, from the compiled family) checked at the pair's sizes
+against the spec. Each canonical layout is read from the spec (`dsl.interpret`); its strides
+are probed at unit indices, Z3 proves at these sizes that the spec's offset is exactly that
+affine function on the whole index box, and the compiled family's boxes must be those. The
+family's `sequence` claim and its one format are proved at both sizes, and the engine-level
+oracle (`oracle.unkept`) checks that the runs give every element back.
 """
 from __future__ import annotations
 
@@ -16,8 +21,8 @@ from ..compile.compiled import GuardFailed
 from ..dsl.interpret import Reading
 from ..errors import LayoutalgError
 from ..mapping import PageConversion
-from ..plans.pageformat import Box, page_runs, pages_joined
-from ..runtime.formats import format_id, names_data
+from ..plans import conversion as data
+from ..plans.pageformat import Box, compiled_boxes, page_conversion, pages_joined
 from ..runtime.lower import TilingError
 from .oracle import unkept
 from .prove import meaning
@@ -98,10 +103,13 @@ def conversion(lib, family: str, big: dict, small: dict) -> PageConversion:
     why = meaning.unshown(lib, family, (big, small), Budgets.of().config, ("big page's", "small page's"))
     if why:  # each canonical index one engine element at both: what a page of one cp means at the other
         raise LayoutalgError(f"{family}: not converted: {why}")
-    m = page_runs(family, parts, boxes_b, boxes_s, tok, k)
-    cf = compile_named(lib, family)  # once for both formats
-    conv = PageConversion(k, tok, m, boxes_b[0].page, boxes_s[0].page, _format(cf, family, big),
-                          _format(cf, family, small))
+    cf = compile_named(lib, family)
+    names = _names(lib, family)
+    for sizes, spec_boxes in ((big, boxes_b), (small, boxes_s)):
+        if compiled_boxes(cf, sizes, names) != spec_boxes:  # the runtime's numbers, against the spec's reading
+            raise LayoutalgError(f"{family}: the compiled canonical layout is not the spec's at {_shown(sizes)}: "
+                                 f"its conversion could not be made at run time")
+    conv = page_conversion(cf, big, small, tok, names)
     _keeps_elements(lib, family, big, small, conv)
     return conv
 
@@ -124,10 +132,59 @@ def _keeps_elements(lib, family: str, big: dict, small: dict, conv: PageConversi
         raise LayoutalgError(f"{family}: not converted: {why}")
 
 
-def _format(cf, family: str, sizes: dict) -> str:
-    """The page format (without element types) a group of these sizes has at run time."""
+def _names(lib, family: str) -> dict:
+    """Each part's canonical index names ('' for a family of one box, else the region), one
+    tuple in every case of the grid (a `LayoutalgError` otherwise)."""
+    from ..ir.family import resolve
+    out = {}
+    for part in lib.parts_of(family):
+        seen = {tuple(v.canonical.indices) for v in resolve(lib, part).variants}
+        if len(seen) != 1:
+            raise LayoutalgError(f"{part}: its grid's cases give its canonical layout other indices "
+                                 f"({' / '.join(map(', '.join, sorted(seen)))}): pages of two cp are not converted")
+        out["" if part == family else lib.parts[part].shard.region] = seen.pop()
+    return out
+
+
+def record(lib, family: str, rlimit: int | None = None) -> str:
+    """Prove for all sizes what `family`'s page conversions rest on (`data.REQUIRED` in every
+    data region: from `layoutalg prove`'s cached table where it holds the row, else proved and
+    cached a row at a time, `store.row`) and keep the record the runtime reads
+    (`plans.conversion.facts`). Returns '' where it was kept, else why not (a family without
+    `sequence` has no conversions: nothing is kept)."""
+    from .prove import RLIMIT, store
+    from .prove.runner import Budgets, one_format, prove_obligation
+    from ..ir.family import resolve
+    rlimit = rlimit or RLIMIT
+    fdef = lib.family_def(family) if family in lib.families else None
+    if fdef is None or fdef.page is not None or fdef.sequence is None:
+        return f"{family}: no family of canonical pages with a `sequence` index"
     try:
-        inst = cf.evaluate(dict(sizes))
-    except (GuardFailed, KeyError) as err:
-        raise LayoutalgError(f"{family} does not hold pages at {_shown(sizes)}: {err}") from None
-    return format_id(cf.layout_id, inst, names_data(inst), dict(sizes))
+        names = _names(lib, family)
+    except LayoutalgError as e:
+        return str(e)
+    files = set(store.dependencies(lib, family))
+    before = {p: data.digest(p) for p in files}  # the bytes proved, not those found after
+    table = store.read(store.proof_key(lib, family, rlimit)) or []
+    budgets = Budgets.of(rlimit)
+    provers = {"sequence-order": lambda part: prove_obligation(lib, part, "sequence-order", {}, budgets),
+               "one-format": lambda part: one_format(lib, part, budgets),
+               "digits-match-spec": lambda part: prove_obligation(lib, part, "digits-match-spec", {}, budgets,
+                                                                  fam=resolve(lib, part))}
+    rows, why = [], []
+    for part in lib.parts_of(family):
+        region = "" if part == family else lib.parts[part].shard.region
+        files |= store.dependencies(lib, part)
+        for name in data.REQUIRED:
+            hit = next((r for r in table if r["family"] == part and r["obligation"] == name), None)
+            r = store.Row(**hit) if hit else store.row(lib, part, name, rlimit, lambda: provers[name](part))
+            if r.status == "proved" and r.method.startswith(data.ALL_SIZES):
+                rows.append((name, region, r.method))
+            else:
+                why.append(f"{name}{f' ({region})' if region else ''}: {r.status}, {r.detail or r.method}")
+    if why:
+        return f"{family}: its page conversions are not proved for all sizes: " + "; ".join(why)
+    before.update({p: data.digest(p) for p in files if p not in before})
+    data.write(family, fdef.span.file, compile_named(lib, family).layout_id, fdef.sequence.id, names, rows,
+               tuple(before.items()))
+    return ""

@@ -1,0 +1,122 @@
+"""A reshard across cp on the engine's path: pages stored under one cp, converted, loaded under
+another, in a fresh process that imports no parser, sympy, Z3 or `layoutalg.verify`. The
+conversion's proofs are made offline (`verify.conversions.record`) and read as data
+(`plans.conversion.facts`); without them, or after the spec changes, the runtime refuses."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from layoutalg.errors import LayoutalgError
+from layoutalg.tools.distributed import group_of, parse_config
+
+from conftest import ROOT
+
+ENGINE = textwrap.dedent("""
+    import json, sys
+    import torch
+    from layoutalg.runtime.derive import Deriver
+    from layoutalg.runtime.records import LayerSpec, ParallelConfig, TensorLayout
+    from layoutalg.plans.conversion import conversion
+    from layoutalg.copy import plan
+    from layoutalg.copy.direct import convert
+    a, b, big, small, spec_dir = json.loads(sys.argv[1])
+
+    def side(g):
+        res = Deriver(spec_dir).derive(LayerSpec(*g["layer"]), TensorLayout(g["shape"], g["stride"], 2, "torch.bfloat16"),
+                                       ParallelConfig(*g["parallel"]), g["blocks"])
+        kvs = [torch.empty_strided(g["shape"], g["stride"], dtype=torch.bfloat16) for _ in res.mappings]
+        return res.mappings, kvs
+
+    gen = torch.Generator().manual_seed(0)
+    (ma, kva), (mb, kvb) = side(a), side(b)
+    conv = conversion("split_hnd", big, small, spec_dir)
+    for kv in kva:
+        kv.view(torch.uint8).copy_(torch.randint(0, 256, kv.view(torch.uint8).shape, generator=gen, dtype=torch.uint8))
+    ids_a, ids_b = torch.arange(a["blocks"]), torch.arange(b["blocks"])
+    small_pages = torch.zeros(a["blocks"], conv.small_page, dtype=torch.uint8)
+    for m, kv in zip(ma, kva):
+        plan(m, kv).store(kv, ids_a, small_pages, ids_a)
+    big_pages = torch.zeros(b["blocks"], conv.big_page, dtype=torch.uint8)
+    convert(conv, big_pages, small_pages, to_small=False)
+    for m, kv in zip(mb, kvb):
+        kv.zero_()
+        plan(m, kv).load(big_pages, ids_b, kv, ids_b)
+    again = torch.zeros_like(big_pages)  # every canonical byte back from the loading ranks
+    for m, kv in zip(mb, kvb):
+        plan(m, kv).store(kv, ids_b, again, ids_b)
+    back = torch.zeros_like(small_pages)
+    convert(conv, again, back, to_small=True)
+    loaded = [n for n in sys.modules if n.split(".")[0] in ("z3", "sympy", "lark") or n.startswith("layoutalg.verify")
+              or n.startswith("layoutalg.dsl.") and n != "layoutalg.dsl.sources"]  # (file times: the cache's)
+    print(json.dumps({"k": conv.k, "same": bool(torch.equal(again, big_pages) and torch.equal(back, small_pages)),
+                      "written": int((small_pages != 0).sum()), "bytes": small_pages.numel(), "loaded": loaded}))
+""")
+
+
+def _group(config: str, blocks: int, specs=None) -> dict:
+    g = group_of("split_hnd", parse_config(config), 4, 4, 16, "bf16", blocks, specs=specs)
+    s = g.sizes
+    return {"layer": ["attention", s["page_size"], s["block_size"], s["heads"], s["head_size"], 2],
+            "shape": list(g.shape), "stride": list(g.stride), "blocks": blocks,
+            "parallel": [s["tp"], s["total_heads"], s["pcp"], s["dcp"], s["interleave"]], "sizes": s}
+
+
+def _engine(spec_dir=None):
+    a, b = _group("tp=2", 4, spec_dir), _group("tp=8,dcp=2,interleave=2", 2, spec_dir)
+    arg = json.dumps([a, b, b["sizes"], a["sizes"], spec_dir])
+    return subprocess.run([sys.executable, "-c", ENGINE, arg], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
+@pytest.fixture
+def specs(tmp_path, monkeypatch):
+    """A copy of the shipped specs and a proof cache of its own (the records are keyed by spec file)."""
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    return str(tmp_path / "specs")
+
+
+def test_a_reshard_across_cp_imports_no_prover(specs):
+    from layoutalg.dsl.library import load_default
+    from layoutalg.verify.conversions import record
+    proc = _engine(specs)  # nothing on record yet: refused, saying how to prove it
+    assert proc.returncode != 0
+    assert "layoutalg prove --family split_hnd" in proc.stderr, proc.stderr
+    assert record(load_default(specs), "split_hnd") == ""
+    proc = _engine(specs)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["k"] == 2 and out["same"], out
+    assert out["written"] > 0.9 * out["bytes"]  # random bytes stored: the pages are really filled
+    assert out["loaded"] == [], out["loaded"]
+
+
+def test_the_record_is_believed_only_for_the_spec_it_was_proved_of(specs):
+    from layoutalg.dsl.library import load_default
+    from layoutalg.plans import conversion as data
+    from layoutalg.runtime.derive import compiled_library, forget_compiled
+    from layoutalg.verify.conversions import record
+    assert record(load_default(specs), "split_hnd") == ""
+    a, b = _group("tp=2", 4, specs), _group("tp=8,dcp=2,interleave=2", 2, specs)
+    assert data.conversion("split_hnd", b["sizes"], a["sizes"], specs).k == 2
+    path = os.path.join(specs, "split_hnd.lal")
+    with open(path, "a") as f:
+        f.write("\n# an edit: the record no longer vouches for these bytes\n")
+    forget_compiled()
+    with pytest.raises(LayoutalgError, match=r"other bytes of .*split_hnd.lal; prove it first: `layoutalg prove "
+                                             r"--family split_hnd`"):
+        data.facts(compiled_library(specs)["split_hnd"])
+
+
+def test_a_family_whose_sequence_is_refuted_is_not_recorded(tmp_path, monkeypatch):
+    """The half-token mutant of test_sequence_bijection: no record, so the runtime refuses it."""
+    from test_sequence_bijection import HALF, _library
+    from layoutalg.verify.conversions import record
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
+    why = record(_library(tmp_path, HALF), "halfseq")
+    assert "sequence-order" in why and "not proved for all sizes" in why
