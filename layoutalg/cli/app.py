@@ -112,8 +112,9 @@ def _parser() -> argparse.ArgumentParser:
     co.add_argument("--specs", metavar="DIR", help="the spec library folder holding the family (default: the shipped "
                                                    "specs)")
     co.add_argument("--writer", metavar="MODULE:FUNCTION",
-                    help="a function giving the writer (default: the engine model of vLLM's writer for a shipped "
-                         "family, layoutalg.tools.engine_models)")
+                    help="a function giving the writer, or 'vllm' for vLLM's own cache writers on the CPU "
+                         "(default: the engine model of vLLM's writer for a shipped family, "
+                         "layoutalg.tools.engine_models)")
     co.add_argument("--heads", type=_positive, default=4, help="KV heads of the model (default 4)")
     co.add_argument("--block-size", type=_positive, default=4, help="tokens per block (default 4)")
     co.add_argument("--head-size", type=_positive, help="head size (default 128; MLA: 576)")
