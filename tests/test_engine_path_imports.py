@@ -73,17 +73,32 @@ def _engine(spec_dir=None):
                           timeout=300)
 
 
-@pytest.fixture
-def specs(tmp_path, monkeypatch):
-    """A copy of the shipped specs and a proof cache of its own (the records are keyed by spec file)."""
-    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
-    shutil.copytree(ROOT / "specs", tmp_path / "specs")
-    return str(tmp_path / "specs")
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory):
+    """A copy of the shipped split HND spec and a proof cache of their own (the records are keyed by spec
+    file), shared by this module's tests: split HND's rows are proved once, and each test
+    removes or restores what it changes."""
+    folder = tmp_path_factory.mktemp("engine_path")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAYOUTALG_CACHE", str(folder / "cache"))
+        (folder / "specs").mkdir()
+        for name in ("grids.lal", "split_hnd.lal"):  # the family and what it imports: one family to compile
+            shutil.copy(ROOT / "specs" / name, folder / "specs" / name)
+        yield str(folder / "specs")
+
+
+def _unrecorded(specs) -> None:
+    """No record of split HND's conversions (its proved rows stay in the proof cache)."""
+    from layoutalg.plans.conversion import record_path
+    path = record_path("split_hnd", os.path.join(specs, "split_hnd.lal"))
+    if path and os.path.exists(path):
+        os.remove(path)
 
 
 def test_a_reshard_across_cp_imports_no_prover(specs):
     from layoutalg.dsl.library import load_default
     from layoutalg.verify.conversions import record
+    _unrecorded(specs)
     proc = _engine(specs)  # nothing on record yet: refused, saying how to prove it
     assert proc.returncode != 0
     assert "layoutalg prove --family split_hnd" in proc.stderr, proc.stderr
@@ -105,12 +120,19 @@ def test_the_record_is_believed_only_for_the_spec_it_was_proved_of(specs):
     a, b = _group("tp=2", 4, specs), _group("tp=8,dcp=2,interleave=2", 2, specs)
     assert data.conversion("split_hnd", b["sizes"], a["sizes"], specs).k == 2
     path = os.path.join(specs, "split_hnd.lal")
-    with open(path, "a") as f:
-        f.write("\n# an edit: the record no longer vouches for these bytes\n")
-    forget_compiled()
-    with pytest.raises(LayoutalgError, match=r"other bytes of .*split_hnd.lal; prove it first: `layoutalg prove "
-                                             r"--family split_hnd`"):
-        data.facts(compiled_library(specs)["split_hnd"])
+    before = open(path, "rb").read()
+    try:
+        with open(path, "a") as f:
+            f.write("\n# an edit: the record no longer vouches for these bytes\n")
+        forget_compiled()
+        with pytest.raises(LayoutalgError, match=r"other bytes of .*split_hnd.lal; prove it first: `layoutalg "
+                                                 r"prove --family split_hnd`"):
+            data.facts(compiled_library(specs)["split_hnd"])
+    finally:  # the bytes the record was made of: believed again
+        with open(path, "wb") as f:
+            f.write(before)
+        forget_compiled()
+    assert data.facts(compiled_library(specs)["split_hnd"]).token
 
 
 def test_a_family_whose_sequence_is_refuted_is_not_recorded(tmp_path, monkeypatch):
