@@ -142,3 +142,20 @@ def test_a_family_whose_sequence_is_refuted_is_not_recorded(tmp_path, monkeypatc
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
     why = record(_library(tmp_path, HALF), "halfseq")
     assert "sequence-order" in why and "not proved for all sizes" in why
+
+
+def test_a_spec_edited_after_it_was_read_is_not_recorded(tmp_path, monkeypatch):
+    """A record vouches for the bytes its proofs read: a file changed on disk since the library
+    was parsed (an edit during `layoutalg prove`) gets no record, before any proof is asked."""
+    from layoutalg.dsl.library import load
+    from layoutalg.plans.conversion import record_path
+    from layoutalg.verify.conversions import record
+    monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
+    for name in ("grids.lal", "split_hnd.lal"):
+        shutil.copy(ROOT / "specs" / name, tmp_path / name)
+    lib = load([tmp_path / "split_hnd.lal"])
+    with open(tmp_path / "grids.lal", "a") as f:
+        f.write("\n# edited while the prover ran\n")
+    why = record(lib, "split_hnd")
+    assert why.startswith("not recorded: ") and "grids.lal changed since the library was read" in why, why
+    assert not os.path.exists(record_path("split_hnd", str(tmp_path / "split_hnd.lal")))

@@ -589,6 +589,7 @@ def test_a_spec_whose_divisions_are_read_lazily_and_never_exact_is_not_proved(tm
 
 _SMALL_GRID = """
 param kv_blocks_second in 0 .. 1 default 0 "1 when K and V are outside the blocks (split NHD reads it)"
+param cpu_attn_layout in 0 .. 2 default 0 "vLLM's CPU attention backend (split NHD reads it)"
 grid heads:   # a small grid: tp heads shards, a cp of 1
     world tp * pcp
     require total_heads % tp == 0

@@ -164,7 +164,11 @@ def record(lib, family: str, rlimit: int | None = None) -> str:
     except LayoutalgError as e:
         return str(e)
     files = set(store.dependencies(lib, family))
-    before = {p: data.digest(p) for p in files}  # the bytes proved, not those found after
+    parsed = {m.path: m.digest for m in lib.modules}  # the bytes proved are those `lib` was parsed from
+    changed = _changed(files, parsed)
+    if changed:
+        return changed
+    before = {p: parsed[p] for p in files}
     table = store.read(store.proof_key(lib, family, rlimit)) or []
     budgets = Budgets.of(rlimit)
     provers = {"sequence-order": lambda part: prove_obligation(lib, part, "sequence-order", {}, budgets),
@@ -184,7 +188,18 @@ def record(lib, family: str, rlimit: int | None = None) -> str:
                 why.append(f"{name}{f' ({region})' if region else ''}: {r.status}, {r.detail or r.method}")
     if why:
         return f"{family}: its page conversions are not proved for all sizes: " + "; ".join(why)
-    before.update({p: data.digest(p) for p in files if p not in before})
+    changed = _changed(files, parsed)  # (the proof key re-reads the files: an edit meanwhile keys the old proof)
+    if changed:
+        return changed
+    before.update({p: parsed[p] for p in files if p not in before})
     data.write(family, fdef.span.file, compile_named(lib, family).layout_id, fdef.sequence.id, names, rows,
                tuple(before.items()))
     return ""
+
+
+def _changed(files, parsed: dict) -> str:
+    """'' where every file is on disk as the library parsed it, else which is not: a record is
+    made only of the bytes its proofs read."""
+    moved = sorted(p for p in files if parsed.get(p) is None or data.digest(p) != parsed[p])
+    return (f"not recorded: {', '.join(moved)} changed since the library was read (prove again)"
+            if moved else "")
