@@ -155,3 +155,70 @@ def test_a_writer_that_raises_is_an_error_naming_the_rank():
         _check("split_nhd", "tp=2", boom)
     with pytest.raises(ConfigError, match="^conform: split_nhd cannot size a page"):
         _check("split_nhd", "tp=3", em.attention("NHD"))
+
+
+# Quantised KV and NVFP4: no vLLM writer of theirs runs on a CPU (docs/trust.md), so engine models
+# stand in (`engine_models.quantised`, `engine_models.nvfp4`): 1-byte values tagged in fours.
+CONFORM_MUTANTS = Path(__file__).parent / "data" / "conform"
+QUANT = {"quant_packed": dict(kv_scales=1, scale_bytes=4, row_align=4),   # rows of head_size 8 + 4: unpadded
+         "quant_split": dict(kv_scales=2, scale_bytes=4)}
+NVFP4 = {"nvfp4": dict(nvfp4=1, nvfp4_v_swizzle=1), "nvfp4_plain": dict(nvfp4=1, nvfp4_v_swizzle=0)}
+
+
+def _check_bytes(family, config, writer, heads=4, specs=None):
+    names, head_size = (QUANT[family], 8) if family in QUANT else (NVFP4[family], 32)
+    return conform.check(family, parse_config(config), writer, heads=heads, block_size=4, head_size=head_size,
+                         dtype="int8", names=names, specs=specs)
+
+
+@pytest.mark.parametrize("family, config, heads", [
+    (f, c, h) for f in QUANT for c, h in (("tp=2", 4), ("tp=4", 2), ("tp=2,dcp=2,interleave=2", 1))] + [
+    (f, c, h) for f in NVFP4 for c, h in (("tp=2", 4), ("tp=4", 2))])   # (NVFP4 serves no cp)
+def test_quantised_and_nvfp4_families_are_what_the_engine_model_writes(family, config, heads):
+    r = _check_bytes(family, config, em.WRITERS[family](), heads)
+    assert r.status == "conformant" and r.compared > 0, str(r)
+
+
+def test_quantised_scales_written_head_major_are_proved_and_refuted():
+    """quant_split with its scales (K/V, head, token) where vLLM's per-token-head writer stores
+    them (K/V, token, head): the prover proves it; conform names the scale that moved."""
+    from layoutalg.verify.prove.runner import page_tiles
+    specs = CONFORM_MUTANTS / "quant_scales_head_major"
+    lib = load([specs / "quant_split.lal"])
+    assert page_tiles(lib, "quant_split", "local").status == page_tiles(lib, "quant_split", "canonical").status \
+        == "proved"
+    assert prove_obligation(lib, "quant_split.scale", "local-bijective", {}, Budgets.of()).status == "proved"
+    r = _check_bytes("quant_split", "tp=2", em.quantised("split"), specs=str(specs))
+    assert r.status == "refuted", str(r)
+    first = str(r).splitlines()[1]
+    assert "rank 0, block 0, local byte" in first and "fp32 scale" in first and "token" in first, first
+    assert "single-rank engine holds at canonical byte" in first and "the spec sends this byte to canonical" in first
+    assert all(m.rank == 0 for m in r.misplaced)  # (the first few: rank 0's scales, its data where the spec says)
+
+
+def test_nvfp4_scale_tiles_ordered_group_head_are_proved_and_refuted():
+    """nvfp4_plain with each side's scales ordered (group, head, token) where vLLM's page holds
+    them (head, token, group)."""
+    from layoutalg.verify.prove.runner import page_tiles
+    specs = CONFORM_MUTANTS / "nvfp4_tiles_group_head"
+    lib = load([specs / "nvfp4_plain.lal"])
+    assert page_tiles(lib, "nvfp4_plain", "local").status == page_tiles(lib, "nvfp4_plain", "canonical").status \
+        == "proved"
+    assert prove_obligation(lib, "nvfp4_plain.k_scales", "writers-disjoint", {}, Budgets.of()).status == "proved"
+    r = _check_bytes("nvfp4_plain", "tp=2", em.nvfp4(), specs=str(specs))
+    assert r.status == "refuted", str(r)
+    first = str(r).splitlines()[1]
+    assert "rank 0, block 0, local byte" in first and "K scales of head" in first and "canonical byte" in first, first
+    # one rank holds every head: the mutant's order is the same permutation on both pages
+    assert _check_bytes("nvfp4_plain", "tp=1", em.nvfp4(), specs=str(specs)).status == "conformant"
+
+
+def test_quant_packed_is_the_head_major_page_not_vllms_default_nhd_strides():
+    """vLLM's Triton backend states no KV layout, so its page takes the default preference, LBNHC:
+    the packed (token, head) cells slot-major. quant_packed is the LBHNC (HND) page; under NHD
+    strides its rank pages read other tokens than a single rank's."""
+    r = _check_bytes("quant_packed", "tp=2", em.quantised("packed", "NHD"))
+    assert r.status == "refuted" and "token" in str(r), str(r)
+    with pytest.raises(Exception, match="vLLM's per-token-head page holds 384 bytes"):  # row_align 16: a padded row
+        conform.check("quant_packed", parse_config("tp=2"), em.quantised("packed"), heads=4, block_size=4,
+                      head_size=8, dtype="int8", names=dict(QUANT["quant_packed"], row_align=16))

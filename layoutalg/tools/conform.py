@@ -99,8 +99,9 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
           dtype: str = "fp32", names: dict | None = None, specs: str | None = None, element: int | None = None,
           describe: Callable | None = None, blocks: int = BLOCKS, shown: int = 5) -> Conformance:
     """The family's spec at `config` against the writer `write` (see the module). `element` is
-    the width in bytes of one tag (default: the dtype's); `describe(bytes)` names the element a
-    tag is, for the messages. Raises `ConfigError` where the family does not serve the
+    the width in bytes of one tag (default: the writer's `tag_bytes` attribute, else the dtype's: a
+    writer of 1-byte values tags them in wider groups); `describe(bytes)` names the element a tag
+    is, for the messages (default: the writer's `describe` attribute). Raises `ConfigError` where the family does not serve the
     configuration."""
     config = dict(config)
     cp = config["dcp"] * (1 if config.get("pcp_replicas") else config["pcp"])
@@ -114,7 +115,8 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
     data1 = c1 >= 0
     canonical = torch.zeros(blocks, m1.canonical_page_size_bytes, dtype=torch.uint8)
     canonical[:, c1[data1]] = single[:, data1]  # the single rank's page is the canonical page
-    e = element or torch.empty(0, dtype=_dtype(dtype)).element_size()
+    e = element or getattr(write, "tag_bytes", None) or torch.empty(0, dtype=_dtype(dtype)).element_size()
+    describe = describe or getattr(write, "describe", None)
     never = (data1 & ~wrote).nonzero().tolist()
     if never:  # the single rank's page is the reference: every byte of it the spec maps must be written
         return Conformance(family, config, "refuted", 0, tuple(

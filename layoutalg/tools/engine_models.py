@@ -6,7 +6,8 @@ They stand in for vLLM's cache writers where those do not run here (CUDA kernels
 attention backends' `reshape_and_cache` (a token's K and V rows at slot `t` of its block, NHD
 `(2, block_size, heads, head_size)` or HND `(2, heads, block_size, head_size)` a block), and the
 Mamba2 layer's conv and SSM state (`(conv_kernel - 1, x | B | C)` then `(heads, head_dim,
-state_size)`, each dense, from byte 0 of the page). Each element is written as the 4-byte code
+state_size)`, each dense, from byte 0 of the page), per-token-head quantised KV (`quantised`) and
+NVFP4 KV (`nvfp4`), whose writers are CUDA, FlashInfer or Triton kernels that vLLM CPU does not run. Each element is written as the 4-byte code
 of its place in the whole model (`fp32` layers: the code's bits, not a float value), so a byte in
 the wrong place never holds the right value.
 
@@ -112,6 +113,167 @@ def mamba2(order: str = "xBC"):
     return write
 
 
+# Quantised KV (vLLM 0.32, `v1/attention/backends/triton_attn.py` and
+# `v1/attention/ops/triton_reshape_and_cache_flash.py`; the per-token-head writer is a Triton
+# kernel that stores an fp8 or int8 row and one fp32 scale per (token, head)), and NVFP4
+# (`v1/attention/backends/flashinfer.py`, `utils/torch_utils.py`). Their values are 1 byte (or
+# two 4-bit values a byte), too narrow for a tag of their own: a row's bytes are tagged in
+# aligned fours, byte j of a four holding j in its top two bits and 6 bits of the four's code,
+# so the four reads as one 4-byte code (`describe` names its element) and a byte moved inside
+# its four is told too. Scales are fp32 values whose integer value codes (K/V, token, head); an
+# fp32 scale's top byte is under 0x80, a data four's is 0xC0 or more, so the two never meet.
+FOUR = 1 << 24
+SCALES = 1 << 22   # NVFP4's fp8 scales take codes from here up, its values below
+
+
+def _fours(codes: torch.Tensor) -> torch.Tensor:
+    """(..., n) codes of fours -> (..., 4 n) bytes."""
+    if int(codes.max()) >= FOUR or int(codes.min()) < 0:
+        raise ValueError("an engine model's tag codes run past 2**24: give smaller sizes")
+    j = torch.arange(4)
+    return (((codes.unsqueeze(-1) >> (6 * j)) & 63) | (j << 6)).flatten(-2).to(torch.uint8)
+
+
+def _code_of(tag: bytes):
+    """A four's code, or None where the 4 bytes are no data four."""
+    if [b >> 6 for b in tag] != [0, 1, 2, 3]:
+        return None
+    return sum((b & 63) << (6 * j) for j, b in enumerate(tag))
+
+
+def _scale_bytes(codes: torch.Tensor) -> torch.Tensor:
+    """(...) integer codes as fp32 scale values, (..., 4) bytes."""
+    return codes.to(torch.float32).contiguous().view(torch.uint8).view(*codes.shape, 4)
+
+
+def quantised(form: str = "packed", order: str = "HND"):
+    """A writer of per-token-head quantised KV (`int8_per_token_head`, `fp8_per_token_head`: 1-byte
+    values, one fp32 scale per token and head). `form="packed"`: vLLM's Triton backend, which
+    widens each (head, slot) cell to `2 * (head_size + 4)` bytes, `[K | K scale | V | V scale]`
+    (`customize_spec`, `_ensure_scale_caches`), in the logical `(blocks, heads, block_size, cell)`
+    page with `order`'s strides (`HND`: KVCacheLayout LBHNC, heads outer; `NHD`: LBNHC, vLLM's
+    default preference where no backend states one, slots outer). `form="split"`: the kernel's
+    own tensors (`key_cache`, `value_cache` `(blocks, block_size, heads, head_size)`; `k_scale_cache`,
+    `v_scale_cache` `(blocks, block_size, heads)` fp32) dense and one after the other in a block's
+    page: vLLM 0.32 carves no such page itself (its scales live inline), so this form is the
+    kernel's indexing with its tensors laid K, V, K scales, V scales, said here. Tags: fours
+    (see above); `write.describe(tag)` names a tag's element."""
+    if form not in ("packed", "split") or order not in ("NHD", "HND"):
+        raise ValueError(f"quantised KV: form packed|split and order NHD|HND, got {form!r}, {order!r}")
+    seen: dict = {}
+
+    def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
+        heads, d, total, bs = _heads(sizes, rank), sizes["head_size"], sizes["total_heads"], sizes["block_size"]
+        if sizes["dtype_bytes"] != 1 or d % 4:
+            raise ValueError("the quantised KV engine model writes 1-byte values, head_size a multiple of 4")
+        h = len(heads)
+        want = h * bs * 2 * (d + 4)   # vLLM: one fp32 scale (4 bytes of 1-byte elements) per K and V row
+        if pages.shape[1] != want:
+            raise ValueError(f"vLLM's per-token-head page holds {want} bytes ({h} heads x {bs} slots x 2 x "
+                             f"(head_size {d} + a 4-byte fp32 scale)); the spec's page holds {pages.shape[1]} "
+                             f"(its scale_bytes, row_align or kv_scales say another page)")
+        seen.update(d=d, total=total)
+        head = torch.tensor(heads).view(1, -1, 1)
+        kv = torch.arange(2).view(-1, 1, 1)
+        for b, page in enumerate(page_of_block):
+            token = _tokens(sizes, rank, page).view(1, 1, -1)                       # (kv, head, slot)
+            cell = kv + 2 * (head + total * token)
+            data = _fours(1 + torch.arange(d // 4) + (d // 4) * cell.unsqueeze(-1))  # (kv, head, slot, d)
+            scale = _scale_bytes(1 + cell)                                            # (kv, head, slot, 4)
+            if form == "packed":
+                rows = torch.cat([data, scale], dim=-1).permute(1, 2, 0, 3)           # (head, slot, kv, d + 4)
+                if order == "NHD":
+                    rows = rows.transpose(0, 1)
+                _put_bytes(pages, b, 0, rows)
+            else:
+                _put_bytes(pages, b, 0, data.permute(0, 2, 1, 3))                     # (kv, slot, head, d)
+                _put_bytes(pages, b, data.numel(), scale.permute(0, 2, 1, 3))         # (kv, slot, head, 4)
+
+    def describe(tag: bytes) -> str:
+        code = _code_of(tag)
+        if code is None:
+            cell = int(torch.tensor(list(tag), dtype=torch.uint8).view(torch.float32)) - 1
+            return _cell(cell, seen["total"]) + "'s fp32 scale"
+        cell, four = divmod(code - 1, seen["d"] // 4)
+        return _cell(cell, seen["total"]) + f", values {4 * four}..{4 * four + 3}"
+    write.tag_bytes, write.describe = 4, describe
+    return write
+
+
+def _cell(cell: int, total: int) -> str:
+    kv, rest = cell % 2, cell // 2
+    return f"{'KV'[kv]} of token {rest // total}, head {rest % total}"
+
+
+def _put_bytes(pages: torch.Tensor, b: int, at: int, raw: torch.Tensor) -> None:
+    raw = raw.contiguous().view(-1)
+    pages[b, at:at + raw.numel()] = raw
+
+
+def nvfp4(v_swizzle: bool = False):
+    """A writer of vLLM's NVFP4 KV (kv_cache_dtype `nvfp4`): a block is `(2 * heads, block_size,
+    head_size / 2 + head_size / 16)` bytes, K's heads then V's (`customize_spec`: `num_head_slots =
+    2 * num_kv_heads`), each side `[values | scales]` as `_nvfp4_kv_views` and
+    `nvfp4_split_data_scale` carve it from the HND page: the side's 4-bit values two a byte
+    `(heads, block_size, head_size / 2)`, then its fp8 scales, one per 16 values,
+    `(heads, block_size, head_size / 16)`. That is the FlashInfer FA2 writer's page (SM80/90/120),
+    V's scales token by token. `v_swizzle=True` models the trtllm-gen writer (SM100, vLLM's CUDA
+    `reshape_and_cache_flash`, whose source is not in the wheel): each head's V scales in tiles of 4
+    tokens, scale g of token t at `(t // 4) * 4 * S + 4 * g + t % 4` (S = head_size / 16), a rule
+    read from the spec's own comment (`specs/nvfp4.lal`), not from vLLM. Tags: fours of a row's value
+    bytes; a head's scale tile in fours by their place in the tile. A permutation inside a head's tile
+    moves whole with the head under every TP, so no writer-against-spec check tells the two orders
+    apart (both writers lay the same bytes; `v_swizzle` only names which token and group a scale
+    byte is, in `describe`): which of the two a reader expects stays configuration."""
+    seen: dict = {}
+
+    def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
+        heads, d, total, bs = _heads(sizes, rank), sizes["head_size"], sizes["total_heads"], sizes["block_size"]
+        if sizes["dtype_bytes"] != 1 or d % 16 or bs % 4:
+            raise ValueError("the NVFP4 engine model writes bytes: head_size a multiple of 16, block_size of 4")
+        h, s, half = len(heads), d // 16, d // 2
+        if pages.shape[1] != 2 * h * bs * (half + s):
+            raise ValueError(f"vLLM's NVFP4 page holds {2 * h * bs * (half + s)} bytes; the spec's {pages.shape[1]}")
+        seen.update(d=d, total=total, bs=bs)
+        head = torch.tensor(heads).view(-1, 1)
+        t = torch.arange(bs).view(1, -1)
+        for b, page in enumerate(page_of_block):
+            for kv in range(2):
+                row = kv + 2 * (t + bs * (head + total * page))                       # (head, slot)
+                codes = 1 + torch.arange(half // 4) + (half // 4) * row.unsqueeze(-1)
+                if int(codes.max()) >= SCALES:
+                    raise ValueError("the NVFP4 engine model's value codes run past 2**22: give smaller sizes")
+                # a head's scale tile, (slot, group) plain or swizzled: its fours are coded by their place in
+                # the tile, which moves whole with its head (see `describe`)
+                fours = SCALES + (kv + 2 * (head + total * page)) * (bs * s // 4) + torch.arange(bs * s // 4)
+                side = kv * h * bs * (half + s)
+                _put_bytes(pages, b, side, _fours(codes))
+                _put_bytes(pages, b, side + h * bs * half, _fours(fours))
+
+    def describe(tag: bytes) -> str:
+        code = _code_of(tag)
+        if code is None:
+            return "no tag of this model"
+        d, total, bs = seen["d"], seen["total"], seen["bs"]
+        s = d // 16
+        if code >= SCALES:
+            side, four = divmod(code - SCALES, bs * s // 4)
+            kv, rest = side % 2, side // 2
+            at = [4 * four + j for j in range(4)]
+            held = [(p // (4 * s) * 4 + p % 4, p % (4 * s) // 4) if kv and v_swizzle else (p // s, p % s) for p in at]
+            return (f"{'KV'[kv]} scales of head {rest % total}: " +
+                    ", ".join(f"token {tk} group {g}" for tk, g in held))
+        row, four = divmod(code - 1, d // 8)
+        kv, rest = row % 2, row // 2
+        return f"{'KV'[kv]} values of token {rest % bs}, head {rest // bs % total}, bytes {4 * four}..{4 * four + 3}"
+    write.tag_bytes, write.describe = 4, describe
+    return write
+
+
 WRITERS = {"split_nhd": lambda: attention("NHD"), "split_hnd": lambda: attention("HND"), "mla": latent,
-           "mamba2": mamba2}
-"""The shipped families conform checks against an engine model by default, and the model's writer."""
+           "mamba2": mamba2, "quant_packed": lambda: quantised("packed", "HND"),
+           "quant_split": lambda: quantised("split"), "nvfp4": lambda: nvfp4(v_swizzle=True),
+           "nvfp4_plain": lambda: nvfp4(v_swizzle=False)}
+"""The shipped families conform checks against an engine model by default, and the model's writer
+(quant_packed: the HND page, `VLLM_KV_CACHE_LAYOUT=HND`; vLLM's default for the Triton backend is
+NHD strides, `quantised("packed", "NHD")`, which quant_packed is not)."""
