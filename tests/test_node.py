@@ -1,9 +1,12 @@
 """A page stored by one job is loaded by another: each side a torchrun job of its own (here two
 simulated nodes on one machine, env:// rendezvous), the pages in files on a shared path."""
+import json
 import os
 import socket
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -64,3 +67,75 @@ def test_a_job_outside_torchrun_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "layoutalg", "reshard", *MODEL, "--store", "tp=2"],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert proc.returncode == 2 and "give both --store and --load" in proc.stderr, proc.stderr
+
+
+def _alone(monkeypatch):
+    """This process as a job of one rank (torchrun's env:// variables, a fresh port each job)."""
+    for k, v in dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port())).items():
+        monkeypatch.setenv(k, v)
+
+
+@pytest.fixture
+def threads():
+    """A job sets torch's threads to 1 (a rank a core): given back to the tests after it."""
+    import torch
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_a_load_job_converts_pages_of_another_block_size_in_a_file_store(tmp_path, monkeypatch, capsys, threads):
+    """Stored in pages of 4 tokens, loaded by jobs of 8-token and 2-token blocks: the record names
+    the stored format and sizes, the load job converts (proved at the two sizes) and checks every
+    byte by its engine element; a byte changed in the store fails; another head size is refused."""
+    from layoutalg.errors import ConfigError
+    from layoutalg.tools.distributed import group_of, parse_config
+    from layoutalg.tools.node import load_job, store_job
+
+    def group(block_size, blocks, head_size=16):
+        return group_of("split_hnd", parse_config("tp=1"), 4, block_size, head_size, "bf16", blocks)
+
+    def load(g, **kw):
+        _alone(monkeypatch)
+        return load_job(g, (range(2),), 2, str(tmp_path), prove=True, **kw)
+
+    _alone(monkeypatch)
+    assert store_job(group(4, 4), (range(2),), 2, str(tmp_path)) == 0
+    (folder,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    record = json.loads((folder / "job.json").read_text())
+    assert record["sizes"]["block_size"] == 4 and record["layout_id"] and record["page_bytes"] == 1024
+    capsys.readouterr()
+    assert load(group(8, 2)) == 0  # 4 stored pages of 4 tokens are 2 of 8
+    out = capsys.readouterr().out
+    assert f"converted: 4 pages of 1024 bytes a layer, stored by tp=1,pcp=1,dcp=1,interleave=1,pcp_replicas=0 " \
+           f"(format {folder.name}), into 2 pages of 2048 bytes" in out, out
+    assert "\n2 passed, 0 failed\n" in out, out
+    assert load(group(2, 8)) == 0  # and 8 of 2 tokens
+    out = capsys.readouterr().out
+    assert "into 8 pages of 512 bytes" in out and "\n2 passed, 0 failed\n" in out, out
+    # a group of the stored count of blocks: the CLI regroups; the Python API says how many it needs
+    assert load(group(8, 4), regroup=lambda n: group(8, n)) == 0
+    with pytest.raises(ConfigError, match="are 2 pages of this job's format, but its group holds 3 blocks"):
+        load(group(8, 3), regroup=lambda n: group(8, n))
+    # the engine's way (the API's default): the conversion rests on the record `layoutalg prove` keeps
+    from layoutalg.tools.distributed import library_of
+    from layoutalg.verify.conversions import record as prove_record
+    assert prove_record(library_of(None), "split_hnd") == ""
+    capsys.readouterr()
+    _alone(monkeypatch)
+    assert load_job(group(8, 2), (range(2),), 2, str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "resting on the proof record" in out and "\n2 passed, 0 failed\n" in out, out
+    # a byte changed in a stored page: the converted page holds it, and the byte check fails that layer
+    with open(folder / "layer1.pages", "r+b") as f:
+        f.seek(3 * 1024 + 100)
+        b = f.read(1)
+        f.seek(3 * 1024 + 100)
+        f.write(bytes([b[0] ^ 0xFF]))
+    capsys.readouterr()
+    assert load(group(8, 2)) == 1
+    assert "\n1 passed, 1 failed\n" in capsys.readouterr().out
+    # another head size: same family and canonical layout, pages that are not parts of one another
+    with pytest.raises(ConfigError, match=f"holds pages of model split_hnd in format {folder.name} .*, not "
+                                          f"lal.* and they do not convert: .*; nothing was read"):
+        load(group(8, 2, head_size=32))

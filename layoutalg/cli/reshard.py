@@ -103,9 +103,13 @@ def _reshard_job(args, names: dict) -> int:
     group = group_of(args.family, config, args.heads, block, args.head_size, args.dtype, args.blocks,
                      names=names, specs=args.specs)
     store = open_store(args.store_backend, pages=args.pages, master=args.mooncake_master)
-    job = store_job if args.store is not None else load_job
     try:
-        return job(group, stages, args.layers, store, args.model)
+        if args.store is not None:
+            return store_job(group, stages, args.layers, store, args.model)
+        # pages of another cp or block size: converted (proved at the two sizes), into this
+        # configuration's group of as many blocks as the stored pages make (--blocks: as stored)
+        return load_job(group, stages, args.layers, store, args.model, prove=True, regroup=lambda n: group_of(
+            args.family, config, args.heads, block, args.head_size, args.dtype, n, names=names, specs=args.specs))
     finally:
         store.close()
 

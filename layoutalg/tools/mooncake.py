@@ -160,6 +160,21 @@ class MooncakeStore(PageStore):
                               f"{CODES.get(rc, f'code {rc}')}")
 
     def stored(self, model: str, format_id: str, side: str = "load") -> dict | None:
+        record = self.record(model, side)
+        if record is not None and record["format_id"] != format_id:
+            raise ConfigError(f"reshard {side} job: {self.where()} holds pages of model {model} in format "
+                              f"{record['format_id']}, not {format_id}: nothing was read")
+        return record
+
+    def find(self, model: str, format_id: str) -> dict | None:
+        return self.record(model)  # (one record a model: its own format's, or another's a load may convert)
+
+    def others(self, model: str, format_id: str) -> list[dict]:
+        record = self.record(model)
+        return [record] if record is not None and record["format_id"] != format_id else []
+
+    def record(self, model: str, side: str = "load") -> dict | None:
+        """The model's committed record, whatever its format (None where there is none)."""
         key = self.record_key(model)
         size = self._call("a size query", lambda: self.client.get_size(key))
         if size == -704:
@@ -174,9 +189,8 @@ class MooncakeStore(PageStore):
         except (ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"reshard {side} job: {key} in {self.where()} is not a record of stored pages "
                               f"({e})") from None
-        if fmt != format_id:
-            raise ConfigError(f"reshard {side} job: {self.where()} holds pages of model {model} in format {fmt}, "
-                              f"not {format_id}: nothing was read")
+        if not isinstance(fmt, str):
+            raise ConfigError(f"reshard {side} job: {key} in {self.where()} names no format ({fmt!r})")
         return record
 
     def begin(self, model: str, format_id: str, side: str = "store", **_) -> None:

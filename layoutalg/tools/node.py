@@ -14,10 +14,14 @@ A store job assembles whole canonical pages: each rank's plan stores its own byt
 page into zeros (each byte has one writer, pads none), the stage's ranks sum them onto the
 rank that puts the layer (layer % world), and that rank puts the layer's pages whole. When
 every page is in, rank 0 commits the record of the job (the file store's `FORMAT/job.json`).
-The load job reads the record first (a record of another format is refused before any page
-is read), gets the pages of its own layers and checks every byte of every layer against the
-engine element it holds (`distributed.element_coordinates`), as `layoutalg reshard` does in
-one process tree. A rank whose put or get fails fails the job on every rank, naming the page.
+The record names the pages' format, canonical layout and sizes. The load job reads it first,
+gets the pages of its own layers and checks every byte of every layer against the engine
+element it holds (`distributed.element_coordinates`), as `layoutalg reshard` does in one
+process tree. Pages of another format are refused before any page is read, unless they are
+pages of another cp or block size of the same family and canonical layout: then the job's
+first process makes the conversion (`PageConversion`: proved at the two sizes, or resting on
+the proof record) and each rank converts the stored pages of its layers on the way in. A
+rank whose put or get fails fails the job on every rank, naming the page.
 """
 from __future__ import annotations
 
@@ -103,34 +107,53 @@ def store_job(group: Group, stages: tuple, layers: int, store: PageStore | str, 
     _together(dist, error, "store")  # every page is in (or the job fails, committing nothing)
     if dist.get_rank() == 0:
         store.commit(model, {"family": group.family, "config": group.config, "layers": layers, "pages": group.blocks,
-                             "page_bytes": page, "format_id": fmt, "model": model, "job": job[0]})
+                             "page_bytes": page, "format_id": fmt, "model": model, "job": job[0],
+                             "layout_id": group.mappings[0].layout_id, "sizes": dict(group.sizes)})
         print(f"stored: {_said(group, stages)}, {layers} layers x {group.blocks} pages of {page} bytes into "
               f"{store.place(fmt)}")
     dist.destroy_process_group()
     return 0
 
 
-def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, model: str | None = None) -> int:
+def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, model: str | None = None,
+             regroup=None, prove: bool = False) -> int:
     """Load the pages of `model` (default: the family's name) that a store job put into `store`, under
-    `group`, and check every byte; 0 where every layer of every rank passed."""
+    `group`, and check every byte; 0 where every layer of every rank passed.
+
+    Where the store holds the model's pages in another format of the same family and canonical
+    layout (another cp or block size), they are converted on the way in (`converted`): the
+    conversion rests on the proof record (`plans.conversion`, `layoutalg prove --family NAME`),
+    or with `prove` is proved at the two sizes (`verify.conversions.conversion`, as `layoutalg
+    reshard` does in one process). The stored pages are another number of this job's pages (k
+    small pages a big one): `group` holds that many blocks, or `regroup(blocks)` gives the group
+    that does (the CLI's way: it builds the group from --blocks as stored)."""
     from ..copy.executor import plan
     store = FileStore(store) if isinstance(store, (str, os.PathLike)) else store
     model, fmt = model or group.family, group.mappings[0].format_id
-    stored = store.stored(model, fmt, "load")  # another format's record: refused before any page is read
+    stored = store.find(model, fmt)  # another format's record: refused before any page is read, unless it converts
     if stored is None:
         raise ConfigError(f"reshard load job: no pages of format {fmt} (what {_said(group, stages)} reads) "
                           f"{store.missing(fmt)}")
-    if stored["pages"] != group.blocks or stored["layers"] != layers:
-        raise ConfigError(f"reshard load job: {store.place(fmt)} holds {stored['layers']} layers x {stored['pages']} "
-                          f"pages, this job reads {layers} x {group.blocks} (give --layers and --blocks as stored)")
+    other = stored["format_id"] != fmt
+    if other:
+        _may_convert(group, stages, store, model, stored)
+    if stored["layers"] != layers or not other and stored["pages"] != group.blocks:
+        raise ConfigError(f"reshard load job: {store.place(stored['format_id'])} holds {stored['layers']} layers x "
+                          f"{stored['pages']} pages, this job reads {layers} x {group.blocks} (give --layers and "
+                          f"--blocks as stored)")
     dist, rank, owned, _, _ = _join(group, stages, "load")
+    conv = None
+    if other:
+        conv, group = _converting(dist, group, stages, store, model, stored, regroup, prove)
     pages, blocks = layout_of_pages(group, group.blocks)
     m, page = group.mappings[rank], group.mappings[0].canonical_page_size_bytes
+    ids = torch.arange(stored["pages"], dtype=torch.int64)
     kvs, error = [], None
     try:
         for layer in owned:
-            src = torch.empty(group.blocks, page, dtype=torch.uint8)
-            store.get(_key(group, model, stored.get("job", ""), layer), pages, src)
+            src = torch.empty(stored["pages"], stored["page_bytes"], dtype=torch.uint8)
+            store.get(PageKey(model, stored["format_id"], stored.get("job", ""), layer), ids, src)
+            src = src if conv is None else converted(conv, src, group.blocks, page)
             kv = group.empty().zero_()
             plan(m, kv).load(src, pages, kv, blocks)
             kvs.append(kv)
@@ -147,6 +170,115 @@ def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, m
         print(f"{passed} passed, {failed} failed")
     dist.destroy_process_group()
     return 1 if failed or not passed else 0
+
+
+def converted(conv, pages: torch.Tensor, blocks: int, page: int) -> torch.Tensor:
+    """`pages` (stored: big or small pages of `conv`) as `blocks` pages of `page` bytes, the other
+    format: big page g is small pages k*g .. k*g + k - 1 (`copy.direct.convert`); pads stay 0."""
+    from ..copy.direct import convert
+    out = torch.zeros(blocks, page, dtype=torch.uint8)
+    if pages.shape[1] == conv.big_page:
+        convert(conv, pages, out, to_small=True)
+    else:
+        convert(conv, out, pages, to_small=False)
+    return out
+
+
+def _refused(store: PageStore, model: str, stored: dict, group: Group, stages: tuple, why: str) -> ConfigError:
+    def block(sizes) -> str:
+        return f" in blocks of {sizes['block_size']} tokens" if isinstance(sizes, dict) and "block_size" in sizes \
+            else ""
+    return ConfigError(f"reshard load job: {store.place(stored['format_id'])} holds pages of model {model} in format "
+                       f"{stored['format_id']} (stored by {_shown(stored.get('config', {}))}"
+                       f"{block(stored.get('sizes'))}), not {group.mappings[0].format_id} (what {_said(group, stages)}{block(group.sizes)} reads), "
+                       f"and they do not convert: {why}; nothing was read")
+
+
+def _may_convert(group: Group, stages: tuple, store: PageStore, model: str, stored: dict) -> None:
+    """What a record of another format must say for its pages to convert into `group`'s, checked
+    before any process joins (a `ConfigError` naming both formats otherwise); the conversion
+    itself is made once the job's processes have joined (`_converting`)."""
+    from ..runtime.formats import element_part
+    m = group.mappings[0]
+    why = ""
+    if stored.get("family") != group.family:
+        why = f"they are pages of family {stored.get('family')}, this job's family is {group.family}"
+    elif "layout_id" not in stored or not isinstance(stored.get("sizes"), dict):
+        why = "the record names no canonical layout or sizes (an earlier layoutalg stored it): store it again"
+    elif stored["layout_id"] != m.layout_id:
+        why = f"another canonical layout ({stored['layout_id']}, this job's {m.layout_id})"
+    elif element_part(stored["format_id"]) != element_part(m.format_id):
+        why = "the pages hold other element types"
+    elif stored["page_bytes"] == m.canonical_page_size_bytes:
+        why = f"pages of one size ({m.canonical_page_size_bytes} bytes) with bytes in other places are not parts " \
+              f"of one another"
+    if why:
+        raise _refused(store, model, stored, group, stages, why)
+
+
+def _converting(dist, group: Group, stages: tuple, store: PageStore, model: str, stored: dict, regroup, prove: bool):
+    """(the `PageConversion` between the stored pages and `group`'s, the group that holds the stored
+    pages converted): made on the job's first process and sent to the others, so that a job of
+    many ranks proves (or reads the record of) one conversion; every rank fails if it fails."""
+    box, error = [None, 0], None
+    if dist.get_rank() == 0:
+        try:
+            box = list(_conversion(group, stages, store, model, stored, prove, regroup is not None))
+        except LayoutalgError as e:
+            error = e
+        except Exception as e:  # noqa: BLE001 - the other ranks would wait for the conversion forever
+            error = _refused(store, model, stored, group, stages,
+                             f"the conversion could not be made ({type(e).__name__}: {e})")
+    _together(dist, error, "load")
+    dist.broadcast_object_list(box, src=0)
+    conv, need = box
+    if group.blocks != need:
+        try:
+            group = regroup(need)
+        except LayoutalgError as e:
+            error = e
+    _together(dist, error, "load")
+    return conv, group
+
+
+def _conversion(group: Group, stages: tuple, store: PageStore, model: str, stored: dict, prove: bool,
+                regroup: bool = False):
+    """(the conversion, the blocks `group` needs to hold the stored pages): refused naming both formats."""
+    from ..runtime.formats import form_part, unread
+    m = group.mappings[0]
+    a, b = stored["page_bytes"], m.canonical_page_size_bytes
+    big, small = (stored["sizes"], group.sizes) if a > b else (group.sizes, stored["sizes"])
+    try:
+        if prove:  # the CLI's way: proved at these sizes, as `layoutalg reshard` converts in one process
+            from .distributed import library_of
+            from ..verify.conversions import conversion
+            conv = conversion(library_of(group.specs), group.family, dict(big), dict(small))
+        else:      # the engine's way: resting on the proof record (`layoutalg prove --family NAME`)
+            from ..plans.conversion import conversion
+            conv = conversion(group.family, dict(big), dict(small), group.specs)
+    except LayoutalgError as e:
+        raise _refused(store, model, stored, group, stages, str(e)) from None
+    formats = (stored["format_id"], m.format_id) if a > b else (m.format_id, stored["format_id"])
+    if (conv.big_page, conv.small_page) != (max(a, b), min(a, b)) or any(
+            want and not unread(f) and form_part(f) != want for f, want in zip(formats, (conv.big_format,
+                                                                                         conv.small_format))):
+        raise _refused(store, model, stored, group, stages, f"the conversion made at the recorded sizes is "
+                       f"between {conv.big_format} and {conv.small_format} ({conv.big_page} and {conv.small_page} "
+                       f"bytes): the record's sizes are not its format's")
+    n = stored["pages"]
+    if a < b and n % conv.k:
+        raise _refused(store, model, stored, group, stages, f"{n} stored pages of {a} bytes do not fill whole "
+                       f"pages of {b} bytes ({conv.k} each)")
+    need = n // conv.k if a < b else n * conv.k
+    if group.blocks != need and (not regroup or group.blocks != n):
+        raise ConfigError(f"reshard load job: the {n} stored pages of a layer are {need} pages of this job's format, "
+                          f"but its group holds {group.blocks} blocks (give --blocks {n}, as stored, or a group of "
+                          f"{need} blocks)")
+    print(f"converted: {n} pages of {a} bytes a layer, stored by {_shown(stored['config'])} (format "
+          f"{stored['format_id']}), into {need} pages of {b} bytes (format {m.format_id}): {conv.k} small pages a big "
+          f"one along '{conv.token}', a conversion of {len(conv.mapping.runs)} runs "
+          f"({'proved at these sizes' if prove else 'resting on the proof record'})", flush=True)
+    return conv, need
 
 
 def open_store(backend: str = "file", pages: str | None = None, master: str | None = None, **options) -> PageStore:

@@ -6,7 +6,8 @@ region's name) and the page (an index, or a block hash). A store job puts whole 
 commits one record; a load job reads the record first, so that
 
 - a page of another format is refused before any byte is copied (the record names the
-  format the pages were stored in);
+  format the pages were stored in), unless the two formats convert (pages of another cp or
+  block size of one family: `node.load_job` converts them on the way in);
 - only a committed job's pages are read: a store job killed mid-way leaves no record that
   names its pages, so no loader takes a half-written page as whole;
 - a page that is not there is an error naming its key.
@@ -91,6 +92,20 @@ class PageStore:
     def get(self, key: PageKey, page_ids, out: torch.Tensor) -> None:
         raise NotImplementedError
 
+    def others(self, model: str, format_id: str) -> list[dict]:
+        """The committed records of `model` in formats other than `format_id`, newest first:
+        what a load job of `format_id` may convert from (pages of another cp or block size)."""
+        return []
+
+    def find(self, model: str, format_id: str) -> dict | None:
+        """The record a load job of `format_id` reads: its own format's where there is one (as
+        `stored` checks it), else the newest of another format (`others`), else None."""
+        own = self.stored(model, format_id, "load")
+        if own is not None:
+            return own
+        others = self.others(model, format_id)
+        return others[0] if others else None
+
     def close(self) -> None:
         pass
 
@@ -170,6 +185,23 @@ class FileStore(PageStore):
         if fmt != format_id:
             raise ConfigError(f"reshard {side} job: {folder} holds pages of format {fmt}, not {format_id}")
         return record
+
+    def others(self, model: str, format_id: str) -> list[dict]:
+        """The records in the root's other folders that name their own folder's format and `model`."""
+        found = []
+        for name in sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []:
+            meta = os.path.join(self.root, name, "job.json")
+            if name == format_id or not os.path.isfile(meta):
+                continue
+            try:
+                with open(meta) as f:
+                    record = json.load(f)
+                when = os.stat(meta).st_mtime
+            except (OSError, ValueError):
+                continue  # (not a record: `missing` still lists the folder)
+            if isinstance(record, dict) and record.get("format_id") == name and record.get("model") == model:
+                found.append((when, record))
+        return [r for _, r in sorted(found, key=lambda x: -x[0])]
 
     def missing(self, format_id: str) -> str:
         there = sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []

@@ -68,7 +68,12 @@ def test_mla_with_dcp_and_mamba2_state(mooncake):
     rc, out, _ = job(mooncake.address, "store", "tp=2,dcp=2,interleave=2", *mla, per_node=2, family="mla")
     assert rc == [0], out
     rc, out, _ = job(mooncake.address, "load", "tp=4,dcp=2,interleave=2", *mla, per_node=4, family="mla")
-    assert rc == [0] and passed(out, 8), out
+    assert rc == [0] and passed(out, 8) and "converted" not in out, out
+    # no dcp: pages of 4 tokens, each big page stored under dcp=2 two of them (converted on the way in)
+    rc, out, _ = job(mooncake.address, "load", "tp=1", *mla, family="mla")
+    assert rc == [0] and passed(out, 2), out
+    assert "converted: 4 pages of 128 bytes a layer, stored by tp=2,pcp=1,dcp=2,interleave=2" in out, out
+    assert "into 8 pages of 64 bytes" in out and "2 layers x 8 pages" in out, out
     states = [*MAMBA, "--blocks", "4", "--layers", "2"]
     rc, out, _ = job(mooncake.address, "store", "tp=4", *states, per_node=4, family="mamba2")
     assert rc == [0], out
@@ -77,12 +82,44 @@ def test_mla_with_dcp_and_mamba2_state(mooncake):
         assert rc == [0] and passed(out, 4 if ranks == 2 and config == "tp=2" else 2), out
 
 
+def test_mla_stored_at_tp2_loads_at_tp4_dcp2_through_a_conversion(mooncake, client):
+    """Pages of another cp: the record of the tp=2 job names its format and sizes; the load job
+    of tp=4,dcp=2 (pages of twice the tokens) makes one conversion, proved at the two sizes, on
+    its first rank, and each rank joins two stored pages into one of its own before it loads."""
+    mla = ["--heads", "1", "--head-size", "8", "--block-size", "4", "--blocks", "4", "--layers", "2"]
+    rc, out, _ = job(mooncake.address, "store", "tp=2", *mla, per_node=2, family="mla", model="mla-cp")
+    assert rc == [0], out
+    rec = client.record("mla-cp")
+    assert rec["sizes"]["dcp"] == 1 and rec["layout_id"] and rec["pages"] == 4, rec
+    rc, out, _ = job(mooncake.address, "load", "tp=4,dcp=2", *mla, nodes=2, per_node=2, family="mla",
+                     model="mla-cp")
+    assert rc == [0, 0] and passed(out, 8), out  # 4 ranks x 2 layers, every byte by its engine element
+    assert out.count("converted: ") == 1, out  # (one conversion for the job, made on its first rank)
+    assert (f"converted: 4 pages of 64 bytes a layer, stored by tp=2,pcp=1,dcp=1,interleave=1,pcp_replicas=0 "
+            f"(format {rec['format_id']}), into 2 pages of 128 bytes") in out, out
+    assert "2 small pages a big one along 't'" in out and "proved at these sizes" in out, out
+    assert "2 layers x 2 pages, from pages stored by tp=2" in out, out
+    # one byte of one stored page changed: the rank that holds it after the conversion fails it
+    from layoutalg.tools.stores import PageKey
+    key = PageKey("mla-cp", rec["format_id"], rec["job"], 1)
+    page = torch.empty(1, 64, dtype=torch.uint8)
+    client.get(key, [3], page)
+    page[0, 5] ^= 0xFF
+    assert client.raw().upsert(key.page(3), page[0].numpy().tobytes()) == 0
+    rc, out, _ = job(mooncake.address, "load", "tp=2,dcp=2", *mla, per_node=2, family="mla", model="mla-cp")
+    assert rc == [1] and "\n3 passed, 1 failed\n" in out, out
+
+
 def test_another_format_is_refused_and_a_missing_page_is_named(mooncake, client):
     rc, out, _ = job(mooncake.address, "store", "tp=2", *MODEL, per_node=2, model="fmt")
     assert rc == [0], out
     other = [*MODEL[:2], "--head-size", "32", *MODEL[4:]]  # another head size: another page format
     rc, out, seconds = job(mooncake.address, "load", "tp=1", *other, model="fmt")
-    assert rc == [1] and "holds pages of model fmt in format " in out and "nothing was read" in out, out
+    stored = client_format(client, "fmt")
+    # one family and canonical layout, pages of other sizes: a conversion is tried and refused, naming both
+    assert rc == [1] and f"holds pages of model fmt in format {stored} (stored by tp=2," in out, out
+    assert "), not lal" in out and "and they do not convert: " in out and "nothing was read" in out, out
+    assert "converted:" not in out and "passed" not in out, out
     rec = client.stored("fmt", client_format(client, "fmt"))
     from layoutalg.tools.stores import PageKey
     key = PageKey("fmt", rec["format_id"], rec["job"], 1).page(3)
