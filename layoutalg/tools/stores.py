@@ -16,8 +16,9 @@ Two backends:
 
 - `FileStore` (the default, nothing to start): `DIR/FORMAT/layer{L}.pages`, the pages of a
   layer in one file, page p at byte `p * page bytes`, and the record `DIR/FORMAT/job.json`
-  written last. A folder holds one model; a store job overwrites the pages in place (a job
-  killed mid-way leaves the previous record naming pages partly rewritten: rerun the store).
+  written last, whole (renamed into place). A folder holds one model; a store job removes the
+  record before it rewrites the pages in place, so a job killed mid-way leaves no record (the
+  previous job's pages are gone with it: rerun the store), never one naming rewritten pages.
 - `tools.mooncake.MooncakeStore`: a Mooncake Store master and its clients' memory (see
   docs/moving-bytes.md#page-stores); every job's pages are new keys, and the record moves
   to them only when they are all in.
@@ -121,6 +122,8 @@ def check_pages(key: PageKey, page_ids, pages: torch.Tensor, page_bytes: int | N
         raise ConfigError(f"page store: layer {key.layer}: pages of {pages.shape[1]} bytes, the record says {page_bytes}")
     if len(set(ids)) != len(ids):
         raise ConfigError(f"page store: layer {key.layer}: a page id is given twice")
+    if any(p < 0 for p in ids):
+        raise ConfigError(f"page store: layer {key.layer}: page id {min(ids)} is negative")
     return ids
 
 
@@ -148,7 +151,10 @@ class FileStore(PageStore):
               page_bytes: int = 0) -> None:
         """The folder made, after checking it holds no other format's pages; each layer's file its whole size."""
         os.makedirs(self.folder(format_id), exist_ok=True)
-        self.stored(model, format_id, side)  # (a folder is one format's: never overwrite another's pages)
+        self.stored(model, format_id, side)  # (a folder is one format's and one model's: never overwrite others')
+        meta = os.path.join(self.folder(format_id), "job.json")
+        if os.path.exists(meta):  # the pages are about to be rewritten: no record may name them until commit
+            os.remove(meta)
         for layer in range(layers):
             with open(self.file(format_id, layer), "wb") as f:
                 f.truncate(pages * page_bytes)
@@ -166,8 +172,13 @@ class FileStore(PageStore):
             os.close(fd)
 
     def commit(self, model: str, record: dict) -> None:
-        with open(os.path.join(self.folder(record["format_id"]), "job.json"), "w") as f:
+        """The record written whole or not at all (a temporary file renamed over it)."""
+        meta = os.path.join(self.folder(record["format_id"]), "job.json")
+        with open(meta + ".tmp", "w") as f:
             json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(meta + ".tmp", meta)
 
     def stored(self, model: str, format_id: str, side: str = "load") -> dict | None:
         """What `FORMAT/job.json` says was stored (None where nothing was), after checking it
@@ -184,6 +195,9 @@ class FileStore(PageStore):
             raise ConfigError(f"reshard {side} job: {meta} is not a record of stored pages ({e})") from None
         if fmt != format_id:
             raise ConfigError(f"reshard {side} job: {folder} holds pages of format {fmt}, not {format_id}")
+        if record.get("model") != model:  # the folder's pages are another model's, even in this format
+            raise ConfigError(f"reshard {side} job: {folder} holds pages of model {record.get('model')!r}, "
+                              f"not {model!r}")
         return record
 
     def others(self, model: str, format_id: str) -> list[dict]:
