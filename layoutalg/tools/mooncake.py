@@ -116,38 +116,37 @@ class MooncakeStore(PageStore):
     def _call(self, what: str, call):
         return _bounded(call, self.timeout + 5.0, f"{what} at {self.master}")
 
-    def put(self, key: PageKey, page_ids, pages: torch.Tensor) -> None:
+    def _batches(self, key: PageKey, page_ids, pages: torch.Tensor, what: str, call, ok):
+        """Each batch of at most CHUNK pages through `call(names, addresses, sizes)` (row i of
+        `pages` is page `page_ids[i]`), registered first. Returns None where every code passes
+        `ok`, else (the first refused page's key, its code, how many more that batch refused)."""
         ids = check_pages(key, page_ids, pages)
-        n = pages.shape[1]
+        n, base = pages.shape[1], pages.data_ptr()
         self._register(pages)
-        base = pages.data_ptr()
         for at in range(0, len(ids), CHUNK):
-            part = ids[at:at + CHUNK]
-            names = [key.page(p) for p in part]
-            got = self._call("a put", lambda: self.client.batch_put_from(
-                names, [base + (at + i) * n for i in range(len(part))], [n] * len(part)))
-            bad = [(k, rc) for k, rc in zip(names, got) if rc != 0]
+            names = [key.page(p) for p in ids[at:at + CHUNK]]
+            got = self._call(what, lambda: call(names, [base + (at + i) * n for i in range(len(names))],
+                                                [n] * len(names)))
+            bad = [(k, rc) for k, rc in zip(names, got) if not ok(rc)]
             if bad:
-                k, rc = bad[0]
-                raise ConfigError(f"mooncake: put of {k} into {self.where()} failed: {CODES.get(rc, f'code {rc}')}"
-                                  + (f" (and {len(bad) - 1} more pages)" if len(bad) > 1 else ""))
+                return bad[0] + (len(bad) - 1,)
+        return None
+
+    def put(self, key: PageKey, page_ids, pages: torch.Tensor) -> None:
+        bad = self._batches(key, page_ids, pages, "a put", self.client.batch_put_from, lambda rc: rc == 0)
+        if bad:
+            k, rc, more = bad
+            raise ConfigError(f"mooncake: put of {k} into {self.where()} failed: {CODES.get(rc, f'code {rc}')}"
+                              + (f" (and {more} more pages)" if more else ""))
 
     def get(self, key: PageKey, page_ids, out: torch.Tensor) -> None:
-        ids = check_pages(key, page_ids, out)
-        n = out.shape[1]
-        self._register(out)
-        base = out.data_ptr()
-        for at in range(0, len(ids), CHUNK):
-            part = ids[at:at + CHUNK]
-            names = [key.page(p) for p in part]
-            got = self._call("a get", lambda: self.client.batch_get_into(
-                names, [base + (at + i) * n for i in range(len(part))], [n] * len(part)))
-            bad = [(k, rc) for k, rc in zip(names, got) if rc != n]
-            if bad:
-                k, rc = bad[0]
-                why = CODES.get(rc, f"code {rc}") if rc < 0 else f"{rc} bytes, not a page of {n}"
-                raise ConfigError(f"mooncake: page {k} is not in {self.where()} ({why})"
-                                  + (f"; nor are {len(bad) - 1} more" if len(bad) > 1 else ""))
+        n = out.shape[1] if out.dim() == 2 else None
+        bad = self._batches(key, page_ids, out, "a get", self.client.batch_get_into, lambda rc: rc == n)
+        if bad:
+            k, rc, more = bad
+            why = CODES.get(rc, f"code {rc}") if rc < 0 else f"{rc} bytes, not a page of {n}"
+            raise ConfigError(f"mooncake: page {k} is not in {self.where()} ({why})"
+                              + (f"; nor are {more} more" if more else ""))
 
     def record_key(self, model: str) -> str:
         return f"layoutalg/{model}/record"
