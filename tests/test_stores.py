@@ -45,3 +45,33 @@ def test_a_negative_page_id_is_refused_by_name(tmp_path):
     out = torch.zeros(1, 4, dtype=torch.uint8)
     with pytest.raises(ConfigError, match="page id -1 is negative"):
         store.get(PageKey("model-a", "fmt1", "job", 0), [-1], out)
+
+
+class _Group:
+    """Stands in for torch.distributed's process group (what `_one_record` calls of it): the first
+    rank's record is `first`; a single process, so the all-reduce leaves this rank's vote."""
+    ReduceOp = type("ReduceOp", (), {"MIN": "min"})
+
+    def __init__(self, first):
+        self.first, self.destroyed = first, False
+
+    def broadcast_object_list(self, objects, src):
+        objects[0] = self.first
+
+    def all_reduce(self, tensor, op):
+        pass
+
+    def destroy_process_group(self):
+        self.destroyed = True
+
+
+def test_ranks_that_read_two_records_fail_together(tmp_path):
+    """A store job committing between two load ranks' reads of the record: no rank loads."""
+    from layoutalg.tools.node import _one_record
+    store = _stored(tmp_path)
+    record = store.stored("model-a", "fmt1")
+    _one_record(_Group(dict(record)), record, store)             # one record: the job goes on
+    group = _Group({**record, "job": "a later job"})
+    with pytest.raises(ConfigError, match="changed while the job's ranks read it .* nothing was loaded"):
+        _one_record(group, record, store)
+    assert group.destroyed

@@ -142,6 +142,7 @@ def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, m
                           f"{stored['pages']} pages, this job reads {layers} x {group.blocks} (give --layers and "
                           f"--blocks as stored)")
     dist, rank, owned, _, _ = _join(group, stages, "load")
+    _one_record(dist, stored, store)
     conv = None
     if other:
         conv, group = _converting(dist, group, stages, store, model, stored, regroup, prove)
@@ -170,6 +171,20 @@ def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, m
         print(f"{passed} passed, {failed} failed")
     dist.destroy_process_group()
     return 1 if failed or not passed else 0
+
+
+def _one_record(dist, stored: dict, store) -> None:
+    """Every rank read the record on its own, before the group joined: where a store job committed
+    in between, two ranks would load two jobs' pages. The first rank's record is compared with
+    each rank's, and every rank fails together where any differs."""
+    first = [stored]
+    dist.broadcast_object_list(first, src=0)
+    same = torch.tensor([int(first[0] == stored)], dtype=torch.int64)
+    dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    if not same.item():
+        dist.destroy_process_group()
+        raise ConfigError(f"reshard load job: the record of the pages in {store.where()} changed while the job's "
+                          f"ranks read it (a store job committed meanwhile): nothing was loaded; run the load again")
 
 
 def converted(conv, pages: torch.Tensor, blocks: int, page: int) -> torch.Tensor:
