@@ -42,7 +42,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     _validated(plan)
     segs = _layer(plan, kv, op == "gather", op)
     raw = segs[0].bytes
-    blocks = _block_ids(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
+    blocks = block_ids_of(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
     runs = tuple(r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size)
     side = ("src_offset", "src_stride") if op == "gather" else ("dst_offset", "dst_stride")
     other = ("dst_offset", "dst_stride") if op == "gather" else ("src_offset", "src_stride")
@@ -103,11 +103,11 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
     into = _layer(plan, kv, False, "execute")
     src_blocks = read_ids(src_blocks, "producer block ids", "execute")  # read once (a generator is read
-    dst = dst_blocks = _block_ids(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
+    dst = dst_blocks = block_ids_of(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
     several = len(plan.producers()) > 1
     for p in plan.producers():  # everything checked before the first byte moves
         segs = _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")
-        src = _block_ids(src_blocks, segs[0].bytes.shape[0], "execute")
+        src = block_ids_of(src_blocks, segs[0].bytes.shape[0], "execute")
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
         # producer by producer, a scatter into memory a later producer is read from would
@@ -136,8 +136,9 @@ def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
     return layer_segments(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
 
 
-def _block_ids(ids, n: int, op: str):
-    """Block ids of a tensor of `n` blocks, as copy plans read them (`ids`): each in range, none twice."""
+def block_ids_of(ids, n: int, op: str):
+    """Block ids of a tensor of `n` blocks, as copy plans read them (`ids`): each in range, none twice
+    (every executor of direct plans reads them here: gather, scatter, execute, `tools.nixl`)."""
     t = read_ids(ids, "block_ids", op)
     _in_range(t, n, "block_ids", op)
     if _repeats(t, n):

@@ -28,13 +28,14 @@ import json
 import os
 import sys
 import time
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from ..errors import ConfigError, LayoutMismatch
+from ..errors import ConfigError
 from ..plans.reshard import DirectPlan, validate
+from ..copy.direct import block_ids_of
 from ..copy.views import in_segments, layer_segments, stretch_length
 
 SRC, DST = ("src_offset", "src_stride"), ("dst_offset", "dst_stride")
@@ -120,22 +121,6 @@ class _Views(NamedTuple):
     reads: tuple = ()
 
 
-def _blocks(ids, n: int, name: str, op: str) -> np.ndarray:
-    """Block ids of a tensor of `n` blocks: 1-D integers, each in range, none twice (as a plan reads them)."""
-    if isinstance(ids, (dict, set, frozenset, str, bytes)) or (
-            isinstance(ids, Sequence) and any(isinstance(x, bool) for x in ids)):
-        raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints")
-    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.int64)
-    if t.dim() != 1 or t.dtype != torch.int64:
-        raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got {t.dim()}-D {t.dtype}")
-    a = t.to("cpu").numpy().copy()
-    if a.size and (a.min() < 0 or a.max() >= n):
-        raise LayoutMismatch(f"{op}: {name} holds {int(a[(a < 0) | (a >= n)][0])}, outside the {n} there are")
-    if np.unique(a).size != a.size:
-        raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
-    return a
-
-
 def _side(plan: DirectPlan, producer: int, kv, block_ids, producer_side: bool, producer_pages=None):
     op = "nixl " + ("producer" if producer_side else "consumer")
     if type(producer) is not int or producer < 0:
@@ -145,7 +130,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, producer_side: bool, p
                    plan.producer_reads) if producer_side else \
         _Views(plan.consumer_tensors, plan.local_page_size_bytes, plan.consumer_format, plan.consumer_reads)
     segs = layer_segments(kv, views, "producer kv" if producer_side else "consumer kv", op)
-    return stretches_of(segs), _blocks(block_ids, segs[0].bytes.shape[0], "block_ids", op)
+    return stretches_of(segs), block_ids_of(block_ids, segs[0].bytes.shape[0], op).numpy()
 
 
 def producer_side(plan: DirectPlan, producer: int, kv, block_ids, producer_pages=None) -> tuple:
