@@ -41,6 +41,7 @@ class Chain:
     what: str        # "local page", "rank grid" or "canonical page"
     layout: Layout   # digit extents : the strides the chain walks
     size: object     # what the digits must cover (int or sympy)
+    names: tuple = ()  # each digit's name, where the digits have names (a message says which broke the chain)
 
 
 def chains(local, ranks, local_page, world, canonical_page) -> list[Chain]:
@@ -49,11 +50,18 @@ def chains(local, ranks, local_page, world, canonical_page) -> list[Chain]:
     `local`: digits with `.extent`, `.local`, `.canonical`; `ranks`: digits with `.extent`,
     `.rank`, `.canonical`, `.replica` (a compiled instance's or a symbolic variant's).
     """
-    owners = [(d.extent, d.canonical) for d in local] + [(r.extent, r.canonical) for r in ranks if not r.replica]
-    return [Chain("local page", Layout(tuple(d.extent for d in local), tuple(d.local for d in local)), local_page),
-            Chain("rank grid", Layout(tuple(r.extent for r in ranks), tuple(r.rank for r in ranks)), world),
-            Chain("canonical page", Layout(tuple(n for n, _ in owners), tuple(c for _, c in owners)),
-                  canonical_page)]
+    owners = [d for d in local] + [r for r in ranks if not r.replica]
+    return [Chain("local page", Layout(tuple(d.extent for d in local), tuple(d.local for d in local)), local_page,
+                  _names(local)),
+            Chain("rank grid", Layout(tuple(r.extent for r in ranks), tuple(r.rank for r in ranks)), world,
+                  _names(ranks)),
+            Chain("canonical page", Layout(tuple(d.extent for d in owners), tuple(d.canonical for d in owners)),
+                  canonical_page, _names(owners))]
+
+
+def _names(digits) -> tuple:
+    names = tuple(getattr(d, "name", None) for d in digits)
+    return names if all(isinstance(n, str) for n in names) else ()
 
 
 def broken(chains: list[Chain], eq=operator.eq) -> str:
@@ -63,11 +71,29 @@ def broken(chains: list[Chain], eq=operator.eq) -> str:
     used (a symbolic `eq` that cannot decide answers False, so "not shown" reads as broken;
     the prover reports that as unknown, never as refuted).
     """
-    for what, lay, size in chains:
+    for what, lay, size, names in chains:
         try:
             right_inverse(lay, eq)
         except NotCompact as e:
-            return f"the {what} is not tiled exactly: {e}"
+            return f"the {what} is not tiled exactly: {_stuck(what, lay, names, eq) if names else e}"
         if not eq(prod(lay.shape), size):
             return f"the {what} has {size} slots but its digits cover {prod(lay.shape)}"
     return ""
+
+
+def _stuck(what: str, lay: Layout, names: tuple, eq) -> str:
+    """Where the walk from stride 1 stops, by the digits' names: those that chain, the stride no
+    other digit has, and the digits left with their extents and strides."""
+    left = [k for k, n in enumerate(lay.shape) if not eq(n, 1)]
+    run, taken = 1, []
+    while left:
+        k = next((k for k in left if eq(lay.stride[k], run)), None)
+        if k is None:
+            break
+        left.remove(k)
+        taken.append(k)
+        run = run * lay.shape[k]
+    side = "rank" if what == "rank grid" else what.split()[0]
+    walked = (f"the digits {', '.join(names[k] for k in taken)} reach stride {run}, and " if taken else "")
+    rest = "; ".join(f"{names[k]} (extent {lay.shape[k]}, stride {lay.stride[k]})" for k in left)
+    return f"{walked}no digit has {side} stride {run} (left: {rest})"

@@ -36,13 +36,16 @@ def _check(args) -> int:
     for n, (name, cf) in enumerate(compiled.items(), 1):
         t = time.perf_counter()
         rep = check_family(lib, cf)
-        status = "ok" if rep.ok else f"{len(rep.errors)} error(s)"
+        status = ("ok" if rep.ok else f"{len(rep.errors)} error(s)") + \
+            (f", {len(rep.warnings)} warning(s)" if rep.warnings else "")
         note = f", {rep.witnesses} configuration(s) from Z3" if rep.witnesses else ""
         print(f"{name:<12} {rep.certified:>9} {rep.failed_closed:>11} {rep.oracle_checked:>6}  {status} "
               f"({time.perf_counter() - t:.2f} s{note})", flush=True)
         print(f"[{n}/{len(compiled)}] {name}: {status}", file=sys.stderr, flush=True)
         for err in rep.errors[:5]:
             print(f"    {err}")
+        for line in rep.warnings:
+            print(f"    warning: {line}")
         for line in sized_cases(lib, name) + rep.notes:
             print(f"    note: {line}")
         bad += not rep.ok

@@ -10,16 +10,16 @@ Two independent checks per configuration:
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass, field
 
 from .. import params
 from ..compile.compiled import CompiledFamily, GuardFailed
-from ..errors import printable
 from ..dsl.interpret import Reading, byte_map, misplaced_token
 from ..dsl.library import Library
+from ..dsl.tree import World
 from ..runtime.lower import TilingError, lower, pads, tiling_errors  # noqa: F401 - tiling_errors: re-exported
-from .samples import configurations, fitted_instance, sample_domain
+from .collision import CLAUSE, spec_line, tiling_counterexample
+from .samples import NeverServed, configurations, fitted_instance, sample_domain
 
 def _variety(maps) -> tuple:
     """How much an example shows: distinct rank mappings, then ranks."""
@@ -36,26 +36,13 @@ class FamilyReport:
     example: tuple | None = None  # (sizes, mappings): the configuration whose ranks differ most
     witnesses: int = 0  # configurations found by Z3 from the family's guards (none of the samples applied)
     notes: list = field(default_factory=list)  # what was left unchecked, and why (not errors)
+    warnings: list = field(default_factory=list)  # part of the declared domain the runtime never serves
+    never_served: int = 0  # sample configurations where the guards hold but the grid is not the worker group
 
     @property
     def ok(self) -> bool:
         """Checked something and found nothing wrong: certified on no configuration is not a pass."""
         return not self.errors and self.certified > 0
-
-
-def spec_line(lib: Library, family: str, what: str) -> str:
-    """`file:line` of the statement a finding is about: the local layout, the grid, the shard map."""
-    f = lib.family_def(family)
-    span = f.span
-    if what == "sequence" and getattr(f, "sequence", None) is not None:
-        span = f.sequence.span
-    elif "local" in what and f.local is not None:
-        span = f.local.span
-    elif "rank" in what and f.grid is not None and f.grid.id in lib.grids:
-        span = lib.grids[f.grid.id].span
-    elif ("canonical" in what or "shard" in what) and f.shard is not None:
-        span = f.shard.span
-    return f"{printable(os.path.relpath(span.file))}:{span.line}"
 
 
 def _single_rank_moves(maps) -> str:
@@ -240,6 +227,26 @@ def _unplaced(lib: Library, cf) -> list[str]:
     return out
 
 
+def _never_served(lib: Library, cf, rep: FamilyReport, sizes: dict, why: str) -> None:
+    """Configurations the guards admit but the runtime never serves (the grid is not the worker
+    group of tp * pcp ranks): an error where no sample is served, else a warning naming the part.
+    A check or a proof over such configurations is of bytes no engine holds."""
+    read = {b.name for b in cf.bounds} | {"tp", "pcp"}
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in read)
+    world = lib.grids[lib.family_def(cf.name).grid.id]
+    said = next((f"`{s.span.text.split('#')[0].strip()}`" for s in world.body if isinstance(s, World)),
+                "its grid's world")
+    what = (f"{rep.never_served} sample configuration(s) where the family's guards hold are never served: "
+            f"{said} is not the worker group the runtime runs (tp * pcp ranks; one group a pipeline stage), "
+            f"e.g. with {shown}: {why}")
+    line = spec_line(lib, cf.name, "rank")
+    if rep.certified:
+        rep.warnings.append(f"{line}: part of the declared domain is never served: {what}; checks and proofs "
+                            f"there are of bytes no engine holds")
+    else:
+        rep.errors.append(f"{line}: the runtime never serves this family: {what}")
+
+
 def sized_cases(lib: Library, name: str) -> list[str]:
     """Each case of a family (each part of a family of pages) whose pages are keyed by their
     sizes too (`runtime.formats.names_data`): its canonical indices are not shown to name the
@@ -292,7 +299,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     rep = FamilyReport(cf.name)
     read = {b.name for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
-    refusal, spent, compared = "", 0, 0
+    refusal, spent, compared, told, unserved = "", 0, 0, False, None
     sequenced = _Sequence() if any(lib.family_def(p).sequence is not None for p in lib.parts_of(cf.name)) else None
     refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong
     formats: dict = {}  # the model's sizes -> {cp: a configuration}: pages of another cp must mean the same
@@ -302,6 +309,9 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
         except (GuardFailed, ArithmeticError) as e:
             rep.failed_closed += 1
             refusals[str(e)] = refusals.get(str(e), 0) + 1
+            if isinstance(e, NeverServed):
+                rep.never_served += 1
+                unserved = unserved or (sizes, str(e))
             if rep.witnesses and not refusal:  # the first of Z3's configurations to come to nothing says why
                 refusal = str(e)
             continue
@@ -317,7 +327,14 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             if hasattr(cf, "tensor_views"):  # the runtime fails closed where a page's tensors do not join
                 cf.tensor_views(inst)
         except TilingError as e:
-            rep.errors.append(f"{spec_line(lib, cf.name, str(e))}: {e}, with {where}")
+            found = None if told else next(filter(None, (tiling_counterexample(lib, part, sizes)
+                                                         for part in lib.parts_of(cf.name))), None)
+            if found is not None:  # once a family: where, in the spec's words (the rest say that it breaks)
+                told, (clause, why) = True, found
+                rep.errors.append(f"{spec_line(lib, cf.name, clause)}: {why}, with {where}; look at the "
+                                  f"{CLAUSE[clause]} (the digit table: {e})")
+            else:
+                rep.errors.append(f"{spec_line(lib, cf.name, str(e))}: {e}, with {where}")
             continue
         except GuardFailed as e:
             rep.errors.append(f"{e}, with {where}")
@@ -380,6 +397,8 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                              f"one model under two cp with canonical pages of at most {FORMAT_BYTES} bytes that "
                              f"both read (every conversion and `layoutalg reshard` compare them at their sizes)")
     rep.errors += _unplaced(lib, cf)
+    if unserved is not None:
+        _never_served(lib, cf, rep, *unserved)
     if rep.certified and (rep.witnesses or rep.certified < FEW):  # a pass on little: say how little, and why
         rep.notes.append(f"exercised on {rep.certified} configuration(s) only"
                          + (f", all found by Z3 from the family's guards: none of the {rep.failed_closed} sample "

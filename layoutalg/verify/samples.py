@@ -31,8 +31,14 @@ def configurations(domain: dict = DEFAULT_DOMAIN):
         yield dict(zip(names, values))
 
 
+class NeverServed(GuardFailed):
+    """The family's guards hold but its grid's world is not the worker group (tp * pcp ranks):
+    the runtime never serves such a configuration, whatever the page (`misfit`)."""
+
+
 def fitted_instance(cf: CompiledFamily, sizes: dict):
-    """The family's instance at `sizes`, with page_size chosen to fit its local layout."""
+    """The family's instance at `sizes`, with page_size chosen to fit its local layout.
+    Raises `NeverServed` where its guards hold but its grid is not the worker group."""
     trial = []
     try:
         trial.append(fitted_page(cf, {"block_size": 1, "head_size": 1, "dtype_bytes": 1, **sizes}))
@@ -48,6 +54,9 @@ def fitted_instance(cf: CompiledFamily, sizes: dict):
         except GuardFailed as e:
             last = e
             continue
-        if not misfit(inst, page, sizes["tp"] * sizes["pcp"]):  # what the runtime demands
+        group = sizes["tp"] * sizes["pcp"]
+        if inst.world != group:  # no page fits a grid that is not the group
+            raise NeverServed(misfit(inst, inst.local_page, group))
+        if not misfit(inst, page, group):  # what the runtime demands
             return inst, {**sizes, "page_size": page}
     raise last or GuardFailed("no page size fits the local layout")

@@ -94,9 +94,11 @@ class Model:
     """One case path of one family, with sizes as Z3 variables or ints."""
 
     def __init__(self, lib: Library, family: str, path: tuple, sizes: dict | None = None,
-                 bounds: dict | None = None, page_guard: bool = True, tag: str = "", compiled: bool = True):
+                 bounds: dict | None = None, page_guard: bool = True, tag: str = "", compiled: bool = True,
+                 world_guard: bool = True):
         self.lib, self.family, self.path = lib, family, path
         self.page_guard = page_guard
+        self.world_guard = world_guard  # False: configurations whose grid is not the worker group too (never served)
         self.compiled = compiled  # False: the spec's own guards only (to say why a family applies nowhere)
         self.tag = tag  # two models in one query (a reshard: producer and consumer) name their variables apart
         self.ops = Z3Ops(tag)
@@ -126,8 +128,13 @@ class Model:
             a.append(self.page_fits())
         a += self.extents_nonnegative()
         a += self.compiled_guards() if self.compiled else []
-        a.append(self.r.world == self.sizes["tp"] * self.sizes["pcp"])  # the runtime's other check
+        if self.world_guard:
+            a.append(self.served())  # the runtime's other check
         return a
+
+    def served(self):
+        """The runtime's check that the grid is the worker group: its world is tp * pcp ranks."""
+        return self.r.world == self.sizes["tp"] * self.sizes["pcp"]
 
     def compiled_guards(self) -> list:
         """The guards the runtime checks on this path, as the compiler wrote them: the spec's

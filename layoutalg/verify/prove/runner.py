@@ -37,10 +37,11 @@ from . import GUARD_S
 from . import RLIMIT
 from . import meaning
 from .meaning import LAYOUT_CLAIM, PAD_CLAIM, claim_row
-from .explain import _sizes_text, _used, _where, _witness, explain
+from .explain import _used, _where, _witness, explain
 from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, EMPTY_BOX, box_empty, runs_query, value
 from .obligations import query as _asked
 from .store import Row
+from .at_sizes import first_reason, never_applies, structure_at_sizes, unserved_part
 from .structural import Certificate, certify, page_tiles
 
 
@@ -154,10 +155,12 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
             shown = found
     live = [p for p, (s, _) in status.items() if s == "live"]
     unknown = [p for p, (s, _) in status.items() if s == "unknown"]
+    unserved = "" if quick else unserved_part(lib, family, budgets)
     if live:
         example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in _used(lib, family))
         dead = len(status) - len(live) - len(unknown)
         note = f"; {dead} of {len(status)} case(s) apply nowhere" if dead else ""
+        note += f"; warning: part of the declared domain is never served: {unserved}" if unserved else ""
         how = "runtime page check" if quick or not _page_implied(lib, family, live, budgets) else \
             "symbolic: all sizes (the guards make the local layout the page)"
         return Row(spec, family, "page-size", "unknown" if quick else "proved",
@@ -167,7 +170,7 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
         return Row(spec, family, "page-size", "unknown", "no configuration found within the budget",
                    elapsed), status
     return Row(spec, family, "page-size", "refuted", "symbolic sizes: no configuration", elapsed,
-               _never_applies(lib, family, budgets)), status
+               never_applies(lib, family, budgets, unserved, WITNESS)), status
 
 
 def _page_implied(lib: Library, family: str, live: list, budgets: Budgets) -> bool:
@@ -177,31 +180,6 @@ def _page_implied(lib: Library, family: str, live: list, budgets: Budgets) -> bo
         if m.solve(z3.Not(m.page_fits()), budgets.config)[0] != "unsat":
             return False
     return True
-
-
-def _never_applies(lib: Library, family: str, budgets: Budgets) -> str:
-    """Why no configuration passes: the page never fits, or the guards never hold."""
-    where = _where(lib, family, "page-size")
-    for path in paths(lib, family):
-        m = Model(lib, family, path, bounds=WITNESS, page_guard=False, compiled=False)  # the spec's guards alone
-        page = m.r.page("local")  # before solving: its divisions bring definitions the model must obey
-        status, model = m.solve(z3.BoolVal(True), budgets.config)
-        if status == "sat":
-            exact = Model(lib, family, path, bounds=WITNESS, page_guard=False)
-            exact.touch()
-            if exact.solve(z3.BoolVal(True), budgets.config)[0] == "unsat":
-                return (f"{where}: the family never applies: where its guards hold, a '/' it reads (in its layouts, "
-                        f"a page's regions and pads, the shard map or a `sequence` claim's token fn) is never exact, e.g. at "
-                        f"{_sizes_text(m, model)}")
-            try:
-                local = value(model, page)
-                return (f"{where}: the family never applies: its local layout never holds exactly page_size bytes "
-                        f"(e.g. {local} bytes with {_sizes_text(m, model)}), and the runtime copies a page only "
-                        f"where it does")
-            except Exception:  # noqa: BLE001
-                break
-    return (f"{where}: the family never applies: no configuration in the declared domain satisfies its grid "
-            f"cases and guards with the local layout exactly the page")
 
 
 LEMMAS = ("writers-disjoint", "shard-injective", "shard-in-range", "canonical-bijective")
@@ -495,8 +473,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         certs = [certify(fam, v) for v in fam.variants]
         bad = [c.detail for c in certs if c.status != "proved"]
         rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
-                        "stride chains (sympy): all sizes", time.perf_counter() - t0,
-                        "; ".join(dict.fromkeys(bad))))  # each reason once, however many cases give it
+                        "stride chains (sympy): all sizes", time.perf_counter() - t0, first_reason(bad)))
     claim = claim_row(spec, family, fam, LAYOUT_CLAIM) if fam is not None and not quick else []
     applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
@@ -508,6 +485,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if fam is not None else {}
     if found is not None:
         found.update(status=status, by_path=by_path)
+    rows[0] = structure_at_sizes(lib, family, rows[0], cf, by_path)  # (unchanged unless structure not proved)
     lemmas: dict = {}
     for name in SYMBOLIC:
         rows.append(_safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,

@@ -4,7 +4,9 @@ With the guards as rewrite rules (`heads == total_heads / shards` replaces `head
 the three stride chains the lowering checks per configuration (local page, rank grid,
 canonical page over every digit but the replicas) are shown here for all sizes: only
 equalities are used, so sympy settles them at once. A chain that cannot be shown is
-reported as "not established" (unknown), never as refuted: a counterexample is Z3's job.
+reported here as "not established" (unknown), by its digits' names; the runner refutes the
+row only with a configuration where the spec, read element by element, does not tile
+(`verify.collision`), never from sympy's failure alone.
 """
 from __future__ import annotations
 
