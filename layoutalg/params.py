@@ -34,6 +34,7 @@ TABLE = {
     "page_size": Param("bytes of one block of this layer on one rank (unpadded)", 1, 1 << 31, ()),
     "per_token_head_quant": Param("1 when K/V carry per-token-head scales, else 0", 0, 1, (0,)),
     "compress_ratio": Param("tokens per stored state (MLA compression; 1 when none)", 1, 64, (1,)),
+    "pp": Param("pipeline stages whose ranks share one page (a stage grid: `world tp * pcp * pp`)", 1, 64, (1, 2)),
 }
 
 PARALLEL = ("tp", "pcp", "dcp", "interleave", "total_heads")
@@ -114,6 +115,18 @@ def configuration(*, tp: int, heads: int, block_size: int, head_size: int, dtype
             "block_size": block_size, "head_size": head_size, "dtype_bytes": dtype_bytes,
             **({} if page_size is None else {"page_size": page_size}),
             "per_token_head_quant": int(per_token_head_quant), "compress_ratio": compress_ratio, **declared}
+
+
+def group(sizes: dict, reads: set | frozenset) -> int:
+    """The ranks the runtime runs for a layer of a family that reads the names `reads`: its worker
+    group, tp * pcp; for a stage grid's family (one that reads `pp`: a page holding a pipeline
+    stage's layers), every stage's group, tp * pcp * pp, stage-major (rank = stage * tp * pcp + r).
+
+    Examples:
+        >>> group({"tp": 2, "pcp": 1, "pp": 4}, {"tp"}), group({"tp": 2, "pcp": 1, "pp": 4}, {"tp", "pp"})
+        (2, 8)
+    """
+    return sizes["tp"] * sizes["pcp"] * (sizes.get("pp", 1) if "pp" in reads else 1)
 
 
 CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")

@@ -61,7 +61,7 @@ def _config_line(cf, args) -> str:
 def _derived(args):
     """(compiled family, instance, every rank's mapping) at the configuration the options give."""
     from ..compile.codegen import compile_named
-    from ..compile.compiled import GuardFailed, fitted_page, misfit
+    from ..compile.compiled import GuardFailed, fitted_page, group_of, misfit
     from ..runtime.lower import TilingError, lower
     lib, names = families_in(args.spec, args.family)
     if len(names) > 1:
@@ -93,7 +93,7 @@ def _derived(args):
         inst = cf.evaluate({**sizes, "page_size": page})
     except GuardFailed as e:
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
-    why = misfit(inst, page, args.tp * args.pcp)
+    why = misfit(inst, page, group_of(cf, sizes))
     if why:
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {why}")
     outside = params.in_domain({**sizes, "page_size": page})

@@ -20,7 +20,8 @@ def _reshard(args) -> int:
         return _reshard_job(args, names)
     if args.store is None or args.load is None:
         raise LayoutalgError("reshard: give both --store and --load (or one of them with --pages, under torchrun)")
-    (x, sx), (y, sy) = (_side(text, args.layers) for text in (args.store, args.load))
+    staged = _staged(args.family, specs)
+    (x, sx), (y, sy) = (_side(text, args.layers, staged) for text in (args.store, args.load))
     bx, by = x.pop("block_size", args.block_size), y.pop("block_size", args.block_size)  # each side's blocks
     model = (args.heads, bx, args.head_size, args.dtype, args.blocks)
     store = group_of(args.family, x, *model, names=names, specs=specs)
@@ -98,7 +99,8 @@ def _reshard_job(args, names: dict) -> int:
     if not under_torchrun():
         raise LayoutalgError(f"reshard {how}: run it under torchrun (RANK, WORLD_SIZE, MASTER_ADDR and "
                              "MASTER_PORT unset), e.g. torchrun --nproc-per-node 4 -m layoutalg reshard ...")
-    config, stages = _side(args.store if args.store is not None else args.load, args.layers)
+    config, stages = _side(args.store if args.store is not None else args.load, args.layers,
+                           _staged(args.family, args.specs))
     block = config.pop("block_size", args.block_size)
     group = group_of(args.family, config, args.heads, block, args.head_size, args.dtype, args.blocks,
                      names=names, specs=args.specs)
@@ -129,9 +131,19 @@ def add_store_arguments(rs) -> None:
     rs.add_argument("--model", metavar="NAME", help="the model the pages are stored under (default: the family)")
 
 
-def _side(text: str, layers: int) -> tuple[dict, tuple]:
+def _staged(family: str, specs) -> bool:
+    """Whether `family` is a stage grid's (its page holds a stage's layers: `pp` is a size of it)."""
+    from ..runtime.derive import compiled_library
+    from ..compile.compiled import stage_grid
+    cf = compiled_library(specs).get(family)
+    return cf is not None and stage_grid(cf)
+
+
+def _side(text: str, layers: int, staged: bool = False) -> tuple[dict, tuple]:
     """A reshard side's configuration ('pp=2,tp=2,block_size=64') and its pipeline stages: `pp=N`
-    splits the layers by vLLM's rule, `pp=3+5` gives each stage's layer count."""
+    splits the layers by vLLM's rule, `pp=3+5` gives each stage's layer count. For a stage
+    grid's family (`staged`: a page holding each stage's layers) `pp=N` is a size of the page,
+    and every rank of every stage holds the `layers` tensors."""
     from ..tools.distributed import parse_config
     from ..params import stage_layers
     items = [t.strip() for t in text.split(",")]
@@ -145,6 +157,11 @@ def _side(text: str, layers: int) -> tuple[dict, tuple]:
     if not all(c.isascii() and c.isdigit() and len(c) <= 18 for c in counts):
         raise LayoutalgError(f"configuration {text!r}: pp must be a number of stages (pp=2) or each stage's "
                              f"layer count (pp=3+5), got {pp[0]!r}")
+    if staged:
+        if len(counts) != 1 or int(counts[0]) < 1:
+            raise LayoutalgError(f"configuration {text!r}: the family's page holds each stage's layers: pp is its "
+                                 f"number of stages (pp=2), got {pp[0]!r}")
+        return {**config, "pp": int(counts[0])}, (range(layers),)
     if len(counts) == 1:
         return config, stage_layers(layers, int(counts[0]))
     return config, stage_layers(layers, split=tuple(map(int, counts)))

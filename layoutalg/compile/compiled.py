@@ -77,6 +77,19 @@ def misfit(inst: Instance, page: int, group: int) -> str:
     return ""
 
 
+def stage_grid(cf) -> bool:
+    """Whether `cf` is a stage grid's family: it reads `pp` (its page holds a pipeline stage's
+    layers, and its grid spans every stage's group), so pp is a size of its page, not a split of
+    the layers into tensors of their own (`params.group`)."""
+    return any(b.name == "pp" for b in cf.bounds)
+
+
+def group_of(cf, sizes: dict) -> int:
+    """The ranks the runtime runs for a layer of family `cf` at `sizes` (`params.group`): tp * pcp,
+    times pp for a stage grid's family (one that reads `pp`)."""
+    return params.group(sizes, {b.name for b in cf.bounds})
+
+
 def fitted_page(cf, sizes: dict) -> int:
     """The page a layer of family `cf` holds at `sizes` (page_size aside): exactly its data.
 

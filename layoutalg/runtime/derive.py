@@ -21,7 +21,7 @@ from math import prod
 
 from .. import params
 from ..dsl import sources as files
-from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, misfit
+from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, group_of, misfit
 from ..errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from ..mapping import MAX_STRETCHES, TensorView
@@ -81,8 +81,8 @@ class Deriver:
             raise ConfigError(f"LayerSpec.sizes: no family of this spec library reads {', '.join(map(repr, unread))}; "
                               f"the names they read: {', '.join(sorted(self.names))}")
         world = parallel.world_size if parallel.world_size is not None else parallel.tp * parallel.pcp
-        if world != parallel.tp * parallel.pcp:
-            return LayerResult(NO_MAPPINGS, None, (), (f"world size {world} != tp * pcp",))
+        if world not in (parallel.tp * parallel.pcp, parallel.tp * parallel.pcp * parallel.pp):
+            return LayerResult(NO_MAPPINGS, None, (), (f"world size {world} is neither tp * pcp nor tp * pcp * pp",))
         if layer.page_size_bytes is None:
             return LayerResult(OMITTED, None, (), ("the page size is unknown",))
         if layer.page_size_bytes < 1:
@@ -147,7 +147,7 @@ def _tensor_readers(kind: list, sizes: dict, page: int) -> list[str]:
             inst = cf.evaluate(sizes)
         except (GuardFailed, ArithmeticError, LookupError):
             continue
-        if not misfit(inst, page, sizes["tp"] * sizes["pcp"]):
+        if not misfit(inst, page, group_of(cf, sizes)):
             out.append(cf.name)
     return out
 
@@ -225,7 +225,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         views = (one,) if isinstance(one, TensorView) else views  # (else `_mismatch_views` says why not)
     why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
-                                                                          sizes["tp"] * sizes["pcp"])
+                                                                          group_of(cf, sizes))
     box = () if fallback else getattr(inst, "local_form", None)
     if not why and not views and isinstance(tensor, TensorLayout):
         views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback, box=box)
@@ -255,7 +255,7 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
         dtype_bytes=tensor.element_size if isinstance(tensor, TensorLayout) else layer.dtype_bytes,
         page_size=layer.page_size_bytes if layer.page_size_bytes is not None else 0,
         per_token_head_quant=int(bool(layer.per_token_head_quant)), compress_ratio=layer.compress_ratio,
-        **dict(layer.sizes))
+        pp=parallel.pp, **dict(layer.sizes))
 
 
 def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:

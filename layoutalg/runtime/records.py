@@ -76,7 +76,7 @@ def _check_ints(obj, fields: tuple, minimum: int | None = None, optional: tuple 
 _LAYER_SIZES = ("page_size_bytes", "block_size", "num_kv_heads", "head_size", "dtype_bytes", "compress_ratio")
 
 
-_PARALLEL_SIZES = ("tp", "total_kv_heads", "pcp", "dcp", "interleave", "world_size")
+_PARALLEL_SIZES = ("tp", "total_kv_heads", "pcp", "dcp", "interleave", "world_size", "pp")
 
 
 @record(frozen=True)
@@ -134,6 +134,7 @@ class ParallelConfig:
     dcp: int = 1
     interleave: int = 1
     world_size: int | None = None  # defaults to tp * pcp
+    pp: int = 1  # pipeline stages: a stage grid's page (one holding a stage's layers) spans tp * pcp * pp ranks
 
     def __post_init__(self):
         # A parallel size below 1 has no meaning (the reference divides by dcp and
@@ -142,7 +143,7 @@ class ParallelConfig:
         # Past the proved domain a group is not a deployment but a typo, and a million
         # ranks would each get a mapping: refuse it by name.
         for field, name in (("tp", "tp"), ("pcp", "pcp"), ("dcp", "dcp"), ("interleave", "interleave"),
-                            ("total_kv_heads", "total_heads")):
+                            ("total_kv_heads", "total_heads"), ("pp", "pp")):
             why = "" if getattr(self, field) is None else params.outside(name, getattr(self, field),
                                                                          *params.DOMAIN[name])
             if why:

@@ -18,7 +18,7 @@ from ..dsl.interpret import Reading, byte_map, misplaced_token
 from ..dsl.library import Library
 from ..dsl.tree import World
 from ..runtime.lower import TilingError, lower, pads, tiling_errors  # noqa: F401 - tiling_errors: re-exported
-from .collision import CLAUSE, spec_line, tiling_counterexample
+from .collision import CLAUSE, SEARCHES, spec_line, tiling_counterexample
 from .samples import NeverServed, configurations, fitted_instance, sample_domain
 
 def _variety(maps) -> tuple:
@@ -227,7 +227,7 @@ def _unplaced(lib: Library, cf) -> list[str]:
     return out
 
 
-def _never_served(lib: Library, cf, rep: FamilyReport, sizes: dict, why: str) -> None:
+def _never_served(lib: Library, cf, rep: FamilyReport, sizes: dict, why: str, served: int) -> None:
     """Configurations the guards admit but the runtime never serves (the grid is not the worker
     group of tp * pcp ranks): an error where no sample is served, else a warning naming the part.
     A check or a proof over such configurations is of bytes no engine holds."""
@@ -237,10 +237,10 @@ def _never_served(lib: Library, cf, rep: FamilyReport, sizes: dict, why: str) ->
     said = next((f"`{s.span.text.split('#')[0].strip()}`" for s in world.body if isinstance(s, World)),
                 "its grid's world")
     what = (f"{rep.never_served} sample configuration(s) where the family's guards hold are never served: "
-            f"{said} is not the worker group the runtime runs (tp * pcp ranks; one group a pipeline stage), "
+            f"{said} is not the worker group the runtime runs (tp * pcp ranks, times pp for a stage grid, one that reads pp), "
             f"e.g. with {shown}: {why}")
     line = spec_line(lib, cf.name, "rank")
-    if rep.certified:
+    if served:
         rep.warnings.append(f"{line}: part of the declared domain is never served: {what}; checks and proofs "
                             f"there are of bytes no engine holds")
     else:
@@ -299,7 +299,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     rep = FamilyReport(cf.name)
     read = {b.name for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
-    refusal, spent, compared, told, unserved = "", 0, 0, False, None
+    refusal, spent, compared, told, unserved, fitted = "", 0, 0, 0, None, 0
     sequenced = _Sequence() if any(lib.family_def(p).sequence is not None for p in lib.parts_of(cf.name)) else None
     refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong
     formats: dict = {}  # the model's sizes -> {cp: a configuration}: pages of another cp must mean the same
@@ -315,6 +315,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             if rep.witnesses and not refusal:  # the first of Z3's configurations to come to nothing says why
                 refusal = str(e)
             continue
+        fitted += 1  # served: the guards hold and the grid is the group (what the lowering makes of it aside)
         where = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in ("tp", "pcp", "dcp", "interleave",
                                                                        "total_heads", "heads", "dtype_bytes")
                           or k in read)  # every size the family reads: the configuration whole
@@ -327,11 +328,14 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
             if hasattr(cf, "tensor_views"):  # the runtime fails closed where a page's tensors do not join
                 cf.tensor_views(inst)
         except TilingError as e:
-            found = None if told else next(filter(None, (tiling_counterexample(lib, part, sizes)
-                                                         for part in lib.parts_of(cf.name))), None)
-            if found is not None:  # once a family: where, in the spec's words (the rest say that it breaks)
-                told, (clause, why) = True, found
-                rep.errors.append(f"{spec_line(lib, cf.name, clause)}: {why}, with {where}; look at the "
+            found = None if told >= SEARCHES else next(
+                ((part, x) for part in lib.parts_of(cf.name) for x in [tiling_counterexample(lib, part, sizes)] if x),
+                None)
+            told = SEARCHES if found is not None else told + 1  # a few searches a family, one told
+            if found is not None:  # where, in the spec's words (the other samples say that it breaks)
+                part, (clause, why) = found
+                region = f"region {part.partition('.')[2]}: " if part != cf.name else ""
+                rep.errors.append(f"{spec_line(lib, part, clause)}: {region}{why}, with {where}; look at the "
                                   f"{CLAUSE[clause]} (the digit table: {e})")
             else:
                 rep.errors.append(f"{spec_line(lib, cf.name, str(e))}: {e}, with {where}")
@@ -398,7 +402,16 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                              f"both read (every conversion and `layoutalg reshard` compare them at their sizes)")
     rep.errors += _unplaced(lib, cf)
     if unserved is not None:
-        _never_served(lib, cf, rep, *unserved)
+        _never_served(lib, cf, rep, *unserved, served=fitted)
+    else:  # no sample reached such a configuration: Z3 asks the guards (a grid of `world tp * pcp` asks nothing)
+        from .prove.at_sizes import unserved_part
+        from .prove.runner import Budgets
+        why = unserved_part(lib, lib.parts_of(cf.name)[0], Budgets.of())
+        if why:
+            line = spec_line(lib, cf.name, "rank")
+            (rep.warnings if fitted else rep.errors).append(
+                f"{line}: {'part of the declared domain is never served' if fitted else 'the runtime never serves this family'}"
+                f" (no sample reached it; found by Z3): {why}")
     if rep.certified and (rep.witnesses or rep.certified < FEW):  # a pass on little: say how little, and why
         rep.notes.append(f"exercised on {rep.certified} configuration(s) only"
                          + (f", all found by Z3 from the family's guards: none of the {rep.failed_closed} sample "

@@ -38,8 +38,13 @@ from ..dsl.interpret import Reading, rank_digits
 from ..errors import printable
 
 CLAUSE = {"local": "local layout (its index extents and offset)",
+          "canonical layout": "canonical layout (its index extents and offset)",
           "shard": "shard map (each canonical index a rank's local index goes to) and the grid's placements"}
 """The statement each finding points at, in words."""
+
+SEARCHES = 3
+"""Failing configurations a family's tiling failure is searched at, element by element, before
+`check` and `prove` say it in the digit table's words alone."""
 
 LIMIT = 1 << 20
 """Most elements (ranks' local elements plus the canonical box) one search reads."""
@@ -53,6 +58,8 @@ def spec_line(lib, family: str, what: str) -> str:
         span = f.sequence.span
     elif "local" in what and f.local is not None:
         span = f.local.span
+    elif what == "canonical layout" and f.canonical is not None:
+        span = f.canonical.span
     elif "rank" in what and f.grid is not None and f.grid.id in lib.grids:
         span = lib.grids[f.grid.id].span
     elif ("canonical" in what or "shard" in what) and f.shard is not None:
@@ -72,7 +79,8 @@ def _box(extents: dict):
 
 def tiling_counterexample(lib, family: str, sizes: dict) -> tuple[str, str] | None:
     """(clause, why) of the first place the family's pages do not tile at `sizes`: `clause` is
-    'local' or 'shard' (the statement to look at), `why` names the ranks, indices and bytes.
+    'local', 'canonical layout' or 'shard' (the statement to look at, a key of `CLAUSE`), `why`
+    names the ranks, indices and bytes. `family` is a family of one box or one region's part.
     None where the spec, read element by element, tiles there, cannot be read there, or is
     too large to read (more than `LIMIT` elements).
 
@@ -90,19 +98,21 @@ def tiling_counterexample(lib, family: str, sizes: dict) -> tuple[str, str] | No
     if world * prod(local.values()) + prod(canon.values()) > LIMIT or world < 1:
         return None
     try:
-        return _local_overlap(r, local) or _writers(r, local, canon, rext, world)
+        return _overlap(r, "local", local) or _overlap(r, "canonical", canon) or _writers(r, local, canon, rext, world)
     except (ArithmeticError, LookupError, ValueError):
         return None
 
 
-def _local_overlap(r: Reading, local: dict) -> tuple[str, str] | None:
+def _overlap(r: Reading, role: str, extents: dict) -> tuple[str, str] | None:
+    """Two indices of the local (or canonical) layout that share a byte: it is not one-to-one."""
     seen: dict = {}
-    for index in _box(local):
-        at = r.offset("local", index)
+    for index in _box(extents):
+        at = r.offset(role, index)
         prior = seen.setdefault(at, index)
         if prior is not index:
-            return "local", (f"local ({_shown(prior)}) and ({_shown(index)}) share local byte {at}: the local "
-                             f"layout is not one-to-one")
+            return ("local" if role == "local" else "canonical layout"), (
+                f"{role} ({_shown(prior)}) and ({_shown(index)}) share {role} byte {at}: the {role} layout is "
+                f"not one-to-one")
     return None
 
 
@@ -123,8 +133,9 @@ def _writers(r: Reading, local: dict, canon: dict, rext: list, world: int) -> tu
             at = r.offset("canonical", target)
             prior = written.setdefault(at, (rank, index))
             if prior[1] is not index:
-                return "shard", (f"ranks {prior[0]} and {rank} both write canonical byte {at} of block 0 "
-                                 f"({_shown(target)}) (from local ({_shown(prior[1])}) and ({_shown(index)}))")
+                who = f"rank {rank} writes" if prior[0] == rank else f"ranks {prior[0]} and {rank} both write"
+                return "shard", (f"{who} canonical byte {at} of block 0 ({_shown(target)}) (from local "
+                                 f"({_shown(prior[1])}) and ({_shown(index)}))")
     missing = sorted(set(page) - set(written))
     if missing:
         at = missing[0]

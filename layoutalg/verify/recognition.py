@@ -25,7 +25,7 @@ from math import prod
 from typing import NamedTuple
 
 from .samples import fitted_instance
-from ..compile.compiled import CompiledPage, GuardFailed, misfit
+from ..compile.compiled import CompiledPage, GuardFailed, group_of, misfit
 from ..runtime.lower import TilingError
 
 BLOCKS = (1, 2, 3)
@@ -202,7 +202,7 @@ def _at(cf, sizes: dict):
     if "page_size" in sizes:
         try:
             inst = cf.evaluate(sizes)
-            if not misfit(inst, sizes["page_size"], sizes["tp"] * sizes["pcp"]):
+            if not misfit(inst, sizes["page_size"], group_of(cf, sizes)):
                 return inst, sizes
         except GuardFailed:
             pass

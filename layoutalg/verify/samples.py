@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from .. import params
-from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, fitted_page, misfit
+from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, fitted_page, group_of, misfit
 from ..dsl.library import Library
 
 DEFAULT_DOMAIN = params.SAMPLES
@@ -54,7 +54,7 @@ def fitted_instance(cf: CompiledFamily, sizes: dict):
         except GuardFailed as e:
             last = e
             continue
-        group = sizes["tp"] * sizes["pcp"]
+        group = group_of(cf, sizes)
         if inst.world != group:  # no page fits a grid that is not the group
             raise NeverServed(misfit(inst, inst.local_page, group))
         if not misfit(inst, page, group):  # what the runtime demands

@@ -17,7 +17,7 @@ from ...compile.compiled import GuardFailed
 from ...dsl.interpret import paths
 from ...dsl.library import Library
 from ...runtime.lower import TilingError, lower
-from ..collision import CLAUSE, spec_line, tiling_counterexample
+from ..collision import CLAUSE, SEARCHES, spec_line, tiling_counterexample
 from ..samples import configurations, fitted_instance, sample_domain
 from .explain import _sizes_text, _where
 from .obligations import Model, value
@@ -42,6 +42,7 @@ def structure_at_sizes(lib: Library, family: str, row: Row, cf, by_path: dict) -
     said as ranks, indices and bytes. Otherwise (a row proved, or of another obligation) the row as it was."""
     if row.obligation != "structure" or row.status == "proved":
         return row
+    searched = 0
     tried = itertools.islice(itertools.chain((s for c in by_path.values() for s in c),
                                              configurations(sample_domain(lib, cf))), STRUCTURE_SAMPLES)
     for sizes in tried:
@@ -53,6 +54,9 @@ def structure_at_sizes(lib: Library, family: str, row: Row, cf, by_path: dict) -
             pass
         except (GuardFailed, ArithmeticError, LookupError, ValueError):
             continue
+        searched += 1
+        if searched > SEARCHES:
+            break
         found = tiling_counterexample(lib, family, sizes)
         if found is not None:
             clause, why = found
@@ -80,7 +84,7 @@ def unserved_part(lib: Library, family: str, budgets) -> str:
         if status == "sat":
             world = value(model, m.r.world)
             return (f"where its guards hold, its grid's world ({world} ranks) is not the worker group the runtime "
-                    f"runs (tp * pcp ranks; one group a pipeline stage), e.g. at {_sizes_text(m, model)}")
+                    f"runs (tp * pcp ranks, times pp for a stage grid, one that reads pp), e.g. at {_sizes_text(m, model)}")
     return ""
 
 

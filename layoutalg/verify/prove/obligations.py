@@ -15,6 +15,7 @@ import sympy
 import z3
 from z3 import z3util
 
+from ... import params
 from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ...dsl.interpret import Reading, paths
@@ -133,8 +134,10 @@ class Model:
         return a
 
     def served(self):
-        """The runtime's check that the grid is the worker group: its world is tp * pcp ranks."""
-        return self.r.world == self.sizes["tp"] * self.sizes["pcp"]
+        """The runtime's check that the grid is the worker group: its world is tp * pcp ranks
+        (times pp for a stage grid's family, one that reads `pp`: `params.group`)."""
+        reads = family_names(self.lib, self.family) if "pp" in self.sizes else ()
+        return self.r.world == params.group(self.sizes, reads)
 
     def compiled_guards(self) -> list:
         """The guards the runtime checks on this path, as the compiler wrote them: the spec's
