@@ -183,3 +183,36 @@ def test_a_refuted_region_is_drawn_as_its_page(tmp_path):
     _draw_refutations([str(tmp_path / "bad.lal")], [row], str(tmp_path / "pics"), out)
     assert (tmp_path / "pics" / "mamba2.x-writers-disjoint.png").stat().st_size > 1000
     assert "cells with two writers" in out.getvalue() and "1 counterexample(s) drawn" in out.getvalue()
+
+
+def test_pictures_name_the_indices_and_bytes(tmp_path):
+    """Each page is labelled by the canonical indices its bytes hold (K/V thick, tokens and heads
+    where they fit), and each row says its first byte; a page of regions names its regions."""
+    from layoutalg.dsl.library import load_default
+    from layoutalg.tools.draw import _segments, canonical_names, draw
+    lib = load_default()
+    g = _group("split_nhd", 2, "tp=2")
+    names = canonical_names(lib, "split_nhd", g.sizes)
+    assert names[0] == (("kv", 0), ("t", 0), ("h", 0), ("d", 0)) and len(names) == g.mappings[0].canonical_page_size_bytes
+    half = len(names) // 2
+    assert names[half][0] == ("kv", 1) and names[half - 1][0] == ("kv", 0)
+    assert [t for _, t in _segments(names, 0)] == ["kv=0", "kv=1"]
+    out = tmp_path / "p.svg"
+    draw(g.mappings, str(out), "split", names=names)
+    svg = out.read_text()
+    assert "kv=1" in svg and "t=1" in svg and "byte 0" in svg
+    m = _group("mamba2", 2, "tp=2")
+    regions = canonical_names(lib, "mamba2", m.sizes)
+    assert regions[0][0] == ("region", "x") and {n[0][1] for n in regions if n} >= {"x", "b", "c"}
+    assert canonical_names(lib, "split_nhd", {**g.sizes, "block_size": 1 << 20}) is None  # too large: no labels
+
+
+def test_a_reshard_picture_names_the_canonical_bytes_that_move(tmp_path):
+    """Each consumer cell is labelled by the canonical element it receives (the global head, by
+    the grid's placement), coloured by the producer it comes from."""
+    from layoutalg.cli.app import main
+    out = tmp_path / "r.svg"
+    assert main(["draw", str(ROOT / "specs" / "split_hnd.lal"), "--heads", "4", "--head-size", "8", "--block-size",
+                 "4", "--store", "tp=4", "--load", "tp=2", "-o", str(out)]) == 0
+    svg = out.read_text()
+    assert "h=3" in svg and "kv=1" in svg and "rank 3 feeds" in svg

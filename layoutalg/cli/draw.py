@@ -34,7 +34,13 @@ def _draw_reshard(args) -> int:
     title = f"direct reshard {args.store} -> {args.load}: {model}"
     a, b = producers[0].canonical_page_size_bytes, consumers[0].canonical_page_size_bytes
     if a == b:
-        print(draw_reshard(direct_plans(producers, consumers), len(producers), args.output, title))
+        from ..tools.draw import canonical_names, owners
+        plans = direct_plans(producers, consumers)
+        lib, _ = families_in(args.spec, cf.name)
+        names = canonical_names(lib, cf.name, small)  # each consumer byte's canonical index: what moves
+        held = owners(consumers).local if names is not None else None
+        print(draw_reshard(plans, len(producers), args.output, title, names=None if held is None else [
+            [names[c] if c >= 0 else None for c in held[p.consumer]] for p in plans]))
         return 0
     from ..verify.conversions import conversion
     from ..plans.reshard import cross_plans
@@ -62,9 +68,9 @@ def _draw(args) -> int:
                              + (" (it is a file)" if folder.exists() else ""))
     if args.store or args.load:
         return _draw_reshard(args)
-    from ..tools.draw import draw, owners_of_reading
+    from ..tools.draw import canonical_names, draw, owners_of_reading
     try:
-        cf, inst, maps, _ = _derived(args)
+        cf, inst, maps, sizes = _derived(args)
         config = _config_line(cf, args)
     except _Inapplicable as e:
         print(e)
@@ -74,9 +80,11 @@ def _draw(args) -> int:
         config = ", ".join(f"{n}={v}" for n, v in sizes.items() if n in _read_names(lib, family))
         try:
             print(draw(owners_of_reading(lib, family, sizes), args.output,
-                       f"{family}: {config}. Does not tile: drawn from the spec's own reading"))
+                       f"{family}: {config}. Does not tile: drawn from the spec's own reading",
+                       names=canonical_names(lib, family, sizes)))
         except LayoutalgError as why:
             print(f"not drawn: {why}")
         return 1
-    print(draw(maps, args.output, f"{cf.name}: {config}"))
+    lib, _ = families_in(args.spec, cf.name)
+    print(draw(maps, args.output, f"{cf.name}: {config}", names=canonical_names(lib, cf.name, sizes)))
     return 0

@@ -251,7 +251,7 @@ def _draw_refutations(paths, rows, folder: str, out) -> None:
     """Each refuted row with a counterexample configuration, as a picture of who writes which
     bytes there; a row that cannot be drawn says why, and the verdicts stand as they are."""
     import os
-    from ..tools.draw import draw, owners_of_reading
+    from ..tools.draw import canonical_names, draw, owners_of_reading
     from ..dsl.library import load
     lib = load(paths)
     try:
@@ -268,8 +268,8 @@ def _draw_refutations(paths, rows, folder: str, out) -> None:
             lib.families else (r.family, r.family)
         try:
             sizes = ", ".join(f"{k}={v}" for k, v in r.witness.items())
-            print(draw(owners_of_reading(lib, family, r.witness), name, f"{what} {r.obligation}: {sizes}"),
-                  file=out)
+            print(draw(owners_of_reading(lib, family, r.witness), name, f"{what} {r.obligation}: {sizes}",
+                       names=canonical_names(lib, family, r.witness)), file=out)
             drawn += 1
         except Exception as e:  # noqa: BLE001 - a picture is a courtesy, never the verdict
             print(f"not drawn: {r.family} {r.obligation}: {e}", file=out)

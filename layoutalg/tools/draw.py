@@ -21,6 +21,7 @@ import contextlib
 import os
 import tempfile
 import textwrap
+import itertools
 from math import gcd
 from typing import NamedTuple, Sequence
 
@@ -146,9 +147,39 @@ def owners_of_reading(lib, family: str, sizes: dict) -> Owners:
     return Owners(writers, holders, local, unit, exact, padded if any(padded) else None)
 
 
-def draw(source, path: str, title: str = "", block: int = 0) -> str:
+def canonical_names(lib, family: str, sizes: dict) -> list | None:
+    """Per canonical byte of `family`'s page at `sizes`, its element's canonical index as
+    ((name, value), ...), a page of regions' region first (("region", "x"), ...); None for a
+    byte no region holds. None altogether where the page cannot be read here or is too large
+    to enumerate (`MAX_READING_BYTES`): the picture then goes without labels."""
+    from ..dsl.interpret import Reading
+    try:
+        parts = lib.parts_of(family)
+        readings = [(p, Reading(lib, p, dict(sizes))) for p in parts]
+        size = readings[0][1].page("canonical")
+        if size > MAX_READING_BYTES:
+            return None
+        out: list = [None] * size
+        for part, r in readings:
+            ldef, bound = r.layout("canonical")
+            elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
+            ext = r.extents("canonical")
+            region = (("region", part.partition(".")[2]),) if part != family else ()
+            for values in itertools.product(*(range(ext[n]) for n in ext)):
+                at = r.offset("canonical", dict(zip(ext, values)))
+                for b in range(elem):
+                    if 0 <= at + b < size:
+                        out[at + b] = region + tuple(zip(ext, values))
+        return out
+    except (ArithmeticError, LookupError, ValueError):
+        return None
+
+
+def draw(source, path: str, title: str = "", block: int = 0, names: list | None = None) -> str:
     """Write the picture of `source` (mappings, or an `Owners`) to `path` (.svg or .png);
-    returns a line saying what was drawn."""
+    returns a line saying what was drawn. `names` (`canonical_names`) labels each page by the
+    canonical indices its bytes hold: the outermost index's boundaries drawn thick and named
+    (K/V, a layer, a region), the next one's thin, named where they fit."""
     if not isinstance(source, Owners):
         if not source:
             raise LayoutalgError("draw: no rank mapping to draw")
@@ -163,7 +194,11 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
     canon = [(first(o.writers[c]), o.holders[c] > 1, "clash" if len(o.writers[c]) > 1 else
               "pad" if pad[c] and not o.writers[c] else "gap" if not o.writers[c] else None)
              for c in range(0, len(o.writers), unit)]
-    pages = [("canonical page", canon)]
+
+    def named(c):
+        return names[c] if names is not None and 0 <= c < len(names) else None
+
+    pages = [("canonical page", canon, [named(c) for c in range(0, len(o.writers), unit)])]
     for rank, here in enumerate(o.local):
         cells = []
         for b in range(0, len(here), unit):
@@ -171,22 +206,25 @@ def draw(source, path: str, title: str = "", block: int = 0) -> str:
             ws = o.writers[c] if 0 <= c < len(o.writers) else []
             w = rank if rank in ws else first(ws)
             cells.append((w, w != rank, None))
-        pages.append((f"rank {rank}", cells))
+        pages.append((f"rank {rank}", cells, [named(here[b]) for b in range(0, len(here), unit)]))
     clashes = sum(1 for _, _, m in canon if m == "clash")
     gaps = sum(1 for _, _, m in canon if m == "gap")
     merged = "" if o.exact else " (a cell shows its first byte's owner: fragments are smaller)"
     _render(pages, path, f"{title}\none cell = {unit} bytes{merged}", "writes", "held by more than one rank",
-            len(o.local), clashes, gaps, f"block {block}'s writers")
+            len(o.local), clashes, gaps, f"block {block}'s writers", unit)
     broken = f"; {clashes} cells with two writers, {gaps} cells nobody writes" if clashes or gaps else ""
     return (f"wrote {path}: canonical page of {len(o.writers)} bytes and {len(o.local)} local pages, "
             f"one cell = {unit} bytes{broken}")
 
 
-def draw_reshard(plans, producers: int, path: str, title: str = "", labels=None, rank_of=None) -> str:
+def draw_reshard(plans, producers: int, path: str, title: str = "", labels=None, rank_of=None,
+                 names: list | None = None) -> str:
     """A direct reshard as a picture: each consumer rank's local page in its own byte order,
     each cell coloured by the producer rank it is read from (`reshard.DirectPlan`s, with
     `producers` ranks). Across another cp, `labels` names each plan's row (a consumer's part
-    of a big page) and `rank_of` turns a virtual producer (part * world + rank) into its rank."""
+    of a big page) and `rank_of` turns a virtual producer (part * world + rank) into its rank.
+    `names`, per plan and per local byte, the canonical index it holds (`canonical_names`
+    through the consumer's mapping): which canonical bytes move, from whom."""
     rank_of = rank_of or (lambda v: v)
     if not plans:
         raise LayoutalgError("draw: no consumer plan to draw")
@@ -206,10 +244,12 @@ def draw_reshard(plans, producers: int, path: str, title: str = "", labels=None,
                 source[d:d + n] = [rank_of(r.producer)] * n
         name = labels[k] if labels else f"consumer {p.consumer}"
         pages.append((name, [(source[b], False, None if source[b] >= 0 else "gap")
-                             for b in range(0, len(source), unit)]))
+                             for b in range(0, len(source), unit)],
+                      [names[k][b] for b in range(0, len(source), unit)] if names else None))
     merged = "" if exact else " (a cell shows its first byte's source)"
     _render(pages, path, f"{title}\none cell = {unit} bytes{merged}", "feeds", None, producers, 0,
-            sum(1 for _, cells in pages for _, _, m in cells if m), "the producer each byte is read from")
+            sum(1 for _, cells, _ in pages for _, _, m in cells if m), "the producer each byte is read from",
+            unit)
     return f"wrote {path}: {len(plans)} consumer pages, each cell coloured by its producer, one cell = {unit} bytes"
 
 
@@ -224,24 +264,38 @@ def _check_path(path) -> None:
         raise LayoutalgError(f"draw: {path}: the picture must be .svg or .png")
 
 
+def _segments(labels: list, level: int) -> list[tuple[int, str]]:
+    """(cell, label) where the canonical index's first `level` + 1 names change along a page's
+    cells: the start of each K/V half, layer, region, ... (`labels`: each cell's index, or None)."""
+    out, last = [], object()
+    for i, lab in enumerate(labels):
+        key = lab[:level + 1] if lab else None
+        if key != last and key is not None and len(key) > level:
+            out.append((i, f"{key[level][0]}={key[level][1]}" if key[level][0] != "region" else key[level][1]))
+        last = key
+    return out
+
+
 def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, clashes: int, gaps: int,
-            what: str) -> None:
-    """Rows of cells, `pages` as (name, [(rank or -1, hatched, None | "clash" | "gap"), ...])."""
+            what: str, unit: int = 1) -> None:
+    """Rows of cells, `pages` as (name, [(rank or -1, hatched, None | "clash" | "gap"), ...],
+    each cell's canonical index or None); each row says its first byte (`unit` bytes a cell)."""
     matplotlib = need_matplotlib()
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # an SVG's words stay words: searchable, and small
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Patch, Polygon, Rectangle
 
     cmap = plt.get_cmap("tab20" if ranks > 10 else "tab10")
 
     def colour(w):
         return "#d0d0d0" if w < 0 else cmap(w % cmap.N)
 
-    cols = min(64, max(1, max(len(c) for _, c in pages)))
-    heights = [max(1, -(-len(c) // cols)) for _, c in pages]
+    cols = min(64, max(1, max(len(c) for _, c, _ in pages)))
+    heights = [max(1, -(-len(c) // cols)) for _, c, _ in pages]
     fig, axes = plt.subplots(len(pages), 1, figsize=(10, 1.6 + 0.22 * sum(heights) + 0.35 * len(pages)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
-    for ax, (name, cells), rows in zip(axes[:, 0], pages, heights):
+    for ax, (name, cells, labels), rows in zip(axes[:, 0], pages, heights):
         for i, (w, hatched, mark) in enumerate(cells):
             x, y = i % cols, rows - 1 - i // cols
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=colour(w), edgecolor="white", linewidth=0.3,
@@ -251,13 +305,34 @@ def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, cl
             elif mark:
                 ax.add_patch(Rectangle((x, y), 1, 1, fill=False, edgecolor="red" if mark == "clash" else "black",
                                        linewidth=1.2, hatch="xx"))
+        for level, (width, size, up) in enumerate(((1.6, 6, 0.76), (0.6, 5, 0.47), (0, 4.5, 0.18))):
+            marks = _segments(labels, level) if labels else []  # the outermost index, then the next two
+            if level and (len(marks) > 24 or cols > 32):
+                break  # too many to read, or cells too small: the outer boundaries say enough
+            for i, text in marks:
+                x, y = i % cols, rows - 1 - i // cols
+                if i and width:
+                    ax.plot([x, x], [y, y + 1], color="black", linewidth=width, solid_capstyle="butt")
+                ax.text(x + 0.08, y + up, text, fontsize=size, va="center", ha="left",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.2, "alpha": 0.8})
+        last = len(cells) - (rows - 1) * cols  # cells in the last row: the page's outline, at its own width
+        ax.add_patch(Polygon([(0, 0), (last, 0), (last, 1), (cols, 1), (cols, rows), (0, rows)] if rows > 1 else
+                             [(0, 0), (last, 0), (last, 1), (0, 1)], closed=True, fill=False, edgecolor="black",
+                             linewidth=0.8))
+        for spine in ax.spines.values():  # no frame past the page's end: that is no memory of it
+            spine.set_visible(False)
         ax.set_xlim(0, cols)
         ax.set_ylim(0, rows)
         ax.set_aspect("equal")
         ax.set_xticks([])
-        ax.set_yticks([])
+        step = max(1, -(-rows // 8))
+        ax.yaxis.tick_right()
+        ax.set_yticks([rows - 1 - r + 0.5 for r in range(0, rows, step)],
+                      [f"byte {r * cols * unit}" for r in range(0, rows, step)], fontsize=6)
+        ax.tick_params(axis="y", length=0)
         ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
-    shown = sorted({w for _, cells in pages for w, _, _ in cells if w >= 0})
+        ax.yaxis.set_label_position("left")
+    shown = sorted({w for _, cells, _ in pages for w, _, _ in cells if w >= 0})
     legend = [Patch(facecolor=colour(r), label=f"rank {r} {verb}") for r in shown]
     if hatch_label:
         legend.append(Patch(facecolor="white", edgecolor="black", hatch="///", label=hatch_label))
@@ -265,7 +340,7 @@ def _render(pages, path: str, title: str, verb: str, hatch_label, ranks: int, cl
         legend.append(Patch(facecolor="white", edgecolor="red", hatch="xx", label=f"two writers ({clashes} cells)"))
     if gaps:
         legend.append(Patch(facecolor="#d0d0d0", edgecolor="black", hatch="xx", label=f"nobody writes ({gaps} cells)"))
-    if any(m == "pad" for _, cells in pages for _, _, m in cells):
+    if any(m == "pad" for _, cells, _ in pages for _, _, m in cells):
         legend.append(Patch(facecolor="white", edgecolor="#d0d0d0", label="padding (never copied)"))
     fig.legend(handles=legend, loc="lower center", fontsize=7, ncol=min(6, len(legend)), frameon=False)
     head, _, tail = title.rpartition("\n")
