@@ -40,7 +40,7 @@ TABLE = {
 PARALLEL = ("tp", "pcp", "dcp", "interleave", "total_heads")
 """The names that describe the worker group rather than one layer."""
 
-MOVES_WITH_THE_GROUP = ("tp", "pcp", "dcp", "interleave", "heads")
+MOVES_WITH_THE_GROUP = ("tp", "pcp", "dcp", "interleave", "heads", "pp")
 """Runtime names that change with the parallel configuration for one and the same model: an
 `agnostic` canonical page depends on none of them."""
 

@@ -57,6 +57,8 @@ def _reshard(deriver, family, src, dst, total=TOTAL):
     assert (loaded.result, loaded.family) == ("certified", family), loaded.reasons
     assert len(stored.mappings) == src[0] * src[1] and len(loaded.mappings) == dst[0] * dst[1]
     assert stored.mappings[0].layout_id == loaded.mappings[0].layout_id     # one format across tp and pp
+    assert stored.mappings[0].parallelism_agnostic and loaded.mappings[0].parallelism_agnostic
+    assert stored.mappings[0].format_id == loaded.mappings[0].format_id     # one store folder for both
     pages = torch.zeros(N, stored.mappings[0].canonical_page_size_bytes, dtype=torch.uint8)
     ids = torch.tensor([2, 0, 1])
     for rank, m in enumerate(stored.mappings):
