@@ -99,3 +99,18 @@ def test_a_folder_that_gains_its_own_file_is_never_served_the_shipped_one(tmp_pa
     assert compiled_library(str(tmp_path / "y"))["split_nhd"].to_json() != first
     forget_compiled()
     assert compiled_library(str(tmp_path / "y"))["split_nhd"].to_json() != first  # as a fresh process
+
+
+def test_a_spec_argument_not_here_is_the_shipped_librarys(tmp_path, monkeypatch):
+    """The examples of `--help` and the README name `specs/...`: from any folder (an installed
+    wheel's user has no specs/ folder) they read the shipped files; a file of the user's own of
+    that name comes first, and a name neither has is left for the command to refuse."""
+    from layoutalg._resources import specs_dir
+    from layoutalg.cli.specs import spec_path
+    monkeypatch.chdir(tmp_path)
+    assert spec_path("specs/split_nhd.lal") == str(specs_dir() / "split_nhd.lal")
+    assert spec_path("split_nhd.lal") == str(specs_dir() / "split_nhd.lal")
+    assert spec_path("specs/") == str(specs_dir())
+    (tmp_path / "split_nhd.lal").write_text("# mine\n")
+    assert spec_path("split_nhd.lal") == "split_nhd.lal"
+    assert spec_path("nothere.lal") == "nothere.lal" and spec_path("specs/../x.lal") == "specs/../x.lal"

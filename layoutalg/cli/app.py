@@ -12,10 +12,10 @@ from .derive import _corpus, _explain, _id, _runs
 from .draw import _draw
 from .reshard import _reshard, add_store_arguments
 from .conform import _conform
-from .specs import _specs
+from .specs import _specs, spec_path
 
 _EPILOG = """\
-examples:
+examples (a SPEC that is not here is the shipped library's: `layoutalg specs` lists it):
   layoutalg check specs/                       parse, derive and check every shipped family
   layoutalg runs specs/split_nhd.lal --tp 4 --heads 8
   layoutalg runs specs/mla.lal --tp 2 --dcp 2 --interleave 2 --page-size 9216
@@ -45,16 +45,16 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="parse specs, derive runs and verify tiling by enumeration; "
                                      "print each family's runs for an example configuration")
-    c.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
+    c.add_argument("specs", nargs="*", type=spec_path, help="spec files or folders (default: the shipped specs)")
 
     r = sub.add_parser("runs", help="print every rank's copy runs for one configuration")
-    r.add_argument("spec", help="spec file (or folder) holding the family")
+    r.add_argument("spec", type=spec_path, help="spec file (or folder) holding the family")
     r.add_argument("--family", help="family name (default: the first one defined in SPEC)")
     _configuration_options(r)
 
     dr = sub.add_parser("draw", help="picture who writes which bytes: the canonical page coloured by the "
                                      "rank that writes each byte, and each rank's local page")
-    dr.add_argument("spec", help="spec file (or folder) holding the family")
+    dr.add_argument("spec", type=spec_path, help="spec file (or folder) holding the family")
     dr.add_argument("--family", help="family name (default: the first one defined in SPEC)")
     dr.add_argument("-o", "--output", required=True, help="the picture: .svg or .png")
     dr.add_argument("--store", metavar="CONFIG", help="with --load: draw the direct reshard from this configuration "
@@ -63,11 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     _configuration_options(dr)
 
     e = sub.add_parser("explain", help="show a family's digit table with symbolic strides")
-    e.add_argument("spec", help="spec file (or folder)")
+    e.add_argument("spec", type=spec_path, help="spec file (or folder)")
     e.add_argument("--family", help="family name (default: every family defined in SPEC)")
 
     i = sub.add_parser("id", help="print each family's canonical page format identifier")
-    i.add_argument("spec", help="spec file (or folder)")
+    i.add_argument("spec", type=spec_path, help="spec file (or folder)")
     i.add_argument("--family", help="family name (default: every family defined in SPEC)")
 
     d = sub.add_parser("derive-corpus", help="derive the mappings of a conformance corpus (JSON lines)")
@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--where", action="store_true", help="only the folder")
 
     pr = sub.add_parser("prove", help="prove every family's obligations with Z3")
-    pr.add_argument("specs", nargs="*", help="spec files or folders (default: the shipped specs)")
+    pr.add_argument("specs", nargs="*", type=spec_path, help="spec files or folders (default: the shipped specs)")
     pr.add_argument("--rlimit", type=_positive, default=None,
                     help="Z3 resource units per symbolic query before falling back to configurations "
                          "(default 120000000; deterministic: the same verdict on every machine)")
