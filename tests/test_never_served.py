@@ -79,3 +79,16 @@ def test_prove_says_it_in_the_page_size_row(tmp_path):
     page = next(r for r in rows if r.obligation == "page-size")
     assert page.status == "refuted" and "never applies" in page.detail and "is not the worker group" in page.detail
     assert not any(r.status == "proved" for r in rows if r.obligation not in ("structure", "page-size"))
+
+
+def test_a_name_only_an_unused_fn_reads_makes_no_stage_grid(tmp_path):
+    """The prover decides a stage grid as the runtime does, by the names the compiled family
+    reads: a library fn that mentions pp but that no family uses changes nothing."""
+    f = tmp_path / "mine.lal"
+    f.write_text('import "grids.lal"\nfn stage_first(l) = l * pp\n'
+                 'layout mine(H, D):\n    index h < H, d < D\n'
+                 'family mine serves mine:\n    grid private\n    local mine(2, 2)\n    canonical mine(2 * tp * pcp, 2)\n'
+                 '    shard (h, d) -> ((pcp_rank * tp + tp_rank) * 2 + h, d)\n')
+    lib = load([f])
+    rep = check_family(lib, compile_family(resolve(lib, "mine")))
+    assert rep.ok and not rep.warnings and rep.never_served == 0

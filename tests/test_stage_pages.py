@@ -127,3 +127,27 @@ def test_reshard_reads_pp_as_a_size_of_a_stage_page():
     assert "pp" not in config and list(map(list, stages)) == [[0, 1], [2]]
     with pytest.raises(LayoutalgError, match="pp is its number of stages"):
         _side("tp=2,pp=1+3", 4, staged=True)
+
+
+def test_pp_changes_nothing_for_a_family_of_one_layer_a_tensor(deriver):
+    """An attention layer of split NHD under pp = 2: the same mappings and format id as under
+    pp = 1 (pp is no size of its page), and a caller's world of every stage is not its group."""
+    kv = torch.zeros(N, 2, T, 1, D, dtype=torch.bfloat16)
+    layer = LayerSpec("attention", kv[0].numel() * 2, T, 1, D, 2)
+    one = deriver.derive(layer, TensorLayout.of(kv), ParallelConfig(4, 4), N)
+    two = deriver.derive(layer, TensorLayout.of(kv), ParallelConfig(4, 4, pp=2), N)
+    assert (one.family, two.family) == ("split_nhd", "split_nhd") and one.mappings == two.mappings
+    assert one.mappings[0].format_id == two.mappings[0].format_id
+    wide = deriver.derive(layer, TensorLayout.of(kv), ParallelConfig(4, 4, pp=2, world_size=8), N)
+    assert wide.result != "certified" and any("is one group of tp * pcp = 4 ranks" in r for r in wide.reasons)
+
+
+def test_runs_and_draw_take_pp_for_a_stage_page_only(capsys):
+    from layoutalg.cli.app import main
+    from layoutalg._resources import specs_dir
+    assert main(["runs", str(specs_dir() / "trtllm_pool.lal"), "--tp", "2", "--pp", "2", "--heads", "4",
+                 "--size", "layers=4", "--head-size", "8", "--block-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "4 rank(s)" in out and "rank 3 (stage=1, head_shard=1, writer=0)" in out
+    assert main(["runs", str(specs_dir() / "split_nhd.lal"), "--tp", "2", "--pp", "2"]) == 2
+    assert "split_nhd holds a layer a tensor" in capsys.readouterr().err

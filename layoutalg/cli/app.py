@@ -168,6 +168,8 @@ def _configuration_options(r) -> None:
     r.add_argument("--pcp", type=_positive, default=1, help="prefill context-parallel ranks (default 1)")
     r.add_argument("--dcp", type=_positive, default=1, help="decode context-parallel ranks (default 1)")
     r.add_argument("--interleave", type=_positive, default=1, help="CP token interleave (default 1)")
+    r.add_argument("--pp", type=_positive, default=1, help="pipeline stages, for a family whose page holds a stage's "
+                                                          "layers (a stage grid: specs/stages.lal; default 1)")
     r.add_argument("--heads", type=_positive, default=8, help="KV heads of the whole model (default 8)")
     r.add_argument("--local-heads", type=_positive, help="KV heads per rank (default max(1, heads // tp))")
     r.add_argument("--block-size", type=_positive, default=16, help="tokens per block (default 16)")

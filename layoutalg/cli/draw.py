@@ -18,8 +18,9 @@ def _draw_reshard(args) -> int:
         raise LayoutalgError("draw: --store and --load go together (the producer and the consumer configuration)")
     groups = []
     for text in (args.store, args.load):
-        config, a = parse_config(text), copy.copy(args)
+        config, a = parse_config(text, also=("pp",)), copy.copy(args)
         a.tp, a.pcp, a.dcp, a.interleave = config["tp"], config["pcp"], config["dcp"], config["interleave"]
+        a.pp = config.get("pp", 1)
         a.local_heads = None
         if config["pcp_replicas"]:
             a.size = list(a.size) + [("pcp_replicas", config["pcp_replicas"])]

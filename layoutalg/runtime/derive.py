@@ -21,7 +21,7 @@ from math import prod
 
 from .. import params
 from ..dsl import sources as files
-from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, group_of, misfit
+from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, group_of, misfit, stage_grid
 from ..errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from ..mapping import MAX_STRETCHES, TensorView
@@ -96,7 +96,7 @@ class Deriver:
         missing = {}
         kind = self._by_kind.get(layer.kind, []) if not reasons else []
         for k, cf in enumerate(kind):
-            runs = _apply(cf, sizes, layer, tensor, num_blocks)
+            runs = _apply(cf, sizes, layer, tensor, num_blocks, world=parallel.world_size)
             if isinstance(runs, str):
                 reasons.append(f"{cf.name}: {runs}")
                 missing[cf.name] = getattr(runs, "missing", None)
@@ -128,7 +128,7 @@ class Deriver:
             reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
                            if not reasons else "the library declares no fallback")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
-        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True)
+        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True, world=parallel.world_size)
         if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
@@ -162,7 +162,7 @@ def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
     them apart past what `layoutalg check` compares (pages over 4096 bytes) are refused here."""
     mine = _placed(runs)
     for other in later:
-        theirs = _apply(other, sizes, layer, tensor, num_blocks)
+        theirs = _apply(other, sizes, layer, tensor, num_blocks)  # (the group checked where it took the layer)
         if isinstance(theirs, str):
             continue
         if _placed(theirs) != mine:
@@ -205,8 +205,15 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
 
 
 def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks,
-           fallback: bool = False):
-    """Every rank's mappings where `cf` describes the layer exactly, else why not (a string)."""
+           fallback: bool = False, world: int | None = None):
+    """Every rank's mappings where `cf` describes the layer exactly, else why not (a string).
+    `sizes` may give `pp`: only a stage grid's family reads it (no other family's reading or
+    format id sees it); `world`, where the caller gives one, must be the family's group."""
+    if "pp" in sizes and not stage_grid(cf):
+        sizes = {k: v for k, v in sizes.items() if k != "pp"}
+    if world is not None and world != group_of(cf, sizes):
+        return (f"the caller's world is {world} ranks but this family's grid is one group of "
+                f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group_of(cf, sizes)} ranks")
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
         return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
             f", got a list of {len(tensor)} tensors" if isinstance(tensor, tuple) else "")
