@@ -201,8 +201,9 @@ def test_pictures_name_the_indices_and_bytes(tmp_path):
     draw(g.mappings, str(out), "split", names=names)
     svg = out.read_text()
     assert "kv=1" in svg and "t=1" in svg and "byte 0" in svg
-    m = _group("mamba2", 2, "tp=2")
-    regions = canonical_names(lib, "mamba2", m.sizes)
+    names = dict(conv_kernel=3, conv_bytes=2, ssm_bytes=4, ssm_heads=4, ssm_head_dim=2, state_size=2, n_groups=1)
+    page = 2 * 2 * (4 + 2 * 2) + 4 * 2 * 2 * 2 + 6   # tp=2, a padded page (as the test above)
+    regions = canonical_names(lib, "mamba2", dict(tp=2, pcp=1, dcp=1, conv_dim_first=0, page_size=page, **names))
     assert regions[0][0] == ("region", "x") and {n[0][1] for n in regions if n} >= {"x", "b", "c"}
     assert canonical_names(lib, "split_nhd", {**g.sizes, "block_size": 1 << 20}) is None  # too large: no labels
 
