@@ -136,6 +136,20 @@ def unbacked(family: Family) -> bool:
         claims_differ(family) is not None
 
 
+def compiled_reads(lib, family: str, otherwise) -> frozenset:
+    """The runtime names the compiled family (or one region's part) reads, its `bounds`: what the
+    runtime decides a stage grid by (`compiled.group_of`), so the prover serves what it serves.
+    A family the compiler refuses: `otherwise(lib, family)` (the prover's reading of its text)."""
+    memo = lib.__dict__.setdefault("_compiled_reads", {})
+    if family not in memo:
+        from ..ir.family import resolve
+        try:
+            memo[family] = frozenset(b.name for b in compile_family(resolve(lib, family)).bounds)
+        except (LayoutalgError, ArithmeticError, TypeError, ValueError):
+            memo[family] = frozenset(otherwise(lib, family))
+    return memo[family]
+
+
 def compile_named(lib, name: str):
     """The family `name` of a library compiled: a `CompiledFamily`, or for a family of pages a
     `CompiledPage` of its parts (one per data region, and its pads)."""

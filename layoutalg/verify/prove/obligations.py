@@ -19,6 +19,7 @@ from ... import params
 from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ...dsl.interpret import Reading, paths
+from ...compile.codegen import compiled_reads
 from ...dsl.library import Library
 from ...dsl.tree import Name
 from .z3ops import check, solver
@@ -136,7 +137,7 @@ class Model:
     def served(self):
         """The runtime's check that the grid is the worker group: its world is tp * pcp ranks
         (times pp for a stage grid's family, one that reads `pp`: `params.group`)."""
-        reads = compiled_reads(self.lib, self.family) if "pp" in self.sizes else ()
+        reads = compiled_reads(self.lib, self.family, family_names) if "pp" in self.sizes else ()
         return self.r.world == params.group(self.sizes, reads)
 
     def compiled_guards(self) -> list:
@@ -527,20 +528,6 @@ def cond_to_z3(m: Model, atoms, c):
         a, b = size_to_z3(m, atoms, c.lhs), size_to_z3(m, atoms, c.rhs)
         return m.ops.cmp[c.rel_op](a, b)
     raise TypeError(f"not a condition: {c}")
-
-
-def compiled_reads(lib: Library, family: str) -> frozenset:
-    """The runtime names the compiled family reads (its `bounds`): what the runtime decides a
-    stage grid by (`compile.compiled.group_of`), so the prover's served configurations are the
-    runtime's. A family the compiler refuses is read by its spec text (`family_names`)."""
-    memo = lib.__dict__.setdefault("_prover_reads", {})
-    if family not in memo:
-        from ...compile.codegen import compile_family
-        try:
-            memo[family] = frozenset(b.name for b in compile_family(resolve(lib, family)).bounds)
-        except (LayoutalgError, ArithmeticError, TypeError, ValueError):
-            memo[family] = frozenset(family_names(lib, family))
-    return memo[family]
 
 
 def _variant(lib: Library, family: str, path: tuple):
