@@ -429,6 +429,20 @@ def plan(tmp_path_factory):
     return folder
 
 
+def test_a_plan_with_pcp_ranks_as_replicas_is_certified_too(tmp_path):
+    """Plans are certified at pcp_replicas = 1 as at 0: PCP ranks holding replicas of the KV,
+    stored under tp=2,pcp=2 and loaded at tp=2: its applies files and steps, all as expected."""
+    folder = tmp_path / "c"
+    r = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2,pcp=2,pcp_replicas=1", "tp=2", "--family", "split_nhd",
+            "--certificates", str(folder))
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = sorted((folder / "split_nhd").glob("reshard.tp2.pcp2.pcp_replicas1-to-tp2.*.smt2"))
+    assert any(".applies.case" in f.name for f in files) and sum(".step" in f.name for f in files) > 10
+    out = io.StringIO()
+    assert certify(str(folder), 20, 2, out) == 0, out.getvalue()
+    assert re.search(r"(\d+) certificates: \1 as expected", out.getvalue()), out.getvalue()[-500:]
+
+
 def test_a_direct_plans_proof_for_all_sizes_is_written_as_steps_cvc5_re_checks(plan):
     """`prove --reshard --certificates`: each query the plan's proof answered unsat is a step
     file (the local layout's one-to-one step along its chain, DIGIT and RANGE; its elements
