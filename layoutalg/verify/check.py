@@ -297,6 +297,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     error: a check that checks nothing does not pass.
     """
     rep = FamilyReport(cf.name)
+    lib.__dict__.setdefault("_oracle_compiled", {}).setdefault(cf.name, cf)  # the oracle's compile is this one
     read = {b.name for b in cf.bounds}  # the names a finding shows: the parallel ones and those the family reads
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
     refusal, spent, compared, told, unserved, fitted = "", 0, 0, 0, None, 0

@@ -244,7 +244,8 @@ def meaning(lib, family: str, sizes: dict) -> tuple[list, list]:
     or `GuardFailed` where the family does not apply, `ValueError` where the page is too large."""
     from ..compile.codegen import compile_named
     from ..runtime.lower import lower
-    cf = compile_named(lib, family)
+    compiled = lib.__dict__.setdefault("_oracle_compiled", {})  # one compile a library (check asks at each pair)
+    cf = compiled[family] if family in compiled else compiled.setdefault(family, compile_named(lib, family))
     mappings = lower(cf.evaluate(dict(sizes), bounded=False), cf.layout_id)  # the runs `prove` holds to the spec
     page = mappings[0].canonical_page_size_bytes
     if page > MAX_CHECKED:
