@@ -545,3 +545,24 @@ def test_an_always_empty_pad_is_certified_by_its_empty_box_never_by_false(tmp_pa
     assert EMPTY_BOX in _pad_digits(lib, "mamba2.tail'", Budgets.of()).method
     assert EMPTY_BOX not in _pad_digits(lib, "mamba2.tail", Budgets.of()).method
     assert all(".part" in stem for stem, _ in texts(lib, "mamba2.tail", "digits-match-spec"))
+
+
+def test_a_file_the_portfolio_leaves_unknown_is_asked_once_more_with_longer(monkeypatch):
+    """Three configurations unknown: cvc5's defaults once more with LONGER times the time; an
+    error stops there (more time would not answer it). The solver is a stand-in here, answering
+    what cvc5 answers on a hard certificate (unknown within the limit, unsat past it)."""
+    import json as _json
+    import subprocess as sp
+    from layoutalg.verify import certify as c
+    asked = []
+
+    def fake(cmd, **kw):
+        limit = int(_json.loads(cmd[-1])["tlimit-per"])
+        asked.append(limit)
+        return sp.CompletedProcess(cmd, 0, "unsat\n" if limit > 20_000 else "unknown\n", "")
+    monkeypatch.setattr(c.subprocess, "run", fake)
+    assert check_file("x.smt2", 20)[:2] == ("unsat", "default-long")
+    assert asked == [20_000, 20_000, 20_000, 20_000 * c.LONGER]
+    asked.clear()
+    monkeypatch.setattr(c.subprocess, "run", lambda cmd, **kw: asked.append(1) or sp.CompletedProcess(cmd, 1, "", "boom"))
+    assert check_file("x.smt2", 20)[0].startswith("error") and len(asked) == 3
