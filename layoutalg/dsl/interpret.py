@@ -284,6 +284,18 @@ def paths(lib: Library, family: str) -> list[tuple]:
     return [a + b for a in walk(lib.grids[fdef.grid.id].body) for b in walk(fdef.body)]
 
 
+def index_box(extents: dict):
+    """Every index of a box, `{name: value}`, the last name fastest (ints only).
+
+    Examples:
+        >>> list(index_box({"kv": 2, "d": 2}))
+        [{'kv': 0, 'd': 0}, {'kv': 0, 'd': 1}, {'kv': 1, 'd': 0}, {'kv': 1, 'd': 1}]
+    """
+    names = list(extents)
+    for values in itertools.product(*(range(extents[n]) for n in names)):
+        yield dict(zip(names, values))
+
+
 def rank_digits(rext: list, rank: int) -> dict[str, int]:
     """The digits of `rank` in the grid's mixed radix, `rext` = [(digit, extent), ...], the
     first digit most significant.
@@ -310,10 +322,8 @@ def misplaced_token(r: Reading, rank: int) -> str:
     why = _miscounted(r, seq.id, ext[seq.id])
     if why:
         return why
-    names = list(ext)
     placed: dict = {}  # place in the sequence -> the local token there
-    for values in itertools.product(*(range(ext[n]) for n in names)):
-        index = dict(zip(names, values))
+    for index in index_box(ext):
         got, want = r.shard(index, digits)[seq.id], r.sequence_place(index, digits)
         if got != want:
             shown = ", ".join(f"{n}={v}" for n, v in index.items())
@@ -349,9 +359,7 @@ def byte_map(r: Reading, rank: int) -> dict[int, int]:
     ext = r.extents("local")
     elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
     out = {}
-    names = list(ext)
-    for values in itertools.product(*(range(ext[n]) for n in names)):
-        index = dict(zip(names, values))
+    for index in index_box(ext):
         lo, co = r.offset("local", index), r.offset("canonical", r.shard(index, digits))
         for b in range(elem):
             out[lo + b] = co + b

@@ -21,7 +21,6 @@ import contextlib
 import os
 import tempfile
 import textwrap
-import itertools
 from math import gcd
 from typing import NamedTuple, Sequence
 
@@ -152,7 +151,7 @@ def canonical_names(lib, family: str, sizes: dict) -> list | None:
     ((name, value), ...), a page of regions' region first (("region", "x"), ...); None for a
     byte no region holds. None altogether where the page cannot be read here or is too large
     to enumerate (`MAX_READING_BYTES`): the picture then goes without labels."""
-    from ..dsl.interpret import Reading
+    from ..dsl.interpret import Reading, index_box
     try:
         parts = lib.parts_of(family)
         readings = [(p, Reading(lib, p, dict(sizes))) for p in parts]
@@ -165,11 +164,11 @@ def canonical_names(lib, family: str, sizes: dict) -> list | None:
             elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
             ext = r.extents("canonical")
             region = (("region", part.partition(".")[2]),) if part != family else ()
-            for values in itertools.product(*(range(ext[n]) for n in ext)):
-                at = r.offset("canonical", dict(zip(ext, values)))
+            for index in index_box(ext):
+                at = r.offset("canonical", index)
                 for b in range(elem):
                     if 0 <= at + b < size:
-                        out[at + b] = region + tuple(zip(ext, values))
+                        out[at + b] = region + tuple(index.items())
         return out
     except (ArithmeticError, LookupError, ValueError):
         return None

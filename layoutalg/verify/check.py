@@ -9,12 +9,11 @@ Two independent checks per configuration:
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 from .. import params
 from ..compile.compiled import CompiledFamily, GuardFailed
-from ..dsl.interpret import Reading, byte_map, misplaced_token
+from ..dsl.interpret import Reading, byte_map, index_box, misplaced_token
 from ..dsl.library import Library
 from ..dsl.tree import World
 from ..runtime.lower import TilingError, lower, pads, tiling_errors  # noqa: F401 - tiling_errors: re-exported
@@ -62,10 +61,8 @@ def _agnostic_differs(seen: dict, sizes: dict, readings, where: str) -> str:
     differs from the one of another configuration of the same model that also claims agnostic."""
     layout = []
     for r in readings:
-        ext = r.extents("canonical")
-        names = list(ext)
-        layout.append((r.page("canonical"), tuple(r.offset("canonical", dict(zip(names, v)))
-                                                  for v in itertools.product(*(range(ext[n]) for n in names)))))
+        layout.append((r.page("canonical"), tuple(r.offset("canonical", index)
+                                                  for index in index_box(r.extents("canonical")))))
     model = tuple(sorted((k, v) for k, v in sizes.items() if k not in params.MOVES_WITH_THE_GROUP + ("page_size",)))
     if model not in seen:
         seen[model] = (where, tuple(layout))

@@ -30,11 +30,10 @@ Examples:
 """
 from __future__ import annotations
 
-import itertools
 import os
 from math import prod
 
-from ..dsl.interpret import Reading, rank_digits
+from ..dsl.interpret import Reading, index_box, rank_digits
 from ..errors import printable
 
 CLAUSE = {"local": "local layout (its index extents and offset)",
@@ -71,12 +70,6 @@ def _shown(index: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in index.items())
 
 
-def _box(extents: dict):
-    names = list(extents)
-    for values in itertools.product(*(range(extents[n]) for n in names)):
-        yield dict(zip(names, values))
-
-
 def tiling_counterexample(lib, family: str, sizes: dict) -> tuple[str, str] | None:
     """(clause, why) of the first place the family's pages do not tile at `sizes`: `clause` is
     'local', 'canonical layout' or 'shard' (the statement to look at, a key of `CLAUSE`), `why`
@@ -106,7 +99,7 @@ def tiling_counterexample(lib, family: str, sizes: dict) -> tuple[str, str] | No
 def _overlap(r: Reading, role: str, extents: dict) -> tuple[str, str] | None:
     """Two indices of the local (or canonical) layout that share a byte: it is not one-to-one."""
     seen: dict = {}
-    for index in _box(extents):
+    for index in index_box(extents):
         at = r.offset(role, index)
         prior = seen.setdefault(at, index)
         if prior is not index:
@@ -117,13 +110,13 @@ def _overlap(r: Reading, role: str, extents: dict) -> tuple[str, str] | None:
 
 
 def _writers(r: Reading, local: dict, canon: dict, rext: list, world: int) -> tuple[str, str] | None:
-    page = {r.offset("canonical", index): index for index in _box(canon)}
+    page = {r.offset("canonical", index): index for index in index_box(canon)}
     written: dict = {}  # canonical byte -> (rank, local index)
     for rank in range(world):
         digits = rank_digits(rext, rank)
         if any(digits.get(n, 0) for n in r.replicas):
             continue  # a replica: the same bytes as the writer of block 0
-        for index in _box(local):
+        for index in index_box(local):
             target = r.shard(index, digits)
             outside = [k for k, v in target.items() if not 0 <= v < canon[k]]
             if outside:

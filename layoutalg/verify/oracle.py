@@ -24,7 +24,7 @@ import hashlib
 import itertools
 from typing import NamedTuple
 
-from ..dsl.interpret import _MEMO, Reading, _Lazy, rank_digits
+from ..dsl.interpret import _MEMO, Reading, _Lazy, index_box, rank_digits
 from ..dsl.tree import BinOp, Call, Name, Neg, Num
 
 NO_TOKEN = -1
@@ -317,8 +317,6 @@ def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: st
     by enumerating the spec's own reading of both canonical layouts, region by region for a
     page of regions (-1: a pad byte). No conversion run is used: this is what a conversion
     is checked against."""
-    import itertools
-
     import torch
     from ..dsl.interpret import Reading
     out = None
@@ -329,8 +327,7 @@ def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: st
         e = rs.expr(ldef.element, bound) if ldef.element is not None else 1
         if out is None:
             out = torch.full((k, rs.page("canonical")), -1, dtype=torch.int64)
-        for values in itertools.product(*(range(ext[n]) for n in ext)):
-            idx = dict(zip(ext, values))
+        for idx in index_box(ext):
             at = rs.offset("canonical", idx)
             for j in range(k):
                 there = rb.offset("canonical", {**idx, token: idx[token] + j * ext[token]})
