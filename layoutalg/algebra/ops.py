@@ -15,7 +15,13 @@ from ..record import named_tuple
 
 
 class NotCompact(LayoutalgError):
-    """A layout that should be a bijection onto [0, size) is not one."""
+    """A layout that should be a bijection onto [0, size) is not one. From `right_inverse`, where
+    its walk stopped: `run`, the stride no mode has; `taken`, the modes that chained before it, in
+    walk order; `left`, the modes left (indices into the layout's modes)."""
+
+    def __init__(self, message: str, run=None, taken: tuple = (), left: tuple = ()):
+        super().__init__(message)
+        self.run, self.taken, self.left = run, taken, left
 
 
 def _is_one(n, eq) -> bool:
@@ -74,13 +80,15 @@ def right_inverse(L: Layout, eq=operator.eq) -> Layout:
     if eq is operator.eq and all(type(d) is int for d in L.stride):
         return _right_inverse_int(L, index_strides)
     left = [k for k, n in enumerate(L.shape) if not _is_one(n, eq)]
-    shape, stride, run = [], [], 1
+    shape, stride, run, taken = [], [], 1, []
     while left:
         k = next((k for k in left if eq(L.stride[k], run)), None)
         if k is None:
             raise NotCompact(f"layout {L} is not compact: no mode has stride {run} "
-                             f"(modes left: {[(L.shape[j], L.stride[j]) for j in left]})")
+                             f"(modes left: {[(L.shape[j], L.stride[j]) for j in left]})", run, tuple(taken),
+                             tuple(left))
         left.remove(k)
+        taken.append(k)
         shape.append(L.shape[k])
         stride.append(index_strides[k])
         run = run * L.shape[k]
@@ -91,11 +99,12 @@ def right_inverse(L: Layout, eq=operator.eq) -> Layout:
 
 def _right_inverse_int(L: Layout, index_strides: tuple) -> Layout:
     """`right_inverse` for integer strides: sort by stride, then check the chain."""
-    modes = sorted((d, n, s) for n, d, s in zip(L.shape, L.stride, index_strides) if n != 1)
+    modes = sorted((d, n, s, k) for k, (n, d, s) in enumerate(zip(L.shape, L.stride, index_strides)) if n != 1)
     run = 1
-    for d, n, _ in modes:
+    for i, (d, n, _, _) in enumerate(modes):
         if d != run:
-            raise NotCompact(f"layout {L} is not compact: no mode has stride {run}")
+            raise NotCompact(f"layout {L} is not compact: no mode has stride {run}", run,
+                             tuple(m[3] for m in modes[:i]), tuple(m[3] for m in modes[i:]))
         run *= n
     if not modes:
         return Layout((1,), (0,))

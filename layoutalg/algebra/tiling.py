@@ -75,25 +75,16 @@ def broken(chains: list[Chain], eq=operator.eq) -> str:
         try:
             right_inverse(lay, eq)
         except NotCompact as e:
-            return f"the {what} is not tiled exactly: {_stuck(what, lay, names, eq) if names else e}"
+            return f"the {what} is not tiled exactly: {_stuck(what, lay, names, e) if names and e.run is not None else e}"
         if not eq(prod(lay.shape), size):
             return f"the {what} has {size} slots but its digits cover {prod(lay.shape)}"
     return ""
 
 
-def _stuck(what: str, lay: Layout, names: tuple, eq) -> str:
-    """Where the walk from stride 1 stops, by the digits' names: those that chain, the stride no
-    other digit has, and the digits left with their extents and strides."""
-    left = [k for k, n in enumerate(lay.shape) if not eq(n, 1)]
-    run, taken = 1, []
-    while left:
-        k = next((k for k in left if eq(lay.stride[k], run)), None)
-        if k is None:
-            break
-        left.remove(k)
-        taken.append(k)
-        run = run * lay.shape[k]
+def _stuck(what: str, lay: Layout, names: tuple, e: NotCompact) -> str:
+    """Where `right_inverse`'s walk from stride 1 stopped (`e`), by the digits' names: those that
+    chained, the stride no other digit has, and the digits left with their extents and strides."""
     side = "rank" if what == "rank grid" else what.split()[0]
-    walked = (f"the digits {', '.join(names[k] for k in taken)} reach stride {run}, and " if taken else "")
-    rest = "; ".join(f"{names[k]} (extent {lay.shape[k]}, stride {lay.stride[k]})" for k in left)
-    return f"{walked}no digit has {side} stride {run} (left: {rest})"
+    walked = f"the digits {', '.join(names[k] for k in e.taken)} reach stride {e.run}, and " if e.taken else ""
+    rest = "; ".join(f"{names[k]} (extent {lay.shape[k]}, stride {lay.stride[k]})" for k in e.left)
+    return f"{walked}no digit has {side} stride {e.run} (left: {rest})"
