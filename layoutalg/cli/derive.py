@@ -61,7 +61,7 @@ def _config_line(cf, args) -> str:
 def _derived(args):
     """(compiled family, instance, every rank's mapping) at the configuration the options give."""
     from ..compile.codegen import compile_named
-    from ..compile.compiled import GuardFailed, fitted_page, group_of, misfit, stage_grid
+    from ..compile.compiled import GuardFailed, fitted_page, group_of, misfit, stage_sizes
     from ..runtime.lower import TilingError, lower
     lib, names = families_in(args.spec, args.family)
     if len(names) > 1:
@@ -80,11 +80,7 @@ def _derived(args):
             raise LayoutalgError(f"--size {name}: not a name these specs declare; declared: "
                                  f"{', '.join(declared) or 'none'}")
         sizes[name] = value
-    if stage_grid(cf):  # its page holds a stage's layers: pp is a size of it
-        sizes["pp"] = getattr(args, "pp", 1)
-    elif getattr(args, "pp", 1) != 1:
-        raise LayoutalgError(f"--pp {args.pp}: {cf.name} holds a layer a tensor (its grid reads no pp); pipeline "
-                             f"stages split its layers between groups, each the same tp x pcp grid")
+    sizes.update(stage_sizes(cf, getattr(args, "pp", 1)))  # a stage grid's page holds a stage's layers
     outside = cf.outside_domain(sizes)  # say it plainly before any guard or case speaks
     if outside:
         raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {outside}")

@@ -16,7 +16,7 @@ import marshal
 from math import prod
 
 from .. import params
-from ..errors import LayoutalgError
+from ..errors import ConfigError, LayoutalgError
 from .instance import Bound, Instance, LocalDigit, RankDigit  # noqa: F401 - Bound: the families' bounds
 from ..record import named_tuple, record
 
@@ -82,6 +82,18 @@ def stage_grid(cf) -> bool:
     layers, and its grid spans every stage's group), so pp is a size of its page, not a split of
     the layers into tensors of their own (`params.group`)."""
     return any(b.name == "pp" for b in cf.bounds)
+
+
+def stage_sizes(cf, pp: int) -> dict:
+    """The sizes `pp` pipeline stages give a layer of family `cf`: `{"pp": pp}` for a stage grid's
+    family; none for any other (its layers are tensors of their own, which stages split), where
+    pp other than 1 is a `ConfigError` naming the family."""
+    if stage_grid(cf):
+        return {"pp": pp}
+    if pp != 1:
+        raise ConfigError(f"pp={pp}: {cf.name} holds a layer a tensor (its grid reads no pp): pipeline stages "
+                          f"split its layers between groups, each the same tp x pcp grid")
+    return {}
 
 
 def group_of(cf, sizes: dict) -> int:

@@ -28,7 +28,7 @@ import torch
 
 from .. import params
 from ..params import CONFIG_NAMES, parse_config  # noqa: F401 - re-exported: the CLI's and tests' way in
-from ..compile.compiled import CompiledFamily, fitted_page, stage_grid
+from ..compile.compiled import CompiledFamily, fitted_page, stage_sizes
 from ..errors import ConfigError
 from ..runtime.derive import Deriver, compiled_library
 from ..runtime.tensors import block_tensor
@@ -102,7 +102,8 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     sizes = params.configuration(tp=tp, pcp=config["pcp"], dcp=config["dcp"], interleave=config["interleave"],
                                  total_heads=total, heads=local, block_size=block_size,
                                  head_size=head_size, dtype_bytes=e,
-                                 **{**declared, "pcp_replicas": config["pcp_replicas"]}, **_stages(cf, config))
+                                 **{**declared, "pcp_replicas": config["pcp_replicas"]},
+                                 **stage_sizes(cf, config.get("pp", 1)))
     try:  # the family's own page at these sizes
         page = fitted_page(cf, sizes)
     except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
@@ -123,13 +124,6 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
                                                pp=config.get("pp", 1)), blocks)
     _served(res, family, config)
     return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype, k, specs)
-
-
-def _stages(cf, config: dict) -> dict:
-    """A stage grid's family reads pp as a size of its page; any other holds a layer a tensor."""
-    if not stage_grid(cf) and config.get("pp", 1) != 1:
-        raise ConfigError(f"reshard: {cf.name} holds one layer a tensor: pp={config['pp']} is a split of the layers")
-    return {"pp": config.get("pp", 1)} if stage_grid(cf) else {}
 
 
 def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names: dict,
