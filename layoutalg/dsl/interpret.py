@@ -186,6 +186,10 @@ class Reading:
         bound = {p: self.expr(a) for p, a in zip(ldef.params, use.call.args)}
         return ldef, bound
 
+    def element(self, ldef, bound):
+        """Bytes of one element of layout `ldef` with its parameters `bound` (1 where it says none)."""
+        return self.expr(ldef.element, bound) if ldef.element is not None else 1
+
     def extents(self, role: str) -> dict:
         ldef, bound = self.layout(role)
         return {d.name: self.expr(d.extent, bound) for d in ldef.indices}
@@ -193,7 +197,7 @@ class Reading:
     def offset(self, role: str, index: dict):
         """Byte offset of `index` (name -> value) in the local or canonical layout."""
         ldef, bound = self.layout(role)
-        elem = self.expr(ldef.element, bound) if ldef.element is not None else 1
+        elem = self.element(ldef, bound)
         return self.ops.mul(elem, self.expr(ldef.offset, {**bound, **index}))
 
     def page(self, role: str):
@@ -207,7 +211,7 @@ class Reading:
         return out
 
     def bytes_of(self, ldef, bound):
-        elem = self.expr(ldef.element, bound) if ldef.element is not None else 1
+        elem = self.element(ldef, bound)
         out = elem
         for d in ldef.indices:
             out = self.ops.mul(out, self.expr(d.extent, bound))
@@ -357,7 +361,7 @@ def byte_map(r: Reading, rank: int) -> dict[int, int]:
     digits = rank_digits(r.rank_extents(), rank)
     ldef, bound = r.layout("local")
     ext = r.extents("local")
-    elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
+    elem = r.element(ldef, bound)
     out = {}
     for index in index_box(ext):
         lo, co = r.offset("local", index), r.offset("canonical", r.shard(index, digits))

@@ -211,9 +211,10 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     format id sees it); `world`, where the caller gives one, must be the family's group."""
     if "pp" in sizes and not stage_grid(cf):
         sizes = {k: v for k, v in sizes.items() if k != "pp"}
-    if world is not None and world != group_of(cf, sizes):
+    group = group_of(cf, sizes)
+    if world is not None and world != group:
         return (f"the caller's world is {world} ranks but this family's grid is one group of "
-                f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group_of(cf, sizes)} ranks")
+                f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group} ranks")
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
         return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
             f", got a list of {len(tensor)} tensors" if isinstance(tensor, tuple) else "")
@@ -231,8 +232,7 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
         one = stacked(views, tensor, num_blocks, layer.page_size_bytes)  # its views stacked before the block?
         views = (one,) if isinstance(one, TensorView) else views  # (else `_mismatch_views` says why not)
     why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
-           _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes,
-                                                                          group_of(cf, sizes))
+           _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes, group)
     box = () if fallback else getattr(inst, "local_form", None)
     if not why and not views and isinstance(tensor, TensorLayout):
         views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback, box=box)

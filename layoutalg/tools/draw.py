@@ -136,7 +136,7 @@ def owners_of_reading(lib, family: str, sizes: dict) -> Owners:
         local.append(here)
     for r in readings:
         ldef, bound = r.layout("local")
-        g = gcd(g, r.expr(ldef.element, bound) if ldef.element is not None else 1)
+        g = gcd(g, r.element(ldef, bound))
     padded = [False] * canon
     for r in pad_readings:  # a pad maps onto itself: its bytes are where its box lies
         for lo in byte_map(r, 0):
@@ -161,7 +161,7 @@ def canonical_names(lib, family: str, sizes: dict) -> list | None:
         out: list = [None] * size
         for part, r in readings:
             ldef, bound = r.layout("canonical")
-            elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
+            elem = r.element(ldef, bound)
             ext = r.extents("canonical")
             region = (("region", part.partition(".")[2]),) if part != family else ()
             for index in index_box(ext):

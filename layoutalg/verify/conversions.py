@@ -56,7 +56,7 @@ def _box(lib, part: str, sizes: dict, family: str) -> Box:
     ldef, bound = r.layout("canonical")
     ext = r.extents("canonical")
     names = tuple(ext)
-    e = r.expr(ldef.element, bound) if ldef.element is not None else 1
+    e = r.element(ldef, bound)
     zero = {n: 0 for n in names}
     base = r.offset("canonical", zero)
     strides = {n: r.offset("canonical", {**zero, n: 1}) - base for n in names}

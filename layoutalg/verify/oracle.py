@@ -188,7 +188,7 @@ def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int, raw: bool 
         ldef, bound = r.layout("local")
         ext = r.extents("local")
         local = list(ext)
-        elem = r.expr(ldef.element, bound) if ldef.element is not None else 1
+        elem = r.element(ldef, bound)
         roles, why = _roles(r, local)
         trusted += why
         seq = r.fdef.sequence.id if r.fdef.sequence is not None else None
@@ -324,7 +324,7 @@ def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: st
         rb, rs = Reading(lib, part, dict(big)), Reading(lib, part, dict(small))
         ext = rs.extents("canonical")
         ldef, bound = rs.layout("canonical")
-        e = rs.expr(ldef.element, bound) if ldef.element is not None else 1
+        e = rs.element(ldef, bound)
         if out is None:
             out = torch.full((k, rs.page("canonical")), -1, dtype=torch.int64)
         for idx in index_box(ext):

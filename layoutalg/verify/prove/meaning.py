@@ -191,7 +191,7 @@ def _ne(a, b):
 
 def _element(rs):
     ldef, bound = rs.layout("local")
-    return rs.expr(ldef.element, bound) if ldef.element is not None else 1
+    return rs.element(ldef, bound)
 
 
 def _differ(mine: dict, theirs: dict):

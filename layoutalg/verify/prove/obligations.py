@@ -285,7 +285,7 @@ class Model:
 
     def element(self, role: str = "local"):
         ldef, bound = self.r.layout(role)
-        return self.r.expr(ldef.element, bound) if ldef.element is not None else 1
+        return self.r.element(ldef, bound)
 
 
 def _distinct(a: dict, b: dict):
@@ -465,7 +465,7 @@ def _tiling_query(m: Model, role: str):
     page, boxes = m.r.page(role), []
     for name in m.r.regions(role):
         ldef, bound = m.r.region(role, name)
-        e = m.r.expr(ldef.element, bound) if ldef.element is not None else 1
+        e = m.r.element(ldef, bound)
         idx = {d.name: m.fresh(f"{d.name}@{ldef.name}") for d in ldef.indices}
         b = m.fresh(f"byte@{ldef.name}")
         cons = [z3.And(v >= 0, v < m.r.expr(d.extent, bound)) for d, v in zip(ldef.indices, idx.values())]
