@@ -222,3 +222,97 @@ def test_quant_packed_is_the_head_major_page_not_vllms_default_nhd_strides():
     with pytest.raises(Exception, match="vLLM's per-token-head page holds 384 bytes"):  # row_align 16: a padded row
         conform.check("quant_packed", parse_config("tp=2"), em.quantised("packed"), heads=4, block_size=4,
                       head_size=8, dtype="int8", names=dict(QUANT["quant_packed"], row_align=16))
+
+
+# The DSA indexer, packed NHD and ROCm's two-slot page: no vLLM writer of theirs runs on a CPU
+# (docs/trust.md), so engine models restate them from vLLM 0.32's source
+# (`engine_models.indexer`, `engine_models.packed`, `engine_models.aiter`).
+INDEXER = dict(indexer_values=8, indexer_scale_bytes=4)   # a token: 8 fp8 values, one fp32 scale
+
+
+def _indexer(config, writer, specs=None, block_size=4, values=8):
+    return conform.check("dsa_indexer", parse_config(config), writer, heads=1, block_size=block_size,
+                         head_size=values + 4, dtype="int8", names=dict(INDEXER, indexer_values=values), specs=specs)
+
+
+@pytest.mark.parametrize("config", ["tp=2", "tp=4", "tp=2,dcp=2", "tp=1,pcp=2", "tp=2,dcp=2,interleave=2"])
+def test_the_dsa_indexer_is_what_the_engine_model_writes(config):
+    r = _indexer(config, em.WRITERS["dsa_indexer"]())
+    assert r.status == "conformant" and r.compared > 0, str(r)
+
+
+def test_indexer_scales_placed_before_values_are_proved_and_refuted_under_cp():
+    """Every token's scales, then every token's values, where vLLM's writer stores the values from
+    byte 0. The keys are alike on every TP rank, so TP alone cannot tell (each rank's page is the
+    single rank's); context parallelism deals the tokens out and does."""
+    from layoutalg.verify.prove.runner import page_tiles
+    specs = CONFORM_MUTANTS / "dsa_scales_first"
+    lib = load([specs / "dsa_indexer.lal"])
+    for region in ("values", "scales"):
+        assert prove_obligation(lib, f"dsa_indexer.{region}", "local-bijective", {}, Budgets.of()).status == "proved"
+    # (that the two regions tile the page: not refuted, but unknown to the default budget, where the
+    # shipped order is proved)
+    assert "refuted" not in (page_tiles(lib, "dsa_indexer", "local").status,
+                             page_tiles(lib, "dsa_indexer", "canonical").status)
+    assert _indexer("tp=2", em.indexer(), specs=str(specs)).status == "conformant"   # (replicated: alike)
+    r = _indexer("tp=2,dcp=2", em.indexer(), specs=str(specs))
+    assert r.status == "refuted", str(r)
+    first = str(r).splitlines()[1]
+    assert "rank 0, block 0, local byte 4" in first and "token 8's values 4..7" in first, first
+
+
+def test_rocms_shuffled_indexer_is_not_the_shipped_spec_under_cp():
+    """ROCm's reader wants the values shuffled in 16 x 16 tiles (`uses_shuffled_layout`, block_size
+    > 1); the shipped spec is the CUDA writer's row-major values."""
+    assert _indexer("tp=2", em.indexer(shuffle=True), block_size=16, values=32).status == "conformant"
+    r = _indexer("tp=2,dcp=2", em.indexer(shuffle=True), block_size=16, values=32)
+    assert r.status == "refuted" and "values" in str(r), str(r)
+
+
+def _packed(config, writer, heads=4, specs=None, family="packed_nhd"):
+    return conform.check(family, parse_config(config), writer, heads=heads, block_size=4, head_size=8, dtype="fp32",
+                         specs=specs)
+
+
+@pytest.mark.parametrize("family, config, heads", [
+    (f, c, h) for f in ("packed_nhd", "packed_hnd") for c, h in (("tp=2", 4), ("tp=4", 2),
+                                                                 ("tp=2,dcp=2,interleave=2", 1))])
+def test_packed_families_are_what_the_engine_model_writes(family, config, heads):
+    r = _packed(config, em.WRITERS[family](), heads, family=family)
+    assert r.status == "conformant" and r.compared > 0, str(r)
+
+
+def test_packed_nhd_with_heads_outer_is_proved_and_refuted():
+    """Packed NHD with a block's cells head-major: one-to-one, tiles; vLLM's LBNHC page is token-major."""
+    specs = CONFORM_MUTANTS / "packed_nhd_heads_outer"
+    lib = load([specs / "packed_nhd.lal"])
+    for claim in ("local-bijective", "writers-disjoint"):
+        assert prove_obligation(lib, "packed_nhd", claim, {}, Budgets.of()).status == "proved", claim
+    r = _packed("tp=2", em.packed("NHD"), specs=str(specs))
+    assert r.status == "refuted", str(r)
+    first = str(r).splitlines()[1]
+    assert "rank 0, block 0, local byte" in first and "K of token 5, head 0, dim 0" in first, first
+    assert _packed("tp=1", em.packed("NHD"), specs=str(specs)).status == "conformant"  # one rank: alike
+    # and the shipped packed_nhd is not the head-major page LBHNC gives
+    assert _packed("tp=2", em.packed("HND")).status == "refuted"
+
+
+AITER = dict(aiter_kv=1)
+
+
+def _aiter(config, writer, heads, specs=None):
+    return conform.check("aiter", parse_config(config), writer, heads=heads, block_size=16, head_size=8,
+                         dtype="fp32", names=AITER, specs=specs)
+
+
+@pytest.mark.parametrize("config, heads", [("tp=2", 4), ("tp=4", 2), ("tp=2,dcp=2", 1)])
+def test_the_aiter_spec_is_rocm_segmented_attention_not_aiter_fa_or_rocm_attn(config, heads):
+    """The shipped `aiter` spec reads the two-slot page `(blocks, 2, block_size, heads * head_size)`
+    as split NHD bytes: what ROCM_SEGMENTED_ATTN's stride-aware writer lays. ROCM_AITER_FA (its
+    shuffle path, the only one that carves this page) and ROCM_ATTN write each head's K as
+    `(head_size / x, block_size, x)` tiles and V shuffled or `(head_size, block_size)`: the
+    shipped spec is refuted against both, naming the rank and the K element."""
+    assert _aiter(config, em.aiter("segmented"), heads).status == "conformant"
+    for writer in ("shuffle", "paged"):
+        r = _aiter(config, em.aiter(writer), heads)
+        assert r.status == "refuted" and "rank 0, block 0" in str(r) and "K of token" in str(r), str(r)

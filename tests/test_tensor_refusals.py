@@ -247,3 +247,21 @@ def test_one_producer_may_reshard_within_its_own_tensor():
     p, = reshard.direct_plans([m], [m])
     direct.execute(p, [kv], [0, 1], kv, [2, 3])
     assert torch.equal(kv[2:], kv[:2])
+
+
+def test_quant_packed_refuses_vllms_default_nhd_strided_tensor_naming_the_stride():
+    """vLLM's Triton backend states no KV layout, so its page takes LBNHC: physical (blocks,
+    block_size, heads, cell) under the logical (blocks, heads, block_size, cell) view. quant_packed
+    names (block, h, t, ...) with head-major strides: that tensor is neither certified as it nor
+    copied by a plan of it, each naming the tensor, the dimension and both strides."""
+    from test_page_formats import _per_token_head
+    layer, par = _per_token_head()                       # 4 heads, block_size 4, a cell of 2 * 32 bytes
+    nhd = torch.zeros(3, 4, 4, 64, dtype=torch.uint8).permute(0, 2, 1, 3)
+    assert nhd.shape == (3, 4, 4, 64) and nhd.stride() == (1024, 64, 256, 1)
+    res = Deriver().derive(layer, TensorLayout.of(nhd), par, 3)
+    assert (res.result, res.family) == ("opaque", "opaque")
+    assert "quant_packed: tensor (kv): dimension 1 has stride 64, expected 256 (elements)" in res.reasons, res.reasons
+    m = Deriver().derive(layer, TensorLayout((3, 4, 4, 64), (1024, 256, 64, 1), 1, "torch.uint8"), par, 3).mappings[0]
+    with pytest.raises(LayoutMismatch, match=r"kv is not the tensor 'kv' the mapping was derived for: dimension 1 "
+                                             r"has stride 64, expected 256 \(elements\)"):
+        plan(m, nhd)

@@ -270,10 +270,165 @@ def nvfp4(v_swizzle: bool = False):
     return write
 
 
+def _kv_codes(write, seen: dict):
+    """`write` with a `describe` of `attention`'s 4-byte codes: K or V, token, head, dim."""
+    def describe(tag: bytes) -> str:
+        code = int.from_bytes(tag, "little") - 1
+        d, rest = code % seen["d"], code // seen["d"]
+        head, rest = rest % seen["total"], rest // seen["total"]
+        return f"{'KV'[rest >> 16]} of token {rest & 0xFFFF}, head {head}, dim {d}"
+    write.tag_bytes, write.describe = 4, describe
+    return write
+
+
+def packed(order: str = "NHD"):
+    """A writer of packed K|V cells, vLLM 0.32's default attention cache: the layer's tensor is the
+    logical `(blocks, heads, block_size, 2 * head_size)` (`v1/kv_cache_layout.py`: the logical shape
+    is always `[L, B, H, N, C]`), and the backends take K and V out of the content dim,
+    `key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)`
+    (`v1/attention/backends/flash_attn.py`, `FlashAttentionImpl.do_kv_cache_update`; the same line
+    in `triton_attn.py`, `flex_attention.py`, `rocm_aiter_unified_attn.py`): K is `[..., :head_size]`
+    of a (head, slot) cell, V `[..., head_size:]`. The writer (`reshape_and_cache_flash`, CUDA; its
+    Triton twin `v1/attention/ops/triton_reshape_and_cache_flash.py`) stores K[t, h, d] at
+    `block * stride(0) + slot * stride(1) + head * stride(2) + d` of those views, so the bytes follow
+    the tensor's strides. `order` is the physical order the KVCacheLayout gives them: `NHD`,
+    `LBNHC` (`v1/attention/backends/utils.py`, `_DEFAULT_LAYOUT_PREFERENCE`: what FlashAttention,
+    which states no layout, gets; FlexAttention and hpc_attn state it), a block `(block_size,
+    heads, 2 * head_size)` in memory; `HND`, `LBHNC` (ROCm AITER FA without the shuffle, CPU),
+    `(heads, block_size, 2 * head_size)`. Elements of 4 bytes (run conform with dtype fp32); codes
+    as `attention`'s."""
+    if order not in ("NHD", "HND"):
+        raise ValueError(f"packed order must be NHD or HND, got {order!r}")
+    seen: dict = {}
+
+    def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
+        heads, d, total = _heads(sizes, rank), sizes["head_size"], sizes["total_heads"]
+        if sizes["dtype_bytes"] != 4:
+            raise ValueError("the packed engine model writes 4-byte codes: use dtype fp32")
+        seen.update(d=d, total=total)
+        for b, page in enumerate(page_of_block):
+            token = _tokens(sizes, rank, page).view(1, -1, 1, 1)
+            head = torch.tensor(heads).view(-1, 1, 1, 1)
+            kv = torch.arange(2).view(1, 1, -1, 1)
+            code = 1 + torch.arange(d).view(1, 1, 1, -1) + d * (head + total * (token + (1 << 16) * kv))
+            code = code.flatten(-2)                                      # (head, slot, [K | V])
+            if order == "NHD":
+                code = code.transpose(0, 1)                              # LBNHC: slots outer in memory
+            _put(pages, b, 0, code)
+    return _kv_codes(write, seen)
+
+
+def aiter(writer: str = "shuffle", x: int | None = None):
+    """Writers of vLLM 0.32's ROCm page of two head slots: `customize_spec` publishes K and V as
+    `num_head_slots=2`, `state_content_bytes = heads * head_size * dtype`, so the layer's tensor is
+    `(blocks, 2, block_size, heads * head_size)` (KVCacheLayout LBHNC: a block is K's slot then V's;
+    under LHBNC, which these backends prefer, each slot is a plane over all blocks and a block's
+    bytes are no page). Three backends carve it, each its own way, `x = 16 // element_size`:
+
+    `writer="shuffle"`: ROCM_AITER_FA with `rocm_aiter_ops.is_shuffle_kv_cache_enabled()`
+    (`v1/attention/backends/rocm_aiter_fa.py`: `AiterFlashAttentionBackend.customize_spec`,
+    `AiterFlashAttentionImpl._split_kv_cache`, `do_kv_cache_update` ->
+    `reshape_and_cache_shuffle_triton` / `reshape_and_cache_shuffle_kernel`), whose kernel ignores
+    the `(blocks, block_size, heads, head_size)` views' strides and writes
+
+        K: block * stride(0) + head * head_size * block_size + d // x * block_size * x + slot * x + d % x
+        V: block * stride(0) + head * head_size * block_size + slot // x * head_size * x + d * x + slot % x
+
+    `writer="paged"`: ROCM_ATTN (`v1/attention/backends/rocm_attn.py`, `RocmAttentionImpl.
+    do_kv_cache_update`: `PagedAttention.split_kv_cache(kv_cache.transpose(0, 1), ...)`,
+    `v1/attention/ops/paged_attn.py`: `key_cache.view(num_blocks, num_kv_heads, head_size // x, -1,
+    x)`, `value_cache.view(num_blocks, num_kv_heads, head_size, -1)`; written by `ops.reshape_and_cache`
+    or, stride-aware, `triton_reshape_and_cache_flash`'s `use_head_major_layout` branch): K
+    `(heads, head_size / x, block_size, x)`, V `(heads, head_size, block_size)`.
+
+    `writer="segmented"`: ROCM_SEGMENTED_ATTN (`v1/attention/backends/rocm_segmented_attn.py`,
+    `_split_kv_cache`: `kv_cache[:, 0].unflatten(-1, (num_kv_heads, head_size))`, the same for V;
+    `do_kv_cache_update` -> `triton_reshape_and_cache_flash`, stride-aware): each slot token-major,
+    `(block_size, heads, head_size)`.
+
+    `x` defaults to vLLM's `16 // dtype_bytes`. Elements of 4 bytes (dtype fp32: x = 4); codes as
+    `attention`'s."""
+    if writer not in ("shuffle", "paged", "segmented"):
+        raise ValueError(f"aiter writer must be shuffle, paged or segmented, got {writer!r}")
+    seen: dict = {}
+
+    def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
+        heads, d, total, bs = _heads(sizes, rank), sizes["head_size"], sizes["total_heads"], sizes["block_size"]
+        if sizes["dtype_bytes"] != 4:
+            raise ValueError("the AITER engine model writes 4-byte codes: use dtype fp32")
+        w = x or 16 // sizes["dtype_bytes"]
+        if d % w or bs % w:
+            raise ValueError(f"vLLM's ROCm caches need head_size and block_size multiples of x = {w}")
+        h = len(heads)
+        seen.update(d=d, total=total)
+        for b, page in enumerate(page_of_block):
+            token = _tokens(sizes, rank, page).view(1, -1, 1)
+            head = torch.tensor(heads).view(-1, 1, 1)
+            for kv in range(2):
+                code = 1 + torch.arange(d).view(1, 1, -1) + d * (head + total * (token + (1 << 16) * kv))  # (h, slot, d)
+                if writer == "segmented":
+                    side = code.transpose(0, 1)                                 # (slot, h, d)
+                elif kv == 0:
+                    side = code.view(h, bs, d // w, w).permute(0, 2, 1, 3)     # (h, d // x, slot, x)
+                elif writer == "shuffle":
+                    side = code.view(h, bs // w, w, d).permute(0, 1, 3, 2)     # (h, slot // x, d, slot % x)
+                else:
+                    side = code.transpose(1, 2)                                 # (h, d, slot)
+                _put(pages, b, 4 * kv * h * bs * d, side)
+    return _kv_codes(write, seen)
+
+
+def indexer(shuffle: bool = False, tile: int = 16):
+    """A writer of the sparse-attention indexer's key cache (DeepSeek V3.2: `DeepseekV32IndexerCache`,
+    `model_executor/models/deepseek_v2.py`: an `MLAAttentionSpec` of uint8 rows, `num_kv_heads=1`,
+    `max_tp_shards=1`, head_size `head_dim + head_dim // quant_block_size * 4`, the same keys on every
+    TP rank). The writer is CUDA's `indexer_k_quant_and_cache` (`_custom_ops.py`, source not in the
+    wheel); its Python-visible twins restate it: `_fp8_quant_and_cache_write` (`models/deepseek_v32/
+    common/kernels.py`, the fused norm/rope kernel's cache write) and `indexer_k_quant_and_cache_triton`
+    (`v1/attention/ops/rocm_aiter_mla_sparse.py`: "we store the first portion as kv cache value and
+    second portion as kv cache scale"): a block's `block_size * head_dim` fp8 values first, token t's
+    at `t * head_dim + v`, then one fp32 scale a token at byte `block_size * head_dim + 4 * t`
+    (`scale_byte_off = block_start + cache_block_size * HEAD_DIM + block_offset * 4`). `shuffle=True`
+    is the ROCm reader's layout (`DeepseekV32ROCmIndexerCache.uses_shuffled_layout`, block_size > 1):
+    values `[blk / 16, head_dim / 16, 16, 16]`, value v of token t at `t // 16 * 16 * head_dim +
+    t % 16 * 16 + v // 16 * 256 + v % 16` (`SHUFFLE` in both kernels), the scales as before. Tokens
+    dealt over cp as MLA's (see the module). Tags: fours of a token's values, fp32 scales equal to
+    an integer code of the token (`describe`)."""
+    seen: dict = {}
+
+    def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
+        bs, v, s = sizes["block_size"], sizes["indexer_values"], sizes["indexer_scale_bytes"]
+        if sizes["dtype_bytes"] != 1 or v % 4 or (shuffle and (v % tile or bs % tile)):
+            raise ValueError("the indexer engine model writes 1-byte values, indexer_values a multiple of 4"
+                             + (f" (shuffled: of {tile}, block_size too)" if shuffle else ""))
+        if s != 4:
+            raise ValueError(f"vLLM's indexer writes one fp32 scale a token (4 bytes); indexer_scale_bytes is {s}")
+        if pages.shape[1] != bs * (v + 4):
+            raise ValueError(f"vLLM's indexer page holds {bs * (v + 4)} bytes; the spec's {pages.shape[1]}")
+        seen.update(v=v)
+        for b, page in enumerate(page_of_block):
+            token = _tokens(sizes, rank, page).view(-1, 1)
+            values = _fours(1 + torch.arange(v // 4).view(1, -1) + (v // 4) * token)      # (slot, v)
+            if shuffle:
+                values = values.view(bs // tile, tile, v // tile, tile).permute(0, 2, 1, 3)
+            _put_bytes(pages, b, 0, values)
+            _put_bytes(pages, b, bs * v, _scale_bytes(1 + token.flatten()))
+
+    def describe(tag: bytes) -> str:
+        code = _code_of(tag)
+        if code is None:
+            return f"token {int(torch.tensor(list(tag), dtype=torch.uint8).view(torch.float32)) - 1}'s fp32 scale"
+        token, four = divmod(code - 1, seen["v"] // 4)
+        return f"token {token}'s values {4 * four}..{4 * four + 3}"
+    write.tag_bytes, write.describe = 4, describe
+    return write
+
+
 WRITERS = {"split_nhd": lambda: attention("NHD"), "split_hnd": lambda: attention("HND"), "mla": latent,
            "mamba2": mamba2, "quant_packed": lambda: quantised("packed", "HND"),
            "quant_split": lambda: quantised("split"), "nvfp4": lambda: nvfp4(v_swizzle=True),
-           "nvfp4_plain": lambda: nvfp4(v_swizzle=False)}
+           "nvfp4_plain": lambda: nvfp4(v_swizzle=False), "packed_nhd": lambda: packed("NHD"),
+           "packed_hnd": lambda: packed("HND"), "dsa_indexer": indexer}
 """The shipped families conform checks against an engine model by default, and the model's writer
 (quant_packed: the HND page, `VLLM_KV_CACHE_LAYOUT=HND`; vLLM's default for the Triton backend is
 NHD strides, `quantised("packed", "NHD")`, which quant_packed is not)."""
