@@ -15,11 +15,14 @@ sit in a block's page (conv state from byte 0, the SSM state after it).
   vec or vec16, as vLLM's backend chooses it);
 - `mamba2()`: the CPU Mamba ops (`causal_conv1d_fn_cpu`, `selective_state_update`), channels,
   groups and heads of a rank from `mamba_v2_sharded_weight_loader`.
+- `gdn(path)`: the CPU gated delta net op, `cpu_gdn_attention_core` (its prefill or its decode
+  path, the conv state SD or DS), a rank's conv channels and value heads from the layer's
+  `mamba_v2_sharded_weight_loader` and `sharded_weight_loader(0)`.
 
-Tags are integer-valued fp32 (exact below 2**24). vLLM's CPU build turns Triton off where the
-Triton wheel has no CPU backend (vllm.triton_utils then hands out placeholders); under the
-interpreter the real `triton` serves, so `_triton()` binds it and re-imports the two kernel
-modules. Importing this module imports no vLLM; the first writer call does.
+Tags are integer-valued fp32 (exact below 2**24), for the GDN op bf16 (see `gdn`). vLLM's CPU
+build turns Triton off where the Triton wheel has no CPU backend (vllm.triton_utils then hands
+out placeholders); under the interpreter the real `triton` serves, so `_triton()` binds it and
+re-imports the two kernel modules. Importing this module imports no vLLM; the first writer call does.
 """
 from __future__ import annotations
 
@@ -253,9 +256,163 @@ def mamba2():
     return write
 
 
+def gdn_shards(sizes: dict, tp_rank: int) -> dict:
+    """Global indices a TP rank of a gated delta net layer holds, as `QwenGatedDeltaNetAttention`'s
+    loaders deal them: `channels`, the rank's conv rows (of the model's q | k | v rows, in the
+    rank's order) from `mamba_v2_sharded_weight_loader` over the layer's shard spec (key_dim,
+    key_dim, value_dim: the three settings restated from the layer's `__init__`, which builds
+    the loader but needs a whole VllmConfig to construct), and `v_heads`, the value heads from
+    `sharded_weight_loader(0)`, the loader of its A_log and dt_bias."""
+    from unittest import mock
+    import vllm.model_executor.model_loader.weight_utils as wu
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import mamba_v2_sharded_weight_loader
+    tp, kh, vh = sizes["tp"], sizes["gdn_k_heads"], sizes["gdn_v_heads"]
+    key_dim, value_dim = kh * sizes["gdn_k_dim"], vh * sizes["gdn_v_dim"]
+    if kh % tp or vh % tp:
+        raise ValueError(f"vLLM's gated delta net divides its key and value heads by tp ({kh}, {vh} at tp={tp})")
+    conv_dim = 2 * key_dim + value_dim
+    full = torch.arange(conv_dim, dtype=torch.float64).view(-1, 1)
+    param = torch.full((conv_dim // tp, 1), -1, dtype=torch.float64)
+    mamba_v2_sharded_weight_loader([(key_dim, 0, False), (key_dim, 0, False), (value_dim, 0, False)], tp,
+                                   tp_rank)(param, full)
+    heads = torch.full((vh // tp,), -1, dtype=torch.float64)
+    with mock.patch.object(wu, "get_tensor_model_parallel_rank", lambda: tp_rank):
+        wu.sharded_weight_loader(0)(heads, torch.arange(vh, dtype=torch.float64))
+    return {"channels": param.view(-1).long(), "v_heads": heads.long()}
+
+
+GDN_DTYPES = {2: "bfloat16", 4: "float32"}
+
+
+def gdn(path: str = "prefill"):
+    """A gated delta net layer's state written by vLLM's CPU GDN op, `cpu_gdn_attention_core`
+    (`ops/cpu/gdn_attention.py`), in place, in the two tensors vLLM's
+    `MambaStateShapeCalculator.gated_delta_net_state_shape` and
+    `MambaStateDtypeCalculator.gated_delta_net_state_dtype` give (a bf16 model: the op asserts bf16
+    input; conv_bytes 2 is the model's dtype, 4 mamba_cache_dtype float32; ssm_bytes 2 or 4 its
+    mamba_ssm_cache_dtype). The conv state SD `(conv_kernel - 1, channels)` or, where
+    `conv_dim_first` = 1, DS `(channels, conv_kernel - 1)`: vLLM's VLLM_SSM_CONV_STATE_LAYOUT, set
+    here by patching `get_conv_state_layout` (an lru_cached read of the environment).
+
+    `path`: "prefill", one prompt of conv_kernel tokens a block: `causal_conv1d_fn_cpu` leaves the
+    conv state, `_C.chunk_gated_delta_rule_cpu` the recurrent state (that kernel takes key and value
+    heads of one size, 64 or 128, only); "decode", conv_kernel decode steps a block (any head
+    sizes): `_C.causal_conv1d_update_cpu_vec` and `_C.fused_sigmoid_gating_delta_rule_update_cpu`
+    (A_log so large that the decay is exactly 0: the last step's state is its own, whatever the
+    block held, the sentinels included).
+
+    Restated, and said so: the layer (a stand-in holding what the op reads of
+    `QwenGatedDeltaNetAttention`: kv_cache, conv1d weight, A_log, dt_bias, activation, and the
+    layer's own `rearrange_mixed_qkv`, the real method, bound to it), the forward context that hands
+    the op its layer and `GDNAttentionMetadata` (built here: one sequence a block, block b its state
+    slot, block 0 the null block), and where the two state tensors sit in a block's page (conv state from byte 0, the
+    recurrent state after it, as vLLM cuts a MambaSpec page). The layer's activation is None (Qwen's
+    is silu: it changes values, not where they go; with it the tags would not stay distinct), and the
+    torch conv path is taken on every CPU (the op's C++ conv, chosen on AVX512-BF16 or ARM bf16 CPUs,
+    wants weights packed at load time).
+
+    Tags: the conv weight is 1 at tap 0 only, so the conv output of the last token is the first
+    token's input and every earlier output of a prompt is 0 (a 0 key adds nothing). Tokens 1.. are
+    what the conv state keeps: channel c of step s of page p holds the bf16 whose bits are
+    0x4080 + c + channels * (s + (conv_kernel - 1) * p) (4 and up, each its own). Token 0 feeds the
+    recurrence: key channel i of every key head 2**(i - k_dim / 2), value channel j of value head h
+    of page p the n-th (n = j + v_dim * (h + v_heads * p)) of bf16 values +-[1, 2) of distinct
+    mantissas. The state, beta * the L2-normed key x the value, is then 2**i times a strictly
+    increasing function of the value, of magnitude below 2: each element its own (the tags give
+    out at 256 value channels a page for an fp32 state, 128 for bf16)."""
+    if path not in ("prefill", "decode"):
+        raise ValueError(f"path must be prefill or decode, got {path!r}")
+
+    def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
+        from types import SimpleNamespace
+        from unittest import mock
+        from vllm.model_executor.layers.mamba import mamba_utils
+        from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
+        from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention as cpu_gdn
+        from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadata
+        cb, sb = sizes["conv_bytes"], sizes["ssm_bytes"]
+        if cb not in GDN_DTYPES or sb not in GDN_DTYPES:
+            raise ValueError(f"vLLM's GDN state is bf16 or fp32 here: conv_bytes, ssm_bytes in 2, 4 (got {cb}, {sb})")
+        write.tag_bytes = 2 if cb == sb == 2 else 4  # (conform reads it after the single rank's run)
+        tp, width = sizes["tp"], sizes["conv_kernel"]
+        kh, vh, kd, vd = sizes["gdn_k_heads"], sizes["gdn_v_heads"], sizes["gdn_k_dim"], sizes["gdn_v_dim"]
+        key_dim, value_dim = kh * kd, vh * vd
+        conv_dim, blocks, k1 = 2 * key_dim + value_dim, pages.shape[0], width - 1
+        layout = "DS" if sizes.get("conv_dim_first", 0) else "SD"
+        cap = 128 if sb == 4 else 64  # distinct value mantissas of one sign (bf16 state: every other one)
+        pages_n = max(page_of_block) + 1
+        if pages_n * k1 * conv_dim > 0x3E00 or pages_n * value_dim > 2 * cap or kd > 128:
+            raise ValueError("too many elements for the GDN tags: fewer heads, channels or blocks")
+        own = gdn_shards(sizes, rank % tp)
+        chan = own["channels"]
+        v_rows = chan[chan >= 2 * key_dim] - 2 * key_dim
+        if not torch.equal(v_rows[::vd] // vd, own["v_heads"]):  # the recurrence reads v rows head by head
+            raise ValueError(f"vLLM's loaders give rank {rank} v rows of heads {(v_rows[::vd] // vd).tolist()} but "
+                             f"A_log of heads {own['v_heads'].tolist()}")
+        with mock.patch.object(mamba_utils, "get_conv_state_layout", lambda: layout):
+            conv_shape, ssm_shape = mamba_utils.MambaStateShapeCalculator.gated_delta_net_state_shape(
+                tp, kh, vh, kd, vd, width)
+            conv_dtype, ssm_dtype = mamba_utils.MambaStateDtypeCalculator.gated_delta_net_state_dtype(
+                torch.bfloat16, "auto" if cb == 2 else "float32", GDN_DTYPES[sb])
+            cbytes = conv_dtype.itemsize * conv_shape[0] * conv_shape[1]
+            sbytes = ssm_dtype.itemsize * ssm_shape[0] * ssm_shape[1] * ssm_shape[2]
+            # block 0 of vLLM's cache is its null block, which the decode path's conv update skips
+            # (NULL_BLOCK_ID): the blocks here are 1.., copied in and back
+            mem = torch.cat([torch.zeros_like(pages[:1]), pages])
+            conv = mem[:, :cbytes].view(conv_dtype).view(blocks + 1, *conv_shape)
+            ssm = mem[:, cbytes:cbytes + sbytes].view(ssm_dtype).view(blocks + 1, *ssm_shape)
+            page = torch.tensor(page_of_block).view(-1, 1, 1)
+            # tokens (block, step, local channel): step 0 for the recurrence, steps 1.. for the conv state
+            bits = 0x4080 + chan.view(1, 1, -1) + conv_dim * (torch.arange(k1).view(1, -1, 1) + k1 * page)
+            x = torch.empty(blocks, width, chan.numel(), dtype=torch.bfloat16)
+            x[:, 1:] = bits.to(torch.int16).view(torch.bfloat16)
+            key = 2.0 ** ((chan - key_dim) % kd - kd // 2)
+            n = (chan - 2 * key_dim).view(1, -1) + value_dim * page.view(-1, 1)
+            value = (1 - 2 * (n // cap)) * (1 + (128 // cap) * (n % cap) / 128)
+            recur = torch.where((chan < key_dim).view(1, -1), 1.0, torch.where((chan < 2 * key_dim).view(1, -1),
+                                                                               key.view(1, -1), value))
+            x[:, 0] = recur.to(torch.bfloat16)
+            weight = torch.zeros(chan.numel(), 1, width, dtype=torch.bfloat16)
+            weight[:, :, 0] = 1
+            decode = path == "decode"
+            layer = SimpleNamespace(
+                prefix="gdn", kv_cache=(conv, ssm), conv1d=SimpleNamespace(weight=weight, bias=None),
+                activation=None, A_log=torch.full((vh // tp,), 10.0 if decode else 0.0),
+                dt_bias=torch.zeros(vh // tp, dtype=torch.bfloat16),
+                key_dim=key_dim, value_dim=value_dim, tp_size=tp, head_k_dim=kd, head_v_dim=vd)
+            layer.rearrange_mixed_qkv = QwenGatedDeltaNetAttention.rearrange_mixed_qkv.__get__(layer)
+            slots = torch.arange(1, blocks + 1, dtype=torch.int32)
+            calls = []
+            if decode:  # step s: one token a block
+                meta = GDNAttentionMetadata(
+                    num_prefills=0, num_prefill_tokens=0, num_decodes=blocks, num_decode_tokens=blocks,
+                    num_spec_decodes=0, num_spec_decode_tokens=0, num_actual_tokens=blocks,
+                    non_spec_query_start_loc=torch.arange(blocks + 1, dtype=torch.int32),
+                    non_spec_state_indices_tensor=slots)
+                calls = [(x[:, s].contiguous(), meta) for s in range(width)]
+            else:  # one prompt of conv_kernel tokens a block
+                meta = GDNAttentionMetadata(
+                    num_prefills=blocks, num_prefill_tokens=blocks * width, num_decodes=0, num_decode_tokens=0,
+                    num_spec_decodes=0, num_spec_decode_tokens=0, num_actual_tokens=blocks * width,
+                    has_initial_state=torch.zeros(blocks, dtype=torch.bool),
+                    non_spec_query_start_loc=torch.arange(blocks + 1, dtype=torch.int32) * width,
+                    non_spec_state_indices_tensor=slots)
+                calls = [(x.reshape(blocks * width, -1), meta)]
+            for mixed_qkv, meta in calls:
+                context = SimpleNamespace(no_compile_layers={"gdn": layer}, attn_metadata={"gdn": meta})
+                ba = torch.zeros(mixed_qkv.shape[0], vh // tp, dtype=torch.bfloat16)
+                out = torch.zeros(mixed_qkv.shape[0], vh // tp, vd, dtype=torch.bfloat16)
+                with mock.patch.object(cpu_gdn, "get_forward_context", lambda: context), \
+                        mock.patch.object(cpu_gdn, "is_arm_bf16", lambda: False), \
+                        mock.patch.object(torch.cpu, "_is_avx512_bf16_supported", lambda: False):
+                    cpu_gdn.cpu_gdn_attention_core(mixed_qkv, ba, ba.clone(), out, "gdn")
+        pages.copy_(mem[1:])
+    return write
+
+
 WRITERS = {"split_nhd": lambda: triton_flash("NHD"), "split_hnd": lambda: triton_flash("HND"),
            "flash_nhd": lambda: triton_flash("NHD", True), "flash_hnd": lambda: triton_flash("HND", True),
-           "cpu_attn": cpu_attn, "mamba2": mamba2}
+           "cpu_attn": cpu_attn, "mamba2": mamba2, "gdn": gdn, "gdn_ds": gdn}
 """The shipped families checked against vLLM's own writer, and the writer."""
 
 
@@ -283,5 +440,23 @@ def describe_mamba2(sizes: dict):
         rest, c = divmod(int(v) - 1, inter + 2 * gn)
         part = "x" if c < inter else "B" if c < inter + gn else "C"
         at = c if part == "x" else (c - inter) % gn
+        return f"conv step {rest % k1} of page {rest // k1}, {part} channel {at}"
+    return name
+
+
+def describe_gdn(sizes: dict):
+    """Names the element a tag of `gdn()` is: a conv state step of a q, k or v channel (4 and up;
+    in a 4-byte tag, its first bf16), or a recurrent state element (magnitude below 2)."""
+    k1 = sizes["conv_kernel"] - 1
+    key_dim = sizes["gdn_k_heads"] * sizes["gdn_k_dim"]
+    conv_dim = 2 * key_dim + sizes["gdn_v_heads"] * sizes["gdn_v_dim"]
+
+    def name(tag: bytes) -> str:
+        dtype = torch.bfloat16 if len(tag) == 2 else torch.float32
+        if abs(float(torch.frombuffer(bytearray(tag), dtype=dtype)[0])) < 4:
+            return "a recurrent state element"
+        rest, c = divmod(int(torch.frombuffer(bytearray(tag[:2]), dtype=torch.int16)[0]) - 0x4080, conv_dim)
+        part = "q" if c < key_dim else "k" if c < 2 * key_dim else "v"
+        at = c % key_dim if part != "v" else c - 2 * key_dim
         return f"conv step {rest % k1} of page {rest // k1}, {part} channel {at}"
     return name

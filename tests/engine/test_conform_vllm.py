@@ -1,7 +1,8 @@
 """`layoutalg conform` with vLLM 0.32's own writers, run on the CPU (`tools.vllm_writers`):
 Triton's `triton_reshape_and_cache_flash` under the interpreter, the CPU attention backend's
-`_C` cache op, and the CPU Mamba ops, with vLLM's own slot mapping (DCP token dealing) and its
-layers' weight loaders (which heads, channels and groups a TP rank holds). The shipped families
+`_C` cache op, the CPU Mamba ops and the CPU gated delta net op, with vLLM's own slot mapping
+(DCP token dealing) and its layers' weight loaders (which heads, channels and groups a TP rank
+holds). The shipped families
 are what vLLM writes; mutants the prover proves are refuted by the real writers."""
 import os
 
@@ -151,3 +152,54 @@ def test_the_command_names_vllms_writers():
     assert r.status == "conformant", str(r)
     with pytest.raises(LayoutalgError, match="no vLLM writer runs aiter's layer on a CPU"):
         _writer("vllm", "aiter")
+
+
+GDN = dict(gdn_k_heads=4, gdn_v_heads=4, gdn_k_dim=2, gdn_v_dim=3, conv_kernel=3, conv_bytes=2, ssm_bytes=2)
+GDN_PREFILL = dict(GDN, gdn_k_heads=2, gdn_v_heads=2, gdn_k_dim=64, gdn_v_dim=64, ssm_bytes=4)
+"""Small heads for the decode path; the prefill kernel (`_C.chunk_gated_delta_rule_cpu`) takes
+key and value heads of one size, 64 or 128, only."""
+
+
+def test_vllm_deals_gdn_channels_and_heads_in_contiguous_runs():
+    """The rule the GDN writer takes from vLLM's loaders: each of q, k, v cut in tp runs, a
+    rank's value heads the run its v rows hold."""
+    own = vw.gdn_shards(dict(GDN, tp=2), 1)
+    assert own["channels"].tolist() == [4, 5, 6, 7, 12, 13, 14, 15] + list(range(22, 28))
+    assert own["v_heads"].tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("family, config, names, path", [
+    ("gdn", "tp=2", GDN, "decode"), ("gdn", "tp=4", dict(GDN, ssm_bytes=4), "decode"),
+    ("gdn_ds", "tp=2", dict(GDN, conv_dim_first=1), "decode"),
+    ("gdn_ds", "tp=4", dict(GDN, conv_dim_first=1, conv_bytes=4, ssm_bytes=4), "decode"),
+    ("gdn", "tp=2", GDN_PREFILL, "prefill"), ("gdn_ds", "tp=2", dict(GDN_PREFILL, conv_dim_first=1), "prefill")])
+def test_gdn_is_what_vllms_cpu_gdn_op_writes(family, config, names, path):
+    """vLLM's CPU GDN op (`cpu_gdn_attention_core`, its decode and its prefill path) writing each
+    rank's conv state (SD and DS) and recurrent state, bf16 and fp32: every byte of every rank
+    where gdn and gdn_ds say (the ranks' shares add up to the whole page, every block)."""
+    r = _check(family, config, vw.gdn(path), heads=1, head_size=None, names=names, describe=vw.describe_gdn(names))
+    k1 = names["conv_kernel"] - 1
+    channels = 2 * names["gdn_k_heads"] * names["gdn_k_dim"] + names["gdn_v_heads"] * names["gdn_v_dim"]
+    page = k1 * channels * names["conv_bytes"] + \
+        names["gdn_v_heads"] * names["gdn_k_dim"] * names["gdn_v_dim"] * names["ssm_bytes"]
+    assert r.status == "conformant" and r.compared == page * BLOCKS, str(r)
+
+
+def test_gdn_value_heads_dealt_round_robin_are_refuted_by_vllms_gdn_op():
+    """tests/data/conform/gdn_v_heads_round_robin: the recurrent state's value heads dealt
+    round-robin. It tiles and its recurrent region is proved; vLLM's op gives rank 0 value heads
+    0 and 1 (the spec: 0 and 2), so rank 0's second head is refuted."""
+    from pathlib import Path
+    from layoutalg.verify.prove.runner import page_tiles
+    specs = Path(__file__).parent.parent / "data" / "conform" / "gdn_v_heads_round_robin"
+    lib = load([specs / "gdn.lal"])
+    assert page_tiles(lib, "gdn", "local").status == page_tiles(lib, "gdn", "canonical").status == "proved"
+    assert prove_obligation(lib, "gdn.recurrent", "writers-disjoint", {}, Budgets.of()).status == "proved"
+    r = _check("gdn", "tp=2", vw.gdn("decode"), heads=1, head_size=None, names=GDN, specs=str(specs),
+               describe=vw.describe_gdn(GDN))
+    assert r.status == "refuted", str(r)
+    m = r.misplaced[0]
+    assert m.rank == 0 and m.block == 0 and "(a recurrent state element)" in m.what, str(r)
+    assert "the spec sends this byte to canonical byte" in m.what, str(r)
+    assert _check("gdn", "tp=1", vw.gdn("decode"), heads=1, head_size=None, names=GDN,
+                  specs=str(specs)).status == "conformant"  # one rank holds every head: alike
