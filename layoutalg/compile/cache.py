@@ -32,9 +32,13 @@ import sys
 import time
 import zlib
 
-from ..dsl.sources import _bytes_of, _digest, _files_digest, folder_listing, settled, snapshot, stats
+from ..dsl.sources import bytes_of, sha256_hex, files_digest, folder_listing, settled, snapshot, stats
 from ..errors import LayoutalgError
 
+
+clock = time.time_ns
+"""The wall clock an index's time is read from (its files must be older than it by
+`sources.RACY_NS`); a test that needs an index written whatever the files' age injects one."""
 
 MAX_ENTRY_BYTES = 64 << 20
 """A file larger than this is not read (the shipped library's entry is about 1 MB)."""
@@ -65,7 +69,7 @@ def _package_files() -> list[str]:
     pipeline's folders up to compilation (a compiled form depends on more of them than a
     hand-kept list of modules would remember, and recompiling costs half a second), then the
     grammar."""
-    from .._resources import grammar_file
+    from ..resources import grammar_file
     top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = []
     for folder in ("", "algebra", "dsl", "ir", "compile"):
@@ -78,7 +82,7 @@ def compiler_fingerprint() -> str:
     """A hash of the code that turns specs into compiled families, of the grammar, and of the
     interpreter's bytecode version."""
     import importlib.util
-    return _digest(*(_bytes_of(p) for p in _package_files()), importlib.util.MAGIC_NUMBER)
+    return sha256_hex(*(bytes_of(p) for p in _package_files()), importlib.util.MAGIC_NUMBER)
 
 
 def private(path) -> bool:
@@ -188,7 +192,7 @@ def key_of(spec_dir, listing: tuple | None = None) -> str:
     """The key of a spec folder's entries: the compiler and the folder's spec files (`listing`,
     where the caller has read it)."""
     listing = folder_listing(spec_dir) if listing is None else listing
-    return _digest(compiler_fingerprint().encode(), _files_digest(listing).encode())
+    return sha256_hex(compiler_fingerprint().encode(), files_digest(listing).encode())
 
 
 class Recalled:
@@ -232,14 +236,14 @@ def remember(kind: str, folder: str, key: str, files) -> None:
     if p is None:
         return
     specs = tuple(sorted(map(str, files)))
-    at = time.time_ns()
+    at = clock()
     sig = stats(_package_files() + list(specs))
     if sig is None or not settled(sig, at):
         return
     listing = folder_listing(folder)  # one reading of the folder: the key and the index both of it
     entry = read_file(_path(kind, key))  # the bytes now are those the entry was made from
     if not (isinstance(entry, dict) and entry.get("key") == key == key_of(folder, listing)
-            and entry.get("files_digest") == _files_digest(specs) and list(specs) == entry.get("files")):
+            and entry.get("files_digest") == files_digest(specs) and list(specs) == entry.get("files")):
         return
     write_file(p, {"folder": folder, "python": sys.version, "listing": listing, "key": key,
                    "specs": specs, "sig": sig, "at": at})
@@ -275,7 +279,7 @@ def _read_entry(p: str, key: str):
             and isinstance(fdigest, str) and data is not None):
         return None, None
     try:
-        if not all(os.path.isfile(f) for f in files) or fdigest != _files_digest(files):
+        if not all(os.path.isfile(f) for f in files) or fdigest != files_digest(files):
             return None, None  # an imported file outside the folder changed
     except (OSError, LayoutalgError):
         return None, None
