@@ -174,8 +174,8 @@ def test_bad_headers_and_a_changed_folder_fail(proved, tmp_path):
 
 def test_an_empty_conjunction_is_written_as_smt_lib(tmp_path):
     import z3
-    from layoutalg.verify.prove.certificates import _smt2
-    text = _smt2([z3.Or(z3.And(), z3.Bool("x")), z3.Not(z3.Or())])  # z3 prints these as bare `and` / `or`
+    from layoutalg.verify.prove.certificates import smt2_text
+    text = smt2_text([z3.Or(z3.And(), z3.Bool("x")), z3.Not(z3.Or())])  # z3 prints these as bare `and` / `or`
     assert " and" not in text.replace("(and", "") and "true" in text and "false" in text
     (tmp_path / "t.smt2").write_text("; expect: sat\n(set-logic ALL)\n" + text)
     assert check_file(str(tmp_path / "t.smt2"), 10)[0] == "sat"
@@ -229,23 +229,23 @@ def _local_chain(lib, family):
 def test_a_chain_in_the_wrong_order_or_a_lemma_without_its_bound_is_sat(tmp_path):
     import z3
     from layoutalg.verify.prove import lemmas
-    from layoutalg.verify.prove.certificates import _smt2
+    from layoutalg.verify.prove.certificates import smt2_text
     m, c, i, ci = _local_chain(load([str(ROOT / "specs" / "split_nhd.lal")]), "split_nhd")
     assert [a[1] for a in c.order] == ["d", "h", "t", "kv"]
     claimed = c.instances((i, {}))[0]  # only inside the box, as its own file shows it
     assert z3.is_implies(claimed) and z3.eq(claimed.arg(0), z3.And(*c.bounds((i, {}))))
     swapped = lemmas.Chain((c.order[1], c.order[0], *c.order[2:]), c.extents, c.base, c.term, c.ops)
     for name, chain in (("right", c), ("swapped", swapped)):
-        text = _smt2([*m.assumptions(), *ci, z3.Not(chain.identity((i, {}))), *m.ops.side])
+        text = smt2_text([*m.assumptions(), *ci, z3.Not(chain.identity((i, {}))), *m.ops.side])
         (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + text)
     assert check_file(str(tmp_path / "right.smt2"), 20)[0] == "unsat"
     assert check_file(str(tmp_path / "swapped.smt2"), 20)[0] == "sat"
     for name, said, negation in lemmas.shared():
-        (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + _smt2(negation))
+        (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + smt2_text(negation))
         assert check_file(str(tmp_path / f"{name}.smt2"), 20)[0] == "unsat", said
     a, x, X, y, Y = z3.Ints("a x X y Y")  # DIGIT without `x < a`: 3 + 2*0 = 1 + 2*1
     loose = z3.Implies(z3.And(x + a * X == y + a * Y, x >= 0, y >= 0, y < a), z3.And(x == y, X == Y))
-    (tmp_path / "loose.smt2").write_text("(set-logic ALL)\n" + _smt2([z3.Not(loose)]))
+    (tmp_path / "loose.smt2").write_text("(set-logic ALL)\n" + smt2_text([z3.Not(loose)]))
     assert check_file(str(tmp_path / "loose.smt2"), 20)[0] == "sat"
 
 
@@ -289,7 +289,7 @@ def test_a_region_ends_inside_its_page_by_a_fits_file_and_two_lemmas(tmp_path):
     fits claim holds with no byte to spare for GDN's last region, and fails with one less."""
     import z3
     from layoutalg.verify.prove import lemmas
-    from layoutalg.verify.prove.certificates import _smt2
+    from layoutalg.verify.prove.certificates import smt2_text
     lib = load([str(ROOT / "specs" / "gdn.lal")])
     m, c, _, _ = _local_chain(lib, "gdn.recurrent")
     e, page = m.element("local"), m.r.page("local")
@@ -309,7 +309,7 @@ def test_a_region_ends_inside_its_page_by_a_fits_file_and_two_lemmas(tmp_path):
                         ("bound", z3.Implies(z3.And(x <= A, X <= B), x + r * X <= A + r * B)),  # no r >= 0
                         ("low", z3.Implies(z3.And(x >= 0, X >= 0), x + r * X >= 0)),             # no r >= 0
                         ("above", z3.Implies(x >= M, E * x >= E * M))):                         # no e >= 0
-        (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + _smt2([z3.Not(loose)]))
+        (tmp_path / f"{name}.smt2").write_text("(set-logic ALL)\n" + smt2_text([z3.Not(loose)]))
         assert check_file(str(tmp_path / f"{name}.smt2"), 20)[0] == "sat", name
 
 
@@ -332,10 +332,10 @@ def _digits_files(lib, family, case, tmp_path):
     """`family`'s digits-match-spec files of case path `case` and the shared lemmas they rest
     on, written into `tmp_path`: name -> path."""
     from layoutalg.verify.prove import lemmas
-    from layoutalg.verify.prove.certificates import _lemma_text
+    from layoutalg.verify.prove.certificates import lemma_text
     out = {}
     for name, said, assertions in lemmas.shared():
-        (tmp_path / f"{name}.smt2").write_text(_lemma_text(name, said, assertions))
+        (tmp_path / f"{name}.smt2").write_text(lemma_text(name, said, assertions))
     for stem, text in texts(lib, family, "digits-match-spec"):
         if stem.startswith(f"digits-match-spec.case{case}."):
             (tmp_path / f"{stem}.smt2").write_text(text)
@@ -386,11 +386,11 @@ def test_the_regions_of_a_page_tiled_by_z3_are_ordered_by_files_of_their_own_and
     row of channels back into k, no order holds of k and v and their part is satisfiable: Z3
     finds the byte they share."""
     from layoutalg.verify.prove import lemmas
-    from layoutalg.verify.prove.certificates import _lemma_text
+    from layoutalg.verify.prove.certificates import lemma_text
     (tmp_path / "c" / "gdn_ds").mkdir(parents=True)
     (tmp_path / "c" / "shared-lemmas").mkdir()
     for name, said, assertions in lemmas.shared():
-        (tmp_path / "c" / "shared-lemmas" / f"{name}.smt2").write_text(_lemma_text(name, said, assertions))
+        (tmp_path / "c" / "shared-lemmas" / f"{name}.smt2").write_text(lemma_text(name, said, assertions))
     made = dict(texts(load([str(ROOT / "specs" / "gdn_ds.lal")]), "gdn_ds", "regions-tile-local"))
     cases = dict(texts(load([str(ROOT / "specs" / "gdn_ds.lal")]), "gdn_ds", "applies"))  # (certify asks each case)
     for stem, text in {**made, **cases}.items():
@@ -535,10 +535,10 @@ def test_an_always_empty_pad_is_certified_by_its_empty_box_never_by_false(tmp_pa
         assert not re.search(r"\(assert\s+false\s*\)", text) and "; witness: " in text
         (here / f"{stem}.smt2").write_text(text)
     from layoutalg.verify.prove import lemmas
-    from layoutalg.verify.prove.certificates import _lemma_text
+    from layoutalg.verify.prove.certificates import lemma_text
     (tmp_path / "c" / "shared-lemmas").mkdir(exist_ok=True)
     for name, said, assertions in lemmas.shared():
-        (tmp_path / "c" / "shared-lemmas" / f"{name}.smt2").write_text(_lemma_text(name, said, assertions))
+        (tmp_path / "c" / "shared-lemmas" / f"{name}.smt2").write_text(lemma_text(name, said, assertions))
     out = io.StringIO()
     assert certify(str(tmp_path / "c"), 20, 2, out) == 0, out.getvalue()
     assert "2 of 2 goals' assumptions shown satisfiable" in out.getvalue()

@@ -9,7 +9,7 @@ from conftest import ROOT
 from layoutalg.dsl.library import load
 from layoutalg.verify.certify import certify
 from layoutalg.verify.prove import lemmas
-from layoutalg.verify.prove.certificates import APPLIES, _lemma_text, texts
+from layoutalg.verify.prove.certificates import APPLIES, lemma_text, texts
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def made():
            if stem.startswith("writers-disjoint.case0")}
     out.update({f"split_nhd/{stem}.smt2": text for stem, text in texts(lib, "split_nhd", APPLIES)
                 if stem == "applies.case0"})
-    out.update({f"shared-lemmas/{n}.smt2": _lemma_text(n, said, a) for n, said, a in lemmas.shared()})
+    out.update({f"shared-lemmas/{n}.smt2": lemma_text(n, said, a) for n, said, a in lemmas.shared()})
     return out
 
 
@@ -87,9 +87,9 @@ def test_the_lemmas_certify_knows_are_those_the_prover_writes(tmp_path):
     known = audit.templates(terms)
     assert set(known) == set(lemmas.LEMMAS)
     for name, said, negation in lemmas.shared():
-        (tmp_path / f"{name}.smt2").write_text(_lemma_text(name, said, negation))
+        (tmp_path / f"{name}.smt2").write_text(lemma_text(name, said, negation))
         assert audit.check_lemma(smtlib.read(str(tmp_path / f"{name}.smt2"), terms), name, known, terms) is None, name
-    (tmp_path / "bad.smt2").write_text(_lemma_text("range", "", lemmas.shared()[0][2]))  # digit's text, named range
+    (tmp_path / "bad.smt2").write_text(lemma_text("range", "", lemmas.shared()[0][2]))  # digit's text, named range
     assert "not the lemma range" in audit.check_lemma(smtlib.read(str(tmp_path / "bad.smt2"), terms), "range", known, terms)
 
 

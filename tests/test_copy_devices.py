@@ -72,7 +72,7 @@ def _case_ids(g):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 @pytest.mark.parametrize("source", ["numpy", "torch"])
 def test_a_gather_by_one_executor_scatters_by_the_other(case, source, monkeypatch):
-    """What a copy between devices does (`_copy_run`: one `_side` gathers, the other's
+    """What a copy between devices does (`copy_run`: one `_side` gathers, the other's
     scatters), both on the CPU: each run's source through one executor, its destination
     through the other, in chunks of a few blocks: byte for byte the copy on one executor."""
     g, kvs = _groups(case)
@@ -80,12 +80,12 @@ def test_a_gather_by_one_executor_scatters_by_the_other(case, source, monkeypatc
     want = [_round_trip(m, kv, start, ids, blocks, "cpu", "cpu") for m, kv in zip(g.mappings, kvs)]
     real, calls = copy_mod._side, []
 
-    def mixed(*args):  # _copy_run asks for the source's side, then the destination's
+    def mixed(*args):  # copy_run asks for the source's side, then the destination's
         through_torch = (len(calls) % 2 == 0) == (source == "torch")
         calls.append(through_torch)
         if through_torch:
             with monkeypatch.context() as mp:
-                mp.setattr(copy_mod, "_np", None)
+                mp.setattr(copy_mod, "numpy", None)
                 return real(*args)
         return real(*args)
     monkeypatch.setattr(copy_mod, "_side", mixed)
@@ -185,7 +185,7 @@ def test_a_copy_to_another_device_moves_every_chunk_and_index_there(run, numpy, 
     between devices (`_carried`) and each side's move of its ids are exercised here. A load
     gathers on meta and then cannot carry (meta has no bytes): it gets that far."""
     if not numpy:
-        monkeypatch.setattr(copy_mod, "_np", None)
+        monkeypatch.setattr(copy_mod, "numpy", None)
     monkeypatch.setattr(copy_mod, "_ACROSS", 40)  # two blocks of 32 bytes a chunk: two chunks
     host = torch.zeros((4, 8), dtype=torch.int64)                  # 64-byte local pages
     other = torch.empty((4, 12), dtype=torch.int64, device="meta")  # 96-byte canonical pages
@@ -194,6 +194,6 @@ def test_a_copy_to_another_device_moves_every_chunk_and_index_there(run, numpy, 
     canon = (other, run.canonical_offset, run.canonical_stride, ids)
     assert (copy_mod._rows(other, run.canonical_offset, run.canonical_stride, run, ids) is None) == \
         (run.canonical_offset == 8)
-    copy_mod._copy_run(local, canon, run)  # a store onto the other device
+    copy_mod.copy_run(local, canon, run)  # a store onto the other device
     with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor"):
-        copy_mod._copy_run(canon, local, run)  # a load from it: gathered there, then no bytes to carry
+        copy_mod.copy_run(canon, local, run)  # a load from it: gathered there, then no bytes to carry

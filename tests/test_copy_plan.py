@@ -38,7 +38,7 @@ def shard(full, tp, rank, like):
 def test_store_under_one_tp_load_under_another(deriver, src, dst, layout, executor, monkeypatch):
     from layoutalg.copy import move
     if executor != "numpy rows":  # what runs off the CPU (a CUDA tensor) or without numpy
-        monkeypatch.setattr(move, "_np", None)
+        monkeypatch.setattr(move, "numpy", None)
     monkeypatch.setattr(move, "_CHUNK", 3 * 1024)  # several chunks a batch, a last one short
     full = torch.randn(N, 2, BS, TOTAL, D, generator=torch.Generator().manual_seed(src * 10 + dst)).to(torch.bfloat16)
     maps, like = group(deriver, src, layout)
@@ -178,7 +178,7 @@ def test_ids_that_live_in_the_bytes_being_copied_are_read_once(deriver, executor
     chunk of the copy, after earlier chunks had overwritten them: the wrong blocks were filled."""
     from layoutalg.copy import move
     if executor != "numpy rows":
-        monkeypatch.setattr(move, "_np", None)
+        monkeypatch.setattr(move, "numpy", None)
     monkeypatch.setattr(move, "_CHUNK", 512)  # one block a chunk: the ids are read again after each
     maps, like = group(deriver, 2)
     m, P = maps[0], maps[0].canonical_page_size_bytes
@@ -360,21 +360,21 @@ def test_layers_that_would_fill_the_same_memory_are_refused(deriver):
 
 @pytest.mark.parametrize("numpy", [True, False], ids=["numpy", "torch"])
 def test_a_repeated_id_is_found_by_the_table_and_by_the_sort(numpy, monkeypatch):
-    """`_repeats` (a table of flags where ids span a range not many times their count, else
+    """`has_repeats` (a table of flags where ids span a range not many times their count, else
     a sort) says what a set says, on ids of both kinds of range."""
     import random
 
     from layoutalg.copy import ids as copy_mod
     from layoutalg.copy import move
     if not numpy:
-        monkeypatch.setattr(move, "_np", None)
+        monkeypatch.setattr(move, "numpy", None)
     rng = random.Random(17)
     for n in (1, 5, 300, 5000, 100000):  # 5000 and 100000 past the table's reach for 300 ids
         for _ in range(60):
             k = rng.randint(0, min(n, 300))
             t = torch.tensor([rng.randrange(n) for _ in range(k)], dtype=torch.int64)
-            assert copy_mod._repeats(t, n) == (len(set(t.tolist())) != k), (n, t)
-    assert not copy_mod._repeats(torch.empty(0, dtype=torch.int64), 0)
+            assert copy_mod.has_repeats(t, n) == (len(set(t.tolist())) != k), (n, t)
+    assert not copy_mod.has_repeats(torch.empty(0, dtype=torch.int64), 0)
 
 
 @pytest.mark.parametrize("chunk", [1 << 21, 40 * 1024], ids=["one chunk", "several chunks"])

@@ -23,7 +23,7 @@ def _mapping(*runs):
 def test_a_run_that_moves_no_byte_is_refused_before_any_copy(empty, monkeypatch):
     """It failed mid-batch on the torch path, with the runs before it already copied."""
     from layoutalg.copy import move
-    monkeypatch.setattr(move, "_np", None)  # the path every non-CPU device takes
+    monkeypatch.setattr(move, "numpy", None)  # the path every non-CPU device takes
     m = _mapping(CopyRun(0, 0, 8, 1, 8, 8), empty, CopyRun(16, 16, 48, 1, 48, 48))
     pages = torch.zeros(4, 128, dtype=torch.uint8)
     with pytest.raises(ConfigError, match="moves no byte"):
@@ -75,11 +75,11 @@ def test_a_param_named_like_a_let_or_an_index_names_both(tmp_path, clash):
 
 def test_a_bool_tensor_or_numpy_bool_among_ids_is_refused():
     import numpy as np
-    from layoutalg.copy.ids import _ids
+    from layoutalg.copy.ids import id_tensor
     for bad in ([torch.tensor(True), 0], [np.bool_(True), 0]):
         with pytest.raises(LayoutMismatch):
-            _ids(bad, "block_ids", "store")
-    assert _ids([np.int64(3), torch.tensor(2)], "block_ids", "store").tolist() == [3, 2]
+            id_tensor(bad, "block_ids", "store")
+    assert id_tensor([np.int64(3), torch.tensor(2)], "block_ids", "store").tolist() == [3, 2]
 
 
 def test_reshard_names_a_builtin_given_as_a_size_and_the_names_left_at_defaults():

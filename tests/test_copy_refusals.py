@@ -155,17 +155,17 @@ def test_a_store_writes_only_its_own_bytes_so_ranks_sharing_pages_never_race(der
     kvs = [torch.full((3, 2, 4, 1, 8), 257 * (r + 1), dtype=torch.int16) for r in range(2)]
     m0, m1 = (mapping_for(deriver, kvs[0], tp=2, rank=r, total=2) for r in range(2))
     pages = torch.zeros(3, m0.canonical_page_size_bytes, dtype=torch.uint8)
-    copy_run, fired = executor._copy_run, []
+    copy_run, fired = executor.copy_run, []
 
     def meanwhile(*args, **kw):
         if not fired:
             fired.append(1)
-            monkeypatch.setattr(executor, "_copy_run", copy_run)
+            monkeypatch.setattr(executor, "copy_run", copy_run)
             store(kvs[1], pages, m1)          # the other rank, in between
-            monkeypatch.setattr(executor, "_copy_run", meanwhile)
+            monkeypatch.setattr(executor, "copy_run", meanwhile)
         return copy_run(*args, **kw)
 
-    monkeypatch.setattr(executor, "_copy_run", meanwhile)
+    monkeypatch.setattr(executor, "copy_run", meanwhile)
     store(kvs[0], pages, m0)
     assert fired and int((pages == 1).sum()) == int((pages == 2).sum()) == 3 * m0.local_page_size_bytes
 

@@ -255,5 +255,5 @@ def test_the_device_path_keeps_every_index_on_the_tensors_device(layout):
     for r in m.runs:
         local = (words["local"], r.local_offset, r.local_stride, ids)
         canon = (words["canonical"], r.canonical_offset, r.canonical_stride, ids)
-        copy._copy_run(local, canon, r)   # a store
-        copy._copy_run(canon, local, r)   # a load
+        copy.copy_run(local, canon, r)   # a store
+        copy.copy_run(canon, local, r)   # a load

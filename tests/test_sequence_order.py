@@ -44,8 +44,8 @@ def test_a_grid_without_a_token_function_leaves_the_claim_unknown(tmp_path):
     grids = (SPECS / "grids.lal").read_text().replace("fn token(t) =", "fn place(t) =")
     path = _copy(tmp_path, "(kv, token(t), head(h)", "(kv, place(t), head(h)", grids)
     lib = load([path])
-    from layoutalg.verify.prove.runner import _safely, prove_obligation
-    row = _safely(path, "split_nhd", "sequence-order",  # as `prove` asks it: the reader's refusal is a row
+    from layoutalg.verify.prove.runner import safely, prove_obligation
+    row = safely(path, "split_nhd", "sequence-order",  # as `prove` asks it: the reader's refusal is a row
                   lambda: prove_obligation(lib, "split_nhd", "sequence-order", {}, Budgets.of()))
     assert row.status == "unknown" and "fn token" in row.detail
     disjoint = prove_obligation(lib, "split_nhd", "writers-disjoint", {}, Budgets.of())

@@ -105,7 +105,7 @@ def test_a_spec_argument_not_here_is_the_shipped_librarys(tmp_path, monkeypatch)
     """The examples of `--help` and the README name `specs/...`: from any folder (an installed
     wheel's user has no specs/ folder) they read the shipped files; a file of the user's own of
     that name comes first, and a name neither has is left for the command to refuse."""
-    from layoutalg._resources import specs_dir
+    from layoutalg.resources import specs_dir
     from layoutalg.cli.specs import spec_path
     monkeypatch.chdir(tmp_path)
     assert spec_path("specs/split_nhd.lal") == str(specs_dir() / "split_nhd.lal")

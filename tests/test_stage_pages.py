@@ -98,7 +98,7 @@ def test_layers_dealt_round_robin_are_proved_yet_load_wrong(tmp_path, deriver):
     """A grid dealing layers to stages round robin (l * pp + stage) tiles and proves like the
     shipped one, but the engines give each stage a contiguous run: against the engine model its
     reshard across pp loses elements. The engine's word (the grid) is what the model checks."""
-    from layoutalg._resources import specs_dir
+    from layoutalg.resources import specs_dir
     text = (specs_dir() / "stages.lal").read_text()
     assert "fn layer(l) = stage * (layers / pp) + l" in text
     (tmp_path / "stages.lal").write_text(text.replace("fn layer(l) = stage * (layers / pp) + l",
@@ -144,7 +144,7 @@ def test_pp_changes_nothing_for_a_family_of_one_layer_a_tensor(deriver):
 
 def test_runs_and_draw_take_pp_for_a_stage_page_only(capsys):
     from layoutalg.cli.app import main
-    from layoutalg._resources import specs_dir
+    from layoutalg.resources import specs_dir
     assert main(["runs", str(specs_dir() / "trtllm_pool.lal"), "--tp", "2", "--pp", "2", "--heads", "4",
                  "--size", "layers=4", "--head-size", "8", "--block-size", "4"]) == 0
     out = capsys.readouterr().out

@@ -116,7 +116,7 @@ def _theorems_hold(definitions, theorems, sizes, values) -> bool:
 
 
 def test_every_side_condition_beyond_the_definitions_is_a_theorem_of_them():
-    """A model is looked for again with `definitions` alone (`reshard._solve`): sound only
+    """A model is looked for again with `definitions` alone (`reshard.at_sizes.solve_query`): sound only
     where the rest of `side` (monotonicity) and the shared equalities hold in every model of
     the definitions. Checked on random towers of divisions of two arithmetics, at every size
     in a small box."""

@@ -7,12 +7,12 @@ import re
 import sys
 
 from ..errors import LayoutalgError
-from .check import _check
-from .derive import _corpus, _explain, _id, _runs
-from .draw import _draw
-from .reshard import _reshard, add_store_arguments
-from .conform import _conform
-from .specs import _specs, spec_path
+from .check import check_command
+from .derive import corpus_command, explain_command, id_command, runs_command
+from .draw import draw_command
+from .reshard import reshard_command, add_store_arguments
+from .conform import conform_command
+from .specs import specs_command, spec_path
 
 _EPILOG = """\
 examples (a SPEC that is not here is the shipped library's: `layoutalg specs` lists it):
@@ -265,9 +265,9 @@ def main(argv=None) -> int:
     real, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
     rc = 2
     try:
-        rc = {"check": _check, "runs": _runs, "explain": _explain, "derive-corpus": _corpus,
-              "prove": _prove, "certify": _certify, "id": _id, "reshard": _reshard,
-              "draw": _draw, "conform": _conform, "specs": _specs}[args.cmd](args)
+        rc = {"check": check_command, "runs": runs_command, "explain": explain_command, "derive-corpus": corpus_command,
+              "prove": _prove, "certify": _certify, "id": id_command, "reshard": reshard_command,
+              "draw": draw_command, "conform": conform_command, "specs": specs_command}[args.cmd](args)
     except LayoutalgError as e:
         print(f"error: {e}", file=sys.stderr)
     except RecursionError:  # a last net: the parser bounds nesting, but lets can compound it

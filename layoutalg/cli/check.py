@@ -9,8 +9,8 @@ from ..errors import LayoutalgError
 from .common import writer_text
 
 
-def _check(args) -> int:
-    from .._resources import specs_dir
+def check_command(args) -> int:
+    from ..resources import specs_dir
     from ..verify.check import check_family, sized_cases
     from ..compile.codegen import compile_named
     from ..ir.family import check_layouts

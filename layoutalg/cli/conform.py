@@ -33,7 +33,7 @@ def _writer(text: str | None, family: str):
         raise LayoutalgError(f"conform: --writer {text}: {e}") from None
 
 
-def _conform(args) -> int:
+def conform_command(args) -> int:
     from ..params import parse_config
     from ..tools.conform import check
     names = sizes_once("conform", args.size)

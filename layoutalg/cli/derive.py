@@ -10,7 +10,7 @@ from ..errors import LayoutalgError
 from .common import families_in, sizes_once, writer_text
 
 
-class _Inapplicable(LayoutalgError):
+class Inapplicable(LayoutalgError):
     """The family does not apply at the configuration asked for: said, exit 1. `broken` holds
     (library, family, sizes) where its guards hold but it does not tile (the spec is wrong there)."""
 
@@ -19,10 +19,10 @@ class _Inapplicable(LayoutalgError):
         self.broken = broken
 
 
-def _runs(args) -> int:
+def runs_command(args) -> int:
     try:
-        cf, inst, maps, _ = _derived(args)
-    except _Inapplicable as e:
+        cf, inst, maps, _ = derived_at_options(args)
+    except Inapplicable as e:
         print(e)
         return 1
     first = inst.regions[0][1] if hasattr(inst, "regions") else inst
@@ -42,12 +42,12 @@ def _runs(args) -> int:
     return 0
 
 
-def _read_names(lib, family: str) -> set:
+def read_names(lib, family: str) -> set:
     from ..compile.codegen import compile_named
     return {b.name for b in compile_named(lib, family).bounds}
 
 
-def _config_line(cf, args) -> str:
+def config_line(cf, args) -> str:
     """The configuration a picture shows, in the names its family reads (heads for attention,
     SSM heads for a Mamba state, ...)."""
     values = {"tp": args.tp, "pcp": args.pcp, "dcp": args.dcp, "interleave": args.interleave, "pp": getattr(args, "pp", 1),
@@ -58,7 +58,7 @@ def _config_line(cf, args) -> str:
     return ", ".join(f"{n}={v}" for n, v in values.items() if n in read or n == "tp")
 
 
-def _derived(args):
+def derived_at_options(args):
     """(compiled family, instance, every rank's mapping) at the configuration the options give."""
     from ..compile.codegen import compile_named
     from ..compile.compiled import GuardFailed, fitted_page, group_of, misfit, stage_sizes
@@ -83,27 +83,27 @@ def _derived(args):
     sizes.update(stage_sizes(cf, getattr(args, "pp", 1)))  # a stage grid's page holds a stage's layers
     outside = cf.outside_domain(sizes)  # say it plainly before any guard or case speaks
     if outside:
-        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {outside}")
+        raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {outside}")
     page = args.page_size
     if page is None:
         try:
             page = fitted_page(cf, sizes)
         except GuardFailed as e:  # the family's own reason, not the empty probe page's
-            raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
+            raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
     try:
         inst = cf.evaluate({**sizes, "page_size": page})
     except GuardFailed as e:
-        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
+        raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
     why = misfit(inst, page, group_of(cf, sizes))
     if why:
-        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {why}")
+        raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {why}")
     outside = params.in_domain({**sizes, "page_size": page})
     if outside:
         print(f"note: {outside}: `layoutalg prove` does not cover these runs")
     try:
         maps = lower(inst)
     except TilingError as e:
-        raise _Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}",
+        raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}",
                             (lib, names[0], {**sizes, "page_size": page}))
     from ..record import replace
     from ..runtime.formats import format_id, names_data  # as the runtime names the page, so plans compare formats as it does
@@ -112,7 +112,7 @@ def _derived(args):
     return cf, inst, [replace(m, format_id=fmt) for m in maps], sizes
 
 
-def _explain(args) -> int:
+def explain_command(args) -> int:
     from ..ir.family import resolve, symbolic_copy_map
     lib, names = families_in(args.spec, args.family)
     for name in [p for n in names for p in lib.parts_of(n)]:
@@ -155,14 +155,14 @@ def _define_placeholders(fam, texts: list, defined: set) -> None:
         print("    where " + ", ".join(f"{a.symbol} = {a.text}" for a in used))
 
 
-def _corpus(args) -> int:
+def corpus_command(args) -> int:
     from ..runtime.corpus import CorpusError, derive_corpus
     if not derive_corpus(args.corpus, sys.stdout, args.specs):  # nothing derived is no corpus, not a success
         raise CorpusError(f"derive-corpus: {args.corpus} holds no layer lines (one JSON object a line)")
     return 0
 
 
-def _id(args) -> int:
+def id_command(args) -> int:
     from ..compile.codegen import compile_named
     lib, names = families_in(args.spec, args.family)
     for name in names:

@@ -6,7 +6,7 @@ from pathlib import Path
 from ..errors import LayoutalgError
 from ..mapping import rank_and_part
 from .common import families_in
-from .derive import _config_line, _derived, _Inapplicable, _read_names
+from .derive import config_line, derived_at_options, Inapplicable, read_names
 
 
 def _draw_reshard(args) -> int:
@@ -25,12 +25,12 @@ def _draw_reshard(args) -> int:
         if config["pcp_replicas"]:
             a.size = list(a.size) + [("pcp_replicas", config["pcp_replicas"])]
         try:
-            groups.append(_derived(a))
-        except _Inapplicable as e:
+            groups.append(derived_at_options(a))
+        except Inapplicable as e:
             print(f"{text}: {e}")
             return 1
     (cf, _, producers, big), (_, _, consumers, small) = groups
-    model = ", ".join(x for x in _config_line(cf, args).split(", ")
+    model = ", ".join(x for x in config_line(cf, args).split(", ")
                       if x.split("=")[0] not in ("tp", "pcp", "dcp", "interleave", "pcp_replicas"))
     title = f"direct reshard {args.store} -> {args.load}: {model}"
     a, b = producers[0].canonical_page_size_bytes, consumers[0].canonical_page_size_bytes
@@ -60,7 +60,7 @@ def _draw_reshard(args) -> int:
     return 0
 
 
-def _draw(args) -> int:
+def draw_command(args) -> int:
     from ..tools.draw import need_matplotlib
     need_matplotlib()
     folder = Path(args.output).parent
@@ -71,14 +71,14 @@ def _draw(args) -> int:
         return _draw_reshard(args)
     from ..tools.draw import canonical_names, draw, owners_of_reading
     try:
-        cf, inst, maps, sizes = _derived(args)
-        config = _config_line(cf, args)
-    except _Inapplicable as e:
+        cf, inst, maps, sizes = derived_at_options(args)
+        config = config_line(cf, args)
+    except Inapplicable as e:
         print(e)
         if e.broken is None:
             return 1
         lib, family, sizes = e.broken  # the spec is wrong here: draw what it says, the conflicts marked
-        config = ", ".join(f"{n}={v}" for n, v in sizes.items() if n in _read_names(lib, family))
+        config = ", ".join(f"{n}={v}" for n, v in sizes.items() if n in read_names(lib, family))
         try:
             print(draw(owners_of_reading(lib, family, sizes), args.output,
                        f"{family}: {config}. Does not tile: drawn from the spec's own reading",

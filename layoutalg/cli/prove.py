@@ -182,7 +182,7 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
 
 def prove_command(args, out=None) -> int:
     out = sys.stdout if out is None else out  # (the stdout of this call, not of the first import)
-    from .._resources import specs_dir
+    from ..resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
     certificates = getattr(args, "certificates", None)

@@ -6,7 +6,7 @@ from ..errors import LayoutalgError
 from .common import sizes_once
 
 
-def _reshard(args) -> int:
+def reshard_command(args) -> int:
     from ..tools.distributed import group_of, reshard
     names = sizes_once("reshard", args.size)
     specs = args.specs

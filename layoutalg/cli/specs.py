@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 
-def _specs(args) -> int:
-    from .._resources import specs_dir
+def specs_command(args) -> int:
+    from ..resources import specs_dir
     from ..dsl.library import SHIPPED
     folder = specs_dir()
     print(folder)
@@ -19,7 +19,7 @@ def spec_path(text: str) -> str:
     shipped file a user's folder lacks, so the examples of `--help` and the README run from an
     installed wheel too. A path that is neither stays as given (the command says it is missing)."""
     import os
-    from .._resources import specs_dir
+    from ..resources import specs_dir
     if os.path.exists(text):
         return text
     name = text.rstrip("/")

@@ -326,7 +326,7 @@ class CompiledPage:
         the one dimension they continue each other in, then the dims that hold several indices
         merged. Raises `GuardFailed` where they do not join or do not merge."""
         from ..mapping import TensorView
-        insts = {**dict(page.regions), **{_region(cf.name): inst for cf, inst in zip(self.local_pads, page.local_pads)}}
+        insts = {**dict(page.regions), **{region_of(cf.name): inst for cf, inst in zip(self.local_pads, page.local_pads)}}
         out = []
         for name, regions, groups in self.views:
             first = insts[regions[0]]
@@ -476,11 +476,11 @@ def _checked(name: str, source: str, guards, atoms):
 
 def _part_names(d: dict) -> set:
     """The regions and local pads a compiled page's views may name."""
-    return {p[0] for p in d["parts"]} | {_region(p["name"]) for p in d["local_pads"]
+    return {p[0] for p in d["parts"]} | {region_of(p["name"]) for p in d["local_pads"]
                                          if isinstance(p, dict) and isinstance(p.get("name"), str)}
 
 
-def _region(part: str) -> str:
+def region_of(part: str) -> str:
     """The region (or pad) a part family is of: `quant_packed.tail` is of `tail`."""
     return part.rsplit(".", 1)[-1]
 

@@ -10,10 +10,10 @@ import torch
 
 from ..errors import ConfigError, LayoutalgError, LayoutMismatch
 from ..mapping import PageConversion
-from ..plans.reshard import DirectPlan, DirectRun, _validated, validate
-from .ids import _ids as read_ids
-from .ids import _in_range, _repeats
-from .move import WORDS, _view, _words, widest_word
+from ..plans.reshard import DirectPlan, DirectRun, validate_once, validate
+from .ids import id_tensor as read_ids
+from .ids import in_range, has_repeats
+from .move import WORDS, run_view, as_words, widest_word
 from .executor import plan
 from .views import check_blocks_apart, in_segments, layer_segments, overlap, stretch_length
 
@@ -30,7 +30,7 @@ def _word_of(segs, runs: Sequence[DirectRun], side: str) -> int:
 
 def _run_view(raw, w: int, offset: int, stride: int, r: DirectRun):
     """One run's fragments of every block of `raw`, as words: `(blocks, fragments, fragment words)`."""
-    return _view(_words(raw, w), offset, stride, r)
+    return run_view(as_words(raw, w), offset, stride, r)
 
 
 def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
@@ -39,7 +39,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     producer's runs that move bytes."""
     if type(producer) is not int or producer < 0:
         raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
-    _validated(plan)
+    validate_once(plan)
     segs = _layer(plan, kv, op == "gather", op)
     raw = segs[0].bytes
     blocks = block_ids_of(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
@@ -140,8 +140,8 @@ def block_ids_of(ids, n: int, op: str):
     """Block ids of a tensor of `n` blocks, as copy plans read them (`ids`): each in range, none twice
     (every executor of direct plans reads them here: gather, scatter, execute, `tools.nixl`)."""
     t = read_ids(ids, "block_ids", op)
-    _in_range(t, n, "block_ids", op)
-    if _repeats(t, n):
+    in_range(t, n, "block_ids", op)
+    if has_repeats(t, n):
         raise LayoutMismatch(f"{op}: block_ids repeats an id: two sources would write one destination")
     return t
 

@@ -43,8 +43,8 @@ import torch
 from ..errors import ConfigError, LayoutMismatch
 from ..mapping import CanonicalPageMapping
 from ..runtime.runs import check_runs
-from .ids import _ids, _in_range, _merge, _read_once, _repeats
-from .move import _copy_run, _word, _words
+from .ids import id_tensor, in_range, merge_triples, read_once, has_repeats
+from .move import copy_run, plan_word, as_words
 from .views import (CANONICAL, LOCAL, check_apart, check_blocks_apart, check_stretches_apart, in_segments,
                     layer_segments, outer_of, page_bytes, stretch_length, stretch_starts)
 
@@ -58,7 +58,7 @@ def plan(mapping: CanonicalPageMapping, kv) -> "CopyPlan":
         raise ConfigError(f"plan: the mapping holds no run: not one byte of its {mapping.local_page_size_bytes}-byte "
                           f"local page has a canonical byte")
     segs = layer_segments(kv, mapping, "kv", "plan")
-    word = _word(mapping, segs)
+    word = plan_word(mapping, segs)
     outer = outer_of(mapping.tensors, "kv", "plan")
     return CopyPlan(mapping, _signature(kv), word, isinstance(kv, (list, tuple)), stretch_length(segs), outer)
 
@@ -197,7 +197,7 @@ class CopyPlan:
                                                                                    r.canonical_stride, ids))
                 if not to_pages:
                     src, dst = dst, src
-                _copy_run(src, dst, r)
+                copy_run(src, dst, r)
         return int(ids.numel())
 
     def descriptors(self, block_ids, page_ids, store: bool = True, kv_base: int = 0, pages_base: int = 0,
@@ -216,14 +216,14 @@ class CopyPlan:
         if self.several and self.length:
             raise LayoutMismatch(f"descriptors: the page lies in {len(self.tensor)} tensors apart (each its own "
                                  f"stretch of every block), which no one base address places; copy with store and load")
-        blocks, ids = _ids(block_ids, "block_ids", "descriptors"), _ids(page_ids, "page_ids", "descriptors")
+        blocks, ids = id_tensor(block_ids, "block_ids", "descriptors"), id_tensor(page_ids, "page_ids", "descriptors")
         if blocks.numel() != ids.numel():
             raise LayoutMismatch(f"descriptors: {blocks.numel()} block ids but {ids.numel()} page ids")
         for name, t in (("block_ids", blocks), ("page_ids", ids)):
             if t.numel() and int(t.min()) < 0:
                 raise LayoutMismatch(f"descriptors: {name} holds {int(t.min())}; ids are not negative")
         dst_name, dst = ("page_ids", ids) if store else ("block_ids", blocks)
-        if dst.numel() and _repeats(dst, int(dst.max()) + 1):
+        if dst.numel() and has_repeats(dst, int(dst.max()) + 1):
             raise LayoutMismatch(f"descriptors: {dst_name} repeats an id: two sources would write one destination")
         for name, v in (("kv_base", kv_base), ("pages_base", pages_base), ("block_bytes", block_bytes)):
             if not (type(v) is int and v >= 0 or name == "block_bytes" and v is None):
@@ -248,7 +248,7 @@ class CopyPlan:
         for (n, w), runs in _by_election(m) if store else [((1, 0), m.runs)]:
             mine = (ids % n) == w
             out.append(self._triples(runs, blocks[mine], ids[mine], step, [kv_base + a for a in at], pages_base, store))
-        return _merge(torch.cat(out)) if len(out) > 1 else out[0]
+        return merge_triples(torch.cat(out)) if len(out) > 1 else out[0]
 
     def _triples(self, runs, blocks, ids, step, kv_bases, pages_base, store) -> torch.Tensor:
         """`kv_bases[s]`: where stretch s of block 0 is (`kv_base` plus its place in the tensor)."""
@@ -259,7 +259,7 @@ class CopyPlan:
         co = pages_base + ids[:, None] * self.mapping.canonical_page_size_bytes + f[None, :, 1]
         size = f[None, :, 2].expand_as(lo)
         src, dst = (lo, co) if store else (co, lo)
-        return _merge(torch.stack([src.reshape(-1), dst.reshape(-1), size.reshape(-1)], 1))
+        return merge_triples(torch.stack([src.reshape(-1), dst.reshape(-1), size.reshape(-1)], 1))
 
     # -- checks, then views
     def _batch(self, op, kv, block_ids, pages, page_ids, unique_pages=False, unique_blocks=False):
@@ -280,14 +280,14 @@ class CopyPlan:
         cb = page_bytes(pages, self.mapping.canonical_page_size_bytes, "pages", op)
         for seg in segs:
             check_apart(seg.bytes, cb, op)
-        blocks, ids = _ids(block_ids, "block_ids", op), _ids(page_ids, "page_ids", op)
+        blocks, ids = id_tensor(block_ids, "block_ids", op), id_tensor(page_ids, "page_ids", op)
         if blocks.numel() != ids.numel():
             raise LayoutMismatch(f"{op}: {blocks.numel()} block ids but {ids.numel()} page ids")
-        _in_range(blocks, segs[0].bytes.shape[0], "block_ids", op)
-        _in_range(ids, pages.shape[0], "page_ids", op)
+        in_range(blocks, segs[0].bytes.shape[0], "block_ids", op)
+        in_range(ids, pages.shape[0], "page_ids", op)
         for name, t, n, must in (("page_ids", ids, pages.shape[0], unique_pages),
                                  ("block_ids", blocks, segs[0].bytes.shape[0], unique_blocks)):
-            if must and _repeats(t, n):
+            if must and has_repeats(t, n):
                 raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
         return blocks, ids, self._words_of(segs, cb)  # (ids on the CPU: each side moves them to its device once)
 
@@ -298,7 +298,7 @@ class CopyPlan:
         views = [s.bytes for s in segs] + [cb]
         while w > 1 and any(x % w for t in views for x in (t.storage_offset(), t.stride(0))):
             w //= 2
-        return tuple(_words(s.bytes, w) for s in segs), _words(cb, w)
+        return tuple(as_words(s.bytes, w) for s in segs), as_words(cb, w)
 
 
 @dataclass(frozen=True)
@@ -397,7 +397,7 @@ class ModelPlan:
                 raise LayoutMismatch(f"{op}: {name} by layer must name exactly the planned layers; "
                                      f"{odd[:4]} {'is' if len(odd) == 1 else 'are'} not in both")
         # read once, here: one generator handed to every layer would be used up by the first
-        block_ids, page_ids = (_read_once(x, name, op) for x, name in ((block_ids, "block_ids"), (page_ids, "page_ids")))
+        block_ids, page_ids = (read_once(x, name, op) for x, name in ((block_ids, "block_ids"), (page_ids, "page_ids")))
         out = {}
         for n, p in self.plans.items():
             ids = [x[n] if isinstance(x, dict) else x for x in (block_ids, page_ids)]

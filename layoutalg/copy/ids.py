@@ -13,14 +13,14 @@ from . import move  # (whether numpy is there: one switch for every copy path)
 _INTEGER = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
-def _read_once(ids, name: str, op: str):
+def read_once(ids, name: str, op: str):
     """Ids (or a dict of each layer's) as tensors of their own, each read once."""
     if isinstance(ids, dict):
-        return {k: _ids(v, f"{name}[{k!r}]", op) for k, v in ids.items()}
-    return _ids(ids, name, op)
+        return {k: id_tensor(v, f"{name}[{k!r}]", op) for k, v in ids.items()}
+    return id_tensor(ids, name, op)
 
 
-def _ids(ids, name: str, op: str) -> torch.Tensor:
+def id_tensor(ids, name: str, op: str) -> torch.Tensor:
     """Ids as a 1-D int64 CPU tensor of their own; floats and bools are refused, never truncated."""
     if isinstance(ids, (dict, set, frozenset, str, bytes)):  # no order, or characters: never ids
         raise LayoutMismatch(f"{op}: {name} must be a 1-D int64 tensor or a sequence of ints, got a "
@@ -52,7 +52,7 @@ def _ids(ids, name: str, op: str) -> torch.Tensor:
     return t.to(device="cpu", dtype=torch.int64, copy=True)
 
 
-def _repeats(t: torch.Tensor, n: int) -> bool:
+def has_repeats(t: torch.Tensor, n: int) -> bool:
     """Whether ids `t`, each in [0, n), hold one twice: by a table of n flags where n is
     not many times the ids (a batch's blocks or pages), else by sorting them. A sort is
     what `torch.unique` does, several times slower on the CPU than the table: host work
@@ -61,18 +61,18 @@ def _repeats(t: torch.Tensor, n: int) -> bool:
         seen = torch.zeros(n, dtype=torch.bool)
         seen[t] = True
         return int(seen.sum()) != t.numel()
-    s = move._np.sort(t.numpy()) if move._np is not None else torch.sort(t).values
+    s = move.numpy.sort(t.numpy()) if move.numpy is not None else torch.sort(t).values
     return bool((s[1:] == s[:-1]).any())
 
 
-def _in_range(t: torch.Tensor, n: int, name: str, op: str) -> None:
+def in_range(t: torch.Tensor, n: int, name: str, op: str) -> None:
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
         bad = int(t[(t < 0) | (t >= n)][0])
         valid = f"valid: 0 to {n - 1}" if n else "there are none"
         raise LayoutMismatch(f"{op}: {name} holds {bad}, outside the {n} there are ({valid})")
 
 
-def _merge(d: torch.Tensor) -> torch.Tensor:
+def merge_triples(d: torch.Tensor) -> torch.Tensor:
     """Merge consecutive triples whose source and destination both continue the previous one."""
     if d.shape[0] < 2:
         return d

@@ -11,9 +11,9 @@ from typing import Callable, NamedTuple
 import torch
 
 try:  # on the CPU, numpy's row gather and scatter run several times faster than torch's index ops
-    import numpy as _np
+    import numpy
 except ImportError:  # pragma: no cover - torch works without it, and so do the plans
-    _np = None
+    numpy = None
 
 from ..mapping import CanonicalPageMapping
 
@@ -28,7 +28,7 @@ def widest_word(values) -> int:
     return next(w for w in (8, 4, 2, 1) if all(v % w == 0 for v in values))
 
 
-def _words(raw: torch.Tensor, w: int) -> torch.Tensor:
+def as_words(raw: torch.Tensor, w: int) -> torch.Tensor:
     """The bytes `raw` (a `page_bytes` view) as words of `w` bytes."""
     words = torch.empty(0, dtype=WORDS[w], device=raw.device).set_(raw.untyped_storage())
     return words.as_strided((raw.shape[0], raw.shape[1] // w), (raw.stride(0) // w, 1), raw.storage_offset() // w)
@@ -74,7 +74,7 @@ class _Frags(NamedTuple):
     dtype: torch.dtype
 
     def take(self, lo: int, hi: int) -> torch.Tensor:
-        return torch.from_numpy(self.frags[self.ids[lo:hi]].view(_np.uint8)).view(self.dtype)
+        return torch.from_numpy(self.frags[self.ids[lo:hi]].view(numpy.uint8)).view(self.dtype)
 
     def put(self, lo: int, hi: int, data: torch.Tensor) -> None:
         bytes_ = data.contiguous().view(torch.uint8).numpy()
@@ -93,7 +93,7 @@ def _side(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor)
     and `put(lo, hi, data)` writes such rows there. On the CPU (with numpy) an array of
     whole fragments (`_Frags`) indexed a block at a time; elsewhere whole rows of a dense
     2-D view (`_rows`) by torch's index ops, else a 3-D strided view of the run."""
-    if _np is not None and words.device.type == "cpu":
+    if numpy is not None and words.device.type == "cpu":
         return _Frags(_np_view(words, offset, stride, r), which.cpu().numpy(), words.dtype)
     width = r.num_fragments * r.fragment_size // words.element_size()  # words of the run a block
     rows = _rows(words, offset, stride, r, which.to(words.device))  # (blocks moved, rows made there)
@@ -102,12 +102,12 @@ def _side(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor)
         return _Indexed(lambda lo, hi: buf.index_select(0, nums[lo:hi].reshape(-1)).reshape(-1, width),
                         lambda lo, hi, data: buf.index_copy_(0, nums[lo:hi].reshape(-1),
                                                              data.reshape(-1, buf.shape[1])))
-    view, ids = _view(words, offset, stride, r), which.to(words.device)
+    view, ids = run_view(words, offset, stride, r), which.to(words.device)
     return _Indexed(lambda lo, hi: view.index_select(0, ids[lo:hi]).reshape(-1, width),
                     lambda lo, hi, data: view.index_copy_(0, ids[lo:hi], data.reshape(-1, *view.shape[1:])))
 
 
-def _copy_run(src: tuple, dst: tuple, r) -> None:
+def copy_run(src: tuple, dst: tuple, r) -> None:
     """Copy run `r` of blocks `src[3]` into blocks `dst[3]` (each side `(words, offset, stride,
     which)`), a chunk of blocks at a time: gathered on the source's device (`_side`), carried
     to the destination's where the two differ (a GPU's KV cache and pages in host memory),
@@ -141,12 +141,12 @@ def _np_elements(words: torch.Tensor, offset: int, stride: int, r):
     if step % f or (r.num_fragments > 1 and stride % f):
         return None
     raw, base = _np_bytes(words, offset)
-    elements = _np.ndarray(((raw.size - base) // f,), dtype=_np.dtype((_np.void, f)), buffer=raw, offset=base)
+    elements = numpy.ndarray(((raw.size - base) // f,), dtype=numpy.dtype((numpy.void, f)), buffer=raw, offset=base)
     return elements, step // f, (stride // f if r.num_fragments > 1 else 0)
 
 
 def _copy_staged(src: tuple, a: _Frags, b: _Frags, r, per: int) -> bool:
-    """Side `a`'s fragments (of `src`, `_copy_run`'s source) into side `b`'s, numpy to numpy
+    """Side `a`'s fragments (of `src`, `copy_run`'s source) into side `b`'s, numpy to numpy
     through a staging array placed apart from both sides modulo 4 KiB, where fragments are
     whole 4 KiB multiples and each starts on an element of the source (`_np_elements`);
     False, having copied nothing, elsewhere.
@@ -166,12 +166,12 @@ def _copy_staged(src: tuple, a: _Frags, b: _Frags, r, per: int) -> bool:
         return True
     if int(a.ids.max()) * per_block + (r.num_fragments - 1) * between >= elements.size:
         return False  # (never, for checked ids: `mode="clip"` would clamp such an index)
-    frag = _np.arange(r.num_fragments, dtype=_np.int64) * between
+    frag = numpy.arange(r.num_fragments, dtype=numpy.int64) * between
     stage = _apart(per * r.num_fragments, r.fragment_size, elements.ctypes.data, b.frags.ctypes.data)
     for at in range(0, a.ids.size, per):
         ids = a.ids[at:at + per]
         out = stage[:ids.size * r.num_fragments]
-        _np.take(elements, (ids[:, None] * per_block + frag[None, :]).reshape(-1), axis=0, out=out, mode="clip")
+        numpy.take(elements, (ids[:, None] * per_block + frag[None, :]).reshape(-1), axis=0, out=out, mode="clip")
         b.frags[b.ids[at:at + per]] = out.reshape(ids.size, r.num_fragments)
     return True
 
@@ -196,10 +196,10 @@ def _apart(n: int, f: int, src: int, dst: int):
     need = n * f + 4096
     raw = getattr(_STAGE, "raw", None)
     if raw is None or raw.size < need:
-        raw = _np.empty(need, dtype=_np.uint8)
+        raw = numpy.empty(need, dtype=numpy.uint8)
         if need <= 2 * _CHUNK + 4096:
             _STAGE.raw = raw
-    return _np.ndarray((n,), dtype=_np.dtype((_np.void, f)), buffer=raw, offset=(at - raw.ctypes.data) % 4096)
+    return numpy.ndarray((n,), dtype=numpy.dtype((numpy.void, f)), buffer=raw, offset=(at - raw.ctypes.data) % 4096)
 
 
 def _carried(a, lo: int, hi: int, device: torch.device) -> torch.Tensor:
@@ -222,7 +222,7 @@ def _np_view(words: torch.Tensor, offset: int, stride: int, r):
     copies each with one memcpy, where a `(blocks, fragments, words)` view goes word by word."""
     w = words.element_size()
     raw, base = _np_bytes(words, offset)
-    return _np.ndarray((words.shape[0], r.num_fragments), dtype=_np.dtype((_np.void, r.fragment_size)), buffer=raw,
+    return numpy.ndarray((words.shape[0], r.num_fragments), dtype=numpy.dtype((numpy.void, r.fragment_size)), buffer=raw,
                        offset=base, strides=(words.stride(0) * w, stride if r.num_fragments > 1 else r.fragment_size))
 
 
@@ -232,14 +232,14 @@ def _np_bytes(words: torch.Tensor, offset: int) -> tuple:
     return raw, words.storage_offset() * words.element_size() + offset
 
 
-def _view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:
+def run_view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:
     """One run's fragments of every block: `(blocks, fragments, fragment words)`."""
     w = words.element_size()
     return words.as_strided((words.shape[0], r.num_fragments, r.fragment_size // w),
                             (words.stride(0), stride // w, 1), words.storage_offset() + offset // w)
 
 
-def _word(m: CanonicalPageMapping, segs: tuple) -> int:
+def plan_word(m: CanonicalPageMapping, segs: tuple) -> int:
     """The widest word dividing every size, offset and stride of the plan (and the tensor's bases)."""
     values = [m.local_page_size_bytes, m.canonical_page_size_bytes]
     for seg in segs:

@@ -10,14 +10,14 @@ from lark.visitors import Transformer_NonRecursive
 from ..errors import Span, SpecError
 from .tree import (Agnostic, BinOp, BoolOp, Call, Case, Compare, Expr, FamilyDef, Fn, GridDef, Import,
                    IndexDecl, LayoutDef, LayoutUse, Let, Module, Name, Neg, Not, Num, ParamDef, RESERVED,
-                   Ranks, Replica, Require, RulesDef, Shard, Use, World, _Merged, _Option, _check_views)
+                   Ranks, Replica, Require, RulesDef, Shard, Use, World, Merged, FamilyOption, check_views)
 
 MAX_NUMBER = 2 ** 63 - 1
 """Largest integer literal: sizes and strides are 64-bit quantities at run time."""
 
 
 @v_args(meta=True)
-class _Build(Transformer_NonRecursive):
+class Builder(Transformer_NonRecursive):
     """Lark tree -> dataclasses. Each method receives the node's meta for its span.
 
     Non-recursive, so tree depth never meets Python's recursion limit while building."""
@@ -143,11 +143,11 @@ class _Build(Transformer_NonRecursive):
         if len(rest) > 1:
             raise SpecError("a tensor clause says '...' (the indices it does not name) at most once",
                             self._tok(rest[1]))
-        dims = tuple(t if isinstance(t, _Merged) else Name(str(t), self._tok(t)) for t in c[1:at] + c[at + 1:])
+        dims = tuple(t if isinstance(t, Merged) else Name(str(t), self._tok(t)) for t in c[1:at] + c[at + 1:])
         return ("tensor", (name, dims, at - 1), self._at(meta))
 
     def merged_dim(self, meta, c):
-        return _Merged(tuple(Name(str(t), self._tok(t)) for t in c), self._at(meta))
+        return Merged(tuple(Name(str(t), self._tok(t)) for t in c), self._at(meta))
 
     def region_kind(self, meta, c):
         return str(c[0])
@@ -168,7 +168,7 @@ class _Build(Transformer_NonRecursive):
                 seen[r.name] = r
             if all(r.pad for r in items):
                 raise SpecError(f"layout '{name}' is all padding: at least one region must hold data", where)
-            _check_views(name, items)
+            check_views(name, items)
             regions = tuple(LayoutDef(r.name, names, r.indices, r.offset, r.element, r.tensor, r.span, (), r.pad,
                                       r.tensor_name, r.tensor_groups) for r in items)
             return LayoutDef(name, names, (), None, None, None, where, regions)
@@ -194,7 +194,7 @@ class _Build(Transformer_NonRecursive):
                             f"regions is one block-strided buffer); dims before 'block' are for a layout of one box",
                             dims[0].span)
         if dims is not None:
-            merged = next((d for d in dims if isinstance(d, _Merged)), None)
+            merged = next((d for d in dims if isinstance(d, Merged)), None)
             if merged is not None and not region:
                 raise SpecError(f"{what} is one box: write a tensor dimension that holds two indices as one index "
                                 f"(as aiter's c < H * D) rather than {merged.shown()}", merged.span)
@@ -243,18 +243,18 @@ class _Build(Transformer_NonRecursive):
         return ("shard" if region is None else ("shard", str(region)), shard, at)
 
     def order_option(self, meta, c):
-        return _Option("order", c[0], self._at(meta))
+        return FamilyOption("order", c[0], self._at(meta))
 
     def before_option(self, meta, c):
-        names = tuple(Name(str(t), self._tok(t)) for t in c if not isinstance(t, _Option))
-        return [_Option("before", names, self._at(meta)), *(t for t in c if isinstance(t, _Option))]
+        names = tuple(Name(str(t), self._tok(t)) for t in c if not isinstance(t, FamilyOption))
+        return [FamilyOption("before", names, self._at(meta)), *(t for t in c if isinstance(t, FamilyOption))]
 
     def family_def(self, meta, c):
         name, serves = str(c[0]), str(c[1])
         rest = [y for x in c[2:] for y in (x if isinstance(x, list) else [x])]
-        options = [x for x in rest if isinstance(x, _Option)]
-        items = [x for x in rest if not isinstance(x, _Option)]
-        given: dict[str, _Option] = {}
+        options = [x for x in rest if isinstance(x, FamilyOption)]
+        items = [x for x in rest if not isinstance(x, FamilyOption)]
+        given: dict[str, FamilyOption] = {}
         for o in options:
             if o.kind in given:
                 raise SpecError(f"family '{name}' says '{o.kind}' twice", o.at)
@@ -348,11 +348,11 @@ def _row_major(indices: tuple[IndexDecl, ...], at: Span) -> Expr:
 def _rest_filled(dims: tuple, indices: tuple[IndexDecl, ...]) -> tuple[tuple[Name, ...], tuple[int, ...]]:
     """A tensor clause's indices, `...` replaced by those it does not name (in index order), and
     how many indices each tensor dim holds (empty where each holds one)."""
-    named = {n.id for d in dims for n in (d.names if isinstance(d, _Merged) else (d,)) if n.id != "..."}
+    named = {n.id for d in dims for n in (d.names if isinstance(d, Merged) else (d,)) if n.id != "..."}
     out: list[Name] = []
     groups: list[int] = []
     for n in dims:
-        if isinstance(n, _Merged):
+        if isinstance(n, Merged):
             out.extend(n.names)
             groups.append(len(n.names))
             continue

@@ -96,7 +96,7 @@ class Reading:
                 self.env[name] = p.default
         self.fns = dict(self.lib.fns)
         for let in self.lib.lets.values():
-            self.env[let.name] = _Lazy(let.value)  # evaluated where used: an unused one cannot fail
+            self.env[let.name] = Lazy(let.value)  # evaluated where used: an unused one cannot fail
         fdef = self.lib.family_def(self.family)
         self.fdef = fdef
         self._path = list(self.path)
@@ -123,8 +123,8 @@ class Reading:
 
     def _step(self, s):
         if isinstance(s, Let):
-            self.env[s.name] = _Lazy(s.value)
-            self.env.pop(_MEMO, None)  # a new let may shadow one evaluated before
+            self.env[s.name] = Lazy(s.value)
+            self.env.pop(LETS_MEMO, None)  # a new let may shadow one evaluated before
         elif isinstance(s, Require):
             self.guards.append((self.cond(s.cond), s.span))
         elif isinstance(s, Fn):
@@ -146,12 +146,12 @@ class Reading:
             return int(e.value)
         if isinstance(e, Name):
             v = env[e.id]
-            if isinstance(v, _Lazy):
+            if isinstance(v, Lazy):
                 # once per environment: a chain of lets that each use the previous one twice
                 # would otherwise take time exponential in its length; a let reads the names
                 # where it is written, never the parameters of a fn it is read inside
                 outer = env.get(_OUTER, env)
-                memo = outer.setdefault(_MEMO, {})
+                memo = outer.setdefault(LETS_MEMO, {})
                 if e.id not in memo:
                     memo[e.id] = self.expr(v.e, outer)
                 v = memo[e.id]
@@ -241,7 +241,7 @@ class Reading:
                               f"(a token's place in the sequence) to check it against")
         if seq.id not in index:
             raise LookupError(f"'sequence {seq.id}': the local layout has no index '{seq.id}' (the local token)")
-        env = {**self.env, **rank_digits, **index, _MEMO: {}}
+        env = {**self.env, **rank_digits, **index, LETS_MEMO: {}}
         return self.expr(Call("token", (Name(seq.id, seq.span),), seq.span), env)
 
     def token_shards(self):
@@ -254,7 +254,7 @@ class Reading:
 
     def shard(self, index: dict, rank_digits: dict) -> dict:
         """Canonical index of local `index` on the rank with these digit values."""
-        env = {**self.env, **rank_digits, **index, _MEMO: {}}  # lets here may use the index
+        env = {**self.env, **rank_digits, **index, LETS_MEMO: {}}  # lets here may use the index
         canon, _ = self.layout("canonical")
         rank = 0
         for n, ext in self.rank_extents():
@@ -264,11 +264,11 @@ class Reading:
 
 
 @dataclass
-class _Lazy:
+class Lazy:
     e: object
 
 
-_MEMO = "#lets"
+LETS_MEMO = "#lets"
 _OUTER = "#outer"  # inside a fn body: the environment its lets are read in
 """The key of an environment's evaluated lets (not a name a spec can write)."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import params
-from .._resources import specs_dir
+from ..resources import specs_dir
 from ..errors import SpecError
 from .syntax import parse_file
 from .tree import (Call, Case, FamilyDef, Fn, GridDef, LayoutDef, LayoutUse, Let, Module, Name, ParamDef,

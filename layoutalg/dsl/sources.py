@@ -19,7 +19,7 @@ RACY_NS = 2_000_000_000
 (coarse file-system clocks tick in milliseconds, some in seconds)."""
 
 
-def _digest(*parts: bytes) -> str:
+def sha256_hex(*parts: bytes) -> str:
     import hashlib  # only here: a load through the index hashes nothing
     h = hashlib.sha256()
     for p in parts:
@@ -28,11 +28,11 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def _files_digest(files) -> str:
-    return _digest(*(str(f).encode() + b"\0" + _bytes_of(f) for f in sorted(map(str, files))))
+def files_digest(files) -> str:
+    return sha256_hex(*(str(f).encode() + b"\0" + bytes_of(f) for f in sorted(map(str, files))))
 
 
-def _bytes_of(f) -> bytes:
+def bytes_of(f) -> bytes:
     """A file's bytes; a pipe or a device named like a spec is refused (its read may never end)."""
     f = os.fspath(f)
     if os.path.exists(f) and not os.path.isfile(f):
@@ -49,10 +49,10 @@ def snapshot(files) -> tuple[str | None, tuple]:
     the race of reading twice."""
     import hashlib
     try:
-        data = {f: _bytes_of(f) for f in map(str, files)}
+        data = {f: bytes_of(f) for f in map(str, files)}
     except (OSError, LayoutalgError):
         return None, ()
-    return (_digest(*(f.encode() + b"\0" + data[f] for f in sorted(data))),
+    return (sha256_hex(*(f.encode() + b"\0" + data[f] for f in sorted(data))),
             tuple(sorted((f, hashlib.sha256(b).hexdigest()) for f, b in data.items())))
 
 
@@ -90,7 +90,7 @@ def unchanged(sources: tuple, folder, listing: tuple) -> bool:
                 return False
             continue
         try:
-            if hashlib.sha256(_bytes_of(path)).hexdigest() != digest:
+            if hashlib.sha256(bytes_of(path)).hexdigest() != digest:
                 return False
         except (OSError, LayoutalgError):
             return False

@@ -16,9 +16,9 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 from lark.indenter import DedentError, Indenter
 
-from .._resources import grammar_path
+from ..resources import grammar_path
 from ..errors import Span, SpecError
-from .build import _Build
+from .build import Builder
 from .tree import Module
 
 MAX_DEPTH = 100
@@ -136,7 +136,7 @@ def parse(text: str, path: str = "<spec>") -> Module:
     tree = _parse_tree(text, lines, span)
     _check_nesting(tree, span)
     try:
-        return _Build(path, span).transform(tree)
+        return Builder(path, span).transform(tree)
     except VisitError as e:
         if isinstance(e.orig_exc, SpecError):
             raise e.orig_exc from None

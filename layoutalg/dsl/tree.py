@@ -158,7 +158,7 @@ def grouped(stmts) -> list:
     return out
 
 
-def _check_views(page: str, regions) -> None:
+def check_views(page: str, regions) -> None:
     """A page's tensors: every data region names the tensor that views it, or none does; no pad
     is part of a tensor (`_box` refuses its tensor clause)."""
     data = [r for r in regions if not r.pad]
@@ -206,7 +206,7 @@ RESERVED = {"P", "bool", "rank", "block"}
 """Names the compiled code, the shard map or the tensor clause already give a meaning."""
 
 
-class _Option(NamedTuple):
+class FamilyOption(NamedTuple):
     """`order N` or `before F, G` on a family's line."""
     kind: str
     value: object
@@ -236,7 +236,7 @@ class LayoutDef:
     tensor_outer: int = 0
 
 
-class _Merged(NamedTuple):
+class Merged(NamedTuple):
     """`(kv, d)` in a tensor clause: one tensor dimension holding several indices, the first outermost."""
     names: tuple
     span: Span

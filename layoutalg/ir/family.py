@@ -26,10 +26,10 @@ from .itersum import IterSum, Split, digits_of, expand_call, normalise
 from ..dsl.library import Library
 from .sizes import Atoms, Scope, param
 from ..dsl.tree import BinOp, Call, Expr, FamilyDef, Name, Neg
-from .guards import _conjuncts, _rewrites, guarded_equality  # noqa: F401 - the family's own API
+from .guards import conjuncts, guard_rewrites, guarded_equality  # noqa: F401 - the family's own API
 from .resolved import Digit, Family, Guard, LayoutIR, Target, Variant  # noqa: F401
 from .layouts import check_layouts, instantiate, layout_ir  # noqa: F401
-from .statements import _State, _divisors_positive, _let_size, _reads, _run  # noqa: F401
+from .statements import RunState, divisors_positive, let_size, read_divisions, run_statements  # noqa: F401
 
 
 def resolve(lib: Library, name: str) -> Family:
@@ -66,17 +66,17 @@ def _resolve(lib: Library, name: str) -> Family:
         if let.name in vocabulary:  # one meaning per name, in every file of the library
             raise SpecError(f"'{let.name}' is a runtime name ({vocabulary[let.name].meaning}); a let may not "
                             f"redefine it", let.span)
-        top.names[let.name] = _let_size(top, let)
+        top.names[let.name] = let_size(top, let)
     fam = Family(name, fdef.serves, fdef.order, fdef.span.file, fdef.span, atoms, vocabulary=vocabulary,
                  region=fdef.shard.region if fdef.page is not None and fdef.shard else None)
-    start = _State(top, {}, [], [])
-    _divisors_positive(start)  # in the library's shared lets
-    for s in _run(gdef.body, start, f"grid '{gdef.name}'"):
+    start = RunState(top, {}, [], [])
+    divisors_positive(start)  # in the library's shared lets
+    for s in run_statements(gdef.body, start, f"grid '{gdef.name}'"):
         if s.ranks is None:
             raise SpecError(f"grid '{gdef.name}' has no 'ranks' line", gdef.span)
         if s.world is None:
             raise SpecError(f"grid '{gdef.name}' has no 'world' line", gdef.span)
-        for v in _run(fdef.body, s, where):
+        for v in run_statements(fdef.body, s, where):
             fam.variants.append(_variant(lib, fdef, v))
     seq = getattr(fdef, "sequence", None)
     if seq is not None and fam.variants and seq.id not in fam.variants[0].canonical.indices:
@@ -132,10 +132,10 @@ def _dense_box(indexed: tuple, equal):
     return box
 
 
-def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
+def _variant(lib: Library, fdef: FamilyDef, s: RunState) -> Variant:
     scope = s.scope
     shards = [fdef.shard] + list(fdef.shards or ())
-    _reads(s, *fdef.local.call.args, *fdef.canonical.call.args,
+    read_divisions(s, *fdef.local.call.args, *fdef.canonical.call.args,
            *[t for sh in shards if sh is not None for t in sh.targets])
     local = instantiate(lib, fdef.local, scope, "local")
     canon = instantiate(lib, fdef.canonical, scope, "canonical")
@@ -202,7 +202,7 @@ def _variant(lib: Library, fdef: FamilyDef, s: _State) -> Variant:
                                 canonical_stride(sp) if used else sympy.Integer(0),
                                 sympy.expand(rank_strides[d.name] * sp.lower), True, d.name in s.replicas, sp))
     base = sympy.expand(e * (canon.base + sum(coef_c[t.index] * t.sum.base for t in targets)))
-    _divisors_positive(s)  # divisions in the layouts' arguments and the rank extents
+    divisors_positive(s)  # divisions in the layouts' arguments and the rank extents
     return Variant(fdef.name, tuple(s.cases), tuple(s.guards), local, canon, tuple(digits),
                    tuple(d.name for d in rank_decl), base, targets, s.world, s.agnostic,
                    dict(scope.names), sympy.expand(e * local.base))

@@ -8,11 +8,11 @@ import sympy
 from .resolved import Family, Variant
 
 
-def _rewrites(v: Variant, atoms) -> dict:
+def guard_rewrites(v: Variant, atoms) -> dict:
     """Substitutions implied by equality guards and cases: `x == e` with x a parameter."""
     subs = {}
     for g in list(v.cases) + list(v.guards):
-        for c in _conjuncts(g.cond):
+        for c in conjuncts(g.cond):
             if isinstance(c, sympy.Eq) and c.rhs == 0 and c.lhs in atoms.by_symbol:
                 a = atoms.by_symbol[c.lhs]
                 if a.op == "%" and a.num == 1 and isinstance(a.den, sympy.Symbol):
@@ -29,7 +29,7 @@ def _rewrites(v: Variant, atoms) -> dict:
     return subs
 
 
-def _conjuncts(c):
+def conjuncts(c):
     return list(c.args) if isinstance(c, sympy.And) else [c]
 
 
@@ -40,7 +40,7 @@ def guarded_equality(family: Family, v: Variant):
     replaces `heads`), exact divisions become rational functions; `eq` compares the
     results exactly. False means "not shown", not "different".
     """
-    atoms, subs = family.atoms, _rewrites(v, family.atoms)
+    atoms, subs = family.atoms, guard_rewrites(v, family.atoms)
     # the compiler and the prover ask for the same sizes many times over, under few sets of
     # rewrites; a norm depends on the family's atoms and the rewrites alone (sympy applies a
     # dict of them in an order of its own, not the dict's), so they key what is remembered

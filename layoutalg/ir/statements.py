@@ -1,5 +1,5 @@
 """Grid and family statements -> states: `let`, `require`, `case`, `ranks`, `replica`,
-`world` and `agnostic` read in order, one `_State` per path through the cases.
+`world` and `agnostic` read in order, one `RunState` per path through the cases.
 
 Divisions are exact where they are read (a `let` is read where something uses it), and
 every divisor is positive: each becomes a guard of the state that divided.
@@ -23,7 +23,7 @@ def _text(span: Span | None) -> str:
 
 
 @dataclass
-class _State:
+class RunState:
     scope: Scope
     index_lets: dict[str, Expr]
     cases: list[Guard]
@@ -34,8 +34,8 @@ class _State:
     agnostic: object = sympy.false
     replica_spans: dict = field(default_factory=dict)  # where each replica was named
 
-    def copy(self) -> "_State":
-        return _State(self.scope.child({}), dict(self.index_lets), list(self.cases), list(self.guards),
+    def copy(self) -> "RunState":
+        return RunState(self.scope.child({}), dict(self.index_lets), list(self.cases), list(self.guards),
                       self.ranks, self.replicas, self.world, self.agnostic, dict(self.replica_spans))
 
 
@@ -50,7 +50,7 @@ def _names(e) -> set[str]:
     return set()
 
 
-def _run(stmts, state: _State, where: str) -> list[_State]:
+def run_statements(stmts, state: RunState, where: str) -> list[RunState]:
     """Execute grid/family statements; `case` groups fork the state."""
     states = [state]
     for item in grouped(stmts):
@@ -59,19 +59,19 @@ def _run(stmts, state: _State, where: str) -> list[_State]:
             for s in states:
                 for case in item:
                     c = s.copy()
-                    _reads(c, case.cond)
+                    read_divisions(c, case.cond)
                     c.cases.append(Guard(c.scope.cond(case.cond), _text(case.span), case.span))
-                    _divisors_positive(c)
-                    forked.extend(_run(case.body, c, where))
+                    divisors_positive(c)
+                    forked.extend(run_statements(case.body, c, where))
             states = forked
         else:
             for s in states:
                 _step(item, s, where)
-                _divisors_positive(s)
+                divisors_positive(s)
     return states
 
 
-def _let_size(scope: Scope, let) -> sympy.Expr:
+def let_size(scope: Scope, let) -> sympy.Expr:
     """A size let's value; the exact divisions it made are kept with it, to be checked by a
     state only where something it reads names the let (the spec's reading evaluates a let
     only where it is used, and so does the prover)."""
@@ -86,7 +86,7 @@ def _let_size(scope: Scope, let) -> sympy.Expr:
     return value
 
 
-def _reads(s: _State, *exprs) -> None:
+def read_divisions(s: RunState, *exprs) -> None:
     """The exact divisions of the lets these expressions name, now read by this state: through
     the index lets and functions they use, whose bodies are read where they are used."""
     atoms = s.scope.atoms
@@ -117,7 +117,7 @@ def _calls(e) -> set[str]:
     return set()
 
 
-def _divisors_positive(s: _State) -> None:
+def divisors_positive(s: RunState) -> None:
     """Exact divisions that cancelled symbolically still hold only where the divisor is
     positive (as the prover reads `/`): each becomes a guard of the state that divided. So
     does each exact division's remainder being zero, which an atom that later cancels
@@ -136,7 +136,7 @@ def _divisors_positive(s: _State) -> None:
     atoms.positive.clear()  # (the remainders' divisors are the divisions' own, already guarded)
 
 
-def _step(stmt, s: _State, where: str) -> None:
+def _step(stmt, s: RunState, where: str) -> None:
     if isinstance(stmt, Let):
         rank_names = {d.name for d in s.ranks.digits} if s.ranks else set()
         if stmt.name in s.scope.names or stmt.name in s.index_lets or stmt.name in rank_names:
@@ -147,9 +147,9 @@ def _step(stmt, s: _State, where: str) -> None:
         if _names(stmt.value) & (rank_names | set(s.index_lets) | {"rank"}):
             s.index_lets[stmt.name] = stmt.value
         else:
-            s.scope.names[stmt.name] = _let_size(s.scope, stmt)
+            s.scope.names[stmt.name] = let_size(s.scope, stmt)
     elif isinstance(stmt, Require):
-        _reads(s, stmt.cond)
+        read_divisions(s, stmt.cond)
         s.guards.append(Guard(s.scope.cond(stmt.cond), _text(stmt.span), stmt.span))
     elif isinstance(stmt, Fn):
         if stmt.name in s.scope.names:  # one meaning per name: `tp(x)` beside `tp` would read as two
@@ -161,7 +161,7 @@ def _step(stmt, s: _State, where: str) -> None:
                             f"definition on each path through the cases", stmt.span)
         s.scope.fns[stmt.name] = stmt
     elif isinstance(stmt, World):
-        _reads(s, stmt.size)
+        read_divisions(s, stmt.size)
         s.world = s.scope.size(stmt.size, "world size")
     elif isinstance(stmt, Ranks):
         if s.ranks is not None:
@@ -172,7 +172,7 @@ def _step(stmt, s: _State, where: str) -> None:
                 raise SpecError(f"rank digit '{d.name}' is declared twice or shadows a size", d.span)
             seen.add(d.name)
         s.ranks = stmt
-        _reads(s, *(d.extent for d in stmt.digits))
+        read_divisions(s, *(d.extent for d in stmt.digits))
         rank = Name(stmt.digits[0].name, stmt.digits[0].span)
         for d in stmt.digits[1:]:
             rank = BinOp("+", BinOp("*", rank, d.extent, d.span), Name(d.name, d.span), d.span)
@@ -181,7 +181,7 @@ def _step(stmt, s: _State, where: str) -> None:
         s.replicas = s.replicas + tuple(n for n in dict.fromkeys(stmt.names) if n not in s.replicas)
         s.replica_spans.update({n: stmt.span for n in stmt.names})
     elif isinstance(stmt, Agnostic):
-        _reads(s, stmt.cond)
+        read_divisions(s, stmt.cond)
         s.agnostic = s.scope.cond(stmt.cond)
     else:  # pragma: no cover - the grammar admits nothing else
         raise TypeError(stmt)

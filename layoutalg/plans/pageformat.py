@@ -172,13 +172,13 @@ def _compact_runs(family: str, modes) -> tuple[CopyRun, ...]:
 def _region_runs(family: str, parts, boxes_b, boxes_s, tok: str, k: int) -> tuple[CopyRun, ...]:
     """A page of regions: each region's box one-to-one on both sides, its runs from its modes,
     and no byte of either page in two regions (a sweep over the fragments)."""
-    from ..runtime.lower import TilingError, _injective, strided_runs
+    from ..runtime.lower import TilingError, check_injective, strided_runs
     runs = []
     for part, b, sm in zip(parts, boxes_b, boxes_s):
         modes = _modes(b, sm, tok, k)
         try:
-            _injective([(n, ls) for n, ls, _ in modes], f"big canonical page's region '{part}'", family)
-            _injective([(n, cs) for n, _, cs in modes], f"small canonical pages' region '{part}'", family)
+            check_injective([(n, ls) for n, ls, _ in modes], f"big canonical page's region '{part}'", family)
+            check_injective([(n, cs) for n, _, cs in modes], f"small canonical pages' region '{part}'", family)
         except TilingError as err:
             raise LayoutalgError(str(err)) from None
         if any(n == 0 for n, _, _ in modes):

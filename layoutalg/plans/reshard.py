@@ -410,7 +410,7 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
 _VALID: dict[str, None] = {}  # the reprs of plans validated (at most 1024)
 
 
-def _validated(plan) -> None:
+def validate_once(plan) -> None:
     """`validate(plan)`, once per plan: gather and scatter run it on every block batch and layer.
     Remembered by the plan's repr, not its equality: a plan of 0.0 equals and hashes as one of 0."""
     key = repr(plan)

@@ -26,10 +26,10 @@ from ..errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from ..mapping import MAX_STRETCHES, TensorView
 from ..record import replace
-from .formats import _dtypes, assumed_id, format_id, names_data
+from .formats import layer_dtypes, assumed_id, format_id, names_data
 from .records import (CERTIFIED, FALLBACK, NO_MAPPINGS, OMITTED, OPAQUE, LayerResult, LayerSpec, ParallelConfig,
                       TensorLayout, as_int)
-from .tensors import _mismatch_views, _physical, as_it_lies, raw_page, stacked
+from .tensors import mismatch_views, physical_layout, as_it_lies, raw_page, stacked
 
 
 class Deriver:
@@ -96,7 +96,7 @@ class Deriver:
         missing = {}
         kind = self._by_kind.get(layer.kind, []) if not reasons else []
         for k, cf in enumerate(kind):
-            runs = _apply(cf, sizes, layer, tensor, num_blocks, world=parallel.world_size)
+            runs = apply_family(cf, sizes, layer, tensor, num_blocks, world=parallel.world_size)
             if isinstance(runs, str):
                 reasons.append(f"{cf.name}: {runs}")
                 missing[cf.name] = getattr(runs, "missing", None)
@@ -128,7 +128,7 @@ class Deriver:
             reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
                            if not reasons else "the library declares no fallback")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
-        runs = _apply(self.fallback, sizes, layer, tensor, num_blocks, fallback=True, world=parallel.world_size)
+        runs = apply_family(self.fallback, sizes, layer, tensor, num_blocks, fallback=True, world=parallel.world_size)
         if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
             reasons.append(f"{self.fallback.name} (fallback): {runs}")
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
@@ -162,7 +162,7 @@ def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
     them apart past what `layoutalg check` compares (pages over 4096 bytes) are refused here."""
     mine = _placed(runs)
     for other in later:
-        theirs = _apply(other, sizes, layer, tensor, num_blocks)  # (the group checked where it took the layer)
+        theirs = apply_family(other, sizes, layer, tensor, num_blocks)  # (the group checked where it took the layer)
         if isinstance(theirs, str):
             continue
         if _placed(theirs) != mine:
@@ -204,7 +204,7 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
     return as_int(num_blocks, "Deriver.derive: num_blocks", minimum=0)
 
 
-def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks,
+def apply_family(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks,
            fallback: bool = False, world: int | None = None):
     """Every rank's mappings where `cf` describes the layer exactly, else why not (a string).
     `sizes` may give `pp`: only a stage grid's family reads it (no other family's reading or
@@ -230,8 +230,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
                 f"than the {MAX_STRETCHES} a copy takes")
     if isinstance(tensor, TensorLayout) and len(views) > 1 and raw_page(tensor, num_blocks, layer.page_size_bytes):
         one = stacked(views, tensor, num_blocks, layer.page_size_bytes)  # its views stacked before the block?
-        views = (one,) if isinstance(one, TensorView) else views  # (else `_mismatch_views` says why not)
-    why = (_mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
+        views = (one,) if isinstance(one, TensorView) else views  # (else `mismatch_views` says why not)
+    why = (mismatch_views(views, tensor, num_blocks, layer.page_size_bytes) if isinstance(cf, CompiledPage) else
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes, group)
     box = () if fallback else getattr(inst, "local_form", None)
     if not why and not views and isinstance(tensor, TensorLayout):
@@ -246,8 +246,8 @@ def _apply(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayo
     if len(tensors) == len(views):  # each view with the element type its tensor names
         views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))
     named = names_data(inst)
-    fmt = format_id(cf.layout_id, inst, named, sizes, _dtypes(tensors),
-                    () if named else (layer.kind,) + _physical(tensors))
+    fmt = format_id(cf.layout_id, inst, named, sizes, layer_dtypes(tensors),
+                    () if named else (layer.kind,) + physical_layout(tensors))
     if not named and not tensors:  # where a rank's bytes lie is assumed (the family's layout, the kind's)
         fmt = assumed_id(fmt)
     reads = (box,) if tensor is None and not views and not fallback else ()  # what a plan's tensor must be
@@ -301,7 +301,7 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     whenever a file it was compiled from, or a file of its folder, changes: a spec edited
     between two `Deriver`s of one process is never served stale."""
     from ..compile import cache
-    from .._resources import specs_folder
+    from ..resources import specs_folder
     folder = os.path.realpath(os.fspath(spec_dir or specs_folder()))
     hit = _COMPILED.get(folder)
     if hit is not None and _still(hit, folder):

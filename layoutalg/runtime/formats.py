@@ -14,7 +14,7 @@ def assumed_id(fmt: str) -> str:
     (`fmt`, keyed by its family's layout, its sizes and the layer's kind), marked so: the layout
     was assumed, the family's own or, for the fallback, the kind's as the engine lays it out. It
     is one id whatever the process or the derivation's history, and never an id derived from a
-    tensor (whose key holds the tensor's strides, `_physical`). A kind some family reads from
+    tensor (whose key holds the tensor's strides, `tensors.physical_layout`). A kind some family reads from
     its tensor is refused from sizes alone (`derive._tensor_readers`): there two engines' bytes
     may lie apart at one size.
 
@@ -40,7 +40,7 @@ def unread(fmt: str) -> bool:
     return len(parts) > 1 and parts[1].startswith(_ASSUMED)
 
 
-def _dtypes(tensors: tuple) -> tuple:
+def layer_dtypes(tensors: tuple) -> tuple:
     """The element types a layer's tensors name: bf16 and fp16 bytes are not one format."""
     return tuple(t.dtype for t in tensors) if any(t.dtype for t in tensors) else ()
 

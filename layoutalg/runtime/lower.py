@@ -17,7 +17,7 @@ from math import lcm, prod
 
 from ..algebra import intervals
 from ..algebra.ops import coalesce, invert_and_compose
-from ..compile.compiled import Instance, Page, _region
+from ..compile.compiled import Instance, Page, region_of
 from ..errors import LayoutalgError
 from ..algebra.layout import Layout
 from ..mapping import CanonicalPageMapping, CopyRun, Tiling
@@ -163,7 +163,7 @@ MAX_PAGE_FRAGMENTS = 1 << 20
 """Most fragments a page's tiling sweep looks at (every region, pad and writing rank)."""
 
 
-def _injective(modes, what: str, family: str) -> None:
+def check_injective(modes, what: str, family: str) -> None:
     """Raise unless the modes `(extent, stride)` are one-to-one: walked by increasing stride,
     each stride passes the highest offset the smaller ones reach (a sufficient condition)."""
     reach = 0
@@ -174,15 +174,15 @@ def _injective(modes, what: str, family: str) -> None:
         reach += (n - 1) * s
 
 
-def _region_plan(inst: Instance, region: str) -> StridedRuns:
+def region_plan(inst: Instance, region: str) -> StridedRuns:
     """The runs of one region (local, then canonical), certified one-to-one on both sides (the
     page sweep shows the regions tile)."""
     where = f"region '{region}'"
     if any(n == 0 for n, _, _ in inst.local):
         return StridedRuns([], 1, 0, 0, 0)  # an empty region: nothing to copy, nothing to certify
-    _injective([(n, ls) for n, ls, _ in inst.local], f"local layout of {where}", inst.family)
+    check_injective([(n, ls) for n, ls, _ in inst.local], f"local layout of {where}", inst.family)
     owners = [(n, cs) for n, _, cs in inst.local] + [(n, cs) for n, _, cs, rep in inst.ranks if not rep]
-    _injective(owners, f"canonical image of {where} (its writers)", inst.family)
+    check_injective(owners, f"canonical image of {where} (its writers)", inst.family)
     for n, _, cs, rep in inst.ranks:
         if rep and n != 1 and cs != 0:
             raise TilingError(f"{inst.family}: in {where} a replica rank digit moves the canonical offset "
@@ -249,7 +249,7 @@ def pad_fragments(inst: Instance) -> list[tuple[int, int]]:
 
 def _pad(inst: Instance) -> str:
     """A pad's name, as its part family names it (`quant_split.tail`: the pad `tail`)."""
-    return "pad " + _region(inst.family)
+    return "pad " + region_of(inst.family)
 
 
 def _rank_bases(inst: Instance) -> list[tuple[int, int]]:
@@ -282,7 +282,7 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
     sides, and the regions with the pads tiling the local page and (one writer class each)
     the canonical page, by a sweep over their fragments. Each run carries its region's
     writer election (`CanonicalPageMapping.run_writers`)."""
-    plans = [(r, inst, _region_plan(inst, r)) for r, inst in page.regions]
+    plans = [(r, inst, region_plan(inst, r)) for r, inst in page.regions]
     count = sum(len(p[0]) * p[2] * inst.world for _, inst, p in plans)
     count += sum(len(pad_fragments(p)) for p in page.local_pads + page.canonical_pads)
     if count > MAX_PAGE_FRAGMENTS:

@@ -37,7 +37,7 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tupl
     not `(blocks, head_size, block_size)`, whose tokens are not its rows. A page of regions
     (`box` None: no one box) takes only flat `(blocks, page)` elements, as no tensor's dims
     group regions of other rows (quantised split KV: the data, then the scales). The fallback takes
-    them in any order, its format covering the strides (`_physical`). The view (the tensor as given) lets a copy
+    them in any order, its format covering the strides (`physical_layout`). The view (the tensor as given) lets a copy
     plan refuse another tensor of one size. The fallback gets no view, as before, where the
     tensor is no such block-first page: a copy plan then refuses it.
 
@@ -119,14 +119,14 @@ def dense_gap(shape: tuple, stride: tuple, row_major: bool = False) -> Gap | Non
     return None
 
 
-def _physical(tensors: tuple) -> tuple:
+def physical_layout(tensors: tuple) -> tuple:
     """How the tensors lay a block out (dims after the block, their strides): where the
     canonical page is the rank's bytes as they lie (the opaque fallback), an NHD and an HND
     tensor of one size are two formats."""
     return tuple((t.shape[1:], t.stride[1:], t.element_size) for t in tensors)
 
 
-def _mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
+def mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
     """Why a page's tensors are not the ones its family views ('' when they are, or when the
     layer gives none: then its kind and sizes alone select the family, and copy plans check
     the tensors they are given against the mapping's views)."""

@@ -388,7 +388,7 @@ def _items(value, field: str):
         raise ConfigError(f"{field} must be a list, got {type(value).__name__}") from None
 
 
-def _layers(kv_cache_config):
+def layer_specs(kv_cache_config):
     """(layer name, spec) of every layer of every group, as vLLM pairs them."""
     groups = _field(kv_cache_config, "kv_cache_config", "kv_cache_groups")
     seen: dict[str, str] = {}
@@ -455,7 +455,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
         raise ConfigError(f"kv_caches must be a dict of layer name to tensor, got {type(kv_caches).__name__}")
     out: dict[str, CanonicalPageMapping] = {}
     failed: dict[tuple, list[str]] = {}
-    for name, spec in _layers(kv_cache_config):
+    for name, spec in layer_specs(kv_cache_config):
         try:
             engine = engine_kind(vllm_config, name)
             layer, why = layer_spec(spec, kinds=kinds, engine=engine), ""

@@ -140,8 +140,8 @@ def certified_agnostic(vllm_config, kv_cache_config) -> list[str]:
     """Every layer of every KV cache group, where layoutalg's derive (from the specs' sizes alone,
     the switches as the worker's derive reads them) certifies each parallelism-agnostic with one
     writer; else [] (a layer refused, opaque, absent or with runs of several writers)."""
-    from .vllm import _layers, derive_canonical_mappings
-    names = [name for name, _ in _layers(kv_cache_config)]
+    from .vllm import layer_specs, derive_canonical_mappings
+    names = [name for name, _ in layer_specs(kv_cache_config)]
     if not names:
         return []
     try:

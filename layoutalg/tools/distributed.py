@@ -107,12 +107,12 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     try:  # the family's own page at these sizes
         page = fitted_page(cf, sizes)
     except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
-        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {err}") from None
+        raise ConfigError(f"reshard: {family} cannot size a page at {config_text(config)}: {err}") from None
     sizes["page_size"] = page
     try:
         inst = cf.evaluate(sizes)
     except Exception as err:  # noqa: BLE001
-        raise ConfigError(f"reshard: {family} does not serve {_shown(config)} with {heads} KV heads: {err}") from None
+        raise ConfigError(f"reshard: {family} does not serve {config_text(config)} with {heads} KV heads: {err}") from None
     elem, k = page // e, cf.tensor_outer
     inner, strides = tuple(inst.tensor_shape) or (elem,), tuple(inst.tensor_strides) or (1,)
     kv = block_tensor(inner, strides, e, k, blocks, page)
@@ -153,7 +153,7 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
                      and vocabulary[n].default is not None]
         hint = f" (left at their defaults: {', '.join(defaulted)}; give others with --size NAME=VALUE)" \
             if defaulted else ""
-        raise ConfigError(f"reshard: {family} cannot size a page at {_shown(config)}: {'; '.join(errors)}{hint}")
+        raise ConfigError(f"reshard: {family} cannot size a page at {config_text(config)}: {'; '.join(errors)}{hint}")
     sizes.update(page_size=page, per_token_head_quant=quant)
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, per_token_head_quant=bool(quant),
                       sizes=given)
@@ -165,7 +165,7 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
 
 def library_of(specs: str | None):
     """The spec library a group's family is from (`load_default`: parsed once per process)."""
-    from .._resources import specs_dir
+    from ..resources import specs_dir
     from ..dsl.library import load_default
     return load_default(specs or specs_dir())
 
@@ -193,11 +193,11 @@ def _declared(family: str, cf, names: dict, specs: str | None = None) -> dict:
 def _served(res, family: str, config: dict) -> None:
     """`ConfigError` unless `family` itself certified the layer (not another family, not the fallback)."""
     if res.result != "certified" or res.family != family:
-        raise ConfigError(f"reshard: {family} does not serve {_shown(config)} ({res.result}"
+        raise ConfigError(f"reshard: {family} does not serve {config_text(config)} ({res.result}"
                           f"{', by ' + res.family if res.family else ''}): " + "; ".join(res.reasons))
 
 
-def _shown(config: dict) -> str:
+def config_text(config: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 
 
@@ -256,7 +256,7 @@ def _usable(device: str) -> None:
                           f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu")
 
 
-def _init(rank: int, world: int, job: dict, name: str):
+def join_group(rank: int, world: int, job: dict, name: str):
     """(torch.distributed, this rank's device, the backend): rank `rank` of `world` joined."""
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -304,7 +304,7 @@ def trusted(group: Group) -> tuple:
     return oracle.trusted(library_of(group.specs), group.family, dict(group.sizes))
 
 
-def _fill(group: Group, rank: int, layers, pages: torch.Tensor, blocks: torch.Tensor,
+def fill_layers(group: Group, rank: int, layers, pages: torch.Tensor, blocks: torch.Tensor,
           device=torch.device("cpu")) -> list[torch.Tensor]:
     """Each of `layers` (the layer numbers this rank's stage owns) filled with its bytes' hashes."""
     from ..copy.views import layer_segments
@@ -318,7 +318,7 @@ def _fill(group: Group, rank: int, layers, pages: torch.Tensor, blocks: torch.Te
     return out
 
 
-def _verify(group: Group, rank: int, kvs, pages, blocks, layers) -> list[bool]:
+def verify_layers(group: Group, rank: int, kvs, pages, blocks, layers) -> list[bool]:
     from ..copy.views import layer_segments
     where, canon, data = element_coordinates(group, rank, pages)
     m = group.mappings[rank]
@@ -334,7 +334,7 @@ def stage_of(stages: tuple, world: int, process: int) -> tuple[int, int, range]:
     return process // world, process % world, stages[process // world]
 
 
-def _stage(job: dict, side: str, process: int) -> tuple[int, int, range]:
+def stage_range(job: dict, side: str, process: int) -> tuple[int, int, range]:
     return stage_of(job[side + "_stages"], job[side].world, process)
 
 
@@ -348,12 +348,12 @@ def _pages(job: dict, key: str, group: Group, layers: int) -> torch.Tensor:
 def _store_worker(process: int, job: dict):
     from ..copy.executor import plan
     group, layers = job["store"], job["layers"]
-    stage, rank, owned = _stage(job, "store", process)
-    dist, dev, _ = _init(rank, group.world, job, f"store.{stage}")  # each pipeline stage a group of its own
+    stage, rank, owned = stage_range(job, "store", process)
+    dist, dev, _ = join_group(rank, group.world, job, f"store.{stage}")  # each pipeline stage a group of its own
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     buf = _pages(job, "pages", group, layers)
-    kvs = _fill(group, rank, owned, pages, blocks, dev)
+    kvs = fill_layers(group, rank, owned, pages, blocks, dev)
     t0 = time.perf_counter()
     for layer, kv in zip(owned, kvs):  # from the device's KV cache straight into shared host pages
         plan(m, kv).store(kv, blocks, buf[layer], pages)
@@ -367,8 +367,8 @@ def _store_worker(process: int, job: dict):
 def _load_worker(process: int, job: dict):
     from ..copy.executor import plan
     group, layers, folder = job["load"], job["layers"], job["folder"]
-    stage, rank, owned = _stage(job, "load", process)
-    dist, dev, _ = _init(rank, group.world, job, f"load.{stage}")
+    stage, rank, owned = stage_range(job, "load", process)
+    dist, dev, _ = join_group(rank, group.world, job, f"load.{stage}")
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     buf = _pages(job, "load_pages", group, layers)
@@ -378,12 +378,12 @@ def _load_worker(process: int, job: dict):
         plan(m, kv).load(buf[layer], pages, kv, blocks)  # host pages into the device's KV cache
     _synchronize(dev)
     copy_s = time.perf_counter() - t0
-    _report(folder, process, _verify(group, rank, kvs, pages, blocks, owned), 0, copy_s)
+    write_report(folder, process, verify_layers(group, rank, kvs, pages, blocks, owned), 0, copy_s)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _transfers(job: dict) -> list:
+def direct_transfers(job: dict) -> list:
     """Every transfer of the direct reshard (`plans.reshard.Transfer`): one format, or across
     another cp (`CrossPlans`)."""
     from ..plans.reshard import Transfer, direct_plans
@@ -394,7 +394,7 @@ def _transfers(job: dict) -> list:
     return [Transfer(p, v, v, pages, pages) for p in direct_plans(store.mappings, load.mappings) for v in p.producers()]
 
 
-def _owner(job: dict, side: str, layer: int) -> int:
+def owner_stage(job: dict, side: str, layer: int) -> int:
     """The pipeline stage of `side` that owns `layer`."""
     return next(s for s, owned in enumerate(job[side + "_stages"]) if layer in owned)
 
@@ -406,26 +406,26 @@ def _direct_worker(process: int, job: dict):
     from ..copy.direct import gather, scatter
     store, load, folder = job["store"], job["load"], job["folder"]
     producers = store.world * len(job["store_stages"])
-    dist, dev, backend = _init(process, producers + load.world * len(job["load_stages"]), job, "direct")
+    dist, dev, backend = join_group(process, producers + load.world * len(job["load_stages"]), job, "direct")
     wire = dev if backend == "nccl" else torch.device("cpu")  # gloo sends host tensors only
-    transfers = _transfers(job)
+    transfers = direct_transfers(job)
     tag = len(transfers)
     ops, got = [], {}
     if process < producers:  # a producer: send each consumer what its plan reads from here
-        stage, rank, owned = _stage(job, "store", process)
+        stage, rank, owned = stage_range(job, "store", process)
         pages, blocks = layout_of_pages(store, store.blocks)
-        kvs = _fill(store, rank, owned, pages, blocks, dev)
+        kvs = fill_layers(store, rank, owned, pages, blocks, dev)
         ops = [dist.P2POp(dist.isend, gather(plan, v, kv, blocks[src]).to(wire),
-                          producers + _owner(job, "load", layer) * load.world + plan.consumer, tag=layer * tag + t)
+                          producers + owner_stage(job, "load", layer) * load.world + plan.consumer, tag=layer * tag + t)
                for t, (plan, v, p, src, dst) in enumerate(transfers) if p == rank
                for layer, kv in zip(owned, kvs)]
     else:  # a consumer: one receive per (transfer, layer), in the order its producer sends them
-        stage, me, owned = _stage(job, "load", process - producers)
+        stage, me, owned = stage_range(job, "load", process - producers)
         pages, blocks = layout_of_pages(load, load.blocks)
         kvs = {layer: load.empty(dev).zero_() for layer in owned}
         got = {(t, layer): torch.empty(x[0].bytes_from(x[1]) * len(x[4]), dtype=torch.uint8, device=wire)
                for t, x in enumerate(transfers) if x.plan.consumer == me for layer in owned}
-        ops = [dist.P2POp(dist.irecv, got[(t, layer)], _owner(job, "store", layer) * store.world + transfers[t].rank,
+        ops = [dist.P2POp(dist.irecv, got[(t, layer)], owner_stage(job, "store", layer) * store.world + transfers[t].rank,
                           tag=layer * tag + t) for t, layer in got]
     dist.barrier()  # the group's first collective has every rank in it (NCCL's batched point-to-point asks it)
     t0 = time.perf_counter()
@@ -438,13 +438,13 @@ def _direct_worker(process: int, job: dict):
             scatter(plan, v, data, kvs[layer], blocks[dst])
             moved += data.numel()
         _synchronize(dev)
-        _report(folder, process - producers, _verify(load, me, list(kvs.values()), pages, blocks, owned), moved,
+        write_report(folder, process - producers, verify_layers(load, me, list(kvs.values()), pages, blocks, owned), moved,
                 time.perf_counter() - t0)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _report(folder: str, rank: int, ok: list[bool], moved: int, copy_s: float) -> None:
+def write_report(folder: str, rank: int, ok: list[bool], moved: int, copy_s: float) -> None:
     with open(os.path.join(folder, f"result.{rank}.json"), "w") as f:
         json.dump({"ok": ok, "moved": moved, "copy_s": copy_s}, f)
 
@@ -499,7 +499,7 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             how = transport(job, ps + pl) if transport is not None else _spawn(_direct_worker, job, ps + pl) or how
         else:
             _spawn(_store_worker, job, ps)
-            log(f"stored: {_staged(stages[0], store)} of {_shown(store.config)} into {layers} x {store.blocks} "
+            log(f"stored: {_staged(stages[0], store)} of {config_text(store.config)} into {layers} x {store.blocks} "
                 f"canonical pages of {a.canonical_page_size_bytes} bytes (shared memory)")
             if small is not None:  # (a direct reshard needs no conversion: its plans compose it)
                 _convert(job)
@@ -518,7 +518,7 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             f"{how}: the transfers and scatters {copies:.3f} s (the slowest consumer); processes, filling "
             f"and checking the rest of {seconds:.2f} s")
     else:
-        log(f"loaded: {_staged(stages[1], load)} of {_shown(load.config)}: the copies {copies:.3f} s (the slowest rank's "
+        log(f"loaded: {_staged(stages[1], load)} of {config_text(load.config)}: the copies {copies:.3f} s (the slowest rank's "
             f"store and load); processes, filling, converting and checking the rest of {seconds:.2f} s")
     return sum(ok), len(ok) - sum(ok)
 
@@ -553,13 +553,13 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
     a, b = store.mappings[0], load.mappings[0]
     if a.layout_id != b.layout_id or (a.canonical_page_size_bytes != b.canonical_page_size_bytes
                                       and conversion is None):
-        raise ConfigError(f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical "
+        raise ConfigError(f"reshard: {config_text(store.config)} and {config_text(load.config)} read different canonical "
                           f"page formats ({a.layout_id}, {a.canonical_page_size_bytes} bytes vs {b.layout_id}, "
                           f"{b.canonical_page_size_bytes} bytes): a page stored under one is not a page of the other")
     if a.canonical_page_size_bytes == b.canonical_page_size_bytes:
         if a.format_id != b.format_id:  # one family, one page size, bytes in other places (the opaque
             raise ConfigError(            # fallback under another tp, a model of other sizes)
-                f"reshard: {_shown(store.config)} and {_shown(load.config)} read different canonical page "
+                f"reshard: {config_text(store.config)} and {config_text(load.config)} read different canonical page "
                 f"formats ({a.format_id} vs {b.format_id}, {a.canonical_page_size_bytes} bytes each): a page "
                 f"stored under one is not a page of the other")
         if store.blocks != load.blocks:

@@ -313,19 +313,20 @@ def _run(process: int, job: dict) -> None:
     with its agent's metadata over the group; each consumer checks its side, builds one
     descriptor list a producer process from every (transfer, layer) it reads there, READs them
     all, then scatters nothing: the bytes land in place."""
-    from .distributed import _fill, _init, _owner, _report, _stage, _transfers, _verify, layout_of_pages
+    from .distributed import (direct_transfers, fill_layers, join_group, layout_of_pages, owner_stage, stage_range,
+                              verify_layers, write_report)
     store, load, folder = job["store"], job["load"], job["folder"]
     producers = store.world * len(job["store_stages"])
-    dist, dev, _ = _init(process, producers + load.world * len(job["load_stages"]), job, "direct")
-    transfers = _transfers(job)
+    dist, dev, _ = join_group(process, producers + load.world * len(job["load_stages"]), job, "direct")
+    transfers = direct_transfers(job)
     agent = Agent(f"layoutalg-{os.path.basename(folder)}-{process}")
     try:
         if process < producers:
-            stage, rank, owned = _stage(job, "store", process)
+            stage, rank, owned = stage_range(job, "store", process)
             pages, blocks = layout_of_pages(store, store.blocks)
-            kvs = dict(zip(owned, _fill(store, rank, owned, pages, blocks, dev)))
+            kvs = dict(zip(owned, fill_layers(store, rank, owned, pages, blocks, dev)))
         else:
-            stage, rank, owned = _stage(job, "load", process - producers)
+            stage, rank, owned = stage_range(job, "load", process - producers)
             pages, blocks = layout_of_pages(load, load.blocks)
             kvs = {layer: load.empty(dev).zero_() for layer in owned}
         agent.register(list(kvs.values()))
@@ -346,7 +347,7 @@ def _run(process: int, job: dict) -> None:
                     if x.plan.consumer != rank:
                         continue
                     for layer, kv in kvs.items():
-                        peer = _owner(job, "store", layer) * store.world + x.rank
+                        peer = owner_stage(job, "store", layer) * store.world + x.rank
                         src, src_blocks = published[peer][1][(t, layer)]
                         dst, dst_blocks = consumer_side(x.plan, x.producer, kv, blocks[x.consumer_pages])
                         if len(src_blocks) != len(dst_blocks):
@@ -364,8 +365,8 @@ def _run(process: int, job: dict) -> None:
             count = agent.read(rows, dev)
             copy_s = time.perf_counter() - t0
             moved = int(sum(int(r[:, 2].sum()) for r in rows.values()))
-            ok = _verify(load, rank, [kvs[layer] for layer in owned], pages, blocks, owned)
-            _report(folder, process - producers, ok, moved, copy_s)
+            ok = verify_layers(load, rank, [kvs[layer] for layer in owned], pages, blocks, owned)
+            write_report(folder, process - producers, ok, moved, copy_s)
             with open(os.path.join(folder, f"nixl.{process - producers}.json"), "w") as f:
                 json.dump({"transfers": count, "descriptors": int(sum(r.shape[0] for r in rows.values())),
                            "fragments": int(sum(sum(x.shape[0] for x in r) for r in reads.values()))}, f)

@@ -29,7 +29,7 @@ import os
 
 import torch
 
-from .distributed import Group, _fill, _shown, _verify, layout_of_pages, stage_of
+from .distributed import Group, fill_layers, config_text, verify_layers, layout_of_pages, stage_of
 from .stores import FileStore, PageKey, PageStore
 from ..errors import ConfigError, LayoutalgError
 
@@ -68,7 +68,7 @@ def _together(dist, error, side: str) -> None:
 
 
 def _said(group: Group, stages: tuple) -> str:
-    return _shown(group.config) + (f" in {len(stages)} pipeline stages" if len(stages) > 1 else "")
+    return config_text(group.config) + (f" in {len(stages)} pipeline stages" if len(stages) > 1 else "")
 
 
 def _key(group: Group, model: str, job: str, layer: int) -> PageKey:
@@ -95,7 +95,7 @@ def store_job(group: Group, stages: tuple, layers: int, store: PageStore | str, 
     pages, blocks = layout_of_pages(group, group.blocks)
     m = group.mappings[rank]
     try:
-        for layer, kv in zip(owned, _fill(group, rank, owned, pages, blocks)):
+        for layer, kv in zip(owned, fill_layers(group, rank, owned, pages, blocks)):
             buf = torch.zeros(group.blocks, page, dtype=torch.uint8)
             plan(m, kv).store(kv, blocks, buf, pages)  # this rank's bytes; every other byte stays 0
             putter = first + layer % group.world
@@ -161,13 +161,13 @@ def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, m
     except LayoutalgError as e:
         error = e
     _together(dist, error, "load")
-    ok = _verify(group, rank, kvs, pages, blocks, owned)
+    ok = verify_layers(group, rank, kvs, pages, blocks, owned)
     counts = torch.tensor([sum(ok), len(ok) - sum(ok)], dtype=torch.int64)
     dist.all_reduce(counts)
     passed, failed = counts.tolist()
     if dist.get_rank() == 0:
         print(f"loaded: {_said(group, stages)}, {layers} layers x {group.blocks} pages, from pages stored by "
-              f"{_shown(stored['config'])}")
+              f"{config_text(stored['config'])}")
         print(f"{passed} passed, {failed} failed")
     dist.destroy_process_group()
     return 1 if failed or not passed else 0
@@ -204,7 +204,7 @@ def _refused(store: PageStore, model: str, stored: dict, group: Group, stages: t
         return f" in blocks of {sizes['block_size']} tokens" if isinstance(sizes, dict) and "block_size" in sizes \
             else ""
     return ConfigError(f"reshard load job: {store.place(stored['format_id'])} holds pages of model {model} in format "
-                       f"{stored['format_id']} (stored by {_shown(stored.get('config', {}))}"
+                       f"{stored['format_id']} (stored by {config_text(stored.get('config', {}))}"
                        f"{block(stored.get('sizes'))}), not {group.mappings[0].format_id} (what {_said(group, stages)}{block(group.sizes)} reads), "
                        f"and they do not convert: {why}; nothing was read")
 
@@ -289,7 +289,7 @@ def _conversion(group: Group, stages: tuple, store: PageStore, model: str, store
         raise ConfigError(f"reshard load job: the {n} stored pages of a layer are {need} pages of this job's format, "
                           f"but its group holds {group.blocks} blocks (give --blocks {n}, as stored, or a group of "
                           f"{need} blocks)")
-    print(f"converted: {n} pages of {a} bytes a layer, stored by {_shown(stored['config'])} (format "
+    print(f"converted: {n} pages of {a} bytes a layer, stored by {config_text(stored['config'])} (format "
           f"{stored['format_id']}), into {need} pages of {b} bytes (format {m.format_id}): {conv.k} small pages a big "
           f"one along '{conv.token}', a conversion of {len(conv.mapping.runs)} runs "
           f"({'proved at these sizes' if prove else 'resting on the proof record'})", flush=True)

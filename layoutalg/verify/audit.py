@@ -76,7 +76,7 @@ class Known(dict):
         self.memo: dict = {}
         self.shapes: dict = {}
         for name, (names, text) in LEMMA_TEXT.items():
-            ((tree, _, _),) = smtlib._sexprs(text, f"<lemma {name}>")
+            ((tree, _, _),) = smtlib.sexprs(text, f"<lemma {name}>")
             self[name] = (names.split(), terms.expand(tree))
             self.shapes[name] = _shape(terms, self[name][1])
 
@@ -257,7 +257,7 @@ def witness_lines(s: smtlib.Script, errors: list) -> str | None:
     if not said:
         return None
     try:
-        pairs = smtlib._sexprs(said, s.path)
+        pairs = smtlib.sexprs(said, s.path)
     except smtlib.SmtError as e:
         errors.append(f"{s.path}:1: its witness line cannot be read ({e})")
         return None

@@ -24,7 +24,7 @@ import hashlib
 import itertools
 from typing import NamedTuple
 
-from ..dsl.interpret import _MEMO, Reading, _Lazy, index_box, rank_digits
+from ..dsl.interpret import LETS_MEMO, Reading, Lazy, index_box, rank_digits
 from ..dsl.tree import BinOp, Call, Name, Neg, Num
 
 NO_TOKEN = -1
@@ -76,7 +76,7 @@ def _reads_rank(r: Reading, e, digits: set, seen=None) -> bool:
         if n in digits or n == "rank":
             return True
         v = r.env.get(n)
-        if isinstance(v, _Lazy) and n not in seen:
+        if isinstance(v, Lazy) and n not in seen:
             seen.add(n)
             if _reads_rank(r, v.e, digits, seen):
                 return True
@@ -133,7 +133,7 @@ def element_terms(r: Reading, index: dict, digits: dict) -> dict:
     rank = 0
     for n, ext in r.rank_extents():
         rank = r.ops.add(r.ops.mul(rank, ext), digits[n])
-    env = {**r.env, **digits, **index, _MEMO: {}, "rank": rank}
+    env = {**r.env, **digits, **index, LETS_MEMO: {}, "rank": rank}
     out = {}
     for n in local:
         role = roles[n]
@@ -203,7 +203,7 @@ def naming(lib, family: str, sizes: dict, rank: int, page_bytes: int, raw: bool 
                 continue
 
             def at(e, v):
-                return r.expr(e, {**r.env, **digits, n: v, _MEMO: {}, "rank": rank})
+                return r.expr(e, {**r.env, **digits, n: v, LETS_MEMO: {}, "rank": rank})
             values_of[n] = [at(role[1], v) for v in range(ext[n])]
             if role[0] == "placed" and n != seq:  # the element within what is placed: its ordinal among the
                 arg = next(a for a in role[1].args if n in _names(a))  # values the placement's argument

@@ -10,7 +10,7 @@ engine's tensor in its own order and stores a wrong page under its own format.
 `confusions` looks for that on the library's sample configurations, and on those Z3 found
 where both families of a pair apply (`prove.together`, which also shows most pairs apart for
 every size: no layer reaches both): each family's own tensors at 1, 2 and 3 blocks, offered
-to every other family of its kind as the runtime offers them (`runtime.derive._apply`). Where
+to every other family of its kind as the runtime offers them (`runtime.derive.apply_family`). Where
 another family takes them too, the two must read every byte of the tensor as the same engine element (`oracle.naming`: local index names made
 global by the grid's placements, region by region). Otherwise a runtime name must tell them
 apart: a guard that one requires and the other refuses at those sizes, so that the runtime
@@ -69,9 +69,9 @@ def _layer(cf, sizes: dict):
 
 def _taken(cf, sizes: dict, tensors: tuple, blocks: int):
     """`cf`'s mappings of the layer at `sizes` given `tensors`, or None where it does not take it."""
-    from ..runtime.derive import _apply
+    from ..runtime.derive import apply_family
     try:
-        runs = _apply(cf, sizes, _layer(cf, sizes), tensors[0] if len(tensors) == 1 else tensors, blocks)
+        runs = apply_family(cf, sizes, _layer(cf, sizes), tensors[0] if len(tensors) == 1 else tensors, blocks)
     except (GuardFailed, TilingError, ArithmeticError, LookupError):
         return None
     return None if isinstance(runs, str) else runs

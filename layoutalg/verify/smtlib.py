@@ -47,7 +47,7 @@ class Script:
 _SPLIT = re.compile(r"\|[^|]*\||\(|\)|[^\s()|]+")
 
 
-def _sexprs(text: str, path: str) -> list:
+def sexprs(text: str, path: str) -> list:
     """The top-level s-expressions of `text` as (nested tuples of tokens, first line, (start,
     end) offsets in `text`). Comments are dropped; a line's number is counted only at a
     top-level command (a certificate holds tens of thousands of tokens)."""

@@ -19,7 +19,7 @@ from ...dsl.library import Library
 from ...runtime.lower import TilingError, lower
 from ..collision import CLAUSE, SEARCHES, spec_line, tiling_counterexample
 from ..samples import configurations, fitted_instance, sample_domain
-from .explain import _sizes_text, _where
+from .explain import sizes_text, where_in_spec
 from .obligations import Model, value
 from .store import Row
 
@@ -84,14 +84,14 @@ def unserved_part(lib: Library, family: str, budgets) -> str:
         if status == "sat":
             world = value(model, m.r.world)
             return (f"where its guards hold, its grid's world ({world} ranks) is not the worker group the runtime "
-                    f"runs (tp * pcp ranks, times pp for a stage grid, one that reads pp), e.g. at {_sizes_text(m, model)}")
+                    f"runs (tp * pcp ranks, times pp for a stage grid, one that reads pp), e.g. at {sizes_text(m, model)}")
     return ""
 
 
 def never_applies(lib: Library, family: str, budgets, unserved: str, bounds: dict) -> str:
     """Why no configuration passes: the grid is never the worker group (`unserved`), the page
     never fits, or the guards never hold (asked within `bounds`, small sizes for a readable witness)."""
-    where = _where(lib, family, "page-size")
+    where = where_in_spec(lib, family, "page-size")
     if unserved:
         return f"{where}: the family never applies: {unserved}"
     for path in paths(lib, family):
@@ -104,11 +104,11 @@ def never_applies(lib: Library, family: str, budgets, unserved: str, bounds: dic
             if exact.solve(z3.BoolVal(True), budgets.config)[0] == "unsat":
                 return (f"{where}: the family never applies: where its guards hold, a '/' it reads (in its layouts, "
                         f"a page's regions and pads, the shard map or a `sequence` claim's token fn) is never exact, e.g. at "
-                        f"{_sizes_text(m, model)}")
+                        f"{sizes_text(m, model)}")
             try:
                 local = value(model, page)
                 return (f"{where}: the family never applies: its local layout never holds exactly page_size bytes "
-                        f"(e.g. {local} bytes with {_sizes_text(m, model)}), and the runtime copies a page only "
+                        f"(e.g. {local} bytes with {sizes_text(m, model)}), and the runtime copies a page only "
                         f"where it does")
             except Exception:  # noqa: BLE001
                 break

@@ -14,8 +14,8 @@ from ...dsl.library import Library
 from ...errors import LayoutalgError
 from ..certify import DEPENDS, folder_of
 from . import lemmas
-from .certificates import (ALL_SIZES, APPLIES, NO_SMT, SMT_ROWS, _bare_false, _body, _goal_line, _lemma_text, _needs,
-                           _smt2, _spec_lines, _witness, texts)
+from .certificates import (ALL_SIZES, APPLIES, NO_SMT, SMT_ROWS, bare_false, smt_body, goal_line, lemma_text, lemma_files,
+                           smt2_text, spec_lines, find_model, texts)
 from .store import Row
 
 
@@ -104,7 +104,7 @@ def _finish(tmp: str, folder: str, index: list, used: set) -> list:
     `folder`'s place. Returns the lemmas' index lines."""
     shared = [(lemmas.SHARED, n, "1 file(s)") for n in lemmas.LEMMAS if n in used]
     if used:
-        _put(os.path.join(tmp, lemmas.SHARED), [(n, _lemma_text(n, said, a)) for n, said, a in lemmas.shared()
+        _put(os.path.join(tmp, lemmas.SHARED), [(n, lemma_text(n, said, a)) for n, said, a in lemmas.shared()
                                                 if n in used])
     with open(os.path.join(tmp, "index.tsv"), "w", encoding="utf-8") as f:
         f.write("family\tobligation\tcertificate\n" + "".join("\t".join(x) + "\n" for x in index + shared))
@@ -138,13 +138,13 @@ def step_texts(lib: Library, family: str, store: str, load: str, steps: list) ->
         what = " ".join(what.split())
         if answer == "sat":
             pair = _PAIR.search(what)
-            if pair and not any(_bare_false(e) for e in asserted):
+            if pair and not any(bare_false(e) for e in asserted):
                 applies.setdefault((int(pair.group(1)), int(pair.group(2))), []).append(asserted)
             continue
-        if any(_bare_false(e) for e in asserted):
+        if any(bare_false(e) for e in asserted):
             held.append(what)
             continue
-        body, more = _body(asserted)
+        body, more = smt_body(asserted)
         goal = None if _PAIR.search(what) else goal  # (a dead pair: its assumptions are what it shows empty)
         made.setdefault(body, (what, chains, kinds | more, goal, asserted))
     name, out = pair_name(store, load), []
@@ -152,22 +152,22 @@ def step_texts(lib: Library, family: str, store: str, load: str, steps: list) ->
     alone = " ".join(f"{p.group(1)}-{p.group(2)}" if p else w for p, w in zip(pairs, held))
     for (kx, ky), queries in sorted(applies.items()):
         for j, asserted in enumerate(queries):  # (one a region of a page of regions)
-            body, _ = _body(asserted)
+            body, _ = smt_body(asserted)
             out.append((applies_name(name, kx, ky, j), _applies_header(lib, family, store, load, kx, ky, asserted)
                         + body))
     for n, (body, (what, chains, kinds, goal, asserted)) in enumerate(made.items()):
         stem = f"{name}.step{n:03d}"
-        needs = [f"{stem}.chain-{label}.smt2" for label, *_ in chains] + _needs(kinds)
+        needs = [f"{stem}.chain-{label}.smt2" for label, *_ in chains] + lemma_files(kinds)
         pair = _STEP_PAIR.match(what)
         if pair and not _PAIR.search(what):
             needs.append(applies_name(name, int(pair.group(1)), int(pair.group(2))) + ".smt2")
-        wit = "" if goal is None else _witness(asserted[:goal] + asserted[goal + 1:])
+        wit = "" if goal is None else find_model(asserted[:goal] + asserted[goal + 1:])
         out.append((stem, _step_header(lib, family, store, load, n, len(made), what, needs, alone=alone, goal=goal,
                                        witness=wit) + body))
         for label, said, a, g in chains:
-            text, used = _body(a)
+            text, used = smt_body(a)
             out.append((f"{stem}.chain-{label}", _step_header(lib, family, store, load, n, len(made), said,
-                                                              _needs(used), chain=True, goal=g) + text))
+                                                              lemma_files(used), chain=True, goal=g) + text))
     return out
 
 
@@ -181,8 +181,8 @@ _STEP_PAIR = re.compile(r"^cases (\d+) \(store\) and (\d+) \(load\)")
 
 
 def _applies_header(lib: Library, family: str, store: str, load: str, kx: int, ky: int, asserted) -> str:
-    file, line, body = _spec_lines(lib, family)
-    wit = _witness(asserted)
+    file, line, body = spec_lines(lib, family)
+    wit = find_model(asserted)
     lines = [f"layoutalg certificate: family {family}, the direct plan from {store} to {load} (`layoutalg prove "
              f"--reshard`), case pair {kx} (store) and {ky} (load) applies", "expect: sat",
              *([f"witness: {wit}"] if wit else []), f"spec: {file}:{line}", *(f"  | {t}" for t in body),
@@ -200,18 +200,18 @@ def _step_header(lib: Library, family: str, store: str, load: str, n: int, total
                  uses=(), chain: bool = False, goal: int | None = None, alone: str = "", witness: str = "") -> str:
     """A step file's header (a chain file's with `chain`); `goal`: its violation's index, and
     `witness` Z3's values of a model of the rest (certify asks the rest, sat expected)."""
-    file, line, body = _spec_lines(lib, family)
+    file, line, body = spec_lines(lib, family)
     if chain:
         return "".join(f"; {t}\n" for t in [
             f"layoutalg certificate: family {family}, the direct plan from {store} to {load} (`layoutalg prove "
-            f"--reshard`), a chain step {n + 1} of {total} rests on", "expect: unsat", *_goal_line(goal),
+            f"--reshard`), a chain step {n + 1} of {total} rests on", "expect: unsat", *goal_line(goal),
             f"spec: {file}:{line}", *(f"  | {t}" for t in body), f"claim: {what}.",
             "unsat means: no sizes within their declared bounds satisfying the case's guards, and no index",
             "of the box, break it; the step asserts it at its own indices.",
             *([f"{DEPENDS} {' '.join(uses)}"] if uses else [])]) + "(set-logic ALL)\n"
     lines = [f"layoutalg certificate: family {family}, the direct plan from {store} to {load} "
              f"(`layoutalg prove --reshard`), step {n + 1} of {total}",
-             "expect: unsat", *_goal_line(goal), *([f"witness: {witness}"] if witness else []),
+             "expect: unsat", *goal_line(goal), *([f"witness: {witness}"] if witness else []),
              f"spec: {file}:{line}", *(f"  | {t}" for t in body), f"step: {what}.",
              "unsat means: no value of the sizes within their declared bounds, and no rank, byte or index,",
              "satisfies the query below, so the step holds for every size. The plan's rows (reshard-cover,",
@@ -257,4 +257,4 @@ def stages_text() -> list[tuple[str, str]]:
              f"q, r the quotient and remainder of layers by pp, start(pp) = layers; 1 <= pp <= layers <= {LAYERS}.",
              "unsat means: no layer count and stage count have a stage that owns no layer, a first stage that",
              "does not start at layer 0, or a last that does not end at the last layer: the stages tile the layers."]
-    return [("stages-tile.case0", "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n" + _smt2(stages_query()[0]))]
+    return [("stages-tile.case0", "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n" + smt2_text(stages_query()[0]))]

@@ -25,7 +25,7 @@ from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ..certify import DEPENDS
 from . import lemmas, meaning
-from .obligations import PAGE, QUERIES, Model, _prod
+from .obligations import PAGE, QUERIES, Model, product
 from .obligations import box_empty
 from .runner import Budgets, query
 from .store import OBLIGATIONS
@@ -58,7 +58,7 @@ def _pads(lib: Library) -> set:
     return {p for f in lib.families for p in lib.parts_of(f, pads=True) if p not in lib.parts_of(f)}
 
 
-def _spec_lines(lib: Library, family: str) -> tuple[str, int, list[str]]:
+def spec_lines(lib: Library, family: str) -> tuple[str, int, list[str]]:
     """(file, first line, the family's lines as written) of the family a certificate reads."""
     span = lib.family_def(family.split(".")[0]).span
     try:
@@ -103,10 +103,10 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
             memo[model_of, k] = _dead([*assumed, *m.ops.side])
         dead = memo[model_of, k]
         if name == APPLIES:  # the assumptions alone: sat, or the case applies nowhere (then unsat)
-            body, kinds = _body([*assumed, *m.ops.side])
+            body, kinds = smt_body([*assumed, *m.ops.side])
             out.append((f"{APPLIES}.case{k}", _header(lib, family, name, k, cases_text, 0, 1,
-                                                      "unsat" if dead else "sat", uses=_needs(kinds),
-                                                      witness="" if dead else _witness([*assumed, *m.ops.side]))
+                                                      "unsat" if dead else "sat", uses=lemma_files(kinds),
+                                                      witness="" if dead else find_model([*assumed, *m.ops.side]))
                         + body))
             continue
         if dead:  # the runtime never takes it: its applies file shows that, and nothing else holds of it
@@ -114,19 +114,19 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         base = _fixed(_model([*assumed, *m.ops.side], WITNESS_RLIMIT[1]))  # (the case's sizes, for each file's witness)
         if name == "page-size":  # the guards alone make the local layout the page
             asked, g = _page_query(lib, model_of, path)
-            body, kinds = _body(asked)
-            out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds), goal=g,
-                                                   witness=_witness(asked[:g] + asked[g + 1:], base)) + body))
+            body, kinds = smt_body(asked)
+            out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=lemma_files(kinds), goal=g,
+                                                   witness=find_model(asked[:g] + asked[g + 1:], base)) + body))
             continue
         if name == "digits-match-spec" and pad:  # a pad the regions always fill: its box is empty
             probe = Model(lib, model_of, path, page_guard=not pad)
             if box_empty(probe, Budgets.of().full):
                 _, inside = probe.index("local", "")  # (fresh constants: the same box box_empty asked of)
                 asked = [*probe.assumptions(), z3.And(*inside)]
-                body, kinds = _body([*asked, *probe.ops.side])
-                out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=_needs(kinds),
+                body, kinds = smt_body([*asked, *probe.ops.side])
+                out.append((f"{name}.case{k}", _header(lib, family, name, k, cases_text, 0, 1, uses=lemma_files(kinds),
                                                        goal=len(asked) - 1, empty=True,
-                                                       witness=_witness([*asked[:-1], *probe.ops.side], base))
+                                                       witness=find_model([*asked[:-1], *probe.ops.side], base))
                             + body))
                 continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
@@ -142,18 +142,18 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
         identities = _identities(m, chains, assumed)
         # one witness for every part: each asserts the case's assumptions and side conditions, and
         # besides its goal only instances of valid formulas, which hold in any model of those
-        wit = _witness([*assumed, *m.ops.side], base)
+        wit = find_model([*assumed, *m.ops.side], base)
         for j, part in enumerate(parts):
             stem = f"{name}.case{k}" + (f".part{j}" if len(parts) > 1 else "")
             used, labels, kinds = asserted.get(j, ([], [], set()))
-            body, more = _body([*assumed, part, *used, *m.ops.side])
-            needs = [f"{name}.case{k}.chain-{label}.smt2" for label in labels] + _needs(kinds | more)
+            body, more = smt_body([*assumed, part, *used, *m.ops.side])
+            needs = [f"{name}.case{k}.chain-{label}.smt2" for label in labels] + lemma_files(kinds | more)
             out.append((stem, _header(lib, family, name, k, cases_text, j, len(parts), uses=needs,
                                       goal=len(assumed), witness=wit) + body))
         for label, said, query_ in identities:  # (each claim negated last: its goal)
-            body, kinds = _body([*query_, *m.ops.side_for(query_)])  # (the divisions its terms read, no others)
+            body, kinds = smt_body([*query_, *m.ops.side_for(query_)])  # (the divisions its terms read, no others)
             out.append((f"{name}.case{k}.chain-{label}", _header(lib, family, name, k, cases_text, 0, 1, chain=said,
-                                                                 uses=_needs(kinds), goal=len(query_) - 1) + body))
+                                                                 uses=lemma_files(kinds), goal=len(query_) - 1) + body))
     return out
 
 
@@ -198,7 +198,7 @@ def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
     certificate of it would, where `assumed` holds beside `m`'s assumptions: (the instances
     its parts assert, all at once; each chain's file as (label, what it says, assertions, with
     the side conditions its terms read, the index of its goal: the claim negated); the lemmas used). With `name` None, a byte of the local layout at
-    `w["i"]` inside the page (`reshard.plan_queries._outside_page`): the layout's chain, its
+    `w["i"]` inside the page (`reshard.plan_queries.outside_page`): the layout's chain, its
     fits and both ends of its element."""
     m = _Assuming(m, list(assumed))
     asserted, chains = _cuts(m, name or "local-bijective", w if name else {**w, "j": w["i"]})
@@ -257,7 +257,7 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
         ldef, bound = m.r.layout(role)
         ext = m.r.extents(role)
         c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (w[a], {}), ext,
-                         None if m.part else _prod(ext.values()))
+                         None if m.part else product(ext.values()))
         if c is not None and len(c.order) > 1:  # (one atom: nothing to split: the query is linear in it)
             for part in parts:
                 add(part, role, c, [(w[a], {}), (w[b], {})])
@@ -383,7 +383,7 @@ def _page_query(lib: Library, family: str, path) -> tuple[list, int]:
     return [*implied, *m.ops.side], len(implied) - 1
 
 
-def _smt2(assertions) -> str:
+def smt2_text(assertions) -> str:
     """The assertions as an SMT-LIB 2 benchmark. Z3 prints an empty conjunction (disjunction)
     as a bare `and` (`or`), which is not SMT-LIB: it is written `true` (`false`)."""
     s = z3.Solver()
@@ -394,12 +394,12 @@ def _smt2(assertions) -> str:
 _EMPTY = re.compile(r"(?<=\s)(and|or)(?=[\s)])")
 
 
-def _bare_false(e) -> bool:
+def bare_false(e) -> bool:
     """Whether `e` is false itself (Python's False, or Z3's): a query asserting it is unsat by it."""
     return e is False or (z3.is_expr(e) and z3.is_false(e))
 
 
-def _body(assertions) -> tuple[str, set]:
+def smt_body(assertions) -> tuple[str, set]:
     """(SMT-LIB text, lemmas its theorems use) of `assertions`, each theorem between two divisions
     the arithmetic states as a side condition (`Z3Ops._lemma`: floor division is monotone;
     `shared_equal`: one division read twice) written as an instance of its lemma (MONOTONE,
@@ -414,13 +414,13 @@ def _body(assertions) -> tuple[str, set]:
             defs.setdefault(d[3].get_id(), d)
     out, kinds = [], set()
     for e in assertions:
-        if _bare_false(e):  # (a division by a constant at most 0: the file would rest on it, and prove nothing)
+        if bare_false(e):  # (a division by a constant at most 0: the file would rest on it, and prove nothing)
             raise LayoutalgError("certificates: a query asserts a bare false (a constant divisor at most 0); "
                                  "no certificate rests on false")
         got = _theorem(e, defs)
         out.append(e if got is None else got[0])
         kinds |= set() if got is None else {got[1]}
-    text = _smt2(out)
+    text = smt2_text(out)
     if _FALSE.search(text):
         raise LayoutalgError("certificates: a query's text asserts a bare false (an empty disjunction); "
                              "no certificate rests on false")
@@ -489,7 +489,7 @@ def _zero(e, r) -> bool:
                                e.arg(1 - i).as_long() == 0 for i in (0, 1))
 
 
-def _needs(kinds) -> list[str]:
+def lemma_files(kinds) -> list[str]:
     """The shared lemma files (relative to a family's folder) of the lemmas `kinds`."""
     return [f"../{lemmas.SHARED}/{n}.smt2" for n in lemmas.LEMMAS if n in kinds]
 """`and`/`or` as an operand rather than an operator (an operator follows its parenthesis)."""
@@ -498,7 +498,7 @@ def _needs(kinds) -> list[str]:
 def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
             expect: str = "unsat", uses=(), chain: str = "", goal: int | None = None, empty: bool = False,
             witness: str = "") -> str:
-    file, line, body = _spec_lines(lib, family)
+    file, line, body = spec_lines(lib, family)
     part = f", part {j + 1} of {parts} (the row holds where every part is unsat)" if parts > 1 else ""
     if empty:
         part = ", the pad's box empty at every size"
@@ -526,7 +526,7 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
                  "index satisfies the path's guards together with the negation of the obligation, so the",
                  "obligation holds for every size, rank and index. sat means a counterexample exists."]
     lines = [f"layoutalg certificate: family {family}, obligation {name}, case path {k}{part}",
-             f"expect: {expect}", *_goal_line(goal), *([f"witness: {witness}"] if witness else []),
+             f"expect: {expect}", *goal_line(goal), *([f"witness: {witness}"] if witness else []),
              f"spec: {file}:{line}", *(f"  | {t}" for t in body),
              f"case path {k}: {cases or 'the family has one case'}", *meant,
              *(["It asserts instances of the identities and lemmas certified in the files below: instances of",
@@ -538,7 +538,7 @@ def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, pa
 
 
 WITNESS_RLIMIT = (1_000_000, 4_000_000)
-"""Z3's budgets for a witness (`_witness`): with the case's sizes fixed, then free; past both,
+"""Z3's budgets for a witness (`find_model`): with the case's sizes fixed, then free; past both,
 the file has none and cvc5 searches alone."""
 
 
@@ -551,14 +551,14 @@ def _model(assertions, rlimit: int = WITNESS_RLIMIT[1]):
 
 
 def _fixed(model) -> list:
-    """`model`'s values of its integer constants, as equalities (a case's sizes, for `_witness`)."""
+    """`model`'s values of its integer constants, as equalities (a case's sizes, for `find_model`)."""
     if model is None:
         return []
     return [z3.Int(d.name()) == model[d] for d in model.decls()
             if d.arity() == 0 and d.range() == z3.IntSort() and z3.is_int_value(model[d])]
 
 
-def _witness(assertions, base=()) -> str:
+def find_model(assertions, base=()) -> str:
     """A model Z3 finds of `assertions` (a file's assertions without its goal, or a case's
     assumptions), as SMT-LIB equalities `(= NAME VALUE)` of its integer constants: certify asks
     the file's assumptions with them too, a ground query cvc5 evaluates at once (a model of the
@@ -570,7 +570,7 @@ def _witness(assertions, base=()) -> str:
     return " ".join(sorted(e.sexpr() for e in _fixed(model)))
 
 
-def _goal_line(goal: int | None) -> list[str]:
+def goal_line(goal: int | None) -> list[str]:
     """The header line naming the goal among the assertions (from 1): `certify` asks the file
     again without it, sat expected (its assumptions are not vacuous), and reads a chain file's
     claim as its negation."""
@@ -578,9 +578,9 @@ def _goal_line(goal: int | None) -> list[str]:
                                     f"the assumptions are not vacuous)"]
 
 
-def _lemma_text(name: str, said: str, assertions) -> str:
+def lemma_text(name: str, said: str, assertions) -> str:
     lines = [f"layoutalg certificate: the lemma {name}, asserted at their own terms by certificates that name it",
              "expect: unsat", f"lemma: {said}, for all integers.",
              "unsat means: no integers break it (the assertion below is its negation), so every instance of it",
              "holds, whatever terms it is asserted at."]
-    return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n" + _smt2(assertions)
+    return "".join(f"; {t}\n" for t in lines) + "(set-logic ALL)\n" + smt2_text(assertions)

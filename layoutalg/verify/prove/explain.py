@@ -18,7 +18,7 @@ from . import meaning
 from .obligations import Model, holding, value
 
 
-def _where(lib: Library, family: str, name: str) -> str:
+def where_in_spec(lib: Library, family: str, name: str) -> str:
     f = lib.family_def(family)
     span = f.shard.span if f.shard else f.span
     if name in ("local-bijective", "canonical-bijective"):
@@ -31,12 +31,12 @@ def _where(lib: Library, family: str, name: str) -> str:
     return f"{os.path.relpath(span.file)}:{span.line}"
 
 
-def _sizes_text(m: Model, model) -> str:
-    used = _used(m.lib, m.family)
+def sizes_text(m: Model, model) -> str:
+    used = names_used(m.lib, m.family)
     return ", ".join(f"{n}={value(model, m.sizes[n])}" for n in m.sizes if n in used)
 
 
-def _witness(m: Model, model) -> dict:
+def witness_config(m: Model, model) -> dict:
     """The counterexample's configuration, every runtime name as an int (empty if it cannot be read)."""
     try:
         return {n: value(model, v) for n, v in m.sizes.items()}
@@ -46,9 +46,9 @@ def _witness(m: Model, model) -> dict:
 
 def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
     """A counterexample a person can act on, in the spec's own names (never raises)."""
-    where = _where(lib, family, name)
+    where = where_in_spec(lib, family, name)
     try:
-        return _explain(lib, family, name, m, model, w, where, _sizes_text(m, model))
+        return _explain(lib, family, name, m, model, w, where, sizes_text(m, model))
     except Exception as e:  # noqa: BLE001 - the refutation stands even if its text cannot be made
         return f"{where}: counterexample found (its description failed: {type(e).__name__}: {e})"
 
@@ -221,7 +221,7 @@ def _gap_text(lib, family, m, model) -> str:
     return f" ({errs[0]})" if errs else ""
 
 
-def _used(lib: Library, family: str) -> set:
+def names_used(lib: Library, family: str) -> set:
     """The runtime names the family's own files (and what they import) mention."""
     from .store import dependencies
     text = ""

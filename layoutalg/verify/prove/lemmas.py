@@ -41,8 +41,8 @@ from typing import Callable
 import z3
 from z3 import z3util
 
-from .obligations import _prod
-from .z3ops import _key
+from .obligations import product
+from .z3ops import term_key
 
 SHARED = "shared-lemmas"
 """The folder (in a certificate folder) of the lemmas every chain asserts instances of; its
@@ -176,10 +176,10 @@ def divisions(*arithmetics, extra=()) -> tuple[list, set]:
     for x, b, q, r in [*(d for ops in arithmetics for d in ops.divisions()), *extra]:
         out.append(digit(b, x, 0, r, q))
         uses.add("digit")
-        for q2, r2 in seen.get(_key(b), ()):
+        for q2, r2 in seen.get(term_key(b), ()):
             out += [digit(b, r, q, r2, q2), quotient(b, q, r, q2), quotient(b, q2, r2, q)]
             uses.add("quotient")
-        seen.setdefault(_key(b), []).append((q, r))
+        seen.setdefault(term_key(b), []).append((q, r))
     return out, uses
 
 
@@ -222,7 +222,7 @@ class Chain:
 
     def identity(self, point: tuple):
         """The chain at `point`: the term is the base plus its Horner form, with the facts."""
-        box = [] if self.box is None else [self.box == _prod(self.extents[a] for a in self.order)]
+        box = [] if self.box is None else [self.box == product(self.extents[a] for a in self.order)]
         return z3.And(self.term(point) == self.base + self.horner(point), *self.facts, *box)
 
     def top(self, start: int = 0):
@@ -271,7 +271,7 @@ class Chain:
                     out.append(quotient(a[2], q, r, self.extents[a]))
         for k, a in enumerate(self.order[:-1]):
             e, rest = self.r(a), self.horner(point, k + 1)
-            below = _prod([*(self.r(x) for x in self.order[k + 1:-1]), self.extents[self.order[-1]]])
+            below = product([*(self.r(x) for x in self.order[k + 1:-1]), self.extents[self.order[-1]]])
             out.append(range_(e, self.atom(a, point), rest, below))
             if other is not None:
                 out.append(digit(e, self.atom(a, point), rest, self.atom(a, other), self.horner(other, k + 1)))

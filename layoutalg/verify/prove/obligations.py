@@ -146,7 +146,7 @@ class Model:
         `block_size / interleave` a whole number; every divisor positive). The runtime
         refuses a size that breaks one, so no verdict is drawn there. A guard that cannot be
         read here is left out, which only widens the sizes asked about."""
-        variant = _variant(self.lib, self.family, self.path)
+        variant = case_variant(self.lib, self.family, self.path)
         if variant is None:
             return []
         out = []
@@ -297,7 +297,7 @@ def _bijective_query(m: Model, role: str):
     j, cj = m.index(role, "'")
     ldef, bound = m.r.layout(role)
     off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
-    size = prod(m.r.extents(role).values()) if not m.symbolic else _prod(m.r.extents(role).values())
+    size = prod(m.r.extents(role).values()) if not m.symbolic else product(m.r.extents(role).values())
     clash = z3.And(*ci, *cj, _distinct(i, j), off(i) == off(j))
     out = z3.And(*ci, z3.Or(off(i) < 0, off(i) >= size))
     if m.part:  # a region: one-to-one, and every element inside the whole page
@@ -404,11 +404,11 @@ def _cover_query(m: Model, d: dict, cd: list):
     sets of equal size is onto, so then no canonical byte is left unwritten.
     """
     rext = dict(m.r.rank_extents())
-    world_digits = _prod(rext.values())
-    writers = _prod(rext[n] for n in m.r.replicas)
+    world_digits = product(rext.values())
+    writers = product(rext[n] for n in m.r.replicas)
     lext, cext = m.r.extents("local"), m.r.extents("canonical")
     count = z3.Or(world_digits != m.r.world,
-                  world_digits * _prod(lext.values()) != writers * _prod(cext.values()),
+                  world_digits * product(lext.values()) != writers * product(cext.values()),
                   m.element("local") != m.element("canonical"))
     e, ce = m.digits("'")
     i, ci = m.index("local", "")
@@ -423,7 +423,7 @@ def _cover_query(m: Model, d: dict, cd: list):
     l_, cl = m.index("canonical", "c'")
     ldef, bound = m.r.layout("canonical")
     off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
-    inside = z3.Or(off(k) < 0, off(k) >= _prod(cext.values()))
+    inside = z3.Or(off(k) < 0, off(k) >= product(cext.values()))
     if m.part:  # a region of the canonical page: inside the page, which the regions tile
         ce = m.element("canonical")
         inside = z3.Or(off(k) < 0, ce * off(k) + ce > m.r.page("canonical"))
@@ -511,7 +511,7 @@ def size_to_z3(m: Model, atoms, e):
             out = out + x if isinstance(e, sympy.Add) else out * x
         return out
     if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
-        return _prod([size_to_z3(m, atoms, e.base)] * int(e.exp))
+        return product([size_to_z3(m, atoms, e.base)] * int(e.exp))
     raise TypeError(f"not a polynomial size: {e}")
 
 
@@ -530,7 +530,7 @@ def cond_to_z3(m: Model, atoms, c):
     raise TypeError(f"not a condition: {c}")
 
 
-def _variant(lib: Library, family: str, path: tuple):
+def case_variant(lib: Library, family: str, path: tuple):
     """(the compiled IR's variant for this case path, the family's atoms), or None where the
     family has no normal form (the runtime then serves it nowhere but by its fallback)."""
     memo = lib.__dict__.setdefault("_prover_variants", {})
@@ -544,7 +544,7 @@ def _variant(lib: Library, family: str, path: tuple):
     return None if got is None or path not in got[0] else (got[0][path], got[1])
 
 
-def _prod(xs):
+def product(xs):
     out = 1
     for x in xs:
         out = out * x

@@ -31,13 +31,13 @@ from ...errors import SpecError
 from ...ir.family import resolve
 from ...dsl.interpret import Reading, paths
 from ...dsl.library import Library
-from ...runtime.lower import TilingError, _region_plan, run_plan, certify as certify_instance
+from ...runtime.lower import TilingError, region_plan, run_plan, certify as certify_instance
 from ..samples import fitted_instance, sample_domain
 from . import GUARD_S
 from . import RLIMIT
 from . import meaning
 from .meaning import LAYOUT_CLAIM, PAD_CLAIM, claim_row
-from .explain import _used, _where, _witness, explain
+from .explain import names_used, where_in_spec, witness_config, explain
 from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, EMPTY_BOX, box_empty, runs_query, value
 from .obligations import query as _asked
 from .store import Row
@@ -157,7 +157,7 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
     unknown = [p for p, (s, _) in status.items() if s == "unknown"]
     unserved = "" if quick else unserved_part(lib, family, budgets)
     if live:
-        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in _used(lib, family))
+        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in names_used(lib, family))
         dead = len(status) - len(live) - len(unknown)
         note = f"; {dead} of {len(status)} case(s) apply nowhere" if dead else ""
         note += f"; warning: part of the declared domain is never served: {unserved}" if unserved else ""
@@ -247,7 +247,7 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
                     m, model, w = _smaller(lib, family, name, path, extra, budgets, m, model, w)
                 return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
                            time.perf_counter() - t0, explain(lib, family, name, m, model, w),
-                           witness=_witness(m, model))
+                           witness=witness_config(m, model))
             if st == "unsat" and bounds is None:
                 methods.append("symbolic")
                 proved.setdefault(name, set()).add(path)
@@ -309,14 +309,14 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
             try:
                 inst = cf.evaluate(sizes)
                 region = lib.family_def(family).shard.region if lib.family_def(family).page else None
-                plan = _region_plan(inst, region) if region else run_plan(certify_instance(inst))
+                plan = region_plan(inst, region) if region else run_plan(certify_instance(inst))
             except GuardFailed as e:
                 return Row(spec, family, name, "unknown", "the compiled family disagrees with the spec",
-                           time.perf_counter() - t0, f"{_where(lib, family, name)}: the spec applies at "
+                           time.perf_counter() - t0, f"{where_in_spec(lib, family, name)}: the spec applies at "
                                                       f"{text} but the compiled family fails closed: {e}")
             except TilingError as e:
                 return Row(spec, family, name, "refuted", "lowering certificate, one configuration",
-                           time.perf_counter() - t0, f"{_where(lib, family, name)}: {e}, with {text}",
+                           time.perf_counter() - t0, f"{where_in_spec(lib, family, name)}: {e}, with {text}",
                            witness=dict(sizes))
             m = Model(lib, family, path, sizes=sizes)
             v, w = runs_query(m, name, inst, plan)
@@ -386,7 +386,7 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     status, by_path = found.get("status", {}), found.get("by_path", {})  # the first region's: one grid, one page
     pads = [p for p in lib.parts_of(family, pads=True) if p not in parts]
     if not quick:  # the concatenation argument reads the pads' digit tables: they must be the spec's
-        rows += [_safely(spec, pad, "digits-match-spec", lambda: _pad_digits(lib, pad, budgets)) for pad in pads]
+        rows += [safely(spec, pad, "digits-match-spec", lambda: _pad_digits(lib, pad, budgets)) for pad in pads]
         for pad in (p for p in pads if p.endswith("'")):  # the canonical page's size and places are its pads' too
             rows += claim_row(spec, pad, resolve(lib, pad), PAD_CLAIM)
     for name in PAGE:
@@ -404,7 +404,7 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
         # where the concatenation argument does not hold, the page is likely broken: Z3 hunts with
         # the small budget (each region pair is its own query) before the stated configurations
         hunt = Budgets(budgets.small, budgets.small, budgets.config, budgets.seeds)
-        row = _safely(spec, family, name, lambda: prove_obligation(lib, first, name, by_path, hunt, quick,
+        row = safely(spec, family, name, lambda: prove_obligation(lib, first, name, by_path, hunt, quick,
                                                                    None, status))
         if cert is not None and row.status != "refuted":
             row = Row(**{**asdict(row), "detail": (row.detail + "; " if row.detail else "") +
@@ -475,7 +475,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
                         "stride chains (sympy): all sizes", time.perf_counter() - t0, first_reason(bad)))
     claim = claim_row(spec, family, fam, LAYOUT_CLAIM) if fam is not None and not quick else []
-    applies, status = _safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
+    applies, status = safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
     rows.append(applies)
     if applies.status == "refuted":  # a claim of no configuration checked nothing: not a proof
@@ -488,17 +488,17 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     rows[0] = structure_at_sizes(lib, family, rows[0], cf, by_path)  # (unchanged unless structure not proved)
     lemmas: dict = {}
     for name in SYMBOLIC:
-        rows.append(_safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,
+        rows.append(safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,
                                                                          fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
     if lib.family_def(family).sequence is not None:  # the claim pages of another cp are converted by
-        rows.append(_safely(spec, family, "sequence-order", lambda: prove_obligation(
+        rows.append(safely(spec, family, "sequence-order", lambda: prove_obligation(
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
         if quick and rows[-1].status == "refuted":
             return rows
     if meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
-        row = _safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
+        row = safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
                                                                      status, lemmas))
         if claim and row.status != "refuted":  # a refutation says more than a claim not shown
             row = claim[0] if claim[0].status != "proved" else \
@@ -512,7 +512,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         if fam is None:
             rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))
             continue
-        row = _safely(spec, family, name, lambda: prove_runs(lib, family, name, by_path, budgets, cf))
+        row = safely(spec, family, name, lambda: prove_runs(lib, family, name, by_path, budgets, cf))
         if quick and row.status == "proved":  # a handful of configurations is a hunt, not a proof
             row = Row(spec, family, name, "unknown", "quick mode: no counterexample on a few configurations",
                       row.seconds)
@@ -559,7 +559,7 @@ def _nowhere(row: Row, why: str = "the family applies nowhere: no configuration 
     return Row(**{**asdict(row), "status": "unknown", "detail": f"holds of the spec's tables, but {why}"})
 
 
-def _safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
+def safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
     """`prove()`, or an unknown row saying what stopped it: a spec the reader cannot take
     (say, one the compiler rejects) gets an honest row, never a traceback."""
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy
 
 from ...ir.claims import cases_text, claim_norm, claims_differ, unplaced_target
-from ...ir.family import Family, Variant, _rewrites, guarded_equality
+from ...ir.family import Family, Variant, guard_rewrites, guarded_equality
 from ...algebra.tiling import broken, chains
 
 
@@ -142,7 +142,7 @@ def _page_tied(family: Family, moving: set, page: set) -> bool:
     of the group, not of the model."""
     seen = None
     for w in family.variants:
-        subs, keys = _rewrites(w, family.atoms), set()
+        subs, keys = guard_rewrites(w, family.atoms), set()
         for g in (*w.cases, *w.guards):
             c = family.atoms.expand(sympy.sympify(g.cond))
             for _ in range(4):  # the case's own rewrites (its lets are already values)

@@ -64,7 +64,7 @@ def _applies(lib: Library, family: str, sizes: dict, tag: str, cf=None) -> _Appl
     it, so nothing may be concluded from its absence). With `cf` (the compiled family) one
     recognised by a tensor of named dims also says that tensor (`runtime.derive._mismatch`)."""
     from ...compile.compiled import CompiledPage
-    from .obligations import _variant, size_to_z3
+    from .obligations import case_variant, size_to_z3
     part = lib.parts_of(family)[0]  # a page of regions: its first region's part reads the page's guards
     dims = len(cf.tensor) if cf is not None and not isinstance(cf, CompiledPage) else 0
     shape = [z3.Int(f"{tag}shape{d}") for d in range(dims)]
@@ -76,7 +76,7 @@ def _applies(lib: Library, family: str, sizes: dict, tag: str, cf=None) -> _Appl
             m.touch()
             said = []
             if dims:
-                v, atoms = _variant(lib, part, path)
+                v, atoms = case_variant(lib, part, path)
                 pos = {n: i for i, n in enumerate(v.local.indices)}
                 said = [x == size_to_z3(m, atoms, v.local.extents[pos[n]]) for x, n in zip(shape, v.local.tensor)] + \
                     [x == size_to_z3(m, atoms, v.local.coefficients[pos[n]]) for x, n in zip(stride, v.local.tensor)]

@@ -19,7 +19,7 @@ def _is_int(x) -> bool:
     return isinstance(x, int)
 
 
-def _key(x):
+def term_key(x):
     return ("i", x) if _is_int(x) else ("z", x.get_id())
 
 
@@ -67,7 +67,7 @@ class Z3Ops(Ops):
         return z3.Int(f"{self.tag}{what}!{self._n}")
 
     def _divmod(self, a, b):
-        key = (_key(a), _key(b))
+        key = (term_key(a), term_key(b))
         if key not in self._memo:
             q, r = self._fresh("q"), self._fresh("r")
             known = self._known(a, b)
@@ -167,7 +167,7 @@ class Z3Ops(Ops):
     def quotient(self, a, b):
         """(quotient, remainder) of `a` by `b` where this arithmetic has already defined them
         (its side conditions say so), else None: defines nothing."""
-        return self._memo.get((_key(a), _key(b)))
+        return self._memo.get((term_key(a), term_key(b)))
 
     def divided(self, v) -> tuple | None:
         """(dividend, divisor, "quot" or "rem") where `v` is a quotient or remainder this

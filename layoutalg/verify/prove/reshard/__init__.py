@@ -1,6 +1,6 @@
 """Direct reshard plans against the spec, with Z3: one prover of the registered rows
 (`store.RESHARD_OBLIGATIONS`: `reshard-cover`, `reshard-match`, `reshard-domain`), in two
-strategies that share one solver (`at_sizes._solve`):
+strategies that share one solver (`at_sizes.solve_query`):
 
 - `at_sizes`: the plans the runtime built at given sizes (`plans.reshard.direct_plans`,
   `cross_plans`), each run a number, checked against the spec's reading of both sides;

@@ -52,13 +52,13 @@ from ....ir.family import resolve
 from ....dsl.interpret import paths
 from ....dsl.library import Library
 from ..obligations import Budget, Model, family_names, query, value
-from .at_sizes import _solve, sequence_unproved as _sequence_unproved, showing
+from .at_sizes import solve_query, sequence_unproved as _sequence_unproved, showing
 from .. import store
 from ..store import RESHARD, Row
 from ..certificates import cuts, divided
 from ..structural import page_tiles
-from .plan_queries import (_canonical_differs, _case_atoms, _cover, _grid_short, _malformed, _match, _outside_page,
-                           _same_shape, _Sides, _sizes_at, _Terms, _unread, _z3_run)
+from .plan_queries import (Sides, Terms, canonical_differs, case_atoms, cover_violations, grid_short, malformed,
+                           match_violations, outside_page, same_shape, sizes_at, unread, z3_run)
 from .symplan import CONFIGURATION, PER_SIDE, Cross, NotEstablished, block_ratio, cases, cross_of, rank_names
 
 DOMAIN_ROW = "reshard-domain"
@@ -176,9 +176,9 @@ def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:
     """(status, why) where the part's pages are not shown one format for all sizes (a plan
     matches canonical indices, which must name one element of the engine's at both
     configurations: the `one-format` row), else ('proved', '')."""
-    from ..runner import Budgets, _safely, one_format
+    from ..runner import Budgets, safely, one_format
     row = store.row(lib, part, "one-format", budget.rlimit,
-                    lambda: _safely(lib.family_def(part).span.file, part, "one-format",
+                    lambda: safely(lib.family_def(part).span.file, part, "one-format",
                                     lambda: one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s))))
     if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
         return "proved", ""
@@ -210,10 +210,10 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
                                      f"configurations ({e})")
             continue
         cross = cross_of(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
-        shape = _same_shape(mx, my, cross)  # the runtime plans only between pages of one format (or k of one)
+        shape = same_shape(mx, my, cross)  # the runtime plans only between pages of one format (or k of one)
         with showing(f"cases {kx} (store) and {ky} (load) apply together at no size with canonical pages of one "
                      f"shape (or k of one along the sequence index): the pair has no plan to check", applies=True):
-            status, _ = _solve(mx, my, z3.And(*bounds, shape), budget)
+            status, _ = solve_query(mx, my, z3.And(*bounds, shape), budget)
         if status == "unsat":
             continue
         cases.append((kx, ky))
@@ -249,7 +249,7 @@ def _served_nowhere(lib, family: str, sx: dict, sy: dict, bounds: list, budget: 
                 m.touch()
             except (ArithmeticError, LookupError, TypeError):
                 break  # not shown to apply nowhere
-            if _solve(m, None, z3.And(*bounds), budget)[0] != "unsat":
+            if solve_query(m, None, z3.And(*bounds), budget)[0] != "unsat":
                 break
         else:
             return side
@@ -300,7 +300,7 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
         with showing(f"{case}: regions '{a[0]}' and '{c[0]}' of the {side} page share no byte" if kind == "overlap"
                      else f"{case}: pad '{a[0]}' of the {side} page is one-to-one inside it",
                      lambda: cuts(m, "regions-tile-local", w, bounds)):
-            status, model = _solve(m, None, z3.And(*bounds, part_query), budget)
+            status, model = solve_query(m, None, z3.And(*bounds, part_query), budget)
         if status == "unsat":
             continue
         what = f"regions '{a[0]}' and '{c[0]}'" if kind == "overlap" else f"pad '{a[0]}'"
@@ -309,7 +309,7 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
                                       if kind == "overlap" else
                                       f"{case}: undecided whether {what} of the {side} page is one-to-one inside it")
             continue
-        at = _sizes_at(None, m, model) if side == "consumer" else _sizes_at(m, None, model)
+        at = sizes_at(None, m, model) if side == "consumer" else sizes_at(m, None, model)
         if kind != "overlap" or (a[1].pad and c[1].pad):
             return "unknown", f"{case}: the {side} page is not tiled by its regions and pads ({what}, at {at}): the " \
                               f"runtime refuses it"
@@ -371,7 +371,7 @@ def _values(fam, mx, my, kx, ky, store, load, bounds, budget):
     while True:
         with showing(f"cases {kx} (store) and {ky} (load): the rank grids' names "
                      f"({', '.join(n for n, _ in names)}) take no value beyond the {found} checked"):
-            status, model = _solve(mx, my, z3.And(*bounds, *block), budget)
+            status, model = solve_query(mx, my, z3.And(*bounds, *block), budget)
         if status == "unsat":
             return
         if status != "sat" or found >= MAX_VALUES:
@@ -396,25 +396,25 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
 
     def solve(violation, what, cut=None):
         with showing(lambda: f"{at}: {what() if callable(what) else what}", cut):
-            return _solve(mx, my, z3.And(where, violation), budget)
+            return solve_query(mx, my, z3.And(where, violation), budget)
 
     def both(status, why):
         return {row: (status, why) for row in RESHARD}, 0, None, ""
-    status, model = solve(_grid_short(mx, my), "each rank grid's digits number exactly its world")
+    status, model = solve(grid_short(mx, my), "each rank grid's digits number exactly its world")
     if status != "unsat":  # then some rank has no digits: a plan for it, or read from it, is vacuous
         return both("unknown", "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
                                "`layoutalg prove` checks writers-cover)" +
-                    (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
-    status, model = solve(_canonical_differs(mx, my), "the two configurations' canonical pages are one layout") \
+                    (f" (at {sizes_at(mx, my, model)})" if status == "sat" else ""))
+    status, model = solve(canonical_differs(mx, my), "the two configurations' canonical pages are one layout") \
         if cross is None else ("unsat", None)
     if status != "unsat":  # (across a cp the match compares canonical indices, each page's own layout)
         return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
-                    (f" (they differ at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+                    (f" (they differ at {sizes_at(mx, my, model)})" if status == "sat" else ""))
     found, checked, held = {}, 0, []
     # the spec's own properties the plan's checks lean on: they hold at every size where they hold
-    # at all, so they are asked once, without any case's domain (`_cover` says what each spares)
+    # at all, so they are asked once, without any case's domain (`cover_violations` says what each spares)
     def inside(m):
-        v, w = _outside_page(m)
+        v, w = outside_page(m)
         return solve(v, f"the spec keeps each element of the {'load' if m is my else 'store'} configuration's local "
                         f"page inside it", lambda: cuts(m, None, w, [where]))[0] == "unsat"
     in_page = all(inside(m) for m in (my, mx))
@@ -440,7 +440,7 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
         status, model = solve(z3.Not(z3.Or(*[z3.And(*[c for _, _, c in d], z3.BoolVal(True)) for d in held])),
                               "every size lies in some case's domain")
         if status != "unsat":
-            outside = (said, f"not at {_sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
+            outside = (said, f"not at {sizes_at(mx, my, model)}" if status == "sat" else "undecided elsewhere")
     return found, checked, outside, said if len(held) > 1 else ""
 
 
@@ -453,15 +453,15 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     """({row: (status, what)} of the failures, consumer plans checked, the case's domain as
     (dividend, divisor, Z3 condition)) for the plans of one case, or None where Z3 shows no
     size in its domain (a refuted shape or an unknown division: the pair's verdict).
-    `spec_facts`: (in_page, one_to_one) as `_cover` takes them, shown for the pair."""
+    `spec_facts`: (in_page, one_to_one) as `cover_violations` takes them, shown for the pair."""
     def solve(violation, what, cut=None):
         with showing(lambda: f"{at}{said}: {what() if callable(what) else what}", cut):
-            return _solve(mx, my, z3.And(where, violation), budget)
+            return solve_query(mx, my, z3.And(where, violation), budget)
 
-    own, clash = _case_atoms(fam, built)
-    z = _Terms(fam, mx, my, own)
+    own, clash = case_atoms(fam, built)
+    z = Terms(fam, mx, my, own)
     pairs = tuple(dict.fromkeys(d for p in built for d in p.domain))
-    clash = clash or _unread(pairs, z)
+    clash = clash or unread(pairs, z)
     domain = () if clash else tuple((a, b, z(a) % int(b) == 0) for a, b in pairs)
 
     def both(status, why):
@@ -483,17 +483,17 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
                  if a.op == "/" and (a.num, a.den) in {(n, d) for n, d, _ in domain}]
         where = z3.And(where, *[c for _, _, c in domain], *exact)
         if exact:  # a fact that held nowhere would make every query below vacuously unsat
-            status, _ = _solve(mx, my, where, budget)
+            status, _ = solve_query(mx, my, where, budget)
             if status != "sat":
                 return both("unknown", "the case's quotients are not shown exact at any size of its domain "
                                        f"({_divisible(domain)}; {status})")
-    shape = _malformed(built)
+    shape = malformed(built)
     if shape:
         return both("refuted", f"not a plan: {shape}")
     worlds = [z3.simplify(z3.IntVal(0) + m.r.world) for m in (mx, my)]
     if not all(z3.is_int_value(w) for w in worlds):
         return both("unknown", f"the groups' worlds are {worlds[0]} and {worlds[1]}, not numbers")
-    sides = _Sides(*(w.as_long() for w in worlds), cross)
+    sides = Sides(*(w.as_long() for w in worlds), cross)
     consumers = sorted(p.consumer for p in built)
     if consumers != list(range(sides.consumers)):
         return {"reshard-cover": ("refuted", f"plans for consumer ranks {consumers}; the load group has "
@@ -505,10 +505,10 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     # readings, first), so where the spec keeps such bytes inside its page, so does the plan:
     # a query on the spec alone, which spares Z3 the plan's products of sizes
     for plan in built:
-        runs = [_z3_run(z, r) for r in plan.runs]
-        queries += [(plan, "reshard-cover", what, v) for what, v in _cover(mx, my, runs, sides, *spec_facts)]
+        runs = [z3_run(z, r) for r in plan.runs]
+        queries += [(plan, "reshard-cover", what, v) for what, v in cover_violations(mx, my, runs, sides, *spec_facts)]
         for k, run in enumerate(runs):
-            reading, match = _match(mx, my, plan.consumer, run, sides)
+            reading, match = match_violations(mx, my, plan.consumer, run, sides)
             readings.append((plan, k, reading))
             queries.append((plan, "reshard-match", "a byte is read from a producer byte holding another canonical "
                                                    "byte", match))
@@ -526,14 +526,14 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         if status != "unsat":
             return both("unknown", f"the plan divides {n} by {d} where the guards do not show the divisor positive"
                                    f"{' and the division exact' if op == '/' else ''}" +
-                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
+                        (f" (at {sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
     for plan, k, violation in readings:  # the plan's own reading of its bytes, which both rows take
         status, model = solve(violation, f"consumer rank {plan.consumer}, run {k}: the plan's spec index of each "
                                          f"byte it copies is the spec's", lambda v=violation: divided(v, mx, my))
         if status != "unsat":
             return both("unknown", f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
                                    f"not shown to be the spec's" +
-                        (f" (at {_sizes_at(mx, my, model)})" if status == "sat" else ""))
+                        (f" (at {sizes_at(mx, my, model)})" if status == "sat" else ""))
     found = {}
     for plan, row, what, violation in queries:
         if row in found:
@@ -541,7 +541,7 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         status, model = solve(violation, f"consumer rank {plan.consumer} ({row}): no size where {what}",
                               lambda v=violation: divided(v, mx, my))
         if status == "sat":
-            found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {_sizes_at(mx, my, model)}")
+            found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {sizes_at(mx, my, model)}")
         elif status != "unsat":
             found[row] = ("unknown", f"undecided for consumer rank {plan.consumer} ({what})")
     return found, len(built), domain

@@ -68,8 +68,8 @@ def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, 
             try:  # (a token's place is no matter of the page's size: the page is not assumed)
                 m = Model(lib, part, tuple(Reading(lib, part, sizes).taken), sizes=sizes, page_guard=False)
                 violation, _ = query(m, "sequence-order")
-                applies, _ = _solve(m, None, z3.BoolVal(True), budget)
-                status = _solve(m, None, violation, budget)[0] if applies == "sat" else None
+                applies, _ = solve_query(m, None, z3.BoolVal(True), budget)
+                status = solve_query(m, None, violation, budget)[0] if applies == "sat" else None
             except (ArithmeticError, LookupError, TypeError) as e:
                 return f"the {side} configuration's `sequence` claim cannot be read ({e})"
             if applies != "sat":  # assumptions that contradict each other would show any claim
@@ -128,7 +128,7 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
         return [Row(spec, family, n, "unknown", f"the family does not apply at these configurations ({e})", 0.0)
                 for n in RESHARD]
     for who, m in (("store", mx), ("load", my)):  # a configuration the family does not serve proves nothing
-        status = _solve(m, None, z3.BoolVal(True), budget)[0]
+        status = solve_query(m, None, z3.BoolVal(True), budget)[0]
         if status != "sat":
             why = "its guards, cases and page do not hold there" if status == "unsat" else "undecided"
             return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration ({why})",
@@ -152,7 +152,7 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
             for plan in plans:
                 mx, my = _fresh(lib, family, store, load)
                 violation, w = (_cover if name == "reshard-cover" else _match)(mx, my, plan, cross)
-                status, model = _solve(mx, my, violation, budget)
+                status, model = solve_query(mx, my, violation, budget)
                 if status != "unsat":
                     detail = _explain(name, mx, my, plan, model, w) if status == "sat" else \
                         f"undecided for consumer rank {plan.consumer}"
@@ -263,7 +263,7 @@ _SHOWING: list = []  # what the query asked now shows where unsat (`showing`), i
 
 @contextmanager
 def recording():
-    """While on, each query `_solve` answers unsat is kept as (what it shows, its assertions,
+    """While on, each query `solve_query` answers unsat is kept as (what it shows, its assertions,
     the chain files and lemmas it rests on): the steps of a proof, each a file a second solver
     can re-check (`certificate_files.step_texts`)."""
     global _STEPS
@@ -287,7 +287,7 @@ def showing(what, cut=None, applies=False):
         _SHOWING.pop()
 
 
-def _solve(mx: Model, my: Model | None, violation, budget: Budget):
+def solve_query(mx: Model, my: Model | None, violation, budget: Budget):
     models = [m for m in (mx, my) if m is not None]
     given = [a for m in models for a in _assumed(m)] + [violation]
     # the definitions of the quotients these terms read, not those every earlier query made,
@@ -400,7 +400,7 @@ def _prove_pages(lib, family, store, load, groups, budget) -> list[Row]:
         return [Row(spec, family, n, "unknown", f"the family does not apply at these configurations ({e})", 0.0)
                 for n in RESHARD]
     for who, m in (("store", xs[0][1]), ("load", ys[0][1])):
-        status = _solve(m, None, z3.BoolVal(True), budget)[0]
+        status = solve_query(m, None, z3.BoolVal(True), budget)[0]
         if status != "sat":
             return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration", 0.0)
                     for n in RESHARD]
@@ -422,7 +422,7 @@ def _prove_pages(lib, family, store, load, groups, budget) -> list[Row]:
         t0, found = time.perf_counter(), None
         for plan, cross in ((plan, cross) for plans, cross in groups for plan in plans):
             for violation, m1, m2, meaning in _page_violations(name, plan, xs, xpads, ys, ypads, data, cross):
-                status, model = _solve(m1, m2, violation, budget)
+                status, model = solve_query(m1, m2, violation, budget)
                 if status != "unsat":
                     found = (status, f"consumer rank {plan.consumer}: {meaning}" if status == "sat" else
                              f"undecided for consumer rank {plan.consumer}")

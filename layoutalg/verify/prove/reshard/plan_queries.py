@@ -1,5 +1,5 @@
 """The reshard obligations over a plan built for all sizes (`symplan`), as Z3 queries: the
-terms both readings share (`_Terms`: one Z3 variable per size the two configurations share),
+terms both readings share (`Terms`: one Z3 variable per size the two configurations share),
 a run's fragment bytes picked symbolically, and `reshard-cover` and `reshard-match` asked of
 one consumer rank's runs against the spec's own reading of both sides (`all_sizes` drives them).
 """
@@ -15,7 +15,7 @@ from ..obligations import Model, query, value
 from .symplan import DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun
 
 
-class _Sides(NamedTuple):
+class Sides(NamedTuple):
     """The two groups' worlds, and across another cp which of them reads small pages: its
     ranks are then `k` virtual ranks each, `part * world + rank`."""
 
@@ -39,7 +39,7 @@ class _Sides(NamedTuple):
         return rank_and_part(v, self.world_y) if self.consumers != self.world_y else (v, 0)
 
 
-def _sizes_at(mx: Model | None, my: Model | None, model) -> str:
+def sizes_at(mx: Model | None, my: Model | None, model) -> str:
     out = {}
     for tag, m in (("store ", mx), ("load ", my)):
         if m is None:  # a query of one configuration: the other's sizes mean nothing there
@@ -60,7 +60,7 @@ def _same_term(a, b) -> bool:
     return not z3.is_expr(a) and not z3.is_expr(b) and a == b
 
 
-class _Terms:
+class Terms:
     """The plan's sympy sizes as Z3 terms over both configurations' sizes (`x.heads`, `y.heads`
     and the shared ones). A division is Z3's own, total: it adds no side condition, which
     could empty the domain and leave every query vacuously unsat. Each is listed instead
@@ -128,7 +128,7 @@ class _Terms:
         raise NotEstablished(f"a size of the plan, {e}, is not a polynomial of sizes and divisions")
 
 
-def _z3_run(z: _Terms, r: SymbolicRun):
+def z3_run(z: Terms, r: SymbolicRun):
     """(producer, src, dst, [(extent, src stride, dst stride)], dst reading, src reading) as Z3 terms."""
     def at(table):
         return [(i, z(base), [z(w) for w in ws]) for i, base, ws in table]
@@ -144,7 +144,7 @@ def _pick(m: Model, run):
         dst + sum(c * b for c, (_, _, b) in zip(cs, modes))
 
 
-def _outside_page(m: Model):
+def outside_page(m: Model):
     """A byte of an element the spec's local layout puts outside the local page, and its
     witnesses (the element's index `i`)."""
     i, ci = m.index("local", "")
@@ -153,7 +153,7 @@ def _outside_page(m: Model):
     return z3.And(*ci, b >= 0, b < m.element(), z3.Or(byte < 0, byte >= m.r.page("local"))), {"i": i}
 
 
-def _cover(mx: Model, my: Model, runs, sides: _Sides, in_page: bool = False, one_to_one: bool = False):
+def cover_violations(mx: Model, my: Model, runs, sides: Sides, in_page: bool = False, one_to_one: bool = False):
     """(meaning, violation) of each way the plan can fail to write every consumer byte once.
     `in_page`: both local layouts are shown to keep their bytes inside their pages, so the
     plan's bytes (the spec's, by its readings) are inside too, and that query is not asked;
@@ -172,7 +172,7 @@ def _cover(mx: Model, my: Model, runs, sides: _Sides, in_page: bool = False, one
               f"holds", total != my.r.bytes_of(*my.r.layout("local"))
     else:
         yield "the plan writes fewer or more bytes than the consumer page holds", total != my.r.page("local")
-    # no byte twice: the plan's readings of its bytes are the spec's (checked first, `_match`)
+    # no byte twice: the plan's readings of its bytes are the spec's (checked first, `match_violations`)
     # and the local layout is one-to-one, so two writes of one byte are writes of one element
     if not one_to_one:
         yield "the consumer's local layout is not one-to-one", query(my, "local-bijective")[0]
@@ -208,7 +208,7 @@ def _reading(m: Model, cs, table, byte, what: str):
     return idx, b, wrong
 
 
-def _match(mx: Model, my: Model, consumer: int, run, sides: _Sides):
+def match_violations(mx: Model, my: Model, consumer: int, run, sides: Sides):
     """(violation of the plan's reading of its bytes, violation of the match given it). The
     first is the construction's fault (unknown), the second a plan that reads the wrong byte.
     Across another cp the two bytes must name one canonical index (each page's own), the
@@ -232,7 +232,7 @@ def _match(mx: Model, my: Model, consumer: int, run, sides: _Sides):
         z3.Or(z3.And(*inside, nowhere), unreal, z3.And(*inside, *ranks, differ))
 
 
-def _same_shape(mx: Model, my: Model, cross: Cross | None = None):
+def same_shape(mx: Model, my: Model, cross: Cross | None = None):
     """The two canonical pages have the same indices, extents and element size (a region of a
     page: and the pages the same size): where they do not, their formats differ and the
     runtime builds no direct plan (assumed, not proved). Across another cp, the small page's
@@ -249,7 +249,7 @@ def _same_shape(mx: Model, my: Model, cross: Cross | None = None):
     return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"), *page)
 
 
-def _case_atoms(fam, built) -> tuple[dict, str]:
+def case_atoms(fam, built) -> tuple[dict, str]:
     """The one table of derived sizes (atoms) Z3 reads for every plan of a case, and what keeps
     it from being each plan's own as the runtime reads it (`symplan.evaluate`: the family's
     atoms, then the plan's) ('' when nothing): every plan of the case defines the same atoms,
@@ -267,7 +267,7 @@ def _case_atoms(fam, built) -> tuple[dict, str]:
     return {**fam.atoms.by_symbol, **table}, ""
 
 
-def _unread(pairs, z: "_Terms") -> str:
+def unread(pairs, z: "Terms") -> str:
     """What keeps a case from meaning one thing to Z3 and to the runtime ('' when nothing):
     no derived size (atom) under the name of a size, which the runtime would take for the
     size where a plan does not define it; the domain, pairs (dividend, divisor), each divisor
@@ -286,7 +286,7 @@ def _unread(pairs, z: "_Terms") -> str:
     return ""
 
 
-def _malformed(built) -> str:
+def malformed(built) -> str:
     """What makes `built` no plan at all ('' when nothing): consumers and producers are ranks,
     plain ints (a float would be truncated by one check and compared exactly by another), and
     every division of its sizes is one the language has."""
@@ -299,12 +299,12 @@ def _malformed(built) -> str:
     return ""
 
 
-def _grid_short(mx: Model, my: Model):
+def grid_short(mx: Model, my: Model):
     """A configuration's rank digits do not number exactly its world: some rank would have none."""
     return z3.Or(*[prod_z3(e for _, e in m.r.rank_extents()) != m.r.world for m in (mx, my)])
 
 
-def _canonical_differs(mx: Model, my: Model):
+def canonical_differs(mx: Model, my: Model):
     """Some canonical index of one shape has another offset in the two configurations."""
     idx, inside = my.index("canonical", "")
     return z3.And(*inside, mx.r.offset("canonical", idx) != my.r.offset("canonical", idx))
