@@ -125,3 +125,76 @@ def test_few_modules_at_the_top_and_none_too_long():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 600}
     assert long == {}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_crossings(mods: dict, root=ROOT) -> tuple:
+    """(file, line, dotted name) of every private name (one leading underscore) a module of the
+    package imports from another, or reads as an attribute of one it imported (`from . import
+    obligations` then `obligations._prod`), a private module's among them; and, apart, the private
+    names of other packages it reaches (`torch._C`), which are theirs to keep."""
+    ours, theirs = [], []
+    for m, p in sorted(mods.items()):
+        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        tree = ast.parse(p.read_text())
+        where = str(p.relative_to(root))
+        bound = {}  # a local name -> the module it names
+
+        def note(line, dotted):
+            (ours if dotted.split(".")[0] == "layoutalg" else theirs).append((where, line, dotted))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = pkg
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                target = (f"{base}.{node.module}" if node.module else base) if node.level else node.module or ""
+                if any(_private(part) for part in target.split(".")):
+                    note(node.lineno, target)
+                for a in node.names:
+                    if f"{target}.{a.name}" in mods:
+                        bound[a.asname or a.name] = f"{target}.{a.name}"
+                    if _private(a.name) and target != m:
+                        note(node.lineno, f"{target}.{a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if any(_private(part) for part in a.name.split(".")):
+                        note(node.lineno, a.name)
+                    bound[a.asname or a.name.partition(".")[0]] = a.name if a.asname else a.name.partition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                chain, v = [node.attr], node.value
+                while isinstance(v, ast.Attribute):
+                    chain.append(v.attr)
+                    v = v.value
+                if isinstance(v, ast.Name) and v.id in bound and bound[v.id] != m:
+                    note(node.lineno, ".".join([bound[v.id], *reversed(chain)]))
+    return sorted(set(ours)), sorted(set(theirs))
+
+
+THEIRS = {("layoutalg/tools/nixl.py", "os._exit"), ("layoutalg/tools/vllm_writers.py", "vllm._custom_ops")}
+"""Other packages' private names the package reaches: `os._exit` (a child that must not run the
+parent's exit handlers) and vLLM's kernels' module. Theirs to keep, listed to be seen."""
+
+
+def test_no_module_reaches_another_modules_private_names(tmp_path):
+    mods = _modules()
+    ours, theirs = private_crossings(mods)
+    assert ours == [], "\n".join(f"{f}:{line}: {name}" for f, line, name in ours)
+    assert {(f, name) for f, _, name in theirs} <= THEIRS, theirs
+    assert len(theirs) >= 1  # the control: the walk saw the imports and the attributes
+    # it finds one of each kind: a name imported, a private module, an attribute of a module imported
+    pkg = tmp_path / "layoutalg"
+    (pkg / "sub").mkdir(parents=True)
+    for f in ("__init__.py", "_hidden.py", "sub/__init__.py", "sub/a.py"):
+        (pkg / f).write_text("")
+    (pkg / "sub" / "b.py").write_text("from .a import _x, y\nfrom .. import _hidden\nfrom . import a\n"
+                                      "import torch._C\n\n\ndef _own():\n    return a._z, a.w, _own, torch._C\n")
+    fake = {"layoutalg": pkg / "__init__.py", "layoutalg._hidden": pkg / "_hidden.py",
+            "layoutalg.sub": pkg / "sub/__init__.py", "layoutalg.sub.a": pkg / "sub/a.py", "layoutalg.sub.b": pkg / "sub/b.py"}
+    found, other = private_crossings(fake, tmp_path)
+    assert found == [("layoutalg/sub/b.py", 1, "layoutalg.sub.a._x"), ("layoutalg/sub/b.py", 2, "layoutalg._hidden"),
+                     ("layoutalg/sub/b.py", 8, "layoutalg.sub.a._z")], found
+    assert other == [("layoutalg/sub/b.py", 4, "torch._C"), ("layoutalg/sub/b.py", 8, "torch._C")], other
