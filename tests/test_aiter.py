@@ -68,7 +68,7 @@ def test_store_under_one_tp_load_under_another(deriver, src, dst):
 
 
 def test_a_name_given_outside_its_domain_takes_no_family_but_the_fallback(deriver):
-    """aiter_kv = 2 is no backend: the packed family, which does not read the name, must not take it."""
-    res, _ = _derive(deriver, 2, total=4, aiter=2)
+    """aiter_kv = 3 is no backend: the packed family, which does not read the name, must not take it."""
+    res, _ = _derive(deriver, 2, total=4, aiter=3)
     assert (res.result, res.family) == ("opaque", "opaque")
-    assert "aiter_kv = 2 is outside the proved domain [0, 1]" in res.reasons[0]
+    assert "aiter_kv = 3 is outside the proved domain [0, 2]" in res.reasons[0]

@@ -428,7 +428,9 @@ WRITERS = {"split_nhd": lambda: attention("NHD"), "split_hnd": lambda: attention
            "mamba2": mamba2, "quant_packed": lambda: quantised("packed", "HND"),
            "quant_split": lambda: quantised("split"), "nvfp4": lambda: nvfp4(v_swizzle=True),
            "nvfp4_plain": lambda: nvfp4(v_swizzle=False), "packed_nhd": lambda: packed("NHD"),
-           "packed_hnd": lambda: packed("HND"), "dsa_indexer": indexer}
+           "packed_hnd": lambda: packed("HND"), "dsa_indexer": indexer,
+           "aiter_shuffle": lambda: aiter("shuffle")}
 """The shipped families conform checks against an engine model by default, and the model's writer
 (quant_packed: the HND page, `VLLM_KV_CACHE_LAYOUT=HND`; vLLM's default for the Triton backend is
-NHD strides, `quantised("packed", "NHD")`, which quant_packed is not)."""
+NHD strides, `quantised("packed", "NHD")`, which quant_packed is not; aiter_shuffle: AITER FA's
+shuffle kernel; `aiter` has none, three ROCm backends writing its tensor apart: `aiter(writer)`)."""
