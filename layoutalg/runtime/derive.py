@@ -91,7 +91,7 @@ class Deriver:
         sizes = _sizes(layer, tensor, parallel)
         reasons = [f"{why}: no family reads this layer but the fallback" for n, v in layer.sizes
                    if n in self.domains for why in [params.outside(n, v, *self.domains[n])] if why]
-        # a name given out of its domain is a misdeclared deployment (`aiter_kv = 2`): a family
+        # a name given out of its domain is a misdeclared deployment (`aiter_kv = 3`): a family
         # that does not read it must not take the layer in its place
         missing = {}
         kind = self._by_kind.get(layer.kind, []) if not reasons else []
