@@ -209,10 +209,14 @@ def mamba2():
     new state is B * x, x odd tags, B minus powers of two: each element's value is its own, and
     negative, apart from the conv state's positive tags). The conv
     state from byte 0 of a block's page, the SSM state after it; shapes from vLLM's
-    `MambaStateShapeCalculator.mamba2_state_shape`."""
+    `MambaStateShapeCalculator.mamba2_state_shape`, under the conv layout `conv_dim_first` names
+    (vLLM's VLLM_SSM_CONV_STATE_LAYOUT: SD `(conv_kernel - 1, channels)`, handed to the op
+    transposed, or DS `(channels, conv_kernel - 1)`, handed as it lies, as MambaMixer2 does; set
+    by patching `get_conv_state_layout`, an lru_cached read of the environment)."""
 
     def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
-        from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator as shapes
+        from unittest import mock
+        from vllm.model_executor.layers.mamba import mamba_utils
         from vllm.model_executor.layers.mamba.ops.cpu.causal_conv1d import causal_conv1d_fn_cpu
         from vllm.model_executor.layers.mamba.ops.cpu.mamba_ssm import selective_state_update
         if sizes["conv_bytes"] != 4 or sizes["ssm_bytes"] != 4:
@@ -220,15 +224,18 @@ def mamba2():
         tp, k1 = sizes["tp"], sizes["conv_kernel"] - 1
         heads, hd, n, groups = sizes["ssm_heads"], sizes["ssm_head_dim"], sizes["state_size"], sizes["n_groups"]
         inter, blocks = heads * hd, pages.shape[0]
-        conv_shape, ssm_shape = shapes.mamba2_state_shape(tp, inter, groups, heads, hd, n, k1 + 1)
-        if tuple(conv_shape)[0] != k1:
-            raise ValueError(f"conv state shape {tuple(conv_shape)}: run with vLLM's SD conv layout")
+        dim_first = bool(sizes.get("conv_dim_first", 0))
+        with mock.patch.object(mamba_utils, "get_conv_state_layout", lambda: "DS" if dim_first else "SD"):
+            conv_shape, ssm_shape = mamba_utils.MambaStateShapeCalculator.mamba2_state_shape(
+                tp, inter, groups, heads, hd, n, k1 + 1)
+            if mamba_utils.is_conv_state_dim_first() != dim_first or tuple(conv_shape)[int(dim_first)] != k1:
+                raise ValueError(f"vLLM gives the conv state shape {tuple(conv_shape)} for conv_dim_first={int(dim_first)}")
         own = mamba2_shards(sizes, rank % tp)
         width = inter + 2 * groups * n
         channel = torch.cat([own["x"], inter + own["B"], inter + groups * n + own["C"]])
         conv_bytes = 4 * k1 * channel.numel()
         flat = pages.view(torch.float32)
-        conv = flat[:, :k1 * channel.numel()].view(blocks, k1, -1)
+        conv = flat[:, :k1 * channel.numel()].view(blocks, *conv_shape)
         ssm = flat[:, conv_bytes // 4:conv_bytes // 4 + ssm_shape[0] * hd * n].view(blocks, *ssm_shape)
         page = torch.tensor(page_of_block).view(-1, 1, 1)
         odd = 1 + 2 * inter * (int(page.max()) + 1)  # the largest SSM x tag
@@ -239,7 +246,7 @@ def mamba2():
         x = x.permute(1, 0, 2).reshape(channel.numel(), -1).to(torch.float32)
         weight = torch.zeros(channel.numel(), k1 + 1)
         starts = torch.arange(blocks + 1, dtype=torch.int32) * k1
-        causal_conv1d_fn_cpu(x, weight, None, conv.transpose(-1, -2), starts, torch.arange(blocks, dtype=torch.int32),
+        causal_conv1d_fn_cpu(x, weight, None, conv if dim_first else conv.transpose(-1, -2), starts, torch.arange(blocks, dtype=torch.int32),
                              torch.zeros(blocks, dtype=torch.bool), activation=None)
         # SSM: head h, dim d of block b's token is odd, B of group g, state n a power of two
         h = own["heads"]
@@ -412,7 +419,7 @@ def gdn(path: str = "prefill"):
 
 WRITERS = {"split_nhd": lambda: triton_flash("NHD"), "split_hnd": lambda: triton_flash("HND"),
            "flash_nhd": lambda: triton_flash("NHD", True), "flash_hnd": lambda: triton_flash("HND", True),
-           "cpu_attn": cpu_attn, "mamba2": mamba2, "gdn": gdn, "gdn_ds": gdn}
+           "cpu_attn": cpu_attn, "mamba2": mamba2, "mamba2_ds": mamba2, "gdn": gdn, "gdn_ds": gdn}
 """The shipped families checked against vLLM's own writer, and the writer."""
 
 

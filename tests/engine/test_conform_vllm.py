@@ -52,6 +52,27 @@ def test_mamba2_is_what_vllms_cpu_mamba_ops_write(config, groups):
     assert r.status == "conformant" and r.compared > 0, str(r)
 
 
+@pytest.mark.parametrize("config, groups", [("tp=2", 2), ("tp=4", 1)])
+def test_mamba2_ds_is_what_vllms_cpu_mamba_ops_write_under_the_ds_conv_layout(config, groups):
+    """VLLM_SSM_CONV_STATE_LAYOUT=DS: the conv state `(channels, conv_kernel - 1)` as vLLM's shape
+    calculator gives it and its mixer hands the op; mamba2_ds's page (the SSM state as mamba2's)."""
+    r = _check("mamba2_ds", config, vw.WRITERS["mamba2_ds"](), heads=1, head_size=None,
+               names=dict(MAMBA, n_groups=groups, conv_dim_first=1))
+    assert r.status == "conformant" and r.compared > 0, str(r)
+
+
+def test_the_ds_conv_layout_is_not_mamba2s():
+    """mamba2 (SD) read against vLLM writing its DS conv layout: the conv state lands transposed,
+    refuted (so the test above can fail)."""
+    ds = vw.mamba2()
+
+    def write(sizes, rank, pages, page_of_block):
+        ds(dict(sizes, conv_dim_first=1), rank, pages, page_of_block)
+    r = _check("mamba2", "tp=2", write, heads=1, head_size=None, names=dict(MAMBA, n_groups=2),
+               describe=vw.describe_mamba2(MAMBA))
+    assert r.status == "refuted" and "rank" in str(r), str(r)
+
+
 def test_mamba2_groups_vllm_will_not_shard_are_an_error():
     from layoutalg.errors import ConfigError
     with pytest.raises(ConfigError, match="n_groups % tp == 0 or n_groups == 1"):
