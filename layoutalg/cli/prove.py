@@ -7,6 +7,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from ..verdicts import Verdict
 from ..errors import LayoutalgError
 from ..dsl.library import load, spec_files
 from ..verify.prove.store import Row, cacheable, describe, proof_key, read as _read, write as _write
@@ -37,8 +38,9 @@ def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
 
 
 def _progress(family: str, data: list[dict], seconds: float, k: int, n: int) -> None:
-    bad = {s: sum(1 for r in data if r["status"] == s) for s in ("refuted", "unknown")}
-    verdict = "refuted" if bad["refuted"] else "unknown" if bad["unknown"] else "proved"
+    bad = {s: sum(1 for r in data if r["status"] == s) for s in (Verdict.REFUTED, Verdict.UNKNOWN)}
+    verdict = Verdict.REFUTED if bad[Verdict.REFUTED] else Verdict.UNKNOWN if bad[Verdict.UNKNOWN] else \
+        Verdict.PROVED
     print(f"[{k}/{n}] {family}: {verdict} ({len(data)} rows, {seconds:.1f} s)", file=sys.stderr, flush=True)
 
 
@@ -100,7 +102,7 @@ def _record_conversions(lib, names, rows: dict, rlimit: int) -> None:
     for fam in names:
         fdef = lib.family_def(fam)
         if fdef.page is None and fdef.sequence is not None and all(
-                r["status"] == "proved" for r in rows[fam]
+                r["status"] == Verdict.PROVED for r in rows[fam]
                 if r["obligation"] in ("sequence-order", "one-format", "digits-match-spec")):
             record(lib, fam, rlimit)
 
@@ -111,19 +113,19 @@ def _table(rows: list, cached: set, out) -> None:
         spec = os.path.relpath(r.spec) if os.path.isabs(r.spec) else r.spec
         t = "cached" if r.family in cached else f"{r.seconds:.2f}s"
         print(f"{spec:<22} {r.family:<11} {r.obligation:<21} {r.status:<8} {t:>7}  {r.method}", file=out)
-        if r.detail and r.status != "proved":
+        if r.detail and r.status != Verdict.PROVED:
             print(f"    {r.detail}", file=out)
     n = len(rows)
-    sym = sum(1 for r in rows if r.status == "proved" and "all sizes" in r.method)
-    conf = sum(1 for r in rows if r.status == "proved" and "configurations" in r.method)
-    other = sum(1 for r in rows if r.status == "proved") - sym - conf
-    bad = {s: sum(1 for r in rows if r.status == s) for s in ("refuted", "unknown")}
-    part = sum(1 for r in rows if r.status == "proved" and "see reshard-domain" in r.method)
+    sym = sum(1 for r in rows if r.status == Verdict.PROVED and "all sizes" in r.method)
+    conf = sum(1 for r in rows if r.status == Verdict.PROVED and "configurations" in r.method)
+    other = sum(1 for r in rows if r.status == Verdict.PROVED) - sym - conf
+    bad = {s: sum(1 for r in rows if r.status == s) for s in (Verdict.REFUTED, Verdict.UNKNOWN)}
+    part = sum(1 for r in rows if r.status == Verdict.PROVED and "see reshard-domain" in r.method)
     sym_text = f"{sym} proved for all sizes" + (f" ({part} of them only at the sizes where the plan's pieces "
                                                 f"divide: see reshard-domain)" if part else "")
     print(f"\n{n} obligations: {sym_text}, {conf} proved on stated configurations, "
-          f"{other} proved by the runtime's check with a witness, {bad['refuted']} refuted, "
-          f"{bad['unknown']} unknown", file=out)
+          f"{other} proved by the runtime's check with a witness, {bad[Verdict.REFUTED]} refuted, "
+          f"{bad[Verdict.UNKNOWN]} unknown", file=out)
 
 
 def _reshard_one(args) -> tuple[list[dict], list | str | None]:
@@ -143,7 +145,7 @@ def _reshard_one(args) -> tuple[list[dict], list | str | None]:
     from ..verify.prove.certificate_files import step_texts
     from ..verify.prove.store import RESHARD
     main = [r for r in rows if r.obligation in RESHARD]
-    if not all(r.status == "proved" and "all sizes" in r.method for r in main):
+    if not all(r.status == Verdict.PROVED and "all sizes" in r.method for r in main):
         return to_json(rows), "its rows are not proved for all sizes (" + \
             ", ".join(f"{r.obligation} {r.status}" for r in main) + ")"
     return to_json(rows), step_texts(lib, family, steps[0], steps[1], asked)
@@ -196,12 +198,12 @@ def prove_command(args, out=None) -> int:
         rows = [stages_row(args.rlimit or RLIMIT, args.timeout or GUARD_S)]
         _table(rows, set(), out)
         print(f"({time.perf_counter() - t:.1f} s)", file=out)
-        if certificates and rows[0].status == "proved":
+        if certificates and rows[0].status == Verdict.PROVED:
             from ..verify.prove.certificate_files import stages_text, write_steps
             write_steps([("pipeline", "stages-tile", stages_text())], certificates)
             print(f"certificates: 1 SMT-LIB file in {certificates}; re-check it with "
                   f"`layoutalg certify {certificates}`", file=out)
-        return 0 if rows[0].status == "proved" else 1
+        return 0 if rows[0].status == Verdict.PROVED else 1
     if getattr(args, "reshard", None):
         made: list | None = [] if certificates else None
         rows = prove_reshard(paths, args.family, *args.reshard, args.rlimit, args.timeout, args.jobs,
@@ -221,7 +223,7 @@ def prove_command(args, out=None) -> int:
                      f"says why)" if none else "") + f"; re-check them with `layoutalg certify {certificates}`",
                   file=out)
         print("\nobligations:\n" + describe(dict.fromkeys(r.obligation for r in rows)), file=out)
-        return 1 if any(r.status != "proved" for r in rows) else 0
+        return 1 if any(r.status != Verdict.PROVED for r in rows) else 0
     folder = getattr(args, "draw", None)
     if folder:
         from ..tools.draw import need_matplotlib
@@ -244,7 +246,7 @@ def prove_command(args, out=None) -> int:
               f"proved outside SMT have none ({os.path.join(certificates, 'index.tsv')} says why); "
               f"re-check them with `layoutalg certify {certificates}`", file=out)
     print("\nobligations:\n" + describe(), file=out)
-    return 1 if any(r.status != "proved" for r in rows) else 0
+    return 1 if any(r.status != Verdict.PROVED for r in rows) else 0
 
 
 def _draw_refutations(paths, rows, folder: str, out) -> None:
@@ -260,7 +262,7 @@ def _draw_refutations(paths, rows, folder: str, out) -> None:
         raise LayoutalgError(f"prove: --draw {folder}: cannot make the folder: {e.strerror or e}") from None
     drawn = 0
     for r in rows:
-        if r.status != "refuted" or not r.witness:
+        if r.status != Verdict.REFUTED or not r.witness:
             continue
         name = os.path.join(folder, f"{r.family}-{r.obligation}.png")
         page, _, region = r.family.rpartition(".")  # a region's row is drawn as its page, the region named

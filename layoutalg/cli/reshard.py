@@ -2,6 +2,7 @@
 processes, with every byte checked by its engine element (`tools.distributed`)."""
 from __future__ import annotations
 
+from ..verdicts import Verdict
 from ..errors import LayoutalgError
 from .common import sizes_once
 
@@ -56,7 +57,7 @@ def reshard_command(args) -> int:
             plans = [p for part in cross.parts for p in part]
         for r in rows:
             print(f"{r.obligation:<14} {r.status:<8} {r.method}{': ' + r.detail if r.detail else ''}")
-        if any(r.status != "proved" for r in rows):
+        if any(r.status != Verdict.PROVED for r in rows):
             print("0 passed, 0 failed: the direct plan is not proved for this pair; nothing was moved")
             return 1
         reads = ", ".join(f"{p.consumer}<-{'+'.join(map(str, p.producers()))}" for p in plans)

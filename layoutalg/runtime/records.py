@@ -12,9 +12,21 @@ from .. import params
 from ..errors import ConfigError
 from ..mapping import CanonicalPageMapping
 from ..record import record
+from ..verdicts import Word
 
 
-CERTIFIED, OPAQUE, NO_MAPPINGS, OMITTED = "certified", "opaque", "no_mappings", "omitted"
+class Outcome(Word):
+    """How a layer's mappings were obtained (`LayerResult.result`): by a `certified` family, by
+    the `opaque` fallback (the page stored whole), or none (`no_mappings`: no family applies;
+    `omitted`: the layer is not one the runtime maps). A `str`: each reads as its word."""
+
+    CERTIFIED = "certified"
+    OPAQUE = "opaque"
+    NO_MAPPINGS = "no_mappings"
+    OMITTED = "omitted"
+
+
+CERTIFIED, OPAQUE, NO_MAPPINGS, OMITTED = Outcome.CERTIFIED, Outcome.OPAQUE, Outcome.NO_MAPPINGS, Outcome.OMITTED
 
 
 FALLBACK = "fallback"
@@ -204,10 +216,13 @@ def _int_tuple(values, field: str) -> tuple[int, ...]:
 class LayerResult:
     """Every rank's mapping of one layer, and how it was obtained."""
 
-    result: str  # certified | opaque | no_mappings | omitted
+    result: Outcome  # certified | opaque | no_mappings | omitted (a plain word is read as its Outcome)
     family: str | None
     mappings: tuple[CanonicalPageMapping, ...]
     reasons: tuple[str, ...] = ()  # why candidate families did not apply
+
+    def __post_init__(self):
+        object.__setattr__(self, "result", Outcome.of(self.result))  # a word outside the four is refused
 
 
 _DERIVED = ("tp", "pcp", "dcp", "interleave", "total_heads", "heads", "block_size", "head_size", "dtype_bytes",

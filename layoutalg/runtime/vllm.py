@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from ..mapping import CanonicalPageMapping
 from ..record import replace
 from .derive import Deriver
-from .records import LayerResult, LayerSpec, ParallelConfig, TensorLayout, as_int
+from .records import LayerResult, LayerSpec, Outcome, ParallelConfig, TensorLayout, as_int
 
 _DERIVERS: dict = {}
 _log = logging.getLogger("layoutalg")
@@ -479,13 +479,13 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
         result = _derive(deriver, layer, tensor, parallel, num_blocks, type(spec).__name__)
         if why:
             result = replace(result, reasons=(why,) + result.reasons)
-        if result.result != "certified":
+        if result.result != Outcome.CERTIFIED:
             failed.setdefault((type(spec).__name__, result.result, result.reasons), []).append(name)
         if result.mappings:
             m = _as_given(result.mappings[rank], tensor, given)
             # the encoding is the spec's too (fp8 e4m3 and e5m2 are both uint8 tensors), and an opaque
             # page holds the rank's bytes as the layer lays them out: the whole spec
-            out[name] = replace(m, format_id=_spec_format(m.format_id, spec, result.result == "opaque",
+            out[name] = replace(m, format_id=_spec_format(m.format_id, spec, result.result == Outcome.OPAQUE,
                                                                       vllm_config, kinds))
     _warn(failed)
     return out
@@ -580,7 +580,7 @@ def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None, kinds=None) -> 
 
 def _derive(deriver: Deriver, layer: LayerSpec, tensor, parallel, num_blocks, cls: str) -> LayerResult:
     if layer.kind == "other":
-        return LayerResult("omitted", None, (), (f"{cls} is neither an attention nor a Mamba spec, "
+        return LayerResult(Outcome.OMITTED, None, (), (f"{cls} is neither an attention nor a Mamba spec, "
                                                  "so vLLM gives it no canonical mapping",))
     return deriver.derive(layer, tensor, parallel, num_blocks, strict=False)  # a layer it cannot read: opaque
 
@@ -589,7 +589,8 @@ def _warn(failed: dict) -> None:
     """One warning per (spec class, result, reasons), not one per layer: 80 identical layers, one line."""
     for (cls, result, reasons), names in failed.items():
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        what = {"opaque": "opaque fallback (stored whole, reusable only under the same parallel config)",
-                "no_mappings": "no mapping (left out)", "omitted": "no mapping (left out)"}.get(result, result)
+        what = {Outcome.OPAQUE: "opaque fallback (stored whole, reusable only under the same parallel config)",
+                Outcome.NO_MAPPINGS: "no mapping (left out)",
+                Outcome.OMITTED: "no mapping (left out)"}.get(result, result)
         _log.warning("%d %s layer(s) (%s): %s; because: %s", len(names), cls, shown, what,
                      "; ".join(reasons) or f"no family serves {cls}")

@@ -32,7 +32,7 @@ from ..compile.compiled import CompiledFamily, fitted_page, stage_sizes
 from ..errors import ConfigError
 from ..runtime.derive import Deriver, compiled_library
 from ..runtime.tensors import block_tensor
-from ..runtime.records import FALLBACK, LayerSpec, ParallelConfig, TensorLayout
+from ..runtime.records import FALLBACK, LayerSpec, Outcome, ParallelConfig, TensorLayout
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn,
           "int8": torch.int8}
@@ -192,7 +192,7 @@ def _declared(family: str, cf, names: dict, specs: str | None = None) -> dict:
 
 def _served(res, family: str, config: dict) -> None:
     """`ConfigError` unless `family` itself certified the layer (not another family, not the fallback)."""
-    if res.result != "certified" or res.family != family:
+    if res.result != Outcome.CERTIFIED or res.family != family:
         raise ConfigError(f"reshard: {family} does not serve {config_text(config)} ({res.result}"
                           f"{', by ' + res.family if res.family else ''}): " + "; ".join(res.reasons))
 

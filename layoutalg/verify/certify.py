@@ -24,6 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ..errors import LayoutalgError
 from .audit import audit
 
+UNDECIDED = "unknown"
+"""A solver's answer where it decides neither sat nor unsat (its word, not a proof row's `Verdict`)."""
+
 PORTFOLIO = (
     ("default", {}),
     ("tplanes", {"nl-ext-tplanes": "true", "nl-ext-tplanes-interleave": "true"}),
@@ -66,9 +69,9 @@ def check_file(path: str, seconds: float) -> tuple[str, str, float]:
     """(answer, the configuration that gave it, seconds) of one certificate, each
     configuration in a fresh process killed after `seconds`; where all leave it unknown, the
     defaults once more with `LONGER` times the time (named `default-long`)."""
-    t0, last = time.perf_counter(), ("unknown", "-")
+    t0, last = time.perf_counter(), (UNDECIDED, "-")
     for name, options, limit in (*((n, o, seconds) for n, o in PORTFOLIO), ("default-long", {}, seconds * LONGER)):
-        if name == "default-long" and last[0] != "unknown":
+        if name == "default-long" and last[0] != UNDECIDED:
             break  # an error is the file's or the machine's: more time would not answer it
         cmd = [sys.executable, "-m", "layoutalg.verify.certify", path, json.dumps(
             {**options, "tlimit-per": str(int(limit * 1000))})]
@@ -83,7 +86,7 @@ def check_file(path: str, seconds: float) -> tuple[str, str, float]:
         if answer in ("sat", "unsat") or answer.startswith("error"):  # (an error: the file, not the solver)
             return answer, name, time.perf_counter() - t0
         if not last[0].startswith("error"):
-            last = ("unknown", name)
+            last = (UNDECIDED, name)
     return last[0], "-", time.perf_counter() - t0
 
 

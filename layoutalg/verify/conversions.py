@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import z3
 
+from ..verdicts import Verdict
 from ..compile.codegen import compile_named
 from ..compile.compiled import GuardFailed
 from ..dsl.interpret import Reading
@@ -182,7 +183,7 @@ def record(lib, family: str, rlimit: int | None = None) -> str:
         for name in data.REQUIRED:
             hit = next((r for r in table if r["family"] == part and r["obligation"] == name), None)
             r = store.Row(**hit) if hit else store.row(lib, part, name, rlimit, lambda: provers[name](part))
-            if r.status == "proved" and r.method.startswith(data.ALL_SIZES):
+            if r.status == Verdict.PROVED and r.method.startswith(data.ALL_SIZES):
                 rows.append((name, region, r.method))
             else:
                 why.append(f"{name}{f' ({region})' if region else ''}: {r.status}, {r.detail or r.method}")

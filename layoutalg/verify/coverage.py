@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..verdicts import Verdict
+
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ def coverage(family: str, sizes: dict, spec_dir: str | Path | None = None) -> Co
     key = {k: sizes[k] for k in sizes}
     proved, missing = [], []
     for r in rows:
-        ok = r["status"] == "proved" and ("all sizes" in r["method"] or any(
+        ok = r["status"] == Verdict.PROVED and ("all sizes" in r["method"] or any(
             all(c.get(k) == key.get(k) for k in c) for c in r["configurations"]))
         (proved if ok else missing).append(r["obligation"])
     return Coverage(family, tuple(proved), tuple(missing))

@@ -12,6 +12,7 @@ import itertools
 
 import z3
 
+from ...verdicts import Verdict
 from ... import params
 from ...compile.compiled import GuardFailed
 from ...dsl.interpret import paths
@@ -40,7 +41,7 @@ def structure_at_sizes(lib: Library, family: str, row: Row, cf, by_path: dict) -
     configuration the family applies at (its path configurations, then `check`'s samples) and
     the spec, read element by element there, does not tile (`collision`): the chain's failure
     said as ranks, indices and bytes. Otherwise (a row proved, or of another obligation) the row as it was."""
-    if row.obligation != "structure" or row.status == "proved":
+    if row.obligation != "structure" or row.status == Verdict.PROVED:
         return row
     searched = 0
     tried = itertools.islice(itertools.chain((s for c in by_path.values() for s in c),
@@ -62,7 +63,7 @@ def structure_at_sizes(lib: Library, family: str, row: Row, cf, by_path: dict) -
             clause, why = found
             read = {b.name for b in cf.bounds} | set(params.PARALLEL)
             shown = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in read)
-            return Row(row.spec, row.family, row.obligation, "refuted", "the spec read element by element at "
+            return Row(row.spec, row.family, row.obligation, Verdict.REFUTED, "the spec read element by element at "
                        "one configuration", row.seconds, f"{spec_line(lib, family, clause)}: {why}, with {shown}; "
                        f"look at the {CLAUSE[clause]}", witness=dict(sizes))
     return row

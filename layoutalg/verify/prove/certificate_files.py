@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 
+from ...verdicts import Verdict
 from ...dsl.library import Library
 from ...errors import LayoutalgError
 from ..certify import DEPENDS, folder_of
@@ -53,7 +54,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
     proved for all sizes is an error, not an empty folder.
     """
     check_target(folder)
-    proved = [r for r in rows if r.status == "proved" and "all sizes" in r.method]
+    proved = [r for r in rows if r.status == Verdict.PROVED and "all sizes" in r.method]
     if not proved:
         raise LayoutalgError(f"prove --certificates {folder}: no row is proved for all sizes: nothing to certify")
     dead, applied = {}, set()

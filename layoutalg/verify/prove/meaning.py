@@ -29,6 +29,7 @@ import time
 
 import z3
 
+from ...verdicts import Verdict
 from ...dsl.interpret import Reading, paths
 from ...dsl.library import Library
 from ...ir.family import resolve
@@ -268,17 +269,17 @@ def verdict(lib, family: str, configurations, budget, sides=("store", "load")) -
                 violation, w = query(m)
                 status, model = m.solve(violation, budget)
             except (ArithmeticError, LookupError, TypeError, z3.Z3Exception) as e:
-                return "unknown", f"the {side} configuration's page cannot be read as one format{where} ({e})"
+                return Verdict.UNKNOWN, f"the {side} configuration's page cannot be read as one format{where} ({e})"
             if status == "sat" and no_reference(model, w):
-                return "unknown", (f"at the {side} configuration{where} there is no single-rank reading to compare "
+                return Verdict.UNKNOWN, (f"at the {side} configuration{where} there is no single-rank reading to compare "
                                    f"with: " + explain(m, model, w, part, _shown(m, model)))
             if status == "sat":
-                return "refuted", (f"at the {side} configuration{where} the canonical page is not one format with a "
+                return Verdict.REFUTED, (f"at the {side} configuration{where} the canonical page is not one format with a "
                                    f"single rank's: " + explain(m, model, w, part, _shown(m, model)))
             if status != "unsat":
-                return "unknown", (f"at the {side} configuration{where} it is undecided whether each canonical byte "
+                return Verdict.UNKNOWN, (f"at the {side} configuration{where} it is undecided whether each canonical byte "
                                    f"holds one element of the engine's at every configuration (`one-format`)")
-    return "proved", ""
+    return Verdict.PROVED, ""
 
 
 def _shown(m, model) -> str:
@@ -312,7 +313,7 @@ def claim_row(spec: str, name: str, fam, method: str) -> list[Row]:
     t0 = time.perf_counter()
     claim = agnostic_family(fam) if fam is not None else None
     return [] if claim is None else [Row(spec, name, "one-format", claim.status, method, time.perf_counter() - t0,
-                                         claim.detail if claim.status != "proved" else "")]
+                                         claim.detail if claim.status != Verdict.PROVED else "")]
 
 
 def agnostic_rows(lib: Library, family: str) -> list[Row]:

@@ -30,6 +30,9 @@ from .z3ops import Z3Ops
 SYMBOLIC = ("local-bijective", "canonical-bijective", "shard-in-range", "shard-injective",
             "writers-disjoint", "writers-cover", "single-rank-identity", "digits-match-spec")
 PER_CONFIGURATION = ("runs-match-spec", "runs-cover-local")
+UNDECIDED = "unknown"
+"""Z3's third answer as `Model.solve` gives it (beside "sat" and "unsat"): a solver's word, not a
+row's `Verdict`, though both are spelt "unknown"."""
 PAGE = ("regions-tile-local", "regions-tile-canonical")
 """A family of pages: its regions and pads are pairwise disjoint and the pads one-to-one inside
 the page (each data region's own rows show it one-to-one inside the page); the page is by
@@ -217,7 +220,7 @@ class Model:
                 return "unsat", None
             if "timeout" in s.reason_unknown():
                 self.guard_hit = True
-        return "unknown", None
+        return UNDECIDED, None
 
     # -- variables
     def fresh(self, name: str):

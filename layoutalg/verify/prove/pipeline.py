@@ -17,6 +17,7 @@ import time
 
 import z3
 
+from ...verdicts import Verdict
 from .store import Row
 from .z3ops import check, solver
 
@@ -48,7 +49,7 @@ def stages_row(rlimit: int, guard_s: float | None = None) -> Row:
     sv = solver(rlimit, guard_s)
     sv.add(*asserted)
     res, sv = check(sv, rlimit, guard_s)
-    status = "proved" if res == z3.unsat else "refuted" if res == z3.sat else "unknown"
+    status = Verdict.PROVED if res == z3.unsat else Verdict.REFUTED if res == z3.sat else Verdict.UNKNOWN
     detail = ""
     if res == z3.sat:
         m = sv.model()

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 import z3
 
+from ...verdicts import Verdict
 from ... import params
 from ...compile.codegen import compile_family
 from ...compile.compiled import GuardFailed
@@ -38,7 +39,8 @@ from . import RLIMIT
 from . import meaning
 from .meaning import LAYOUT_CLAIM, PAD_CLAIM, claim_row
 from .explain import names_used, where_in_spec, witness_config, explain
-from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, Budget, Model, EMPTY_BOX, box_empty, runs_query, value
+from .obligations import (PAGE, PER_CONFIGURATION, SYMBOLIC, UNDECIDED, Budget, Model, EMPTY_BOX, box_empty, runs_query,
+                          value)
 from .obligations import query as _asked
 from .store import Row
 from .at_sizes import first_reason, never_applies, structure_at_sizes, unserved_part
@@ -150,11 +152,11 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
     status, shown = {}, []
     for path in paths(lib, family):
         found, st = witnesses(lib, family, path, 1, budgets.config)
-        status[path] = ("live", found) if found else ("dead" if st == "unsat" else "unknown", [])
+        status[path] = ("live", found) if found else ("dead" if st == "unsat" else UNDECIDED, [])
         if found and not shown:
             shown = found
     live = [p for p, (s, _) in status.items() if s == "live"]
-    unknown = [p for p, (s, _) in status.items() if s == "unknown"]
+    unknown = [p for p, (s, _) in status.items() if s == UNDECIDED]
     unserved = "" if quick else unserved_part(lib, family, budgets)
     if live:
         example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in names_used(lib, family))
@@ -163,13 +165,13 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
         note += f"; warning: part of the declared domain is never served: {unserved}" if unserved else ""
         how = "runtime page check" if quick or not _page_implied(lib, family, live, budgets) else \
             "symbolic: all sizes (the guards make the local layout the page)"
-        return Row(spec, family, "page-size", "unknown" if quick else "proved",
+        return Row(spec, family, "page-size", Verdict.UNKNOWN if quick else Verdict.PROVED,
                    f"{how}; applies at {example}{note}", time.perf_counter() - t0), status
     elapsed = time.perf_counter() - t0
     if unknown:
-        return Row(spec, family, "page-size", "unknown", "no configuration found within the budget",
+        return Row(spec, family, "page-size", Verdict.UNKNOWN, "no configuration found within the budget",
                    elapsed), status
-    return Row(spec, family, "page-size", "refuted", "symbolic sizes: no configuration", elapsed,
+    return Row(spec, family, "page-size", Verdict.REFUTED, "symbolic sizes: no configuration", elapsed,
                never_applies(lib, family, budgets, unserved, WITNESS)), status
 
 
@@ -200,7 +202,7 @@ def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1, known: tuple = (
         st, model = m.solve(part, budget, seeds)
         if st == "sat":
             return st, model
-        if st == "unknown":
+        if st == UNDECIDED:
             result = st, None
     return result
 
@@ -221,7 +223,7 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
     t0 = time.perf_counter()
     spec = lib.family_def(family).span.file
     if name == "digits-match-spec" and fam is None:
-        return Row(spec, family, name, "unknown", "not in normal form", 0.0)
+        return Row(spec, family, name, Verdict.UNKNOWN, "not in normal form", 0.0)
     methods, proved_configs, undecided, guard = [], [], [], False
     for k, path in enumerate(paths(lib, family)):
         if status and status.get(path, ("live",))[0] == "dead":
@@ -240,12 +242,12 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
             st, model = solve(m, v, w, budget, 1 if bounds is SMALL else budgets.seeds, known)
             guard |= m.guard_hit
             if st == "sat" and _no_reference(name, model, w):
-                return Row(spec, family, name, "unknown", "symbolic sizes, symbolic rank", time.perf_counter() - t0,
+                return Row(spec, family, name, Verdict.UNKNOWN, "symbolic sizes, symbolic rank", time.perf_counter() - t0,
                            explain(lib, family, name, m, model, w), final=not guard)
             if st == "sat":
                 if bounds is None:
                     m, model, w = _smaller(lib, family, name, path, extra, budgets, m, model, w)
-                return Row(spec, family, name, "refuted", "symbolic sizes, symbolic rank",
+                return Row(spec, family, name, Verdict.REFUTED, "symbolic sizes, symbolic rank",
                            time.perf_counter() - t0, explain(lib, family, name, m, model, w),
                            witness=witness_config(m, model))
             if st == "unsat" and bounds is None:
@@ -263,10 +265,10 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
             st, model = solve(m, v, w, budgets.config)
             guard |= m.guard_hit
             if st == "sat" and _no_reference(name, model, w):
-                return Row(spec, family, name, "unknown", "symbolic rank, one configuration",
+                return Row(spec, family, name, Verdict.UNKNOWN, "symbolic rank, one configuration",
                            time.perf_counter() - t0, explain(lib, family, name, m, model, w), final=not guard)
             if st == "sat":
-                return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
+                return Row(spec, family, name, Verdict.REFUTED, "symbolic rank, one configuration",
                            time.perf_counter() - t0, explain(lib, family, name, m, model, w), witness=dict(sizes))
             if st == "unsat":
                 proved_configs.append(sizes)
@@ -276,22 +278,22 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
         methods.append(f"{done} configurations")
     elapsed = time.perf_counter() - t0
     if quick:  # quick mode only hunts counterexamples: finding none proves nothing
-        return Row(spec, family, name, "unknown", "quick mode: no counterexample on small sizes", elapsed)
+        return Row(spec, family, name, Verdict.UNKNOWN, "quick mode: no counterexample on small sizes", elapsed)
     if undecided:
-        return Row(spec, family, name, "unknown",
+        return Row(spec, family, name, Verdict.UNKNOWN,
                    f"undecided in case(s) {', '.join(map(str, undecided))}: the symbolic query exceeded its "
                    f"budget and not every configuration of the case was proved", elapsed, final=not guard)
     live = [x for x in methods if x != "dead"]
     if not live:
-        return Row(spec, family, name, "unknown", "no case of the family applies anywhere", elapsed)
+        return Row(spec, family, name, Verdict.UNKNOWN, "no case of the family applies anywhere", elapsed)
     sym = live.count("symbolic")
     if sym == len(live):
-        return Row(spec, family, name, "proved", "symbolic: all sizes, all ranks", elapsed, final=not guard)
+        return Row(spec, family, name, Verdict.PROVED, "symbolic: all sizes, all ranks", elapsed, final=not guard)
     # an obligation for all sizes that held on sampled configurations only is not proved: the
     # runtime re-checks none of sequence-order, single-rank-identity or digits-match-spec, and
     # a spec may break it at a size no sample reaches
     rest = [str(k) for k, x in enumerate(methods) if x not in ("dead", "symbolic")]
-    return Row(spec, family, name, "unknown",
+    return Row(spec, family, name, Verdict.UNKNOWN,
                f"symbolic in {sym} of {len(live)} cases; symbolic rank on {len(proved_configs)} configurations "
                f"for the rest", elapsed, f"undecided for all sizes in case(s) {', '.join(rest)}: it holds on the "
                f"{len(proved_configs)} configurations checked, which shows nothing of the others",
@@ -311,11 +313,11 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
                 region = lib.family_def(family).shard.region if lib.family_def(family).page else None
                 plan = region_plan(inst, region) if region else run_plan(certify_instance(inst))
             except GuardFailed as e:
-                return Row(spec, family, name, "unknown", "the compiled family disagrees with the spec",
+                return Row(spec, family, name, Verdict.UNKNOWN, "the compiled family disagrees with the spec",
                            time.perf_counter() - t0, f"{where_in_spec(lib, family, name)}: the spec applies at "
                                                       f"{text} but the compiled family fails closed: {e}")
             except TilingError as e:
-                return Row(spec, family, name, "refuted", "lowering certificate, one configuration",
+                return Row(spec, family, name, Verdict.REFUTED, "lowering certificate, one configuration",
                            time.perf_counter() - t0, f"{where_in_spec(lib, family, name)}: {e}, with {text}",
                            witness=dict(sizes))
             m = Model(lib, family, path, sizes=sizes)
@@ -323,22 +325,22 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
             status, model = m.solve(v, budgets.config)
             guard |= m.guard_hit
             if status == "sat":
-                return Row(spec, family, name, "refuted", "symbolic rank, one configuration",
+                return Row(spec, family, name, Verdict.REFUTED, "symbolic rank, one configuration",
                            time.perf_counter() - t0, explain(lib, family, name, m, model, w), witness=dict(sizes))
-            if status == "unknown":
-                return Row(spec, family, name, "unknown", f"undecided at {text}", time.perf_counter() - t0,
+            if status == UNDECIDED:
+                return Row(spec, family, name, Verdict.UNKNOWN, f"undecided at {text}", time.perf_counter() - t0,
                            final=not guard)
             proved.append(sizes)
     if not proved:  # a check that finds nothing to check is not a pass
-        return Row(spec, family, name, "unknown", "no configuration to check", time.perf_counter() - t0)
+        return Row(spec, family, name, Verdict.UNKNOWN, "no configuration to check", time.perf_counter() - t0)
     order = paths(lib, family)  # numbered as prove_obligation numbers the cases
     unreached = [str(order.index(path)) if path in order else repr(path) for path, configs in by_path.items()
                  if not configs]
     if unreached:  # a live case no configuration exercised: its runs were never compared
-        return Row(spec, family, name, "unknown", f"no configuration small enough to lower reaches live case(s) "
+        return Row(spec, family, name, Verdict.UNKNOWN, f"no configuration small enough to lower reaches live case(s) "
                    f"{', '.join(unreached)}; the others' runs match on {len(proved)} configurations",
                    time.perf_counter() - t0, configurations=proved, final=not guard)
-    return Row(spec, family, name, "proved",
+    return Row(spec, family, name, Verdict.PROVED,
                f"symbolic rank on {len(proved)} configurations (per configuration: the runs are what the numeric "
                f"lowering emits there; digits-match-spec is their all-sizes counterpart)",
                time.perf_counter() - t0, configurations=proved, final=not guard)
@@ -375,13 +377,13 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     rows, found = [], {}
     for part in parts:
         rows += prove_family(lib, part, budgets, quick, found if part == parts[0] else None)
-        if quick and any(r.status == "refuted" for r in rows):
+        if quick and any(r.status == Verdict.REFUTED for r in rows):
             return rows
     first = parts[0]
     applies = next((r for r in rows if r.family == first and r.obligation == "page-size"), None)
     spec = lib.family_def(family).span.file
-    if applies is not None and applies.status == "refuted":
-        return [_nowhere(r) for r in rows] + [Row(spec, family, n, "unknown", "the family applies nowhere", 0.0)
+    if applies is not None and applies.status == Verdict.REFUTED:
+        return [_nowhere(r) for r in rows] + [Row(spec, family, n, Verdict.UNKNOWN, "the family applies nowhere", 0.0)
                                              for n in PAGE]
     status, by_path = found.get("status", {}), found.get("by_path", {})  # the first region's: one grid, one page
     pads = [p for p in lib.parts_of(family, pads=True) if p not in parts]
@@ -394,19 +396,19 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
         try:
             cert = page_tiles(lib, family, name.split("-")[-1]) if not quick else None
         except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, SpecError) as e:
-            cert = Certificate("unknown", f"the concatenation argument failed: {type(e).__name__}: {e}")
-        if cert is not None and cert.status == "proved" and any(
-                r.obligation == "digits-match-spec" and r.status != "proved" for r in rows):
-            cert = Certificate("unknown", "a region's digit table is not shown to be the spec's")
-        if cert is not None and cert.status == "proved":
-            rows.append(Row(spec, family, name, "proved", cert.detail, time.perf_counter() - t0))
+            cert = Certificate(Verdict.UNKNOWN, f"the concatenation argument failed: {type(e).__name__}: {e}")
+        if cert is not None and cert.status == Verdict.PROVED and any(
+                r.obligation == "digits-match-spec" and r.status != Verdict.PROVED for r in rows):
+            cert = Certificate(Verdict.UNKNOWN, "a region's digit table is not shown to be the spec's")
+        if cert is not None and cert.status == Verdict.PROVED:
+            rows.append(Row(spec, family, name, Verdict.PROVED, cert.detail, time.perf_counter() - t0))
             continue
         # where the concatenation argument does not hold, the page is likely broken: Z3 hunts with
         # the small budget (each region pair is its own query) before the stated configurations
         hunt = Budgets(budgets.small, budgets.small, budgets.config, budgets.seeds)
         row = safely(spec, family, name, lambda: prove_obligation(lib, first, name, by_path, hunt, quick,
                                                                    None, status))
-        if cert is not None and row.status != "refuted":
+        if cert is not None and row.status != Verdict.REFUTED:
             row = Row(**{**asdict(row), "detail": (row.detail + "; " if row.detail else "") +
                          f"structural: {cert.detail}"})
         rows.append(Row(**{**asdict(row), "family": family}))
@@ -430,18 +432,18 @@ def _pad_digits(lib: Library, pad: str, budgets: Budgets) -> Row:
         m = Model(lib, pad, path, page_guard=False)
         v, w = query(m, "digits-match-spec", fam.variants[k], fam.atoms)
         if any(z3.is_false(c) for c in m.ops.side):
-            return Row(spec, pad, "digits-match-spec", "unknown", f"case {k}: its digit table divides by a constant "
+            return Row(spec, pad, "digits-match-spec", Verdict.UNKNOWN, f"case {k}: its digit table divides by a constant "
                        f"at most 0 on a box that is not shown empty", time.perf_counter() - t0)
         st, model = m.solve(v, budgets.full, budgets.seeds)
         if st == "sat":
-            return Row(spec, pad, "digits-match-spec", "refuted", "symbolic sizes, symbolic rank",
+            return Row(spec, pad, "digits-match-spec", Verdict.REFUTED, "symbolic sizes, symbolic rank",
                        time.perf_counter() - t0, explain(lib, pad, "digits-match-spec", m, model, w))
         if st != "unsat":
-            return Row(spec, pad, "digits-match-spec", "unknown", f"undecided in case {k}", time.perf_counter() - t0,
+            return Row(spec, pad, "digits-match-spec", Verdict.UNKNOWN, f"undecided in case {k}", time.perf_counter() - t0,
                        final=not m.guard_hit)
     said = f" ({'case paths' if len(empty) > 1 else 'case path'} {', '.join(map(str, empty))}: {EMPTY_BOX})" \
         if empty else ""
-    return Row(spec, pad, "digits-match-spec", "proved", f"symbolic: all sizes, all ranks{said}",
+    return Row(spec, pad, "digits-match-spec", Verdict.PROVED, f"symbolic: all sizes, all ranks{said}",
                time.perf_counter() - t0)
 
 
@@ -464,22 +466,22 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         fam = resolve(lib, family)
     except SpecError as e:  # the runtime cannot compile it, so it applies nowhere: nothing to prove
         why = f"not in normal form: {e.message}"
-        return [Row(spec, family, "structure", "unknown", "stride chains (sympy): all sizes",
+        return [Row(spec, family, "structure", Verdict.UNKNOWN, "stride chains (sympy): all sizes",
                     time.perf_counter() - t0, why)] + \
-            [Row(spec, family, n, "unknown", "the runtime never applies a family it cannot compile", 0.0, why)
+            [Row(spec, family, n, Verdict.UNKNOWN, "the runtime never applies a family it cannot compile", 0.0, why)
              for n in ("page-size", *SYMBOLIC, *PER_CONFIGURATION)]
     cf = compile_family(fam) if fam is not None else None
     if fam is not None and not quick:
         certs = [certify(fam, v) for v in fam.variants]
-        bad = [c.detail for c in certs if c.status != "proved"]
-        rows.append(Row(spec, family, "structure", "unknown" if bad else "proved",
+        bad = [c.detail for c in certs if c.status != Verdict.PROVED]
+        rows.append(Row(spec, family, "structure", Verdict.UNKNOWN if bad else Verdict.PROVED,
                         "stride chains (sympy): all sizes", time.perf_counter() - t0, first_reason(bad)))
     claim = claim_row(spec, family, fam, LAYOUT_CLAIM) if fam is not None and not quick else []
     applies, status = safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
     rows.append(applies)
-    if applies.status == "refuted":  # a claim of no configuration checked nothing: not a proof
-        return [_nowhere(r) for r in rows + claim] + [Row(spec, family, n, "unknown", "the family applies nowhere",
+    if applies.status == Verdict.REFUTED:  # a claim of no configuration checked nothing: not a proof
+        return [_nowhere(r) for r in rows + claim] + [Row(spec, family, n, Verdict.UNKNOWN, "the family applies nowhere",
                                                          0.0) for n in SYMBOLIC + PER_CONFIGURATION]
     by_path = configurations_by_path(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
         if fam is not None else {}
@@ -490,36 +492,36 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     for name in SYMBOLIC:
         rows.append(safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,
                                                                          fam, status, lemmas)))
-        if quick and rows[-1].status == "refuted":
+        if quick and rows[-1].status == Verdict.REFUTED:
             return rows
     if lib.family_def(family).sequence is not None:  # the claim pages of another cp are converted by
         rows.append(safely(spec, family, "sequence-order", lambda: prove_obligation(
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
-        if quick and rows[-1].status == "refuted":
+        if quick and rows[-1].status == Verdict.REFUTED:
             return rows
     if meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
         row = safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
                                                                      status, lemmas))
-        if claim and row.status != "refuted":  # a refutation says more than a claim not shown
-            row = claim[0] if claim[0].status != "proved" else \
+        if claim and row.status != Verdict.REFUTED:  # a refutation says more than a claim not shown
+            row = claim[0] if claim[0].status != Verdict.PROVED else \
                 Row(**{**asdict(row), "method": f"{row.method}; where claimed agnostic, {LAYOUT_CLAIM}"})
         rows.append(row)
-        if quick and rows[-1].status == "refuted":
+        if quick and rows[-1].status == Verdict.REFUTED:
             return rows
     else:  # pages only their writer's configuration reads, but for what the claim says
         rows += claim
     for name in PER_CONFIGURATION:
         if fam is None:
-            rows.append(Row(spec, family, name, "unknown", "not lowered", 0.0))
+            rows.append(Row(spec, family, name, Verdict.UNKNOWN, "not lowered", 0.0))
             continue
         row = safely(spec, family, name, lambda: prove_runs(lib, family, name, by_path, budgets, cf))
-        if quick and row.status == "proved":  # a handful of configurations is a hunt, not a proof
-            row = Row(spec, family, name, "unknown", "quick mode: no counterexample on a few configurations",
+        if quick and row.status == Verdict.PROVED:  # a handful of configurations is a hunt, not a proof
+            row = Row(spec, family, name, Verdict.UNKNOWN, "quick mode: no counterexample on a few configurations",
                       row.seconds)
         rows.append(row)
-        if quick and row.status == "refuted":
+        if quick and row.status == Verdict.REFUTED:
             return rows
-    if applies.status != "proved":  # no configuration shown to apply: a proof may hold of nothing
+    if applies.status != Verdict.PROVED:  # no configuration shown to apply: a proof may hold of nothing
         rows = [r if r.obligation in ("structure", "page-size") else
                 _nowhere(r, "no configuration was found where the family applies (page-size undecided): not shown "
                             "to hold of any") for r in rows]
@@ -534,13 +536,13 @@ def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None
     fam = resolve(lib, family) if fam is None else fam
     shared = meaning.shared_paths(lib, family, fam)
     if not shared:
-        return Row(lib.family_def(family).span.file, family, "one-format", "unknown",
+        return Row(lib.family_def(family).span.file, family, "one-format", Verdict.UNKNOWN,
                    "no case's pages are read under another configuration", 0.0)
     dead = {**(status or {}), **{p: ("dead", []) for p in paths(lib, family) if p not in shared}}
     try:
         return prove_obligation(lib, family, "one-format", by_path or {}, budgets, quick, fam, dead, proved)
     except LookupError as e:  # an element the engine does not name (the spec's own arithmetic): no proof
-        return Row(lib.family_def(family).span.file, family, "one-format", "unknown",
+        return Row(lib.family_def(family).span.file, family, "one-format", Verdict.UNKNOWN,
                    "the engine's names of its elements", 0.0, str(e))
 
 
@@ -554,9 +556,9 @@ def _no_reference(name: str, model, w: dict) -> bool:
 def _nowhere(row: Row, why: str = "the family applies nowhere: no configuration to hold of") -> Row:
     """`row` of a family that applies nowhere (or, `why`, is not shown to apply anywhere): a claim
     proved "for all sizes" may hold of no configuration the family serves, so it is unknown, saying so."""
-    if row.status != "proved":
+    if row.status != Verdict.PROVED:
         return row
-    return Row(**{**asdict(row), "status": "unknown", "detail": f"holds of the spec's tables, but {why}"})
+    return Row(**{**asdict(row), "status": Verdict.UNKNOWN, "detail": f"holds of the spec's tables, but {why}"})
 
 
 def safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
@@ -567,7 +569,7 @@ def safely(spec: str, family: str, name: str, prove, wrap=lambda row: row):
     except (LookupError, TypeError, ValueError, ArithmeticError, RecursionError, AttributeError, SpecError,
             z3.Z3Exception) as e:
         text = str(e).splitlines()[0] if str(e) else ""
-        return wrap(Row(spec, family, name, "unknown", "not checked: the spec's direct reading failed", 0.0,
+        return wrap(Row(spec, family, name, Verdict.UNKNOWN, "not checked: the spec's direct reading failed", 0.0,
                         f"{type(e).__name__}: {text}"))
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from ...verdicts import Verdict
 from ...compile import cache
 from . import PROVER_VERSION
 from . import RLIMIT
@@ -73,13 +74,16 @@ class Row:
     spec: str
     family: str
     obligation: str
-    status: str  # proved | refuted | unknown
+    status: Verdict  # proved | refuted | unknown: a plain word (a cached row's) is read as its Verdict
     method: str
     seconds: float
     detail: str = ""
     configurations: list = field(default_factory=list)  # proved configurations, where not all sizes
     final: bool = True  # False when the wall-clock guard decided part of it: never cached
     witness: dict = field(default_factory=dict)  # a refutation's configuration (name -> int), to draw it
+
+    def __post_init__(self):
+        self.status = Verdict.of(self.status)  # a word outside the three is refused here, once
 
 
 def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
@@ -96,7 +100,7 @@ def proof_key(lib, family: str, rlimit: int = RLIMIT) -> str:
 
 def cacheable(rows: list[dict]) -> bool:
     """Only definite, deterministic results are kept: never an unknown, never a guard's verdict."""
-    return bool(rows) and all(r["status"] != "unknown" and r.get("final", True) for r in rows)
+    return bool(rows) and all(r["status"] != Verdict.UNKNOWN and r.get("final", True) for r in rows)
 
 
 def row(lib, family: str, obligation: str, rlimit: int, prove) -> Row:
@@ -192,7 +196,7 @@ def read(key: str):
 
 def _valid_row(r) -> bool:
     fields = {f.name for f in Row.__dataclass_fields__.values()}
-    return isinstance(r, dict) and set(r) == fields and r["status"] in ("proved", "refuted", "unknown") \
+    return isinstance(r, dict) and set(r) == fields and r["status"] in tuple(Verdict) \
         and isinstance(r["configurations"], list) and isinstance(r["witness"], dict) \
         and all(isinstance(k, str) and type(v) is int for k, v in r["witness"].items()) and all(isinstance(r[k], str) for k in
                                                             ("spec", "family", "obligation", "method", "detail"))

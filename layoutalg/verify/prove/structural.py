@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from ...verdicts import Verdict
 from ...ir.claims import cases_text, claim_norm, claims_differ, unplaced_target
 from ...ir.family import Family, Variant, guard_rewrites, guarded_equality
 from ...algebra.tiling import broken, chains
@@ -21,8 +22,11 @@ from ...algebra.tiling import broken, chains
 
 @dataclass
 class Certificate:
-    status: str  # proved | unknown
+    status: Verdict  # proved | unknown
     detail: str
+
+    def __post_init__(self):
+        self.status = Verdict.of(self.status)
 
 
 def certify(family: Family, v: Variant) -> Certificate:
@@ -35,16 +39,16 @@ def certify(family: Family, v: Variant) -> Certificate:
         checks = [c for c in checks if c.what == "rank grid"]
     why = broken(checks, eq)
     if why:
-        return Certificate("unknown", f"not established for all sizes: {why}")
+        return Certificate(Verdict.UNKNOWN, f"not established for all sizes: {why}")
     for t in v.targets:
         top = t.sum.base + sum(c * (sp.extent - 1) for sp, c in t.sum.terms)
         if not eq(top, t.extent - 1) or not _nonneg(norm(t.sum.base)) or \
                 any(not _nonneg(norm(c)) for _, c in t.sum.terms):
-            return Certificate("unknown", f"canonical index {t.index}: range [base, {top}] not shown "
+            return Certificate(Verdict.UNKNOWN, f"canonical index {t.index}: range [base, {top}] not shown "
                                           f"to be [0, {t.extent})")
     if family.region is not None:
-        return Certificate("proved", "rank stride chain and canonical index ranges hold for all sizes")
-    return Certificate("proved", "local, rank and canonical stride chains hold for all sizes")
+        return Certificate(Verdict.PROVED, "rank stride chain and canonical index ranges hold for all sizes")
+    return Certificate(Verdict.PROVED, "local, rank and canonical stride chains hold for all sizes")
 
 
 def _nonneg(x) -> bool:
@@ -70,14 +74,14 @@ def agnostic_family(family: Family) -> Certificate | None:
         return None
     for v in claims:
         c = agnostic(family, v)
-        if c.status != "proved":
+        if c.status != Verdict.PROVED:
             return c
     differ = claims_differ(family)
     if differ:
         a, b, what = differ
-        return Certificate("unknown", f"agnostic is claimed both when {cases_text(a)} and when "
+        return Certificate(Verdict.UNKNOWN, f"agnostic is claimed both when {cases_text(a)} and when "
                                       f"{cases_text(b)}, but the {what} of those cases differ")
-    return Certificate("proved", f"the canonical page is built from no parallel quantity, and is the same "
+    return Certificate(Verdict.PROVED, f"the canonical page is built from no parallel quantity, and is the same "
                                  f"in all {len(claims)} case(s) that claim it")
 
 
@@ -90,7 +94,7 @@ def agnostic(family: Family, v: Variant) -> Certificate:
     reported as not established (unknown), never as refuted.
     """
     if v.agnostic in (False, sympy.false):
-        return Certificate("proved", "not claimed in this case")
+        return Certificate(Verdict.PROVED, "not claimed in this case")
     # reason where the claim holds: its equalities rewrite like the case's own (cp == 1
     # makes dcp and pcp 1), so a claim that contradicts the case leaves nothing to show
     norm = claim_norm(family, v)
@@ -108,13 +112,13 @@ def agnostic(family: Family, v: Variant) -> Certificate:
         if hit:
             cases = " and ".join(g.text.removeprefix("case ") for g in v.cases)
             where = f" (when {cases})" if cases else ""
-            return Certificate("unknown", f"agnostic is claimed{where} but the canonical {what} is "
+            return Certificate(Verdict.UNKNOWN, f"agnostic is claimed{where} but the canonical {what} is "
                                           f"{norm(x)}, which depends on {', '.join(hit)}")
     unplaced = unplaced_target(family, v, norm)  # after the layout: a layout that moves is the first finding
     if unplaced:
-        return Certificate("unknown", f"agnostic is claimed but canonical index '{unplaced[0]}' could hold other "
+        return Certificate(Verdict.UNKNOWN, f"agnostic is claimed but canonical index '{unplaced[0]}' could hold other "
                                       f"engine elements in other configurations: {unplaced[1]}{unplaced[2]}")
-    return Certificate("proved", "the canonical page is built from no parallel quantity" + (
+    return Certificate(Verdict.PROVED, "the canonical page is built from no parallel quantity" + (
         f"; the runtime's page (page_size) is read as a model size: {assumed}" if assumed else ""))
 
 
@@ -198,7 +202,7 @@ def page_tiles(lib, family: str, role: str, case: int | None = None, values: dic
             by_region[p.split(".", 1)[1].rstrip("'")] = resolve(lib, p)
     order = [r.split(".", 1)[1] for r in lib.pages[page]]
     if len({len(f.variants) for f in by_region.values()}) != 1:
-        return Certificate("unknown", "the regions' parts take different numbers of grid cases")
+        return Certificate(Verdict.UNKNOWN, "the regions' parts take different numbers of grid cases")
     for k in range(len(by_region[order[0]].variants)):
         if case is not None and k != case:
             continue
@@ -220,8 +224,8 @@ def page_tiles(lib, family: str, role: str, case: int | None = None, values: dic
         why = _concatenated(regions, sympy.expand(total))
         if why:
             text = " and ".join(g.text.removeprefix("case ") for g in v.cases) or "always"
-            return Certificate("unknown", f"when {text}: {why}")
-    return Certificate("proved", f"the {role} page's regions and pads follow each other in the order written, "
+            return Certificate(Verdict.UNKNOWN, f"when {text}: {why}")
+    return Certificate(Verdict.PROVED, f"the {role} page's regions and pads follow each other in the order written, "
                                  f"under the modes they share (sympy): all sizes")
 
 

@@ -46,6 +46,7 @@ import time
 import sympy
 import z3
 
+from ....verdicts import Verdict
 from .... import params
 from ....errors import LayoutalgError
 from ....ir.family import resolve
@@ -83,9 +84,9 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
     try:
         fams = {p: resolve(lib, p) for p in parts}
     except LayoutalgError as e:
-        return rows("unknown", f"not in normal form: {e}")
+        return rows(Verdict.UNKNOWN, f"not in normal form: {e}")
     if not all(compile_family(f).claims_agnostic for f in fams.values()):
-        return rows("unknown", "the family's pages carry the configuration in their format id (no agnostic claim "
+        return rows(Verdict.UNKNOWN, "the family's pages carry the configuration in their format id (no agnostic claim "
                                "backed by the grid): no direct plan between two configurations")
     given = [c.get("block_size") for c in (store, load)]
     sx, sy, bounds, store, load = _sizes(lib, family, store, load)
@@ -95,20 +96,20 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         alone = _served_nowhere(lib, parts[0], {**sx, "block_size": given[0]}, {**sy, "block_size": given[1]}, bounds,
                                 budget, ("xb.", "yb."))
         if alone:
-            return rows("unknown", f"the {alone} configuration's block_size={given[alone == 'load']} is served by no "
+            return rows(Verdict.UNKNOWN, f"the {alone} configuration's block_size={given[alone == 'load']} is served by no "
                                    f"case of the family at any size (its cases, guards and page do not hold there)")
     checked, cases, seen, outside, crossing, splits = 0, 0, [], [], False, set()
     verdict: dict = {}  # row -> (status, detail): the first failure, a refutation before an unknown
 
     def note(row, status, why):
-        if status != "proved" and (row not in verdict or status == "refuted" != verdict[row][0]):
+        if status != Verdict.PROVED and (row not in verdict or status == Verdict.REFUTED != verdict[row][0]):
             verdict[row] = (status, why)
     # a page of regions: each region's plan is proved as a layout of its own, from its base of
     # both pages; the regions and pads of both pages share no byte (the regions-tile-local
     # certificate for all sizes, else `_pages_tiled` by Z3), so together the plans write every
     # data byte of the consumer page once and no pad, each from a producer byte of one region
     one = parts == [family]
-    tiled = one or page_tiles(lib, family, "local").status == "proved"  # both pages; else Z3, case pair by pair
+    tiled = one or page_tiles(lib, family, "local").status == Verdict.PROVED  # both pages; else Z3, case pair by pair
     for k, part in enumerate(parts):
         where = "" if one else f"region '{lib.family_def(part).shard.region}': "
         tags = ("x.", "y.") if one else (f"x{k}.", f"y{k}.")
@@ -122,17 +123,17 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
         if not c:
             alone = _served_nowhere(lib, part, sx, sy, bounds, budget, tags)
             if alone:
-                return rows("unknown", f"{where if k else ''}the {alone} configuration "
+                return rows(Verdict.UNKNOWN, f"{where if k else ''}the {alone} configuration "
                                        f"({_shown_config(store if alone == 'store' else load)}) is served by no case "
                                        f"of the family at any size: its cases, guards and page do not hold there")
-            return rows("unknown", f"{where if k else ''}no case of the family applies at both configurations, with "
+            return rows(Verdict.UNKNOWN, f"{where if k else ''}no case of the family applies at both configurations, with "
                                    f"canonical pages of one shape (or k of one along the sequence index, across "
                                    f"another cp), at any size: the runtime plans only between pages of one format "
                                    f"or parts of one another")
         if k == 0:  # every region is read under the same cases and grid
             cases, seen = c, s
         elif c != cases:  # a case pair some region was not checked at: its bytes there are not shown
-            return rows("unknown", f"{where}applies at case pairs {c} (store, load), the first region at {cases}")
+            return rows(Verdict.UNKNOWN, f"{where}applies at case pairs {c} (store, load), the first region at {cases}")
     if not tiled:
         for row, (st, why) in _pages_tiled(lib, parts[0], cases, sx, sy, bounds, budget).items():
             note(row, st, why)
@@ -146,7 +147,7 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
             why = _sequence_unproved(lib, part, budget)
             if why:
                 for row in RESHARD:
-                    note(row, "unknown", why)
+                    note(row, Verdict.UNKNOWN, why)
     taken = f"; rank grids at {'; '.join(sorted(s for s in seen if s))}" if any(seen) else ""
     what = f"{len(cases)} case pair(s), {checked} consumer plans" if one else \
         f"{len(cases)} case pair(s), {len(parts)} regions each, {checked} consumer region plans"
@@ -158,13 +159,13 @@ def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: 
                                f"({'; '.join(sorted(splits))})")
     out = [Row(spec, family, n, *verdict[n][:1], "symbolic sizes, this configuration pair",
                time.perf_counter() - t0, verdict[n][1]) if n in verdict else
-           Row(spec, family, n, "proved", f"all sizes at this configuration pair {shape}: {what}, symbolic fragment "
+           Row(spec, family, n, Verdict.PROVED, f"all sizes at this configuration pair {shape}: {what}, symbolic fragment "
                                           f"and byte{taken}", time.perf_counter() - t0) for n in RESHARD]
     if outside:  # the rest of the domain: the plan's pieces do not divide there, so nothing is proved of it
         by: dict = {}
         for said, at, pair in outside:
             by.setdefault(said, ([], at))[0].append(pair)
-        out.append(Row(spec, family, DOMAIN_ROW, "unknown", "the sizes outside the plan's domain: no plan of strided "
+        out.append(Row(spec, family, DOMAIN_ROW, Verdict.UNKNOWN, "the sizes outside the plan's domain: no plan of strided "
                                                         "pieces there (the runtime's plan is proved per pair)",
                        time.perf_counter() - t0,
                        "; ".join(f"the plan holds only where {said} (case pairs {', '.join(map(str, pairs))}; "
@@ -180,9 +181,9 @@ def _one_format_unproved(lib, part: str, budget: Budget) -> tuple[str, str]:
     row = store.row(lib, part, "one-format", budget.rlimit,
                     lambda: safely(lib.family_def(part).span.file, part, "one-format",
                                     lambda: one_format(lib, part, Budgets.of(budget.rlimit, budget.guard_s))))
-    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
-        return "proved", ""
-    return ("refuted" if row.status == "refuted" else "unknown",
+    if row.status == Verdict.PROVED and row.method.startswith("symbolic: all sizes"):
+        return Verdict.PROVED, ""
+    return (Verdict.REFUTED if row.status == Verdict.REFUTED else Verdict.UNKNOWN,
             f"the plan matches canonical indices, each one element of the engine's at both configurations only "
             f"where one-format holds; it is not proved for all sizes ({row.status}: {row.detail or row.method})")
 
@@ -196,7 +197,7 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
     seq = lib.family_def(family).sequence
 
     def note(row, status, why):
-        if row not in found_all or status == "refuted" != found_all[row][0]:
+        if row not in found_all or status == Verdict.REFUTED != found_all[row][0]:
             found_all[row] = (status, why)
     for (kx, px), (ky, py) in itertools.product(enumerate(paths(lib, family)), repeat=2):
         try:
@@ -206,7 +207,7 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
             my.touch()  # is found to apply: one that is never exact leaves it applying nowhere
         except (ArithmeticError, LookupError, TypeError) as e:  # not shown to apply nowhere: unknown
             for row in RESHARD:
-                note(row, "unknown", f"cases {kx} (store) and {ky} (load): the spec cannot be read at these "
+                note(row, Verdict.UNKNOWN, f"cases {kx} (store) and {ky} (load): the spec cannot be read at these "
                                      f"configurations ({e})")
             continue
         cross = cross_of(fam, fam.variants[kx], fam.variants[ky], store, load, seq.id if seq is not None else None)
@@ -235,7 +236,7 @@ def _prove_cases(lib, fam, family, sx, sy, bounds, store, load, budget, edit, ta
                 seen.append(", ".join(f"{n}={v}" for n, v in sorted({**vx, **vy}.items())))
         except NotEstablished as e:
             for row in RESHARD:
-                note(row, "unknown", f"cases {kx} (store) and {ky} (load): {e}")
+                note(row, Verdict.UNKNOWN, f"cases {kx} (store) and {ky} (load): {e}")
     return found_all, cases, checked, seen, outside, (any(c is not None for c in crossed), splits)
 
 
@@ -279,7 +280,7 @@ def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, 
             found = _tiling_violation(lib, part, k, side, tag, sizes, bounds, budget)
             if found is None:
                 continue
-            if found[0] == "refuted":
+            if found[0] == Verdict.REFUTED:
                 out[row] = found
             else:  # a page not shown tiled: neither row is shown
                 out = {**dict.fromkeys(RESHARD, found), **out}
@@ -290,7 +291,7 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
     """The first way case `k` of one configuration's page is not tiled, as (status, why), or None
     (shown tiled: by the sympy certificate at this configuration, else by Z3)."""
     config = {n: v for n, v in sizes.items() if type(v) is int}  # this configuration's numbers
-    if page_tiles(lib, lib.family_def(part).part_of, "local", k, config).status == "proved":
+    if page_tiles(lib, lib.family_def(part).part_of, "local", k, config).status == Verdict.PROVED:
         return None
     m = Model(lib, part, paths(lib, part)[k], sizes=sizes, tag=tag)
     _, w = query(m, "regions-tile-local")
@@ -305,17 +306,17 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
             continue
         what = f"regions '{a[0]}' and '{c[0]}'" if kind == "overlap" else f"pad '{a[0]}'"
         if status != "sat":
-            undecided = undecided or ("unknown", f"{case}: undecided whether {what} of the {side} page share a byte"
+            undecided = undecided or (Verdict.UNKNOWN, f"{case}: undecided whether {what} of the {side} page share a byte"
                                       if kind == "overlap" else
                                       f"{case}: undecided whether {what} of the {side} page is one-to-one inside it")
             continue
         at = sizes_at(None, m, model) if side == "consumer" else sizes_at(m, None, model)
         if kind != "overlap" or (a[1].pad and c[1].pad):
-            return "unknown", f"{case}: the {side} page is not tiled by its regions and pads ({what}, at {at}): the " \
+            return Verdict.UNKNOWN, f"{case}: the {side} page is not tiled by its regions and pads ({what}, at {at}): the " \
                               f"runtime refuses it"
         meaning = ("a byte both their plans write" if not (a[1].pad or c[1].pad) else
                    "a pad byte the region's plan writes") if side == "consumer" else "one byte read as two canonical bytes"
-        return "refuted", f"{case}: {what} of the {side} page share a byte, {meaning}, at {at}"
+        return Verdict.REFUTED, f"{case}: {what} of the {side} page share a byte, {meaning}, at {at}"
     return undecided
 
 
@@ -402,13 +403,13 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
         return {row: (status, why) for row in RESHARD}, 0, None, ""
     status, model = solve(grid_short(mx, my), "each rank grid's digits number exactly its world")
     if status != "unsat":  # then some rank has no digits: a plan for it, or read from it, is vacuous
-        return both("unknown", "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
+        return both(Verdict.UNKNOWN, "a rank grid's digits are not shown to number exactly its world (tp * pcp ranks; "
                                "`layoutalg prove` checks writers-cover)" +
                     (f" (at {sizes_at(mx, my, model)})" if status == "sat" else ""))
     status, model = solve(canonical_differs(mx, my), "the two configurations' canonical pages are one layout") \
         if cross is None else ("unsat", None)
     if status != "unsat":  # (across a cp the match compares canonical indices, each page's own layout)
-        return both("unknown", "the two configurations' canonical pages are not shown to be one layout" +
+        return both(Verdict.UNKNOWN, "the two configurations' canonical pages are not shown to be one layout" +
                     (f" (they differ at {sizes_at(mx, my, model)})" if status == "sat" else ""))
     found, checked, held = {}, 0, []
     # the spec's own properties the plan's checks lean on: they hold at every size where they hold
@@ -428,12 +429,12 @@ def _check(fam, mx: Model, my: Model, vx, vy, store: dict, load: dict, extra: li
             continue
         case, n, domain = out
         for row, v in case.items():
-            if row not in found or v[0] == "refuted" != found[row][0]:
+            if row not in found or v[0] == Verdict.REFUTED != found[row][0]:
                 found[row] = v
         checked += n
         held.append(domain)
     if not held:
-        return both("unknown", "no size is shown where the plan's pieces divide")
+        return both(Verdict.UNKNOWN, "no size is shown where the plan's pieces divide")
     outside = None
     said = " or ".join(_divisible(d) or "always" for d in held)
     if any(held):  # the sizes no case's domain holds: nothing is proved there, and the row says so
@@ -467,7 +468,7 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
     def both(status, why):
         return {row: (status, why) for row in RESHARD}, 0, domain
     if clash:  # Z3 and the runtime would read the case otherwise: what Z3 checked would not be the plan
-        return both("unknown", f"not checked: {clash}")
+        return both(Verdict.UNKNOWN, f"not checked: {clash}")
     said = f", where {_divisible(domain)}" if domain else ""  # (said of the case; its steps' words are made
     # only where recorded: a term printed for every division of every plan would cost the proof its time)
     if domain:  # the plan is the pair's plan where its pieces divide: proved there, the rest said by the caller
@@ -475,7 +476,7 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         if status == "unsat":
             return None
         if status != "sat":
-            return both("unknown", f"undecided whether any size lies where the plan's pieces divide "
+            return both(Verdict.UNKNOWN, f"undecided whether any size lies where the plan's pieces divide "
                                    f"({_divisible(domain)})")
         # a residue case's q = (n - rho) / k is an atom of the plan: that it is exact here is a
         # consequence of the domain, stated linearly (Z3 rarely finds it through the division)
@@ -485,21 +486,21 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         if exact:  # a fact that held nowhere would make every query below vacuously unsat
             status, _ = solve_query(mx, my, where, budget)
             if status != "sat":
-                return both("unknown", "the case's quotients are not shown exact at any size of its domain "
+                return both(Verdict.UNKNOWN, "the case's quotients are not shown exact at any size of its domain "
                                        f"({_divisible(domain)}; {status})")
     shape = malformed(built)
     if shape:
-        return both("refuted", f"not a plan: {shape}")
+        return both(Verdict.REFUTED, f"not a plan: {shape}")
     worlds = [z3.simplify(z3.IntVal(0) + m.r.world) for m in (mx, my)]
     if not all(z3.is_int_value(w) for w in worlds):
-        return both("unknown", f"the groups' worlds are {worlds[0]} and {worlds[1]}, not numbers")
+        return both(Verdict.UNKNOWN, f"the groups' worlds are {worlds[0]} and {worlds[1]}, not numbers")
     sides = Sides(*(w.as_long() for w in worlds), cross)
     consumers = sorted(p.consumer for p in built)
     if consumers != list(range(sides.consumers)):
-        return {"reshard-cover": ("refuted", f"plans for consumer ranks {consumers}; the load group has "
+        return {"reshard-cover": (Verdict.REFUTED, f"plans for consumer ranks {consumers}; the load group has "
                                              f"{sides.consumers} {'virtual ' if sides.consumers != sides.world_y else ''}"
                                              f"ranks, each written once"),
-                "reshard-match": ("unknown", "the plans are not one for each consumer rank")}, 0, domain
+                "reshard-match": (Verdict.UNKNOWN, "the plans are not one for each consumer rank")}, 0, domain
     queries, readings = [], []
     # every byte the plan copies is checked to be the spec's byte of an index in its box (the
     # readings, first), so where the spec keeps such bytes inside its page, so does the plan:
@@ -524,14 +525,14 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
                               lambda n=n, d=d, op=op: f"the plan divides {n} by {d} only where it is positive"
                                                       f"{' and divides it' if op == '/' else ''}")
         if status != "unsat":
-            return both("unknown", f"the plan divides {n} by {d} where the guards do not show the divisor positive"
+            return both(Verdict.UNKNOWN, f"the plan divides {n} by {d} where the guards do not show the divisor positive"
                                    f"{' and the division exact' if op == '/' else ''}" +
                         (f" (at {sizes_at(mx, my, model)})" if status == "sat" else " (undecided)"))
     for plan, k, violation in readings:  # the plan's own reading of its bytes, which both rows take
         status, model = solve(violation, f"consumer rank {plan.consumer}, run {k}: the plan's spec index of each "
                                          f"byte it copies is the spec's", lambda v=violation: divided(v, mx, my))
         if status != "unsat":
-            return both("unknown", f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
+            return both(Verdict.UNKNOWN, f"consumer rank {plan.consumer}: the plan's spec index of a byte it copies is "
                                    f"not shown to be the spec's" +
                         (f" (at {sizes_at(mx, my, model)})" if status == "sat" else ""))
     found = {}
@@ -541,9 +542,9 @@ def _check_case(fam, mx: Model, my: Model, built, where, budget: Budget, cross, 
         status, model = solve(violation, f"consumer rank {plan.consumer} ({row}): no size where {what}",
                               lambda v=violation: divided(v, mx, my))
         if status == "sat":
-            found[row] = ("refuted", f"consumer rank {plan.consumer}: {what}, at {sizes_at(mx, my, model)}")
+            found[row] = (Verdict.REFUTED, f"consumer rank {plan.consumer}: {what}, at {sizes_at(mx, my, model)}")
         elif status != "unsat":
-            found[row] = ("unknown", f"undecided for consumer rank {plan.consumer} ({what})")
+            found[row] = (Verdict.UNKNOWN, f"undecided for consumer rank {plan.consumer} ({what})")
     return found, len(built), domain
 
 

@@ -24,6 +24,7 @@ from typing import NamedTuple, Sequence
 
 import z3
 
+from ....verdicts import Verdict
 from ....dsl.interpret import Reading
 from ....dsl.library import Library
 from ..obligations import Budget, Model, value
@@ -46,7 +47,7 @@ def prove_cross_plans(lib: Library, family: str, store: dict, load: dict, cross,
         return _prove(lib, family, store, load, [((), None)], budget)
     why = sequence_unshown(lib, family, store, load, budget)
     if why:
-        return [Row(lib.family_def(family).span.file, family, n, "unknown", "symbolic byte, one configuration pair",
+        return [Row(lib.family_def(family).span.file, family, n, Verdict.UNKNOWN, "symbolic byte, one configuration pair",
                     0.0, why) for n in RESHARD]
     return _prove(lib, family, store, load, [(tuple(plans), _Cross(cross.k, cross.small, cross.world, j, token))
                                              for j, plans in enumerate(cross.parts)], budget)
@@ -95,7 +96,7 @@ def sequence_unproved(lib, part: str, budget: Budget) -> str:
     from ..runner import Budgets, prove_obligation
     row = store.row(lib, part, "sequence-order", budget.rlimit,
                     lambda: prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s)))
-    if row.status == "proved" and row.method.startswith("symbolic: all sizes"):
+    if row.status == Verdict.PROVED and row.method.startswith("symbolic: all sizes"):
         return ""
     return f"pages of another cp or block size are matched by the canonical index " \
            f"'{lib.family_def(part).sequence.id}', the token's place only where `sequence` holds; sequence-order is " \
@@ -117,21 +118,21 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
     fdef = lib.family_def(family)
     spec = fdef.span.file
     if fdef.page is not None:
-        return [Row(spec, family, n, "unknown", "a part of a page: prove the page's family", 0.0) for n in RESHARD]
+        return [Row(spec, family, n, Verdict.UNKNOWN, "a part of a page: prove the page's family", 0.0) for n in RESHARD]
     if lib.parts_of(family) != [family]:
         return _prove_pages(lib, family, store, load, groups, budget)
     if not all(plans for plans, _ in groups):
-        return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
+        return [Row(spec, family, n, Verdict.UNKNOWN, "no consumer plan to check", 0.0) for n in RESHARD]
     try:
         mx, my = _fresh(lib, family, store, load)
     except (ArithmeticError, LookupError, TypeError) as e:
-        return [Row(spec, family, n, "unknown", f"the family does not apply at these configurations ({e})", 0.0)
+        return [Row(spec, family, n, Verdict.UNKNOWN, f"the family does not apply at these configurations ({e})", 0.0)
                 for n in RESHARD]
     for who, m in (("store", mx), ("load", my)):  # a configuration the family does not serve proves nothing
         status = solve_query(m, None, z3.BoolVal(True), budget)[0]
         if status != "sat":
             why = "its guards, cases and page do not hold there" if status == "unsat" else "undecided"
-            return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration ({why})",
+            return [Row(spec, family, n, Verdict.UNKNOWN, f"the family does not apply at the {who} configuration ({why})",
                         0.0) for n in RESHARD]
     rows = _not_one_format(lib, family, store, load, budget)
     if rows:
@@ -139,7 +140,7 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
     for plans, cross in groups:
         bad = _malformed(plans, mx, my, cross)
         if bad:
-            return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad)
+            return [Row(spec, family, n, Verdict.REFUTED, "the plan's shape, checked before Z3", 0.0, bad)
                     for n in RESHARD]
     count = sum(len(plans) for plans, _ in groups)
     what = "this configuration pair" if groups[0][1] is None else \
@@ -156,12 +157,12 @@ def _prove(lib, family, store, load, groups, budget) -> list[Row]:
                 if status != "unsat":
                     detail = _explain(name, mx, my, plan, model, w) if status == "sat" else \
                         f"undecided for consumer rank {plan.consumer}"
-                    row = Row(spec, family, name, "refuted" if status == "sat" else "unknown",
+                    row = Row(spec, family, name, Verdict.REFUTED if status == "sat" else Verdict.UNKNOWN,
                               "symbolic byte, one configuration pair", time.perf_counter() - t0, detail)
                     break
             if row:
                 break
-        rows.append(row or Row(spec, family, name, "proved",
+        rows.append(row or Row(spec, family, name, Verdict.PROVED,
                                f"symbolic fragment and byte, {count} consumer plans of {what}",
                                time.perf_counter() - t0))
     return rows
@@ -397,22 +398,22 @@ def _prove_pages(lib, family, store, load, groups, budget) -> list[Row]:
         xs, xpads = _page_models(lib, family, store, "x")
         ys, ypads = _page_models(lib, family, load, "y")
     except (ArithmeticError, LookupError, TypeError) as e:
-        return [Row(spec, family, n, "unknown", f"the family does not apply at these configurations ({e})", 0.0)
+        return [Row(spec, family, n, Verdict.UNKNOWN, f"the family does not apply at these configurations ({e})", 0.0)
                 for n in RESHARD]
     for who, m in (("store", xs[0][1]), ("load", ys[0][1])):
         status = solve_query(m, None, z3.BoolVal(True), budget)[0]
         if status != "sat":
-            return [Row(spec, family, n, "unknown", f"the family does not apply at the {who} configuration", 0.0)
+            return [Row(spec, family, n, Verdict.UNKNOWN, f"the family does not apply at the {who} configuration", 0.0)
                     for n in RESHARD]
     if not all(plans for plans, _ in groups):
-        return [Row(spec, family, n, "unknown", "no consumer plan to check", 0.0) for n in RESHARD]
+        return [Row(spec, family, n, Verdict.UNKNOWN, "no consumer plan to check", 0.0) for n in RESHARD]
     rows = _not_one_format(lib, family, store, load, budget)
     if rows:
         return rows
     for plans, cross in groups:
         bad = _malformed(plans, xs[0][1], ys[0][1], cross)
         if bad:
-            return [Row(spec, family, n, "refuted", "the plan's shape, checked before Z3", 0.0, bad) for n in RESHARD]
+            return [Row(spec, family, n, Verdict.REFUTED, "the plan's shape, checked before Z3", 0.0, bad) for n in RESHARD]
     data = sum(m.r.bytes_of(*m.r.layout("local")) for _, m in ys)
     count = sum(len(plans) for plans, _ in groups)
     what = "this configuration pair" if groups[0][1] is None else \
@@ -430,10 +431,10 @@ def _prove_pages(lib, family, store, load, groups, budget) -> list[Row]:
             if found:
                 break
         if found:
-            rows.append(Row(spec, family, name, "refuted" if found[0] == "sat" else "unknown",
+            rows.append(Row(spec, family, name, Verdict.REFUTED if found[0] == "sat" else Verdict.UNKNOWN,
                             "symbolic byte, one configuration pair", time.perf_counter() - t0, found[1]))
         else:
-            rows.append(Row(spec, family, name, "proved", f"symbolic fragment and byte, every region and pad, "
+            rows.append(Row(spec, family, name, Verdict.PROVED, f"symbolic fragment and byte, every region and pad, "
                                                           f"{count} consumer plans of {what}",
                             time.perf_counter() - t0))
     return rows
