@@ -139,3 +139,24 @@ def test_rank_digits_in_another_order_are_another_format(tmp_path):
     assert swapped in grids.read_text()
     shipped = layout_id(resolve(load_default(), "split_nhd"))
     assert layout_id(resolve(load([tmp_path / "split_nhd.lal"]), "split_nhd")) != shipped
+
+
+def test_every_format_id_is_made_and_read_by_one_record(deriver):
+    """runtime.formats.FormatId: an id the runtime gives reads back to itself part by part, and a
+    string that is no id (a record's corrupted field) is a ConfigError naming it, never a part."""
+    from layoutalg.errors import ConfigError
+    from layoutalg.runtime.formats import FormatId, assumed_id, element_part, form_part, unread
+    layer = LayerSpec("attention", 2 * 16 * 2 * 8 * 2, 16, 2, 8, 2)
+    tensor = TensorLayout((4, 2, 16, 2, 8), (512, 256, 16, 8, 1), 2, "torch.bfloat16")
+    res = deriver.derive(layer, tensor, ParallelConfig(tp=4, total_kv_heads=8), 4)
+    assert res.result == "certified"
+    fmt = res.mappings[0].format_id
+    assert element_part(fmt)  # (the tensor names its element type)
+    f = FormatId.parse(fmt)
+    assert str(f) == fmt and form_part(fmt) == f.form_part and element_part(fmt) == f.types
+    assert unread(assumed_id(fmt)) and not unread(fmt) and FormatId.parse(assumed_id(fmt)).form == f.form
+    for bad in ("", "lal3-0", "a..b", "a.b.c.d", "a.assumed-", 7, None):
+        with pytest.raises(ConfigError, match="not a page format id"):
+            FormatId.parse(bad)
+    with pytest.raises(ConfigError, match="no '.'"):
+        FormatId("lal3-0.x", "abc")

@@ -324,10 +324,9 @@ class ModelPlan:
         """The model page's format: each layer's name, place and `format_id` (every layer of the
         page, a pipeline stage's too). A loader whose id differs would read another layout's
         bytes; compare it with the storer's."""
-        import hashlib
-        text = repr(self.layout or tuple((n, self.offsets[n], p.mapping.canonical_page_size_bytes, p.mapping.format_id)
-                                         for n, p in self.plans.items()))  # repr quotes names: none forges another
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        from ..runtime.formats import model_page_id
+        return model_page_id(self.layout or tuple((n, self.offsets[n], p.mapping.canonical_page_size_bytes,
+                                                   p.mapping.format_id) for n, p in self.plans.items()))
 
     def store(self, kv_caches: dict, block_ids, pages, page_ids) -> dict:
         """Each layer's `CopyPlan.store`; returns the blocks each wrote, by layer (`pages` may be a

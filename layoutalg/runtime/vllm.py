@@ -565,8 +565,7 @@ orientation, an attention layer's heads and sizes."""
 def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None, kinds=None) -> str:
     """`fmt` with what the spec (and the deployment's cache dtype) says of the bytes folded into
     its element part (`runtime.formats.element_part`), so the form part still names the layout."""
-    import hashlib
-    from .formats import element_part, form_part
+    from .formats import element_part, with_element_words
     seen = [element_part(fmt)] + [f"{f}={getattr(spec, f, None)!r}" for f in (_OPAQUE_FIELDS if opaque
                                                                                 else _ELEMENT_FIELDS)]
     cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", None)
@@ -575,7 +574,7 @@ def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None, kinds=None) -> 
         seen.append(type(spec).__name__)
         if spec_kind(spec, kinds) == "mamba":
             seen.append(os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper())
-    return f"{form_part(fmt)}.{hashlib.sha256(repr(seen).encode()).hexdigest()[:8]}"
+    return with_element_words(fmt, seen)
 
 
 def _derive(deriver: Deriver, layer: LayerSpec, tensor, parallel, num_blocks, cls: str) -> LayerResult:
