@@ -94,7 +94,7 @@ def test_reshard_names_a_builtin_given_as_a_size_and_the_names_left_at_defaults(
 def test_reshard_refuses_a_size_the_family_does_not_read():
     """A --size the family never reads would change nothing: most likely meant for another family."""
     from layoutalg.tools.distributed import group_of, parse_config
-    with pytest.raises(ConfigError, match=r"split_nhd does not read kv_scales \(it reads cpu_attn_layout, kv_blocks_second\)"):
+    with pytest.raises(ConfigError, match=r"split_nhd does not read kv_scales \(it reads aiter_kv, cpu_attn_layout, kv_blocks_second\)"):
         group_of("split_nhd", parse_config("tp=2"), 8, 4, 8, "bf16", 4, names={"kv_scales": 1})
     with pytest.raises(ConfigError, match=r"quant_packed does not read n_groups \(it reads kv_scales, "):
         group_of("quant_packed", parse_config("tp=2"), 2, 4, 8, "int8", 4, names={"kv_scales": 1, "n_groups": 2})
