@@ -158,5 +158,8 @@ def test_every_format_id_is_made_and_read_by_one_record(deriver):
     for bad in ("", "lal3-0", "a..b", "a.b.c.d", "a.assumed-", 7, None):
         with pytest.raises(ConfigError, match="not a page format id"):
             FormatId.parse(bad)
+    assert form_part("") == element_part("") == "" and not unread("")  # a mapping made with no id
+    with pytest.raises(ConfigError, match="not a page format id"):
+        form_part("garbage")
     with pytest.raises(ConfigError, match="no '.'"):
         FormatId("lal3-0.x", "abc")

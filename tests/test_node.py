@@ -1,6 +1,7 @@
 """A page stored by one job is loaded by another: each side a torchrun job of its own (here two
 simulated nodes on one machine, env:// rendezvous), the pages in files on a shared path."""
 import json
+import re
 import os
 import socket
 import subprocess
@@ -139,3 +140,11 @@ def test_a_load_job_converts_pages_of_another_block_size_in_a_file_store(tmp_pat
     with pytest.raises(ConfigError, match=f"holds pages of model split_hnd in format {folder.name} .*, not "
                                           f"lal.* and they do not convert: .*; nothing was read"):
         load(group(8, 2, head_size=32))
+    # a record whose format id is damaged (a store that hands back what it holds, unread): refused
+    # naming the store and the record, nothing read
+    from layoutalg.tools.node import _may_convert
+    from layoutalg.tools.stores import FileStore
+    for bad in ("lal3-damaged", None, 7):
+        with pytest.raises(ConfigError, match=f"they do not convert: the record's format id is damaged "
+                                              f".*{re.escape(repr(bad))} is not a page format id.*; nothing was read"):
+            _may_convert(group(8, 2), (), FileStore(str(tmp_path)), "split_hnd", dict(record, format_id=bad))

@@ -102,13 +102,14 @@ def assumed_id(fmt: str) -> str:
 
 def unread(fmt: str) -> bool:
     """Whether a format id is of a page derived without the tensors that say where its bytes lie
-    (`assumed_id`); a `ConfigError` where `fmt` is no format id.
+    (`assumed_id`); '' is a mapping made with no id (not unread), any other string that is no
+    format id a `ConfigError`.
 
     Examples:
-        >>> unread("lal3-0.assumed-abc"), unread("lal3-0.abc.def")
-        (True, False)
+        >>> unread("lal3-0.assumed-abc"), unread("lal3-0.abc.def"), unread("")
+        (True, False, False)
     """
-    return FormatId.parse(fmt).assumed
+    return fmt != "" and FormatId.parse(fmt).assumed
 
 
 def with_element_words(fmt: str, words: list) -> str:
@@ -166,10 +167,11 @@ def format_id(layout_id: str, inst, semantic: bool = True, sizes: dict | None = 
 
 
 def form_part(fmt: str) -> str:
-    """A format id without its element types: `LAYOUT.FORM`."""
-    return FormatId.parse(fmt).form_part
+    """A format id without its element types: `LAYOUT.FORM` ('' of '', a mapping made with no id)."""
+    return fmt and FormatId.parse(fmt).form_part
 
 
 def element_part(fmt: str) -> str:
-    """What a format id says of the element types (after `LAYOUT.FORM`), '' where nothing."""
-    return FormatId.parse(fmt).types
+    """What a format id says of the element types (after `LAYOUT.FORM`), '' where nothing (and of
+    '', a mapping made with no id)."""
+    return fmt and FormatId.parse(fmt).types

@@ -203,8 +203,10 @@ def _refused(store: PageStore, model: str, stored: dict, group: Group, stages: t
     def block(sizes) -> str:
         return f" in blocks of {sizes['block_size']} tokens" if isinstance(sizes, dict) and "block_size" in sizes \
             else ""
-    return ConfigError(f"reshard load job: {store.place(stored['format_id'])} holds pages of model {model} in format "
-                       f"{stored['format_id']} (stored by {config_text(stored.get('config', {}))}"
+    fid = stored.get("format_id")
+    place = store.place(fid) if isinstance(fid, str) and fid else "the store"  # (a damaged record names no folder)
+    return ConfigError(f"reshard load job: {place} holds pages of model {model} in format "
+                       f"{fid!s} (stored by {config_text(stored.get('config', {}))}"
                        f"{block(stored.get('sizes'))}), not {group.mappings[0].format_id} (what {_said(group, stages)}{block(group.sizes)} reads), "
                        f"and they do not convert: {why}; nothing was read")
 
@@ -213,16 +215,22 @@ def _may_convert(group: Group, stages: tuple, store: PageStore, model: str, stor
     """What a record of another format must say for its pages to convert into `group`'s, checked
     before any process joins (a `ConfigError` naming both formats otherwise); the conversion
     itself is made once the job's processes have joined (`_converting`)."""
-    from ..runtime.formats import element_part
+    from ..runtime.formats import FormatId, element_part
     m = group.mappings[0]
     why = ""
-    if stored.get("family") != group.family:
+    try:
+        stored_types = FormatId.parse(stored.get("format_id")).types
+    except LayoutalgError as e:
+        stored_types, why = None, f"the record's format id is damaged ({e})"
+    if why:
+        pass  # (said above)
+    elif stored.get("family") != group.family:
         why = f"they are pages of family {stored.get('family')}, this job's family is {group.family}"
     elif "layout_id" not in stored or not isinstance(stored.get("sizes"), dict):
         why = "the record names no canonical layout or sizes (an earlier layoutalg stored it): store it again"
     elif stored["layout_id"] != m.layout_id:
         why = f"another canonical layout ({stored['layout_id']}, this job's {m.layout_id})"
-    elif element_part(stored["format_id"]) != element_part(m.format_id):
+    elif stored_types != element_part(m.format_id):
         why = "the pages hold other element types"
     elif stored["page_bytes"] == m.canonical_page_size_bytes:
         why = f"pages of one size ({m.canonical_page_size_bytes} bytes) with bytes in other places are not parts " \
