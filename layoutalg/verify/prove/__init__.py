@@ -3,7 +3,8 @@
     structural  the stride-chain certificate on the digit table, for all sizes (sympy)
     z3ops       integer arithmetic of the spec's direct reading, as Z3 terms
     obligations the proof obligations of a family, as Z3 queries
-    store       the rows, the registry of obligation names and meanings, the cache
+    registry    what each obligation is (one record a name, in one list)
+    store       the rows, the meanings (views of the registry), the cache
     runner      which obligations, in which mode, for each family
     explain     counterexamples in words
     meaning     one page format across configurations (`one-format`)

@@ -61,8 +61,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
     with _writing(folder) as (tmp, index, used):
         for r in proved:
             if not (r.method.startswith(ALL_SIZES) and r.obligation in SMT_ROWS):
-                why = NO_SMT.get(r.obligation if r.obligation != "one-format" else "one-format/claim",
-                                 f"proved by {r.method}, an argument outside SMT")
+                why = NO_SMT.get(r.obligation, f"proved by {r.method}, an argument outside SMT")
                 index.append((r.family, r.obligation, f"none: {why}"))
                 continue
             made = texts(lib, r.family, r.obligation, dead)
@@ -77,7 +76,7 @@ def write(lib: Library, rows: list[Row], folder: str) -> list[tuple[str, str, st
                 _put(where, cases)
                 used.update(n for _, text in cases for n in _LEMMA_USED.findall(text))
             if r.obligation == "one-format" and "agnostic" in r.method:
-                index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format/claim']}"))
+                index.append((r.family, "one-format/claim", f"none: {NO_SMT['one-format']}"))
             used.update(n for _, text in made for n in _LEMMA_USED.findall(text))
     return index
 

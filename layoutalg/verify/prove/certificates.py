@@ -25,9 +25,10 @@ from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ..certify import DEPENDS
 from . import lemmas, meaning
-from .obligations import PAGE, QUERIES, Model, product
+from .obligations import PAGE, Model, product
 from .obligations import box_empty
 from .runner import Budgets, query
+from .registry import ENTRIES
 from .store import OBLIGATIONS
 
 APPLIES = "applies"
@@ -36,22 +37,13 @@ APPLIES = "applies"
 ALL_SIZES = "symbolic: all sizes"
 """How a row Z3 proved for every size begins its method."""
 
-NO_SMT = {
-    "structure": "the stride chains are equalities of sympy expressions under the guards' rewrites; "
-                 "the Z3 rows local-bijective, canonical-bijective and writers-* state the same facts and "
-                 "have certificates",
-    "regions-tile-local": "the concatenation argument (each region one-to-one inside the page, the pads "
-                          "disjoint from it, the page exactly their sum) is checked in sympy on the regions' "
-                          "digit tables, whose own rows have certificates",
-    "regions-tile-canonical": "as regions-tile-local, on the canonical page",
-    "one-format/claim": "the agnostic claim (the canonical layout, or a canonical pad, reads no size that "
-                        "moves with the configuration) is a syntactic check of its sympy terms",
-}
-"""Why a row proved for all sizes, or a part of it, has no SMT-LIB file."""
+NO_SMT = {o.name: o.no_smt for o in ENTRIES if o.no_smt}
+"""Why a row proved for all sizes outside SMT has no SMT-LIB file (`Obligation.no_smt`); for
+`one-format`, why its agnostic claim (indexed as `one-format/claim`) has none."""
 
 
-SMT_ROWS = (*QUERIES, "digits-match-spec", "one-format", "page-size")
-"""The rows whose all-sizes proof is a Z3 query, so a certificate."""
+SMT_ROWS = tuple(o.name for o in ENTRIES if o.smt)
+"""The rows whose all-sizes proof is a Z3 query, so a certificate (`Obligation.smt`)."""
 
 
 def _pads(lib: Library) -> set:
@@ -157,7 +149,7 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
     return out
 
 
-DIVIDED = ("digits-match-spec", "one-format")
+DIVIDED = tuple(o.name for o in ENTRIES if o.divided)
 """The rows whose certificates tie every division to the others (`lemmas.divisions`): a digit
 table reads an index through remainders of quotients, the spec through the index itself."""
 
@@ -223,15 +215,13 @@ def divided(query, *models) -> tuple[list, list, set]:
     return found, [], uses
 
 
-SHARD_POINTS = {"shard-in-range": {0: (("i", "d"),)}, "shard-injective": {0: (("i", "d"), ("j", "d"))},
-                "writers-disjoint": {0: (("i", "d"), ("j", "e"))},
-                "writers-cover": {1: (("i", "d"), ("j", "e")), 2: (("i", "d"), ("j", "d")), 3: (("i", "d"),)}}
-"""The rows that read the shard map at one or two points: part -> the points' witness names."""
+SHARD_POINTS = {o.name: dict(o.shard_points) for o in ENTRIES if o.shard_points}
+"""The rows that read the shard map at one or two points: part -> the points' witness names
+(`Obligation.shard_points`)."""
 
-LAYOUT_POINTS = {"local-bijective": ("local", (0, 1), "i", "j"), "canonical-bijective": ("canonical", (0, 1), "i", "j"),
-                 "writers-cover": ("canonical", (4,), "k", "l")}
+LAYOUT_POINTS = {o.name: o.layout_points for o in ENTRIES if o.layout_points is not None}
 """The rows that show a layout one-to-one in its box: (the layout, the parts that show it,
-the witness names of its two indices). A bijectivity row's certificate is in two parts: two
+the witness names of its two indices: `Obligation.layout_points`). A bijectivity row's certificate is in two parts: two
 indices at one offset, and an offset outside the page."""
 
 

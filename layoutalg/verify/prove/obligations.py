@@ -25,15 +25,14 @@ from ...dsl.tree import Name
 from .z3ops import check, solver
 from .sequence import sequence_query
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
+from .registry import ENTRIES, check_table, in_mode, obligation
 from .z3ops import Z3Ops
 
-SYMBOLIC = ("local-bijective", "canonical-bijective", "shard-in-range", "shard-injective",
-            "writers-disjoint", "writers-cover", "single-rank-identity", "digits-match-spec")
-PER_CONFIGURATION = ("runs-match-spec", "runs-cover-local")
+SYMBOLIC, PER_CONFIGURATION = in_mode("symbolic"), in_mode("per-configuration")  # (views of the registry)
 UNDECIDED = "unknown"
 """Z3's third answer as `Model.solve` gives it (beside "sat" and "unsat"): a solver's word, not a
 row's `Verdict`, though both are spelt "unknown"."""
-PAGE = ("regions-tile-local", "regions-tile-canonical")
+PAGE = in_mode("page")
 """A family of pages: its regions and pads are pairwise disjoint and the pads one-to-one inside
 the page (each data region's own rows show it one-to-one inside the page); the page is by
 definition as large as its regions together, so they tile it exactly."""
@@ -363,9 +362,10 @@ QUERIES = {
     "regions-tile-canonical": lambda m: _tiling_query(m, "canonical"),
 }
 """Obligation name -> its query on a `Model`: (violation formula, what each witness term
-means). The rows asked otherwise: `digits-match-spec` (`_digits_query`, of the family IR),
-`one-format` (`meaning.query`), `runs-*` (`runs_query`, of the lowered runs), `structure`
-(sympy) and `page-size` (witnesses)."""
+means): the rows whose `registry` query is "model". The rows asked otherwise: `digits-match-spec`
+(`_digits_query`, of the family IR), `one-format` (`meaning.query`), `runs-*` (`runs_query`),
+`structure` (sympy) and `page-size` (witnesses)."""
+check_table("obligations.QUERIES", QUERIES, [o.name for o in ENTRIES if o.query == "model"])
 
 
 def box_empty(m: Model, budget: Budget, seeds: int = 1) -> bool:
@@ -392,7 +392,7 @@ def query(m: Model, name: str, variant=None, atoms=None):
     family's `atoms`) against the spec's direct reading: translation validation of the
     normal form, for all sizes.
     """
-    if name == "digits-match-spec":
+    if obligation(name).query == "digits":
         return _digits_query(m, variant, atoms)
     return QUERIES[name](m)
 

@@ -42,6 +42,7 @@ from .explain import names_used, where_in_spec, witness_config, explain
 from .obligations import (PAGE, PER_CONFIGURATION, SYMBOLIC, UNDECIDED, Budget, Model, EMPTY_BOX, box_empty, runs_query,
                           value)
 from .obligations import query as _asked
+from .registry import obligation
 from .store import Row
 from .at_sizes import first_reason, never_applies, structure_at_sizes, unserved_part
 from .structural import Certificate, certify, page_tiles
@@ -50,7 +51,7 @@ from .structural import Certificate, certify, page_tiles
 def query(m: Model, name: str, *extra):
     """(violation, witness terms) of obligation `name` on `m`: one-format's from `meaning` (its
     elements are the oracle's), every other row's from `obligations`."""
-    return meaning.query(m) if name == "one-format" else _asked(m, name, *extra)
+    return meaning.query(m) if obligation(name).query == "meaning" else _asked(m, name, *extra)
 
 class _Capped(dict):
     """Bounds of every runtime name capped at `cap` (page_size at `page`): a dict that
@@ -184,8 +185,9 @@ def _page_implied(lib: Library, family: str, live: list, budgets: Budgets) -> bo
     return True
 
 
-LEMMAS = ("writers-disjoint", "shard-injective", "shard-in-range", "canonical-bijective")
-"""The rows whose queries are, word for word, parts 1-4 of writers-cover (part 0 is the count)."""
+LEMMAS = tuple(n for n in obligation("writers-cover").parts if n is not None)
+"""The rows whose queries are, word for word, parts 1-4 of writers-cover (part 0 is the count):
+its registry entry's `parts`."""
 
 
 def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1, known: tuple = ()):
@@ -222,14 +224,15 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
     proved = {} if proved is None else proved
     t0 = time.perf_counter()
     spec = lib.family_def(family).span.file
-    if name == "digits-match-spec" and fam is None:
+    asked = obligation(name)
+    if asked.query == "digits" and fam is None:  # (its query reads the family IR)
         return Row(spec, family, name, Verdict.UNKNOWN, "not in normal form", 0.0)
     methods, proved_configs, undecided, guard = [], [], [], False
     for k, path in enumerate(paths(lib, family)):
         if status and status.get(path, ("live",))[0] == "dead":
             methods.append("dead")
             continue
-        extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
+        extra = (fam.variants[k], fam.atoms) if asked.query == "digits" else ()
         # the whole domain first: unsat proves it. A counterexample (from there, or from the
         # small-size hunt where the whole domain is undecided) is shown at small sizes if any.
         steps = ((SMALL, budgets.small),) if quick else ((None, budgets.full), (SMALL, budgets.small))
@@ -237,8 +240,8 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
         for bounds, budget in steps:
             m = Model(lib, family, path, bounds=bounds)
             v, w = query(m, name, *extra)
-            known = (False,) + tuple(path in proved.get(n, ()) for n in LEMMAS) \
-                if bounds is None and name == "writers-cover" else ()  # (its parts alone are those rows)
+            known = tuple(n is not None and path in proved.get(n, ()) for n in asked.parts) \
+                if bounds is None else ()  # (its parts that are rows of their own: `Obligation.parts`)
             st, model = solve(m, v, w, budget, 1 if bounds is SMALL else budgets.seeds, known)
             guard |= m.guard_hit
             if st == "sat" and _no_reference(name, model, w):
@@ -548,7 +551,7 @@ def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None
 
 def _no_reference(name: str, model, w: dict) -> bool:
     """A `one-format` violation that finds no single-rank reading to compare with: unknown."""
-    if name != "one-format":
+    if obligation(name).query != "meaning":
         return False
     return meaning.no_reference(model, w)
 

@@ -13,54 +13,18 @@ from ...verdicts import Verdict
 from ...compile import cache
 from . import PROVER_VERSION
 from . import RLIMIT
+from .registry import ENTRIES, LIBRARY_MODES, RESHARD_MODES, in_mode
 
-OBLIGATIONS = {
-    "structure": "the local, rank and canonical stride chains of the digit table hold for all sizes (sympy)",
-    "page-size": "the family applies only where its local layout is exactly the runtime's page, and applies "
-                 "somewhere (a witness configuration)",
-    "local-bijective": "the local layout maps its index box one-to-one onto [0, page)",
-    "canonical-bijective": "the canonical layout maps its index box one-to-one onto [0, page)",
-    "shard-in-range": "every rank sends every local index into the canonical box",
-    "shard-injective": "no rank sends two local indices to one canonical index",
-    "writers-disjoint": "two ranks that store the same block never write the same canonical byte",
-    "writers-cover": "every canonical byte has a writer in each block: surjectivity by pigeonhole (as many "
-                     "writer bytes as canonical bytes, sent injectively into the page; the injectivity and range "
-                     "parts are the rows above, asked again where they were not proved for all sizes)",
-    "single-rank-identity": "on a single rank the canonical page is the local page, byte for byte",
-    "sequence-order": "where a family says `sequence t`, t is a bijection between a page's tokens and the places "
-                      "in the sequence it covers: every local token t lands at canonical t = token(t), its place "
-                      "by the grid; local t runs over the block's block_size tokens, canonical t over "
-                      "block_size * cp; token(t) sends no two tokens of a rank to one place (pages of another cp "
-                      "or block size join along t)",
-    "one-format": "a page read under another configuration than its writer's (another tp, pcp, dcp or "
-                  "interleave; pages of another cp joined along `sequence`): each canonical byte holds, at every "
-                  "configuration, the engine element it holds on a single rank holding the whole page (elements "
-                  "named by the grid's placements, never by the shard map's arithmetic); and where a grid says "
-                  "`agnostic when ...`, the canonical page (and each canonical pad) is built from no size that moves "
-                  "with the parallel configuration (tp, pcp, dcp, interleave, heads, rank digits), each canonical "
-                  "index that depends on the rank placed by a fn of the grid (`head(h)`: the grid's word on the "
-                  "engine), one in every case that claims it",
-    "digits-match-spec": "the digit table the runtime executes computes the spec's byte offsets",
-    "runs-match-spec": "the emitted runs send each local byte where the spec says",
-    "runs-cover-local": "each rank's runs cover its local page exactly once",
-    "regions-tile-local": "a page of regions: no two regions or pads of the local page share a byte, and each pad "
-                          "is one-to-one inside the page (with each region's own rows, and the page as large as "
-                          "its regions together: they tile it exactly)",
-    "regions-tile-canonical": "the same for the canonical page",
-}
-"""In a family of pages each row but `structure` and `page-size` is asked of every
-data region (`family.region`), with 'page' the whole page the region lies in."""
+OBLIGATIONS = {o.name: o.meaning for o in ENTRIES if o.mode in LIBRARY_MODES}
+"""A library proof's obligations and what they mean (a view of `registry.ENTRIES`). In a
+family of pages each row but `structure` and `page-size` is asked of every data region
+(`family.region`), with 'page' the whole page the region lies in."""
 
-RESHARD_OBLIGATIONS = {
-    "reshard-cover": "each consumer rank's direct plan writes every byte of its local page exactly once, from a "
-                     "byte inside one of the producers' pages",
-    "reshard-match": "each byte the plan writes holds the canonical byte (across another cp: the canonical index, "
-                     "the small page's token shifted by its part) that the producer byte it reads holds",
-    "reshard-domain": "across another cp, the sizes where a plan's pieces do not divide: never proved",
-}
-"""The rows of `prove --reshard`: a plan between two configurations against the spec's reading
-of both (`reshard` at the given sizes, `all_sizes` for all sizes)."""
-RESHARD = ("reshard-cover", "reshard-match")
+RESHARD_OBLIGATIONS = {o.name: o.meaning for o in ENTRIES if o.mode in RESHARD_MODES}
+"""The rows of `prove --reshard` (a view of `registry.ENTRIES`): a plan between two
+configurations against the spec's reading of both (`reshard` at the given sizes, `all_sizes`
+for all sizes)."""
+RESHARD = in_mode("reshard")
 
 
 def describe(names=None) -> str:
