@@ -61,7 +61,7 @@ def config_line(cf, args) -> str:
 def derived_at_options(args):
     """(compiled family, instance, every rank's mapping) at the configuration the options give."""
     from ..compile.codegen import compile_named
-    from ..compile.compiled import GuardFailed, fitted_page, group_of, misfit, stage_sizes
+    from ..compile.compiled import GuardFailed, at_page, fitted_page, stage_sizes
     from ..runtime.lower import TilingError, lower
     lib, names = families_in(args.spec, args.family)
     if len(names) > 1:
@@ -91,10 +91,9 @@ def derived_at_options(args):
         except GuardFailed as e:  # the family's own reason, not the empty probe page's
             raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
     try:
-        inst = cf.evaluate({**sizes, "page_size": page})
+        inst, why = at_page(cf, sizes, page)
     except GuardFailed as e:
         raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {e}")
-    why = misfit(inst, page, group_of(cf, sizes))
     if why:
         raise Inapplicable(f"{cf.name} does not apply (the layer would fail closed): {why}")
     outside = params.in_domain({**sizes, "page_size": page})

@@ -102,6 +102,15 @@ def group_of(cf, sizes: dict) -> int:
     return params.group(sizes, {b.name for b in cf.bounds})
 
 
+def at_page(cf, sizes: dict, page: int) -> tuple:
+    """(the instance of family `cf` at `sizes` holding a page of `page` bytes, why the runtime
+    would not serve a layer so (`misfit`, against the family's group; '' where it would)): the
+    one way the runtime, `check`'s samples, recognition and the CLI ask whether a family holds a
+    page. Raises `GuardFailed` where the family's guards fail there."""
+    inst = cf.evaluate({**sizes, "page_size": page})
+    return inst, misfit(inst, page, group_of(cf, sizes))
+
+
 def fitted_page(cf, sizes: dict) -> int:
     """The page a layer of family `cf` holds at `sizes` (page_size aside): exactly its data.
 

@@ -21,7 +21,8 @@ from math import prod
 
 from .. import params
 from ..dsl import sources as files
-from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, Instance, from_entry, group_of, misfit, stage_grid
+from ..compile.compiled import (CompiledFamily, CompiledPage, GuardFailed, Instance, at_page, from_entry, group_of, misfit,
+                                stage_grid)
 from ..errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from ..mapping import MAX_STRETCHES, TensorView
@@ -144,10 +145,10 @@ def _tensor_readers(kind: list, sizes: dict, page: int) -> list[str]:
         if not cf.tensor_dims:
             continue
         try:
-            inst = cf.evaluate(sizes)
+            _, why = at_page(cf, sizes, page)
         except (GuardFailed, ArithmeticError, LookupError):
             continue
-        if not misfit(inst, page, group_of(cf, sizes)):
+        if not why:
             out.append(cf.name)
     return out
 

@@ -25,7 +25,7 @@ from math import prod
 from typing import NamedTuple
 
 from .samples import fitted_instance
-from ..compile.compiled import CompiledPage, GuardFailed, group_of, misfit
+from ..compile.compiled import CompiledPage, GuardFailed, at_page
 from ..runtime.lower import TilingError
 
 BLOCKS = (1, 2, 3)
@@ -201,8 +201,8 @@ def _at(cf, sizes: dict):
     configuration found by Z3), else at a page chosen to fit (`samples.fitted_instance`)."""
     if "page_size" in sizes:
         try:
-            inst = cf.evaluate(sizes)
-            if not misfit(inst, sizes["page_size"], group_of(cf, sizes)):
+            inst, why = at_page(cf, sizes, sizes["page_size"])
+            if not why:
                 return inst, sizes
         except GuardFailed:
             pass

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from .. import params
-from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, fitted_page, group_of, misfit
+from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, at_page, fitted_page, group_of, misfit
 from ..dsl.library import Library
 
 DEFAULT_DOMAIN = params.SAMPLES
@@ -50,13 +50,13 @@ def fitted_instance(cf: CompiledFamily, sizes: dict):
     last = None
     for page in trial:
         try:
-            inst = cf.evaluate({**sizes, "page_size": page})
+            inst, why = at_page(cf, sizes, page)
         except GuardFailed as e:
             last = e
             continue
         group = group_of(cf, sizes)
         if inst.world != group:  # no page fits a grid that is not the group
             raise NeverServed(misfit(inst, inst.local_page, group))
-        if not misfit(inst, page, group):  # what the runtime demands
+        if not why:  # what the runtime demands
             return inst, {**sizes, "page_size": page}
     raise last or GuardFailed("no page size fits the local layout")
