@@ -47,6 +47,12 @@ def _tokens(sizes: dict, rank: int, page: int) -> torch.Tensor:
     return page * bs * cp + ((slot // step) * cp + cp_rank) * step + slot % step
 
 
+def _kv_code(kv, token, head, dim, d: int, total: int) -> torch.Tensor:
+    """The 4-byte code of K (`kv` 0) or V (1) of `token`, `head`, `dim` (broadcast tensors): the
+    attention models' tag, read back by `_kv_codes`' `describe`."""
+    return 1 + dim + d * (head + total * (token + (1 << 16) * kv))
+
+
 def attention(order: str = "NHD"):
     """A writer of split K/V blocks as vLLM's attention backends lay them out: `NHD`, a block
     `(2, block_size, heads, head_size)`; `HND`, `(2, heads, block_size, head_size)`. Elements of
@@ -62,7 +68,7 @@ def attention(order: str = "NHD"):
             token = _tokens(sizes, rank, page).view(1, -1, 1, 1)
             head = torch.tensor(heads).view(1, 1, -1, 1)
             kv = torch.arange(2).view(-1, 1, 1, 1)
-            code = 1 + torch.arange(d).view(1, 1, 1, -1) + d * (head + total * (token + (1 << 16) * kv))
+            code = _kv_code(kv, token, head, torch.arange(d).view(1, 1, 1, -1), d, total)
             if order == "HND":
                 code = code.transpose(1, 2)
             _put(pages, b, 0, code)
@@ -271,7 +277,7 @@ def nvfp4(v_swizzle: bool = False):
 
 
 def _kv_codes(write, seen: dict):
-    """`write` with a `describe` of `attention`'s 4-byte codes: K or V, token, head, dim."""
+    """`write` with a `describe` of `_kv_code`'s 4-byte codes: K or V, token, head, dim."""
     def describe(tag: bytes) -> str:
         code = int.from_bytes(tag, "little") - 1
         d, rest = code % seen["d"], code // seen["d"]
@@ -310,7 +316,7 @@ def packed(order: str = "NHD"):
             token = _tokens(sizes, rank, page).view(1, -1, 1, 1)
             head = torch.tensor(heads).view(-1, 1, 1, 1)
             kv = torch.arange(2).view(1, 1, -1, 1)
-            code = 1 + torch.arange(d).view(1, 1, 1, -1) + d * (head + total * (token + (1 << 16) * kv))
+            code = _kv_code(kv, token, head, torch.arange(d).view(1, 1, 1, -1), d, total)
             code = code.flatten(-2)                                      # (head, slot, [K | V])
             if order == "NHD":
                 code = code.transpose(0, 1)                              # LBNHC: slots outer in memory
@@ -365,7 +371,7 @@ def aiter(writer: str = "shuffle", x: int | None = None):
             token = _tokens(sizes, rank, page).view(1, -1, 1)
             head = torch.tensor(heads).view(-1, 1, 1)
             for kv in range(2):
-                code = 1 + torch.arange(d).view(1, 1, -1) + d * (head + total * (token + (1 << 16) * kv))  # (h, slot, d)
+                code = _kv_code(kv, token, head, torch.arange(d).view(1, 1, -1), d, total)  # (h, slot, d)
                 if writer == "segmented":
                     side = code.transpose(0, 1)                                 # (slot, h, d)
                 elif kv == 0:
