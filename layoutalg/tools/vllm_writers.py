@@ -178,6 +178,16 @@ def cpu_attn(isa: str = "vec"):
     return write
 
 
+def _conv_layout(sizes: dict):
+    """(vLLM's `mamba_utils`, a context in which it lays conv state as `sizes`' `conv_dim_first`
+    says: SD `(conv_kernel - 1, channels)` or DS `(channels, conv_kernel - 1)`). vLLM reads
+    VLLM_SSM_CONV_STATE_LAYOUT once (`get_conv_state_layout` is lru_cached), so the read is patched."""
+    from unittest import mock
+    from vllm.model_executor.layers.mamba import mamba_utils
+    layout = "DS" if sizes.get("conv_dim_first", 0) else "SD"
+    return mamba_utils, mock.patch.object(mamba_utils, "get_conv_state_layout", lambda: layout)
+
+
 def mamba2_shards(sizes: dict, tp_rank: int) -> dict:
     """Global indices a TP rank holds, as `mamba_v2_sharded_weight_loader` deals in_proj's rows
     (gate | x | B | C | dt, the groups extended to accompany the head shards as MambaMixer2
@@ -211,12 +221,10 @@ def mamba2():
     state from byte 0 of a block's page, the SSM state after it; shapes from vLLM's
     `MambaStateShapeCalculator.mamba2_state_shape`, under the conv layout `conv_dim_first` names
     (vLLM's VLLM_SSM_CONV_STATE_LAYOUT: SD `(conv_kernel - 1, channels)`, handed to the op
-    transposed, or DS `(channels, conv_kernel - 1)`, handed as it lies, as MambaMixer2 does; set
-    by patching `get_conv_state_layout`, an lru_cached read of the environment)."""
+    transposed, or DS `(channels, conv_kernel - 1)`, handed as it lies, as MambaMixer2 does:
+    `_conv_layout`)."""
 
     def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
-        from unittest import mock
-        from vllm.model_executor.layers.mamba import mamba_utils
         from vllm.model_executor.layers.mamba.ops.cpu.causal_conv1d import causal_conv1d_fn_cpu
         from vllm.model_executor.layers.mamba.ops.cpu.mamba_ssm import selective_state_update
         if sizes["conv_bytes"] != 4 or sizes["ssm_bytes"] != 4:
@@ -225,7 +233,8 @@ def mamba2():
         heads, hd, n, groups = sizes["ssm_heads"], sizes["ssm_head_dim"], sizes["state_size"], sizes["n_groups"]
         inter, blocks = heads * hd, pages.shape[0]
         dim_first = bool(sizes.get("conv_dim_first", 0))
-        with mock.patch.object(mamba_utils, "get_conv_state_layout", lambda: "DS" if dim_first else "SD"):
+        mamba_utils, layout = _conv_layout(sizes)
+        with layout:
             conv_shape, ssm_shape = mamba_utils.MambaStateShapeCalculator.mamba2_state_shape(
                 tp, inter, groups, heads, hd, n, k1 + 1)
             if mamba_utils.is_conv_state_dim_first() != dim_first or tuple(conv_shape)[int(dim_first)] != k1:
@@ -298,8 +307,8 @@ def gdn(path: str = "prefill"):
     `MambaStateDtypeCalculator.gated_delta_net_state_dtype` give (a bf16 model: the op asserts bf16
     input; conv_bytes 2 is the model's dtype, 4 mamba_cache_dtype float32; ssm_bytes 2 or 4 its
     mamba_ssm_cache_dtype). The conv state SD `(conv_kernel - 1, channels)` or, where
-    `conv_dim_first` = 1, DS `(channels, conv_kernel - 1)`: vLLM's VLLM_SSM_CONV_STATE_LAYOUT, set
-    here by patching `get_conv_state_layout` (an lru_cached read of the environment).
+    `conv_dim_first` = 1, DS `(channels, conv_kernel - 1)`: vLLM's VLLM_SSM_CONV_STATE_LAYOUT
+    (`_conv_layout`).
 
     `path`: "prefill", one prompt of conv_kernel tokens a block: `causal_conv1d_fn_cpu` leaves the
     conv state, `_C.chunk_gated_delta_rule_cpu` the recurrent state (that kernel takes key and value
@@ -333,7 +342,6 @@ def gdn(path: str = "prefill"):
     def write(sizes: dict, rank: int, pages: torch.Tensor, page_of_block: list) -> None:
         from types import SimpleNamespace
         from unittest import mock
-        from vllm.model_executor.layers.mamba import mamba_utils
         from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
         from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention as cpu_gdn
         from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadata
@@ -345,7 +353,6 @@ def gdn(path: str = "prefill"):
         kh, vh, kd, vd = sizes["gdn_k_heads"], sizes["gdn_v_heads"], sizes["gdn_k_dim"], sizes["gdn_v_dim"]
         key_dim, value_dim = kh * kd, vh * vd
         conv_dim, blocks, k1 = 2 * key_dim + value_dim, pages.shape[0], width - 1
-        layout = "DS" if sizes.get("conv_dim_first", 0) else "SD"
         cap = 128 if sb == 4 else 64  # distinct value mantissas of one sign (bf16 state: every other one)
         pages_n = max(page_of_block) + 1
         if pages_n * k1 * conv_dim > 0x3E00 or pages_n * value_dim > 2 * cap or kd > 128:
@@ -356,7 +363,8 @@ def gdn(path: str = "prefill"):
         if not torch.equal(v_rows[::vd] // vd, own["v_heads"]):  # the recurrence reads v rows head by head
             raise ValueError(f"vLLM's loaders give rank {rank} v rows of heads {(v_rows[::vd] // vd).tolist()} but "
                              f"A_log of heads {own['v_heads'].tolist()}")
-        with mock.patch.object(mamba_utils, "get_conv_state_layout", lambda: layout):
+        mamba_utils, layout = _conv_layout(sizes)
+        with layout:
             conv_shape, ssm_shape = mamba_utils.MambaStateShapeCalculator.gated_delta_net_state_shape(
                 tp, kh, vh, kd, vd, width)
             conv_dtype, ssm_dtype = mamba_utils.MambaStateDtypeCalculator.gated_delta_net_state_dtype(
