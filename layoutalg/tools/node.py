@@ -217,14 +217,12 @@ def _may_convert(group: Group, stages: tuple, store: PageStore, model: str, stor
     itself is made once the job's processes have joined (`_converting`)."""
     from ..runtime.formats import FormatId, element_part
     m = group.mappings[0]
-    why = ""
     try:
         stored_types = FormatId.parse(stored.get("format_id")).types
     except LayoutalgError as e:
-        stored_types, why = None, f"the record's format id is damaged ({e})"
-    if why:
-        pass  # (said above)
-    elif stored.get("family") != group.family:
+        raise _refused(store, model, stored, group, stages, f"the record's format id is damaged ({e})") from None
+    why = ""
+    if stored.get("family") != group.family:
         why = f"they are pages of family {stored.get('family')}, this job's family is {group.family}"
     elif "layout_id" not in stored or not isinstance(stored.get("sizes"), dict):
         why = "the record names no canonical layout or sizes (an earlier layoutalg stored it): store it again"
