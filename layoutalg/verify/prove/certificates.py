@@ -396,18 +396,18 @@ def smt_body(assertions) -> tuple[str, set]:
     STRICT, SAME) with both divisions' definitions as hypotheses, so `certify` matches it
     against a lemma its file names. A theorem whose divisions are not defined in `assertions`
     is left as it is (and `certify` refuses an implication it cannot match)."""
-    defs = {}
-    for e in assertions:
-        d = _definition(e)
+    defs, ops = {}, [_op(e) if z3.is_expr(e) else -1 for e in assertions]
+    for e, op in zip(assertions, ops):
+        d = _definition(e, op)
         if d is not None:
             defs.setdefault(d[2].get_id(), d)
             defs.setdefault(d[3].get_id(), d)
     out, kinds = [], set()
-    for e in assertions:
+    for e, op in zip(assertions, ops):
         if bare_false(e):  # (a division by a constant at most 0: the file would rest on it, and prove nothing)
             raise LayoutalgError("certificates: a query asserts a bare false (a constant divisor at most 0); "
                                  "no certificate rests on false")
-        got = _theorem(e, defs)
+        got = _theorem(e, defs, op)
         out.append(e if got is None else got[0])
         kinds |= set() if got is None else {got[1]}
     text = smt2_text(out)
@@ -420,30 +420,51 @@ def smt_body(assertions) -> tuple[str, set]:
 _FALSE = re.compile(r"\(assert\s+false\s*\)")
 
 
-def _definition(e):
+def _op(e) -> int:
+    """Z3's kind of `e`'s operator (a `Z3_OP_*`), -1 where `e` is no application. A certificate's
+    queries hold hundreds of assertions each, and `z3.is_eq` and its kin make several calls
+    into Z3 and an object apiece: each node is asked once here."""
+    ctx, a = e.ctx_ref(), e.as_ast()
+    if z3.Z3_get_ast_kind(ctx, a) != z3.Z3_APP_AST:
+        return -1
+    return z3.Z3_get_decl_kind(ctx, z3.Z3_get_app_decl(ctx, a))
+
+
+def _args(e) -> int:
+    return z3.Z3_get_app_num_args(e.ctx_ref(), e.as_ast())
+
+
+def _definition(e, op: int | None = None):
     """(dividend, divisor, quotient, remainder) where `e` is a division's definition
     `a == q*b + r` (either way round; q and r constants), else None."""
-    if not z3.is_eq(e):
+    if (_op(e) if op is None else op) != z3.Z3_OP_EQ:
         return None
     for a, rhs in ((e.arg(0), e.arg(1)), (e.arg(1), e.arg(0))):
-        if z3.is_add(rhs) and rhs.num_args() == 2 and z3.is_mul(rhs.arg(0)) and rhs.arg(0).num_args() == 2:
-            q, b, r = rhs.arg(0).arg(0), rhs.arg(0).arg(1), rhs.arg(1)
-            if all(z3.is_const(x) and x.decl().kind() == z3.Z3_OP_UNINTERPRETED for x in (q, r)):
-                return a, b, q, r
+        if _op(rhs) == z3.Z3_OP_ADD and _args(rhs) == 2:
+            m = rhs.arg(0)
+            if _op(m) == z3.Z3_OP_MUL and _args(m) == 2:
+                q, b, r = m.arg(0), m.arg(1), rhs.arg(1)
+                if _op(q) == z3.Z3_OP_UNINTERPRETED and _args(q) == 0 and \
+                        _op(r) == z3.Z3_OP_UNINTERPRETED and _args(r) == 0:
+                    return a, b, q, r
     return None
 
 
-def _theorem(e, defs: dict):
+def _theorem(e, defs: dict, op: int | None = None):
     """(the lemma instance, its name) where `e` is a theorem between two divisions of `defs`
     (their quotients' or remainders' ids -> definitions): `a <= A => q <= Q`, `a < A and R == 0
     => q < Q`, or `q == Q` / `r == R` for one dividend and divisor; else None."""
+    op = _op(e) if op is None else op
+    if op not in (z3.Z3_OP_IMPLIES, z3.Z3_OP_EQ):
+        return None
+
     def division(x, which):
-        d = defs.get(x.get_id()) if z3.is_const(x) else None
+        d = defs.get(x.get_id()) if _op(x) == z3.Z3_OP_UNINTERPRETED and _args(x) == 0 else None
         return d if d is not None and d[which].get_id() == x.get_id() else None
 
     def apart(d1, d2):
         return d1 is not None and d2 is not None and d1[2].get_id() != d2[2].get_id() and z3.eq(d1[1], d2[1])
-    if z3.is_implies(e):
+    if op == z3.Z3_OP_IMPLIES:
         hyp, con = e.arg(0), e.arg(1)
         for strict_, c in ((False, _cmp(con, False)), (True, _cmp(con, True))):
             d1, d2 = (division(c[0], 2), division(c[1], 2)) if c else (None, None)
@@ -451,32 +472,36 @@ def _theorem(e, defs: dict):
                 continue
             (a, b, q, r), (A, _, Q, R) = d1, d2
             h = _cmp(hyp, strict_) if not strict_ else \
-                (_cmp(hyp.arg(0), True) if z3.is_and(hyp) and hyp.num_args() == 2 and _zero(hyp.arg(1), R) else None)
+                (_cmp(hyp.arg(0), True) if _op(hyp) == z3.Z3_OP_AND and _args(hyp) == 2 and _zero(hyp.arg(1), R)
+                 else None)
             if h and z3.eq(h[0], a) and z3.eq(h[1], A):
                 return (lemmas.strict if strict_ else lemmas.monotone)(b, a, q, r, A, Q, R), \
                     "strict" if strict_ else "monotone"
         return None
-    if z3.is_eq(e):
-        for which in (2, 3):
-            d1, d2 = division(e.arg(0), which), division(e.arg(1), which)
-            if apart(d1, d2) and z3.eq(d1[0], d2[0]):
-                return lemmas.same(d1[1], d1[0], d1[2], d1[3], d2[0], d2[2], d2[3]), "same"
+    for which in (2, 3):
+        d1, d2 = division(e.arg(0), which), division(e.arg(1), which)
+        if apart(d1, d2) and z3.eq(d1[0], d2[0]):
+            return lemmas.same(d1[1], d1[0], d1[2], d1[3], d2[0], d2[2], d2[3]), "same"
     return None
+
+
+_ORDER = {False: (z3.Z3_OP_LE, z3.Z3_OP_GE), True: (z3.Z3_OP_LT, z3.Z3_OP_GT)}
 
 
 def _cmp(e, strict: bool):
     """(x, y) where `e` says `x < y` (strict) or `x <= y`, in either direction; else None."""
-    if (z3.is_lt(e) if strict else z3.is_le(e)):
+    op = _op(e)
+    if op == _ORDER[strict][0]:
         return e.arg(0), e.arg(1)
-    if (z3.is_gt(e) if strict else z3.is_ge(e)):
+    if op == _ORDER[strict][1]:
         return e.arg(1), e.arg(0)
     return None
 
 
 def _zero(e, r) -> bool:
     """Whether `e` says `r == 0` (either way round)."""
-    return z3.is_eq(e) and any(z3.eq(e.arg(i), r) and z3.is_int_value(e.arg(1 - i)) and
-                               e.arg(1 - i).as_long() == 0 for i in (0, 1))
+    return _op(e) == z3.Z3_OP_EQ and any(z3.eq(e.arg(i), r) and z3.is_int_value(e.arg(1 - i)) and
+                                         e.arg(1 - i).as_long() == 0 for i in (0, 1))
 
 
 def lemma_files(kinds) -> list[str]:
