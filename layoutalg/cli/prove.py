@@ -78,9 +78,9 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
         fam, data, seconds, key = result
         rows[fam] = data
         _progress(fam, data, seconds, k, len(args))
-        if key != keys[fam]:  # a spec changed while this run was under way: these rows are of other bytes
-            print(f"prove: {fam}: its spec files changed during the run; the rows shown are of the newer "
-                  f"files and are not cached", file=sys.stderr)
+        if key != keys[fam]:  # what the key covers changed under the run: these rows are of other bytes
+            print(f"prove: {fam}: its spec files, or layoutalg's own modules, changed during the run; the rows "
+                  f"shown are of the newer files and are not cached", file=sys.stderr)
         elif cacheable(data):
             _write(key, data)
 
