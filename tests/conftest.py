@@ -11,6 +11,9 @@ collect_ignore = [] if os.environ.get("LAYOUTALG_ENGINE") == "1" else ["engine"]
 # tests/stores starts a Mooncake Store on loopback, in the namespace `.ci/stores` makes (LAYOUTALG_STORES=1)
 collect_ignore += [] if os.environ.get("LAYOUTALG_STORES") == "1" else ["stores"]
 ROOT = Path(__file__).parent.parent
+FULL = os.environ.get("LAYOUTALG_FULL") == "1"
+"""Long matrices run whole with LAYOUTALG_FULL=1; the suite takes a slice of each (`.ci/proofs`
+proves the whole shipped library apart from pytest)."""
 
 
 @pytest.fixture
