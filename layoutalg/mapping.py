@@ -1,35 +1,214 @@
 """The runtime data types, with the reference's field names.
 
-`CopyRun`: for i < num_fragments, local bytes [local_offset + i*local_stride, +fragment_size)
-are canonical bytes [canonical_offset + i*canonical_stride, +fragment_size).
+`Run`: the one run record, a progression of equal fragments between two byte spaces: for
+i < num_fragments, source bytes [src_offset + i*src_stride, +fragment_size) are destination
+bytes [dst_offset + i*dst_stride, +fragment_size), from source rank `producer` where there
+are several. It goes by two names, which differ only in what they call its fields:
+`CopyRun` (local page -> canonical page: the local side is the source) and `DirectRun`
+(a producer rank's local page -> a consumer's, the producer first).
 `CanonicalPageMapping`: one rank's runs for one layer, and who stores which block.
 """
 from __future__ import annotations
+
+from collections import namedtuple
 
 from .record import field, named_tuple, record
 
 
 @named_tuple
-class CopyRun:
-    """A strided run of equal fragments.
+class Side:
+    """One side of a run: where its first fragment starts, and the step to the next."""
+
+    offset: int
+    stride: int
+
+
+SIDES = ("src", "dst")
+"""A run's two sides, as `Run.side` names them (`CopyRun`: src the local page, dst the canonical)."""
+
+
+class Run(tuple):
+    """A strided run of equal fragments from a source byte space to a destination byte space
+    (see the module's docstring), a tuple of its fields as its name orders them.
+
+    Checked where built: `CopyRun(...)`, `DirectRun(...)`, `_make` and `_replace` check the
+    invariants (`why_refused`: every field an int, none negative; a copy run moves a byte and
+    its fragments do not overlap on either side) and a run that breaks one is still built,
+    as a `refused` run (`sound` False: the plan given it refuses it, naming what is wrong,
+    before a byte moves), so a consumer trusts a `sound` run without checking it again.
+    `trusted` builds the lowering's own output unchecked (its arithmetic makes them hold).
+
+    Examples:
+        >>> r = Run(0, 100, 4, 3, 8, 16)
+        >>> r == CopyRun(0, 100, 4, 3, 8, 16), r.src, r.dst
+        (True, Side(offset=0, stride=8), Side(offset=100, stride=16))
+        >>> list(r.triples()), r.at("dst", 4, 0, num_fragments=1)
+        ([(0, 100, 4), (8, 116, 4), (16, 132, 4)], CopyRun(local_offset=0, canonical_offset=4, fragment_size=4, num_fragments=1, local_stride=8, canonical_stride=16))
+        >>> Run(4, 0, 4, 1, 4, 4, producer=1)
+        DirectRun(producer=1, src_offset=4, dst_offset=0, fragment_size=4, num_fragments=1, src_stride=4, dst_stride=4)
+        >>> Run(0, 0, 4, 1, -4, 4).sound, Run(0, 0, 4, 1, -4, 4).why_refused()
+        (False, 'local_stride is negative')
+    """
+
+    __slots__ = ()
+    sound = True      # the invariants held where it was built (a `refused` run's class says False)
+    producer = None   # the source rank, where there are several (`DirectRun`)
+
+    def __new__(cls, src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride, producer=None):
+        if producer is None:
+            return CopyRun(src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride)
+        return DirectRun(producer, src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride)
+
+    @classmethod
+    def _make(cls, values):
+        """The run of `values`, in the name's field order, checked (what `_replace` builds with)."""
+        values = tuple(values)
+        if len(values) != len(cls._fields):
+            raise TypeError(f"Expected {len(cls._fields)} arguments, got {len(values)}")
+        return _checked(cls.named, values)
+
+    @classmethod
+    def trusted(cls, values):
+        """The run of `values` unchecked: for the lowering's own output, whose arithmetic makes the
+        invariants hold (as Triton's `LinearLayout` takes `NoCheckInvariants`)."""
+        return tuple.__new__(cls.named, values)
+
+    @property
+    def src(self) -> Side:
+        return Side(self.src_offset, self.src_stride)
+
+    @property
+    def dst(self) -> Side:
+        return Side(self.dst_offset, self.dst_stride)
+
+    def side(self, which: str) -> Side:
+        """The `"src"` or `"dst"` side."""
+        if which == "src":
+            return Side(self.src_offset, self.src_stride)
+        if which == "dst":
+            return Side(self.dst_offset, self.dst_stride)
+        raise ValueError(f"a run's sides are {SIDES}, not {which!r}")
+
+    def at(self, which: str, offset: int, other: int, fragment_size=None, num_fragments=None) -> Run:
+        """This run (of the same name and producer) starting at `offset` on side `which` and
+        `other` on the other side, with its fragments resized or counted anew where given."""
+        size = self.fragment_size if fragment_size is None else fragment_size
+        count = self.num_fragments if num_fragments is None else num_fragments
+        src, dst = (offset, other) if which == "src" else (other, offset) if which == "dst" else self.side(which)
+        return self.named._of(self, src, dst, size, count)
+
+    def fused(self) -> Run:
+        """The run as one fragment of all its bytes: what it is on a side where each fragment
+        continues the last (stride = fragment size), which the caller has seen."""
+        return self.named._of(self, self.src_offset, self.dst_offset, self.fragment_size * self.num_fragments, 1)
+
+    @property
+    def bytes(self) -> int:
+        """The bytes the run moves."""
+        return self.fragment_size * self.num_fragments
+
+    def triples(self):
+        """The fragments as (source offset, destination offset, size)."""
+        so, do, ss, ds, f = self.src_offset, self.dst_offset, self.src_stride, self.dst_stride, self.fragment_size
+        for i in range(self.num_fragments):
+            yield (so + i * ss, do + i * ds, f)
+
+    def why_refused(self) -> str | None:
+        """The first invariant the run breaks, or None."""
+        for name, v in zip(self._fields, self):
+            if type(v) is not int:
+                return f"{name} is not an int"
+        for name, v in zip(self._fields, self):
+            if v < 0:
+                return f"{name} is negative"
+        return None
+
+
+def _checked(cls, values: tuple) -> Run:
+    run = tuple.__new__(cls, values)
+    return run if run.why_refused() is None else tuple.__new__(cls.refused, values)
+
+
+def _refused(cls) -> type:
+    """`cls` as built from values that break its invariants (`Run.sound` False); named as `cls`."""
+    out = type(cls.__name__, (cls,), {"__slots__": (), "sound": False, "__module__": cls.__module__,
+                                      "__doc__": f"A {cls.__name__} that broke an invariant where it was built."})
+    out.__qualname__ = f"_Refused{cls.__name__}"  # (what pickling finds it by)
+    cls.refused, cls.named = out, cls
+    return out
+
+
+_CopyFields = namedtuple("CopyRun", ["local_offset", "canonical_offset", "fragment_size", "num_fragments",
+                                     "local_stride", "canonical_stride"], module=__name__)
+
+
+class CopyRun(_CopyFields, Run):
+    """A `Run` of a local page (the source side) into the canonical page (the destination):
+    local bytes [local_offset + i*local_stride, +fragment_size) are canonical bytes
+    [canonical_offset + i*canonical_stride, +fragment_size). A mapping's run moves at least
+    one byte, its fragments apart on both sides.
 
     Examples:
         >>> list(CopyRun(0, 100, 4, 3, 8, 16).triples())
         [(0, 100, 4), (8, 116, 4), (16, 132, 4)]
+        >>> CopyRun(0, 100, 4, 3, 8, 16).src_offset, CopyRun(0, 0, 8, 2, 4, 8).sound
+        (0, False)
     """
 
-    local_offset: int
-    canonical_offset: int
-    fragment_size: int
-    num_fragments: int
-    local_stride: int
-    canonical_stride: int
+    __slots__ = ()
+    _make = Run.__dict__["_make"]  # (before the namedtuple's: `_replace` checks too)
+    src_offset, dst_offset = _CopyFields.local_offset, _CopyFields.canonical_offset
+    src_stride, dst_stride = _CopyFields.local_stride, _CopyFields.canonical_stride
 
-    def triples(self):
-        """The fragments as (local offset, canonical offset, size)."""
-        for i in range(self.num_fragments):
-            yield (self.local_offset + i * self.local_stride,
-                   self.canonical_offset + i * self.canonical_stride, self.fragment_size)
+    def __new__(cls, local_offset, canonical_offset, fragment_size, num_fragments, local_stride, canonical_stride):
+        return _checked(CopyRun, (local_offset, canonical_offset, fragment_size, num_fragments, local_stride,
+                                  canonical_stride))
+
+    @staticmethod
+    def _of(like, src, dst, size, count) -> Run:
+        values = (src, dst, size, count, like.local_stride, like.canonical_stride)
+        ok = like.sound and min(src, dst) >= 0 and size > 0 and count > 0  # (the strides its own: sound)
+        return tuple.__new__(CopyRun, values) if ok else _checked(CopyRun, values)
+
+    def why_refused(self) -> str | None:
+        why = Run.why_refused(self)
+        if why is None and (self.fragment_size < 1 or self.num_fragments < 1):
+            return "it moves no byte"
+        if why is None and self.num_fragments > 1 and \
+                min(self.local_stride, self.canonical_stride) < self.fragment_size:
+            return "its fragments overlap"
+        return why
+
+
+_DirectFields = namedtuple("DirectRun", ["producer", "src_offset", "dst_offset", "fragment_size", "num_fragments",
+                                         "src_stride", "dst_stride"], module=__name__)
+
+
+class DirectRun(_DirectFields, Run):
+    """A `Run` of producer rank `producer`'s local page (the source) into a consumer's (the
+    destination), for a direct reshard plan (`plans.reshard.DirectPlan`).
+
+    Examples:
+        >>> list(DirectRun(1, 0, 8, 4, 2, 4, 8).triples())
+        [(0, 8, 4), (4, 16, 4)]
+    """
+
+    __slots__ = ()
+    _make = Run.__dict__["_make"]
+    producer = _DirectFields.producer
+
+    def __new__(cls, producer, src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride):
+        return _checked(DirectRun, (producer, src_offset, dst_offset, fragment_size, num_fragments, src_stride,
+                                    dst_stride))
+
+    @staticmethod
+    def _of(like, src, dst, size, count) -> Run:
+        values = (like.producer, src, dst, size, count, like.src_stride, like.dst_stride)
+        ok = like.sound and min(src, dst, size, count) >= 0
+        return tuple.__new__(DirectRun, values) if ok else _checked(DirectRun, values)
+
+
+_RefusedCopyRun, _RefusedDirectRun = _refused(CopyRun), _refused(DirectRun)
 
 
 MAX_STRETCHES = 64

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import ConfigError, LayoutalgError, LayoutMismatch
 from ..mapping import PageConversion
-from ..plans.reshard import DirectPlan, DirectRun, validate_once, validate
+from ..plans.reshard import DirectPlan, DirectRun, admit, validate
 from .ids import id_tensor as read_ids
 from .ids import in_range, has_repeats
 from .move import WORDS, run_view, as_words, widest_word
@@ -39,7 +39,7 @@ def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
     producer's runs that move bytes."""
     if type(producer) is not int or producer < 0:
         raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
-    validate_once(plan)
+    admit(plan)  # (sound where built, else validated again: it raises)
     segs = _layer(plan, kv, op == "gather", op)
     raw = segs[0].bytes
     blocks = block_ids_of(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)

@@ -45,7 +45,7 @@ from ..algebra.ops import NotCompact
 from ..algebra.refine import consumer_runs, owners, pieces
 from ..errors import ConfigError, LayoutalgError
 from ..runtime.lower import strided_fragments, strided_runs
-from ..mapping import CanonicalPageMapping, CopyRun, PageConversion, TensorView, rank_and_part
+from ..mapping import CanonicalPageMapping, CopyRun, DirectRun, PageConversion, TensorView, rank_and_part
 from ..runtime.runs import check_runs, shared_byte
 
 MAX_FRAGMENTS = 1 << 20  # fragments of one group's runs a plan composes; beyond, it refuses
@@ -55,25 +55,7 @@ class ReshardError(LayoutalgError):
     """The two configurations cannot be resharded directly: the reason names what differs."""
 
 
-class DirectRun(NamedTuple):
-    """For i < num_fragments: consumer local bytes [dst_offset + i*dst_stride, +fragment_size)
-    come from producer `producer`'s local bytes [src_offset + i*src_stride, +fragment_size)."""
-
-    producer: int
-    src_offset: int
-    dst_offset: int
-    fragment_size: int
-    num_fragments: int
-    src_stride: int
-    dst_stride: int
-
-    def triples(self):
-        """The fragments as (src offset, dst offset, size)."""
-        for i in range(self.num_fragments):
-            yield (self.src_offset + i * self.src_stride, self.dst_offset + i * self.dst_stride, self.fragment_size)
-
-
-class DirectPlan(NamedTuple):
+class _PlanFields(NamedTuple):
     """How consumer rank `consumer` fills its whole local page from producer local pages."""
 
     consumer: int
@@ -101,6 +83,53 @@ class DirectPlan(NamedTuple):
 
     def bytes_from(self, producer: int) -> int:
         return sum(r.fragment_size * r.num_fragments for r in self.runs_from(producer))
+
+
+class DirectPlan(_PlanFields):
+    """How consumer rank `consumer` fills its whole local page from producer local pages
+    (its `DirectRun`s, each from one producer rank).
+
+    Checked where built (`validate`, here and in `_replace`): a plan that fails is still built,
+    as a refused plan (`sound` False), which every executor refuses before a byte moves,
+    saying why (`admit`); a sound one they take as it is. `direct_plans` builds certified
+    plans (`check_plan`)."""
+
+    __slots__ = ()
+    sound = True
+
+    def __new__(cls, *args, **kwargs):
+        return _checked_plan(_PlanFields.__new__(DirectPlan, *args, **kwargs))
+
+    @classmethod
+    def _make(cls, values):
+        return _checked_plan(_PlanFields._make.__func__(DirectPlan, values))
+
+
+class _RefusedPlan(DirectPlan):
+    """A `DirectPlan` that failed `validate` where it was built (or holds its runs in a list,
+    which may change after): `admit` validates it again, and raises."""
+
+    __slots__ = ()
+    sound = False
+
+
+_RefusedPlan.__name__ = "DirectPlan"
+
+
+def _checked_plan(plan: DirectPlan) -> DirectPlan:
+    try:
+        validate(plan)
+        ok = type(plan.runs) is tuple
+    except Exception:  # noqa: BLE001 - whatever it is, `admit` raises it again before a byte moves
+        ok = False
+    return plan if ok else tuple.__new__(_RefusedPlan, plan)
+
+
+def admit(plan) -> None:
+    """Raises unless `plan` is a sound `DirectPlan` (checked where built): what every executor of
+    direct plans calls first; a refused one is validated again, which says why."""
+    if not isinstance(plan, DirectPlan) or not plan.sound:
+        validate(plan)
 
 
 def direct_plans(producers: Sequence[CanonicalPageMapping],
@@ -152,10 +181,11 @@ def _certified(s: int, pieces, producers, y) -> DirectPlan:
     views = [m.tensors for m in producers]
     x = producers[0]
     same = all((m.format_id, m.reads) == (x.format_id, x.reads) for m in producers)
-    plan = DirectPlan(s, _strided(_merged(pieces)), y.local_page_size_bytes, x.local_page_size_bytes,
-                      _views(views[0]) if all(v == views[0] for v in views) else (), _views(y.tensors),
-                      x.format_id if same else "", y.format_id, x.reads if same else (), y.reads)
-    check_plan(plan, producers, y)
+    fields = (s, _strided(_merged(pieces)), y.local_page_size_bytes, x.local_page_size_bytes,
+              _views(views[0]) if all(v == views[0] for v in views) else (), _views(y.tensors),
+              x.format_id if same else "", y.format_id, x.reads if same else (), y.reads)
+    plan = tuple.__new__(DirectPlan, fields)
+    check_plan(plan, producers, y)  # (validated there, against the producers' pages: built unchecked)
     return plan
 
 
@@ -393,7 +423,7 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
         if not isinstance(views, tuple) or not all(isinstance(v, TensorView) for v in views):
             raise ReshardError(f"{here}: the {side} tensors must be a tuple of TensorViews, got {views!r}")
     for k, r in enumerate(plan.runs):
-        if not isinstance(r, DirectRun) or any(type(v) is not int or v < 0 for v in r):
+        if not isinstance(r, DirectRun) or not r.sound:
             raise ReshardError(f"{here}: run {k} {tuple(r)} must be a DirectRun of non-negative integers")
         if r.producer >= len(producer_pages):
             raise ReshardError(f"{here}: run {k} reads producer rank {r.producer} of a {len(producer_pages)}-rank group")
@@ -405,21 +435,6 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
     twice = shared_byte([(r.dst_offset, r.dst_stride, r.num_fragments, r.fragment_size) for r in plan.runs])
     if twice is not None:
         raise ReshardError(f"{here}: local byte {twice} is written twice")
-
-
-_VALID: dict[str, None] = {}  # the reprs of plans validated (at most 1024)
-
-
-def validate_once(plan) -> None:
-    """`validate(plan)`, once per plan: gather and scatter run it on every block batch and layer.
-    Remembered by the plan's repr, not its equality: a plan of 0.0 equals and hashes as one of 0."""
-    key = repr(plan)
-    if key in _VALID:
-        return
-    validate(plan)  # (a plan that fails raises, and nothing is remembered)
-    if len(_VALID) >= 1024:
-        _VALID.clear()
-    _VALID[key] = None
 
 
 def _table(m: CanonicalPageMapping) -> tuple[list[int], list[tuple[int, int, int]]]:
