@@ -1,6 +1,7 @@
 """Executing direct reshard plans (`plans.reshard.DirectPlan`): `gather` on a producer rank,
-`scatter` on a consumer rank, or `execute` both in one process. One strided view per run,
-for every block at once, on the tensors' own device.
+`scatter` on a consumer rank, or `execute` both in one process. Each run's side moves as a
+copy plan's does (`move.gather_rows`, `move.scatter_rows`: numpy's row gather on the CPU,
+torch's index ops elsewhere), for every block at once, on the tensors' own device.
 """
 from __future__ import annotations
 
@@ -8,60 +9,44 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from ..errors import ConfigError, LayoutalgError, LayoutMismatch
+from ..errors import ConfigError, LayoutalgError
 from ..mapping import PageConversion
-from ..plans.reshard import DirectPlan, DirectRun, admit, validate
+from ..plans.reshard import DirectPlan, admit, validate
+from .ids import block_ids_of
 from .ids import id_tensor as read_ids
-from .ids import in_range, has_repeats
-from .move import WORDS, run_view, as_words, widest_word
+from .move import WORDS, as_words, gather_rows, scatter_rows, side_word
 from .executor import plan
 from .views import check_blocks_apart, in_segments, layer_segments, overlap, stretch_length
 
 
-def _word_of(segs, runs: Sequence[DirectRun], side: str) -> int:
-    """The widest word dividing every run's offsets, sizes and strides on that side, and the
-    base, block stride and length of each of `segs`, the local page's stretches."""
-    values = [x for seg in segs for x in (seg.bytes.storage_offset(), seg.bytes.stride(0), seg.bytes.shape[1])]
-    for r in runs:
-        values += [r.src_offset if side == "src" else r.dst_offset, r.fragment_size,
-                   (r.src_stride if side == "src" else r.dst_stride) if r.num_fragments > 1 else 0]
-    return widest_word(values)
-
-
-def _run_view(raw, w: int, offset: int, stride: int, r: DirectRun):
-    """One run's fragments of every block of `raw`, as words: `(blocks, fragments, fragment words)`."""
-    return run_view(as_words(raw, w), offset, stride, r)
-
-
 def _side(plan: DirectPlan, producer: int, kv, block_ids, op: str):
-    """Checked before anything moves: the plan, the producer, the tensor's pages (the
-    producer's for a gather, the consumer's for a scatter) and the block ids; with the
-    producer's runs that move bytes."""
+    """Checked before anything moves: the plan (sound where built, else validated: `admit`),
+    the producer, the tensor's pages (the producer's for a gather, the consumer's for a
+    scatter) and the block ids; with the producer's runs that move bytes, cut where the
+    tensor's page lies in stretches apart (on the side this rank holds)."""
     if type(producer) is not int or producer < 0:
         raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
-    admit(plan)  # (sound where built, else validated again: it raises)
-    segs = _layer(plan, kv, op == "gather", op)
+    admit(plan)
+    segs = side_segments(plan, kv, op == "gather", op)
     raw = segs[0].bytes
     blocks = block_ids_of(block_ids, raw.shape[0], op).to(raw.device)  # an index on the tensor's own device (CUDA too)
     runs = tuple(r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size)
-    side = ("src_offset", "src_stride") if op == "gather" else ("dst_offset", "dst_stride")
-    other = ("dst_offset", "dst_stride") if op == "gather" else ("src_offset", "src_stride")
     # cut where the tensor holds its page in stretches apart, in the runs' byte order: what the
     # gather sends in that order the scatter receives in it, however either side is cut
-    pieces = in_segments(runs, stretch_length(segs), side, other)
+    pieces = in_segments(runs, stretch_length(segs), "src" if op == "gather" else "dst")
     return segs, blocks, pieces
 
 
 def gather(plan: DirectPlan, producer: int, kv, block_ids):
     """Producer side: the bytes consumer `plan.consumer` reads from `producer`, for each block
-    of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire): one
-    strided view per run, gathered for every block at once."""
+    of `block_ids` in turn, as one flat uint8 tensor (what travels over the wire): each run's
+    source side gathered into rows for every block at once."""
     segs, blocks, pieces = _side(plan, producer, kv, block_ids, "gather")
     if not pieces or not blocks.numel():
         return torch.zeros(0, dtype=torch.uint8, device=segs[0].bytes.device)
-    w = _word_of(segs, [r for _, r in pieces], "src")
-    parts = [_run_view(segs[s].bytes, w, r.src_offset, r.src_stride, r).index_select(0, blocks)
-             .reshape(blocks.numel(), -1) for s, r in pieces]
+    w = side_word(segs, [r for _, r in pieces], "src")
+    words = [as_words(seg.bytes, w) for seg in segs]
+    parts = [gather_rows(words[s], r.src, r, blocks) for s, r in pieces]
     data = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (one run: no second copy)
     return data.view(torch.uint8).reshape(-1)
 
@@ -70,7 +55,7 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
     """Consumer side: put what `gather` sent from `producer` into the blocks `block_ids` of `kv`."""
     segs, blocks, pieces = _side(plan, producer, kv, block_ids, "scatter")
     raw = segs[0].bytes
-    per_block = sum(r.fragment_size * r.num_fragments for _, r in pieces)
+    per_block = sum(r.bytes for _, r in pieces)
     if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8 or data.dim() != 1 or \
             data.numel() != blocks.numel() * per_block:
         raise ConfigError(f"scatter: received {tuple(getattr(data, 'shape', ()))} {getattr(data, 'dtype', type(data))} "
@@ -78,18 +63,16 @@ def scatter(plan: DirectPlan, producer: int, data, kv, block_ids) -> None:
                           f"expected {blocks.numel()} blocks x {per_block} bytes of uint8")
     if not pieces or not blocks.numel():
         return
-    w = _word_of(segs, [r for _, r in pieces], "dst")
+    w = side_word(segs, [r for _, r in pieces], "dst")
     if not data.is_contiguous() or any(overlap(data.view(1, -1), seg.bytes) for seg in segs):  # received into the
         data = data.clone(memory_format=torch.contiguous_format)  # kv's own memory, the runs would overwrite bytes
         # they have yet to read (a strided buffer spans more than its elements: copied as well)
     rows = data.to(raw.device).view(blocks.numel(), per_block)
+    words = [as_words(seg.bytes, w) for seg in segs]
     at = 0
     for s, r in pieces:
-        n = r.fragment_size * r.num_fragments
-        chunk = rows[:, at:at + n].contiguous().view(WORDS[w])
-        _run_view(segs[s].bytes, w, r.dst_offset, r.dst_stride, r).index_copy_(
-            0, blocks, chunk.view(blocks.numel(), r.num_fragments, r.fragment_size // w))
-        at += n
+        scatter_rows(words[s], r.dst, r, blocks, rows[:, at:at + r.bytes].contiguous().view(WORDS[w]))
+        at += r.bytes
 
 
 def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks) -> None:
@@ -101,12 +84,12 @@ def execute(plan: DirectPlan, producer_kvs: Sequence, src_blocks, kv, dst_blocks
         raise ConfigError(f"execute: producer_kvs must be a list of every producer rank's tensor, got "
                           f"{type(producer_kvs).__name__}")
     validate(plan, [plan.producer_page_size_bytes] * len(producer_kvs))
-    into = _layer(plan, kv, False, "execute")
+    into = side_segments(plan, kv, False, "execute")
     src_blocks = read_ids(src_blocks, "producer block ids", "execute")  # read once (a generator is read
     dst = dst_blocks = block_ids_of(dst_blocks, into[0].bytes.shape[0], "execute")  # once only)
     several = len(plan.producers()) > 1
     for p in plan.producers():  # everything checked before the first byte moves
-        segs = _layer(plan, producer_kvs[p], True, "execute", f"producer {p} kv")
+        segs = side_segments(plan, producer_kvs[p], True, "execute", f"producer {p} kv")
         src = block_ids_of(src_blocks, segs[0].bytes.shape[0], "execute")
         if src.numel() != dst.numel():
             raise ConfigError(f"execute: {src.numel()} producer blocks for {dst.numel()} consumer blocks")
@@ -127,23 +110,14 @@ class _Side(NamedTuple):
     reads: tuple = ()
 
 
-def _layer(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
-    """One side's pages as `Segment`s of `(blocks, bytes)`, the tensor checked against the views
+def side_segments(plan: DirectPlan, kv, producer: bool, op: str, name: str = ""):
+    """One side's pages (every executor of direct plans reads a side here: gather, scatter,
+    execute, `tools.nixl`) as `Segment`s of `(blocks, bytes)`, the tensor checked against the views
     its group's mappings were derived for (`copy.views.layer_segments`, as a copy plan checks it)."""
     side = _Side(plan.producer_tensors, plan.producer_page_size_bytes, plan.producer_format, plan.producer_reads) \
         if producer else _Side(plan.consumer_tensors, plan.local_page_size_bytes, plan.consumer_format,
                                plan.consumer_reads)
     return layer_segments(kv, side, name or ("producer kv" if producer else "consumer kv"), op)
-
-
-def block_ids_of(ids, n: int, op: str):
-    """Block ids of a tensor of `n` blocks, as copy plans read them (`ids`): each in range, none twice
-    (every executor of direct plans reads them here: gather, scatter, execute, `tools.nixl`)."""
-    t = read_ids(ids, "block_ids", op)
-    in_range(t, n, "block_ids", op)
-    if has_repeats(t, n):
-        raise LayoutMismatch(f"{op}: block_ids repeats an id: two sources would write one destination")
-    return t
 
 
 def convert(conv: PageConversion, big, small, to_small: bool) -> None:

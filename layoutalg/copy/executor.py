@@ -45,7 +45,7 @@ from ..mapping import CanonicalPageMapping
 from ..runtime.runs import check_runs
 from .ids import id_tensor, in_range, merge_triples, read_once, has_repeats
 from .move import copy_run, plan_word, as_words
-from .views import (CANONICAL, LOCAL, check_apart, check_blocks_apart, check_stretches_apart, in_segments,
+from .views import (check_apart, check_blocks_apart, check_stretches_apart, in_segments,
                     layer_segments, outer_of, page_bytes, stretch_length, stretch_starts)
 
 
@@ -193,8 +193,7 @@ class CopyPlan:
         if ids.numel():
             local, canon = sides
             for seg, r in _split(tuple(self.mapping.runs if runs is None else runs), self.length):
-                src, dst = ((local[seg], r.local_offset, r.local_stride, blocks), (canon, r.canonical_offset,
-                                                                                   r.canonical_stride, ids))
+                src, dst = (local[seg], *r.src, blocks), (canon, *r.dst, ids)  # (a CopyRun's src is the local page)
                 if not to_pages:
                     src, dst = dst, src
                 copy_run(src, dst, r)
@@ -462,6 +461,6 @@ def _by_election(m: CanonicalPageMapping) -> list:
 def _split(runs: tuple, length: int) -> tuple:
     """`(stretch, run)` of each run, cut at the stretches of `length` bytes of the local page
     (`copy.views.in_segments`, remembered: a plan cuts the same runs every batch)."""
-    return in_segments(runs, length, LOCAL, CANONICAL)
+    return in_segments(runs, length, "src")
 
 

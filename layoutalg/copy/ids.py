@@ -72,6 +72,16 @@ def in_range(t: torch.Tensor, n: int, name: str, op: str) -> None:
         raise LayoutMismatch(f"{op}: {name} holds {bad}, outside the {n} there are ({valid})")
 
 
+def block_ids_of(ids, n: int, op: str, name: str = "block_ids") -> torch.Tensor:
+    """Block ids of a tensor of `n` blocks (`id_tensor`): each in range, none twice (every
+    executor of direct plans reads them here: gather, scatter, execute, `tools.nixl`)."""
+    t = id_tensor(ids, name, op)
+    in_range(t, n, name, op)
+    if has_repeats(t, n):
+        raise LayoutMismatch(f"{op}: {name} repeats an id: two sources would write one destination")
+    return t
+
+
 def merge_triples(d: torch.Tensor) -> torch.Tensor:
     """Merge consecutive triples whose source and destination both continue the previous one."""
     if d.shape[0] < 2:

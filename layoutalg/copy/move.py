@@ -1,7 +1,11 @@
 """Moving one run's bytes for a batch of blocks: the widest word the run allows, the strided
-views of both sides, numpy's row gather and scatter on the CPU, torch's index ops on other
+views of a side, numpy's row gather and scatter on the CPU, torch's index ops on other
 devices, and staging through a buffer where the two sides are on different devices.
-What every plan executes (`executor.CopyPlan`, `ModelPlan`).
+What every plan executes: copy plans (`executor.CopyPlan`, `ModelPlan`) a run from one side
+to the other (`copy_run`), direct plans a run's side gathered into rows on the producer and
+scattered from them on the consumer (`gather_rows`, `scatter_rows`); a run is the one
+`mapping.Run` for both, read side by side (`Run.src`, `Run.dst`). A device kernel goes in
+`_side` (its `take` and `put`).
 """
 from __future__ import annotations
 
@@ -54,7 +58,7 @@ def _rows(words: torch.Tensor, offset: int, stride: int, r, which: torch.Tensor)
     copy at the speed of whole pages, where a 3-D strided view goes element-wise."""
     w = words.element_size()
     if r.num_fragments > 1 and stride == r.fragment_size:  # one dense stretch a block: one row each
-        r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
+        r = r.fused()
     n = r.fragment_size // w
     step = words.stride(0)
     if n == 0 or (offset // w) % n or (step % n if words.shape[0] > 1 else 0) or \
@@ -116,7 +120,7 @@ def copy_run(src: tuple, dst: tuple, r) -> None:
     4 KiB multiples through a staging array placed apart from both sides (`_copy_staged`)."""
     (sw, so, ss, sb), (dw, do, ds, db) = src, dst
     if r.num_fragments > 1 and ss == ds == r.fragment_size:  # dense on both sides: one stretch a block
-        r = r._replace(fragment_size=r.fragment_size * r.num_fragments, num_fragments=1)
+        r = r.fused()
     chunk = _ACROSS if sw.device != dw.device else _CHUNK if sw.device.type == "cpu" else _DEVICE
     per = max(1, chunk // max(1, r.fragment_size * r.num_fragments))
     a, b = _side(sw, so, ss, r, sb), _side(dw, do, ds, r, db)
@@ -130,6 +134,19 @@ def copy_run(src: tuple, dst: tuple, r) -> None:
             b.put(at, at + per, a.take(at, at + per))
         else:
             b.put(at, at + per, _carried(a, at, at + per, dw.device))
+
+
+def gather_rows(words: torch.Tensor, side, r, which: torch.Tensor) -> torch.Tensor:
+    """Run `r`'s fragments on `side` (its `Run.src` or `Run.dst`) of blocks `which` of `words`,
+    as `(blocks, run words)` rows on the words' device, fragments in order (`_side`): what
+    a direct plan's producer sends."""
+    return _side(words, side.offset, side.stride, r, which).take(0, which.numel())
+
+
+def scatter_rows(words: torch.Tensor, side, r, which: torch.Tensor, rows: torch.Tensor) -> None:
+    """`gather_rows` inverted: rows `(blocks, run words)` into run `r`'s fragments on `side` of
+    blocks `which` of `words` (ids each once: a direct plan's consumer receiving)."""
+    _side(words, side.offset, side.stride, r, which).put(0, which.numel(), rows)
 
 
 def _np_elements(words: torch.Tensor, offset: int, stride: int, r):
@@ -239,13 +256,24 @@ def run_view(words: torch.Tensor, offset: int, stride: int, r) -> torch.Tensor:
                             (words.stride(0), stride // w, 1), words.storage_offset() + offset // w)
 
 
+def side_word(segs: tuple, runs, which: str) -> int:
+    """The widest word dividing every run's offset, size and stride on side `which` (`Run.side`),
+    and the base, block stride and length of each of `segs` (`views.Segment`s): a direct plan's
+    side, which moves alone."""
+    values = [x for seg in segs for x in (seg.bytes.storage_offset(), seg.bytes.stride(0), seg.bytes.shape[1])]
+    for r in runs:
+        at = r.side(which)
+        values += [at.offset, r.fragment_size, at.stride if r.num_fragments > 1 else 0]
+    return widest_word(values)
+
+
 def plan_word(m: CanonicalPageMapping, segs: tuple) -> int:
     """The widest word dividing every size, offset and stride of the plan (and the tensor's bases)."""
     values = [m.local_page_size_bytes, m.canonical_page_size_bytes]
     for seg in segs:
         values += [seg.start, seg.bytes.storage_offset(), seg.bytes.stride(0)]
     for r in m.runs:
-        values += [r.local_offset, r.canonical_offset, r.fragment_size]
+        values += [r.src_offset, r.dst_offset, r.fragment_size]
         if r.num_fragments > 1:
-            values += [r.local_stride, r.canonical_stride]
+            values += [r.src_stride, r.dst_stride]
     return widest_word(values)

@@ -169,7 +169,7 @@ def layer_segments(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "lay
         apart = _apart(kv, views, m.local_page_size_bytes, name, op) if isinstance(kv, (list, tuple)) else None
         if apart:
             held = apart[-1].start + apart[-1].bytes.shape[1]
-            reach = max((r.local_offset + (r.num_fragments - 1) * r.local_stride + r.fragment_size for r in m.runs),
+            reach = max((r.src_offset + (r.num_fragments - 1) * r.src_stride + r.fragment_size for r in m.runs),
                         default=0)
             if reach > held:
                 raise LayoutMismatch(f"{op}: {name}: the mapping's runs reach local byte {reach}, past the "
@@ -294,10 +294,6 @@ def check_stretches_apart(starts: list, step: int, length: int, blocks: int, nam
                                      f"before the block must keep them apart")
 
 
-LOCAL, CANONICAL = ("local_offset", "local_stride"), ("canonical_offset", "canonical_stride")
-"""A `CopyRun`'s offset and stride fields on each side, as `in_segments` names a side."""
-
-
 def stretch_length(segs: tuple) -> int | tuple:
     """Where `layer_segments`' stretches are cut: 0 where the page is one stretch, the bytes of
     one stretch where they are of one length, else the start of each (`in_segments` takes either)."""
@@ -317,27 +313,25 @@ def _locate(cuts, at: int) -> tuple:
     return s, at - cuts[s], (cuts[s + 1] if s + 1 < len(cuts) else float("inf")) - at
 
 
-def in_segments(runs, length: int | tuple, side: tuple, other: tuple) -> tuple:
-    """Each run cut where its fragments on one side (`side`: the names of its offset and
-    stride fields) cross from one stretch of `length` bytes (or from the stretches starting
-    at each of `length`'s offsets, `stretch_length`) to the next: `(stretch, run)`
-    with that side's offset counted from the stretch's start, in the runs' byte order (so
-    what one side gathers in run order the other scatters in the same order); `(0, run)` each
-    where `length` is 0 (the page is one stretch).
+def in_segments(runs, length: int | tuple, which: str) -> tuple:
+    """Each run cut where its fragments on side `which` (`"src"` or `"dst"`, as `Run.side` reads
+    it) cross from one stretch of `length` bytes (or from the stretches starting at each of
+    `length`'s offsets, `stretch_length`) to the next: `(stretch, run)` with that side's
+    offset counted from the stretch's start, in the runs' byte order (so what one side
+    gathers in run order the other scatters in the same order); `(0, run)` each where
+    `length` is 0 (the page is one stretch).
 
     Examples:
         >>> from layoutalg.mapping import CopyRun
         >>> r = CopyRun(0, 0, 8, 2, 8, 8)
-        >>> [(s, tuple(p)) for s, p in in_segments([r], 4, ("local_offset", "local_stride"),
-        ...                                          ("canonical_offset", "canonical_stride"))]
+        >>> [(s, tuple(p)) for s, p in in_segments([r], 4, "src")]
         [(0, (0, 0, 4, 1, 8, 8)), (1, (0, 4, 4, 1, 8, 8)), (2, (0, 8, 4, 1, 8, 8)), (3, (0, 12, 4, 1, 8, 8))]
     """
     if not length:  # the page is one stretch
         return tuple((0, r) for r in runs)
     out = []
     for r in runs:
-        o, st = getattr(r, side[0]), getattr(r, side[1])
-        o2, st2 = getattr(r, other[0]), getattr(r, other[1])
+        (o, st), (o2, st2) = r.side(which), r.side("dst" if which == "src" else "src")
         size, n, i = r.fragment_size, r.num_fragments, 0
         while i < n:
             s, x, room = _locate(length, o + i * st)
@@ -348,15 +342,14 @@ def in_segments(runs, length: int | tuple, side: tuple, other: tuple) -> tuple:
                     if s2 != s or size > room2:
                         break
                     j += 1
-                out.append((s, r._replace(**{side[0]: x, other[0]: o2 + i * st2, "num_fragments": j - i})))
+                out.append((s, r.at(which, x, o2 + i * st2, num_fragments=j - i)))
                 i = j
                 continue
             done = 0  # a fragment across stretches: its pieces, one a stretch
             while done < size:
                 s, x, room = _locate(length, o + i * st + done)
                 k = min(size - done, room)
-                out.append((s, r._replace(**{side[0]: x, other[0]: o2 + i * st2 + done, "fragment_size": k,
-                                             "num_fragments": 1})))
+                out.append((s, r.at(which, x, o2 + i * st2 + done, fragment_size=k, num_fragments=1)))
                 done += k
             i += 1
     return tuple(out)

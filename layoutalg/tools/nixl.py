@@ -34,12 +34,10 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..plans.reshard import DirectPlan, validate
-from ..copy.direct import block_ids_of
-from ..copy.views import in_segments, layer_segments, stretch_length
-
-SRC, DST = ("src_offset", "src_stride"), ("dst_offset", "dst_stride")
-"""A `DirectRun`'s offset and stride fields on each side, as `copy.views.in_segments` names a side."""
+from ..plans.reshard import DirectPlan, admit, validate
+from ..copy.direct import side_segments
+from ..copy.ids import block_ids_of
+from ..copy.views import in_segments, stretch_length
 
 DEADLINE_S = float(os.environ.get("LAYOUTALG_NIXL_DEADLINE", "60"))
 """How long `Agent.read` waits for its transfers before it fails (a peer that died mid-way)."""
@@ -65,8 +63,8 @@ def _pieces(plan: DirectPlan, producer: int, src: Stretches, dst: Stretches):
     """`(src stretch, dst stretch, run)`: the runs from `producer`, cut where a fragment would cross
     from one stretch to the next on either side, each offset counted from its stretch's start."""
     runs = [r for r in plan.runs_from(producer) if r.num_fragments and r.fragment_size]
-    for s, r in in_segments(runs, src.cuts, SRC, DST):
-        for d, piece in in_segments([r], dst.cuts, DST, SRC):
+    for s, r in in_segments(runs, src.cuts, "src"):
+        for d, piece in in_segments([r], dst.cuts, "dst"):
             yield s, d, piece
 
 
@@ -113,23 +111,15 @@ def merged(rows: np.ndarray) -> np.ndarray:
 
 # ---- the checks every executor of a direct plan makes -----------------------------------------
 
-class _Views(NamedTuple):
-    """One side of a plan as `copy.views.layer_segments` reads a mapping (as `copy.direct` does)."""
-    tensors: tuple
-    local_page_size_bytes: int
-    format_id: str = ""
-    reads: tuple = ()
-
-
 def _side(plan: DirectPlan, producer: int, kv, block_ids, producer_side: bool, producer_pages=None):
     op = "nixl " + ("producer" if producer_side else "consumer")
     if type(producer) is not int or producer < 0:
         raise ConfigError(f"{op}: producer rank must be a non-negative int, got {producer!r}")
-    validate(plan, producer_pages)
-    views = _Views(plan.producer_tensors, plan.producer_page_size_bytes, plan.producer_format,
-                   plan.producer_reads) if producer_side else \
-        _Views(plan.consumer_tensors, plan.local_page_size_bytes, plan.consumer_format, plan.consumer_reads)
-    segs = layer_segments(kv, views, "producer kv" if producer_side else "consumer kv", op)
+    if producer_pages is None:
+        admit(plan)  # (sound where built: validated there)
+    else:
+        validate(plan, producer_pages)
+    segs = side_segments(plan, kv, producer_side, op)
     return stretches_of(segs), block_ids_of(block_ids, segs[0].bytes.shape[0], op).numpy()
 
 
