@@ -425,9 +425,7 @@ def _op(e) -> int:
     queries hold hundreds of assertions each, and `z3.is_eq` and its kin make several calls
     into Z3 and an object apiece: each node is asked once here."""
     ctx, a = e.ctx_ref(), e.as_ast()
-    if z3.Z3_get_ast_kind(ctx, a) != z3.Z3_APP_AST:
-        return -1
-    return z3.Z3_get_decl_kind(ctx, z3.Z3_get_app_decl(ctx, a))
+    return z3.Z3_get_decl_kind(ctx, z3.Z3_get_app_decl(ctx, a)) if z3.Z3_get_ast_kind(ctx, a) == z3.Z3_APP_AST else -1
 
 
 def _args(e) -> int:
