@@ -24,11 +24,11 @@ def test_flaw_is_none_exactly_when_the_bytes_say_so():
             f = flaw(pieces, size, gaps)
             ok = all(c <= 1 for c in count) and len(count) == size and (gaps or all(c == 1 for c in count))
             assert (f is None) == ok, (pieces, size, gaps, f)
-            seen[f[0] if f else None] += 1
-            if f and f[0] == "overlap":  # the byte it names is covered twice
-                assert count[f[1]] >= 2
-            if f and f[0] == "gap":  # the bytes it names are covered by nothing
-                assert all(count[b] == 0 for b in range(f[1], f[2]))
+            seen[f.kind if f else None] += 1
+            if f and f.kind == "overlap":  # the byte it names is covered twice
+                assert count[f.start] >= 2
+            if f and f.kind == "gap":  # the bytes it names are covered by nothing
+                assert all(count[b] == 0 for b in range(f.start, f.end))
     assert all(seen.values()), seen  # every verdict was reached
 
 

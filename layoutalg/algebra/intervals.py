@@ -10,26 +10,40 @@ Examples:
     >>> flaw([(0, 4, "k"), (4, 4, "v")], 8) is None
     True
     >>> flaw([(0, 4, "k"), (6, 2, "v")], 8)
-    ('gap', 4, 6, 'k', 'v')
+    Flaw(kind='gap', start=4, end=6, before='k', after='v')
     >>> flaw([(0, 4, "k"), (6, 2, "v")], 8, gaps=True) is None
     True
     >>> flaw([(0, 4, "k"), (2, 4, "v")], 8)
-    ('overlap', 2, 4, 'k', 'v')
+    Flaw(kind='overlap', start=2, end=4, before='k', after='v')
     >>> flaw([(0, 4, "k"), (4, 6, "v")], 8)
-    ('end', 10, 8, 'v', None)
+    Flaw(kind='end', start=10, end=8, before='v', after=None)
     >>> union([(4, 4), (0, 2), (2, 1)])
     [(0, 3), (4, 8)]
 """
 from __future__ import annotations
 
+from ..record import named_tuple
+
+
+@named_tuple
+class Flaw:
+    """Where pieces fail to tile a page (`flaw`): `kind` 'gap' (bytes [start, end) covered by
+    no piece, between the pieces `before` and `after`), 'overlap' (bytes [start, end) covered by
+    `before` and `after` both) or 'end' (the pieces end at byte `start`, not at the page's
+    `end`; `before` the last piece)."""
+
+    kind: str
+    start: int
+    end: int
+    before: object
+    after: object
+
 
 def flaw(pieces, size: int, gaps: bool = False):
     """The first place `pieces` ((offset, bytes, name), ...) fail to tile [0, size), or None.
 
-    ('gap', from, to, the piece before, the piece after) where no piece covers bytes;
-    ('overlap', from, to, the piece it meets, the piece) where two cover one byte;
-    ('end', where the pieces end, size, the last piece, None) where they end anywhere but
-    at `size`. With `gaps`, uncovered bytes are allowed: only overlaps and pieces that
+    A `Flaw`: 'gap' where no piece covers bytes [start, end), 'overlap' where two cover them,
+    'end' where the pieces end (at `start`) anywhere but at `size`. With `gaps`, uncovered bytes are allowed: only overlaps and pieces that
     reach past `size` are flaws.
 
     Pre-conditions: offsets and sizes are non-negative integers.
@@ -39,12 +53,12 @@ def flaw(pieces, size: int, gaps: bool = False):
     at, last = 0, None
     for lo, n, name in sorted(pieces, key=lambda p: (p[0], p[1])):
         if lo > at and not gaps:
-            return "gap", at, lo, last, name
+            return Flaw("gap", at, lo, last, name)
         if lo < at:
-            return "overlap", lo, min(at, lo + n), last, name
+            return Flaw("overlap", lo, min(at, lo + n), last, name)
         at, last = lo + n, name
     if at > size or (at < size and not gaps):
-        return "end", at, size, last, None
+        return Flaw("end", at, size, last, None)
     return None
 
 

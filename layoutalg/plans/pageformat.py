@@ -190,8 +190,8 @@ def _region_runs(family: str, parts, boxes_b, boxes_s, tok: str, k: int) -> tupl
         if flaw is not None:
             which = "big" if side == 0 else "small"
             raise LayoutalgError(f"{family}: region boxes of the {which} canonical pages "
-                                 + (f"overlap at byte {flaw[1]}" if flaw[0] == "overlap" else
-                                    f"reach byte {flaw[1]}, past the {page}-byte page"))
+                                 + (f"overlap at byte {flaw.start}" if flaw.kind == "overlap" else
+                                    f"reach byte {flaw.start}, past the {page}-byte page"))
     return tuple(sorted(runs))
 
 

@@ -267,12 +267,12 @@ def _sweep(pieces, size: int, what: str, family: str) -> None:
     flaw = intervals.flaw(pieces, size)
     if flaw is None:
         return
-    kind, a, b, before, after = flaw
-    if kind == "end":
+    a, b, before, after = flaw.start, flaw.end, flaw.before, flaw.after
+    if flaw.kind == "end":
         raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {a}"
                           + (f" (the last, '{before}', ends there)" if before else ""))
-    gap = (f"bytes [{a}, {b}) belong to no region (after '{before}')" if kind == "gap" and before else
-           f"bytes [{a}, {b}) belong to no region (before '{after}')" if kind == "gap" else
+    gap = (f"bytes [{a}, {b}) belong to no region (after '{before}')" if flaw.kind == "gap" and before else
+           f"bytes [{a}, {b}) belong to no region (before '{after}')" if flaw.kind == "gap" else
            f"byte {a} lies in two regions, '{before}' and '{after}'")
     raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}")
 
@@ -325,9 +325,9 @@ def _partition(pieces, size) -> str:
     flaw = intervals.flaw([(lo, n, None) for lo, n in pieces], size)
     if flaw is None:
         return ""
-    kind, a, b, _, _ = flaw
-    if kind != "end":
-        return f"bytes [{a}, {b}) are {'not covered' if kind == 'gap' else 'covered twice'}"
+    a, b = flaw.start, flaw.end
+    if flaw.kind != "end":
+        return f"bytes [{a}, {b}) are {'not covered' if flaw.kind == 'gap' else 'covered twice'}"
     return f"bytes [{a}, {size}) are not covered" if a < size else f"runs reach byte {a} past the page end {size}"
 
 
