@@ -27,6 +27,7 @@ from ..certify import DEPENDS
 from . import lemmas, meaning
 from .obligations import PAGE, Model, product
 from .obligations import box_empty
+from .page_tiling import Box
 from .runner import Budgets, query
 from .registry import ENTRIES
 from .store import OBLIGATIONS
@@ -298,12 +299,12 @@ def _tiling_cuts(m: Model, w: dict) -> tuple[dict, list]:
         if kind != "overlap":
             continue
         for box in boxes:
-            if box[0] not in found:
-                found[box[0]] = _region_chain(m, box)
-        got = [(box, found[box[0]]) for box in boxes]
+            if box.name not in found:
+                found[box.name] = _region_chain(m, box)
+        got = [(box, found[box.name]) for box in boxes]
         if any(c is None for _, c in got):
             continue
-        ends = [(box[6] * c.base, box[6] * (c.base + c.top() + 1), _short(box[0])) for box, c in got]
+        ends = [(box.element * c.base, box.element * (c.base + c.top() + 1), _short(box.name)) for box, c in got]
         order = next((o for o in (ends, ends[::-1]) if lemmas.holds(m, o[0][1] <= o[1][0])), None)
         if order is None:  # (neither first: they may share a byte; the part is written whole)
             continue
@@ -313,11 +314,11 @@ def _tiling_cuts(m: Model, w: dict) -> tuple[dict, list]:
                                                f"{second}'s first byte", None, False, end <= start))
         mine = asserted.setdefault(part, ([], [], set()))
         for box, c in got:
-            point, name = (box[3], {}), _short(box[0])
-            mine[0].extend([*c.instances(point), *c.inside(point, box[6]), *c.above(point, box[6])])
+            point, name = (box.idx, {}), _short(box.name)
+            mine[0].extend([*c.instances(point), *c.inside(point, box.element), *c.above(point, box.element)])
             mine[1].append(f"region-{name}")
             mine[2].update(c.uses(False) | {"bound", "scale", "low", "above"})
-            chains.setdefault(box[0], (f"region-{name}", c, f"region {name}'s offset is its base plus the Horner "
+            chains.setdefault(box.name, (f"region-{name}", c, f"region {name}'s offset is its base plus the Horner "
                                                             f"form of its atoms ({_atoms_text(c)}, fastest first) at "
                                                             f"every index of its box; {_facts_text(c)}",
                                        c.within_point, False, None))
@@ -330,12 +331,12 @@ def _short(region: str) -> str:
     return region.rsplit(".", 1)[-1]  # (`layout.region`: one page's regions have names of their own)
 
 
-def _region_chain(m: Model, box: tuple):
-    """The chain of a region's offset (a `_tiling_query` box), with a point of its own for
+def _region_chain(m: Model, box: Box):
+    """The chain of a region's offset (a `page_tiling.Box`), with a point of its own for
     its identity's file (`within_point`), or None."""
-    name, ldef, bound = box[:3]
+    name, ldef, bound = box.name, box.ldef, box.bound
     ext = {d.name: m.r.expr(d.extent, bound) for d in ldef.indices}
-    c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (box[3], {}), ext)
+    c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (box.idx, {}), ext)
     if c is None:
         return None
     own = ({n: m.fresh(f"{n}#@{name}") for n in ext}, {})

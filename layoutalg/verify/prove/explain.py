@@ -180,9 +180,9 @@ def _tiling_text(model, w, where, sizes, idx) -> str:
     if hit is not None:
         kind, a, c = hit
         if kind == "overlap":
-            return (f"{where}: regions '{a[1].name}' ({idx(a[3])}) and '{c[1].name}' ({idx(c[3])}) both hold "
-                    f"{w['role']} byte {value(model, a[5])}, with {sizes}")
-        return (f"{where}: pad '{a[1].name}' ({idx(a[3])}) is at {w['role']} byte {value(model, a[5])}: shared "
+            return (f"{where}: regions '{a.ldef.name}' ({idx(a.idx)}) and '{c.ldef.name}' ({idx(c.idx)}) both hold "
+                    f"{w['role']} byte {value(model, a.pos)}, with {sizes}")
+        return (f"{where}: pad '{a.ldef.name}' ({idx(a.idx)}) is at {w['role']} byte {value(model, a.pos)}: shared "
                 f"with another of its bytes or outside the {value(model, w['page'])}-byte page, with {sizes}")
     return f"{where}: the regions of the {w['role']} page do not tile it, with {sizes}"
 

@@ -27,6 +27,7 @@ from .sequence import sequence_query
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .registry import ENTRIES, check_table, in_mode, obligation
 from .z3ops import Z3Ops
+from .page_tiling import distinct, tiling_query
 
 SYMBOLIC, PER_CONFIGURATION = in_mode("symbolic"), in_mode("per-configuration")  # (views of the registry)
 UNDECIDED = "unknown"
@@ -290,17 +291,13 @@ class Model:
         return self.r.element(ldef, bound)
 
 
-def _distinct(a: dict, b: dict):
-    return z3.Or(*[a[n] != b[n] for n in a]) if a else z3.BoolVal(False)
-
-
 def _bijective_query(m: Model, role: str):
     i, ci = m.index(role, "")
     j, cj = m.index(role, "'")
     ldef, bound = m.r.layout(role)
     off = lambda x: m.r.expr(ldef.offset, {**bound, **x})  # noqa: E731 - element offsets
     size = prod(m.r.extents(role).values()) if not m.symbolic else product(m.r.extents(role).values())
-    clash = z3.And(*ci, *cj, _distinct(i, j), off(i) == off(j))
+    clash = z3.And(*ci, *cj, distinct(i, j), off(i) == off(j))
     out = z3.And(*ci, z3.Or(off(i) < 0, off(i) >= size))
     if m.part:  # a region: one-to-one, and every element inside the whole page
         size, e = m.r.page(role), m.element(role)
@@ -322,7 +319,7 @@ def _injective_query(m: Model):
     j, cj = m.index("local", "'")
     ci_, cj_ = m.r.shard(i, d), m.r.shard(j, d)
     same = z3.And(*[ci_[n] == cj_[n] for n in ci_])
-    return z3.And(*ci, *cj, *cd, _distinct(i, j), same), {"i": i, "j": j, "d": d}
+    return z3.And(*ci, *cj, *cd, distinct(i, j), same), {"i": i, "j": j, "d": d}
 
 
 def _disjoint_query(m: Model):
@@ -335,7 +332,7 @@ def _disjoint_query(m: Model):
     # coincide exactly when their canonical indices (and byte in the element) do
     a, b = m.r.shard(i, d), m.r.shard(j, e)
     hit = z3.And(*[a[n] == b[n] for n in a])
-    return z3.And(*cd, *ce, *ci, *cj, _distinct(d, e), same_writer, hit), {"i": i, "j": j, "d": d, "e": e}
+    return z3.And(*cd, *ce, *ci, *cj, distinct(d, e), same_writer, hit), {"i": i, "j": j, "d": d, "e": e}
 
 
 def _identity_query(m: Model):
@@ -358,8 +355,8 @@ QUERIES = {
     "writers-cover": lambda m: _cover_query(m, *m.digits("")),
     "single-rank-identity": _identity_query,
     "sequence-order": sequence_query,
-    "regions-tile-local": lambda m: _tiling_query(m, "local"),
-    "regions-tile-canonical": lambda m: _tiling_query(m, "canonical"),
+    "regions-tile-local": lambda m: tiling_query(m, "local"),
+    "regions-tile-canonical": lambda m: tiling_query(m, "canonical"),
 }
 """Obligation name -> its query on a `Model`: (violation formula, what each witness term
 means): the rows whose `registry` query is "model". The rows asked otherwise: `digits-match-spec`
@@ -419,8 +416,8 @@ def _cover_query(m: Model, d: dict, cd: list):
     a, b = m.r.shard(i, d), m.r.shard(j, e)
     same_class = [d[n] == e[n] for n in m.r.replicas]
     same = [a[n] == b[n] for n in a]
-    collide = z3.Or(z3.And(*cd, *ce, *ci, *cj, *same_class, _distinct(d, e), *same),
-                    z3.And(*cd, *ci, *cj, _distinct(i, j), *[a[n] == m.r.shard(j, d)[n] for n in a]))
+    collide = z3.Or(z3.And(*cd, *ce, *ci, *cj, *same_class, distinct(d, e), *same),
+                    z3.And(*cd, *ci, *cj, distinct(i, j), *[a[n] == m.r.shard(j, d)[n] for n in a]))
     outside = z3.And(*cd, *ci, z3.Or(*[z3.Or(a[n] < 0, a[n] >= cext[n]) for n in a]))
     k, ck = m.index("canonical", "c")
     l_, cl = m.index("canonical", "c'")
@@ -430,7 +427,7 @@ def _cover_query(m: Model, d: dict, cd: list):
     if m.part:  # a region of the canonical page: inside the page, which the regions tile
         ce = m.element("canonical")
         inside = z3.Or(off(k) < 0, ce * off(k) + ce > m.r.page("canonical"))
-    canon = z3.Or(z3.And(*ck, *cl, _distinct(k, l_), off(k) == off(l_)), z3.And(*ck, inside))
+    canon = z3.Or(z3.And(*ck, *cl, distinct(k, l_), off(k) == off(l_)), z3.And(*ck, inside))
     w = {"d": d, "e": e, "i": i, "j": j, "a": a, "k": k, "l": l_, "count": count, "collide": collide,
          "outside": outside, "canon": canon, "world": world_digits, "writers": writers,
          "local": m.r.page("local"), "canon_page": m.r.page("canonical"),
@@ -460,41 +457,6 @@ def _digits_query(m: Model, v, atoms):
     return z3.And(*inside, bad), {"i": idx, "d": d, "local": local, "canon": canon,
                                   "want_local": want_local, "want_canon": want_canon,
                                   "sides": (z3.And(*inside, local != want_local), z3.And(*inside, canon != want_canon))}
-
-
-def _tiling_query(m: Model, role: str):
-    """Two regions (or pads) of the `role` page that share a byte, or a pad that is not
-    one-to-one inside the page."""
-    page, boxes = m.r.page(role), []
-    for name in m.r.regions(role):
-        ldef, bound = m.r.region(role, name)
-        e = m.r.element(ldef, bound)
-        idx = {d.name: m.fresh(f"{d.name}@{ldef.name}") for d in ldef.indices}
-        b = m.fresh(f"byte@{ldef.name}")
-        cons = [z3.And(v >= 0, v < m.r.expr(d.extent, bound)) for d, v in zip(ldef.indices, idx.values())]
-        cons += [b >= 0, b < e]
-        off = m.r.expr(ldef.offset, {**bound, **idx})
-        boxes.append((name, ldef, bound, idx, cons, e * off + b, e))
-    parts, meaning = [], []
-    for a in range(len(boxes)):
-        for c in range(a + 1, len(boxes)):
-            A, C = boxes[a], boxes[c]
-            parts.append(z3.And(*A[4], *C[4], A[5] == C[5]))
-            meaning.append(("overlap", A, C))
-    for box in boxes:
-        name, ldef, bound, idx, cons, pos, e = box
-        if not ldef.pad:
-            continue  # a data region's own rows show it one-to-one inside the page
-        j = {n: m.fresh(f"{n}'@{ldef.name}") for n in idx}
-        cj = [z3.And(v >= 0, v < m.r.expr(d.extent, bound)) for d, v in zip(ldef.indices, j.values())]
-        off_j = m.r.expr(ldef.offset, {**bound, **j})
-        off_i = m.r.expr(ldef.offset, {**bound, **idx})
-        parts.append(z3.Or(z3.And(*cons, *cj, _distinct(idx, j), off_i == off_j),
-                           z3.And(*cons, z3.Or(pos < 0, pos >= page))))
-        meaning.append(("pad", box, None))
-    if not parts:
-        return z3.BoolVal(False), {"parts": (), "meaning": (), "role": role}
-    return z3.Or(*parts), {"parts": tuple(parts), "meaning": tuple(meaning), "role": role, "page": page}
 
 
 def size_to_z3(m: Model, atoms, e):
