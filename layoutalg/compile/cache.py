@@ -32,6 +32,7 @@ import sys
 import time
 import zlib
 
+from ..record import named_tuple
 from ..dsl.sources import bytes_of, sha256_hex, files_digest, folder_listing, settled, snapshot, stats
 from ..errors import LayoutalgError
 
@@ -249,10 +250,21 @@ def remember(kind: str, folder: str, key: str, files) -> None:
                    "specs": specs, "sig": sig, "at": at})
 
 
-def load(kind: str, spec_dir, with_files: bool = False):
-    """Cached data for a spec folder, or None (and with `with_files`, (the files it was made
-    from, their digest as it records it), or None), the long way: the folder's key hashed, and
-    every file the entry depends on checked.
+@named_tuple
+class Loaded:
+    """What `load` found for a spec folder: its `key`, the entry's `data` (None where there is
+    none to use), and the files it was made from with their digest as the entry records them
+    (`made_from`: (files, digest), or None)."""
+
+    key: str
+    data: object
+    made_from: object
+
+
+def load(kind: str, spec_dir) -> Loaded:
+    """Cached data for a spec folder (`Loaded`: its key, the data or None, and the files it was
+    made from with their digest, or None), the long way: the folder's key hashed, and every
+    file the entry depends on checked.
 
     An entry is used only when its folder and file are private (`private`), its
     checksum matches its content (a truncated or edited entry is ignored, never half
@@ -266,7 +278,7 @@ def load(kind: str, spec_dir, with_files: bool = False):
         valid = _VALID.get(kind)
         if data is not None and valid is not None and not valid(data):
             data, files = None, None
-    return (key, data, files) if with_files else (key, data)
+    return Loaded(key, data, files)
 
 
 def _read_entry(p: str, key: str):

@@ -291,10 +291,20 @@ def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: Tens
     return ""
 
 
-_COMPILED: dict[str, tuple] = {}
-"""Per folder: (the times of the files it was made from, `sources.stats`, and when they were
-recorded; or None, and the sources it was compiled from, `library.sources`; its spec files;
-its families)."""
+class Held:
+    """A compiled library this process holds for a folder: its `families`, the folder's spec
+    files (`listing`) and what vouches for them: the times of the files it was made from and
+    when they were recorded (`stamp`: (`sources.stats`, ns), from the folder's index), or else
+    the sources it was compiled from (`made_from`, `library.sources`)."""
+
+    __slots__ = ("stamp", "made_from", "listing", "families")
+
+    def __init__(self, stamp, made_from: tuple, listing: tuple, families: dict):
+        self.stamp, self.made_from, self.listing, self.families = stamp, made_from, listing, families
+
+
+_COMPILED: dict[str, Held] = {}
+"""Per folder (a real path): the library this process holds (at most 8 folders)."""
 
 
 def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
@@ -306,17 +316,18 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
     folder = os.path.realpath(os.fspath(spec_dir or specs_folder()))
     hit = _COMPILED.get(folder)
     if hit is not None and _still(hit, folder):
-        return hit[3]
+        return hit.families
     listing = files.folder_listing(folder)
     recalled = cache.recall("library", folder) if os.path.isdir(folder) else None
     out = _from_entries(recalled.data) if recalled is not None else None
     if out is not None:  # by the folder's index: nothing hashed, nothing parsed
-        return _held(folder, ((recalled.sig, recalled.at), (), listing, out))
+        return _held(folder, Held((recalled.sig, recalled.at), (), listing, out))
     # the disk cache is keyed by a folder's spec files: a path that is no folder (a file, nothing)
     # has none, and would be served any empty folder's entry; it is read (or refused) as given
-    key, data, entry = cache.load("library", folder, with_files=True) if os.path.isdir(folder) else (None, None, None)
-    read = files.snapshot(entry[0]) if data is not None else (None, ())
-    if data is not None and read[0] == entry[1]:  # the files as read now are those the entry was made from
+    found = cache.load("library", folder) if os.path.isdir(folder) else None
+    key, data = (found.key, found.data) if found is not None else (None, None)
+    read = files.snapshot(found.made_from[0]) if data is not None else (None, ())
+    if data is not None and read[0] == found.made_from[1]:  # the files as read now are those the entry was made from
         out, made_from = _from_entries(data), read[1]
     if out is None:
         from ..compile.codegen import compile_named
@@ -328,24 +339,24 @@ def compiled_library(spec_dir: str | None = None) -> dict[str, CompiledFamily]:
                         made_from, folder)
     if key is not None:
         cache.remember("library", folder, key, [p for p, _ in made_from])
-    return _held(folder, (None, made_from, listing, out))
+    return _held(folder, Held(None, made_from, listing, out))
 
 
-def _held(folder: str, entry: tuple) -> dict:
+def _held(folder: str, held: Held) -> dict:
     if len(_COMPILED) >= 8:
         _COMPILED.pop(next(iter(_COMPILED)))
-    _COMPILED[folder] = entry
-    return entry[3]
+    _COMPILED[folder] = held
+    return held.families
 
 
-def _still(hit: tuple, folder: str) -> bool:
+def _still(hit: Held, folder: str) -> bool:
     """Whether a library this process holds may be served again: the files it was made from
     have the times recorded (and those vouch for them), else the bytes it was compiled from."""
-    if hit[0] is not None:
-        (sig, at), listing = hit[0], hit[2]
-        return (listing == files.folder_listing(folder) and files.settled(sig, at)
+    if hit.stamp is not None:
+        sig, at = hit.stamp
+        return (hit.listing == files.folder_listing(folder) and files.settled(sig, at)
                 and files.stats(p for p, *_ in sig) == sig)
-    return files.unchanged(hit[1], folder, hit[2])
+    return files.unchanged(hit.made_from, folder, hit.listing)
 
 
 def _from_entries(data: list) -> dict | None:
