@@ -37,10 +37,24 @@ TABLE = {
     "pp": Param("pipeline stages whose ranks share one page (a stage grid: `world tp * pcp * pp`)", 1, 64, (1, 2)),
 }
 
-PARALLEL = ("tp", "pcp", "dcp", "interleave", "total_heads")
+ROLES = {
+    "tp": "given group moves", "pcp": "given group moves", "dcp": "given group moves",
+    "interleave": "given group moves", "pcp_replicas": "given", "total_heads": "group", "heads": "moves",
+    "pp": "moves",
+}
+"""The one table of the parallel names, each with its roles: `given` by a parallel configuration
+(`CONFIG_NAMES`), describing the worker group (`PARALLEL`), changing with the group
+(`MOVES_WITH_THE_GROUP`). `pp` a `Configuration` takes as well where asked (`also`)."""
+
+
+def _having(role: str) -> tuple:
+    return tuple(n for n, r in ROLES.items() if role in r.split())
+
+
+PARALLEL = _having("group")
 """The names that describe the worker group rather than one layer."""
 
-MOVES_WITH_THE_GROUP = ("tp", "pcp", "dcp", "interleave", "heads", "pp")
+MOVES_WITH_THE_GROUP = _having("moves")
 """Runtime names that change with the parallel configuration for one and the same model: an
 `agnostic` canonical page depends on none of them."""
 
@@ -129,39 +143,157 @@ def group(sizes: dict, reads: set | frozenset) -> int:
     return sizes["tp"] * sizes["pcp"] * (sizes.get("pp", 1) if "pp" in reads else 1)
 
 
-CONFIG_NAMES = ("tp", "pcp", "dcp", "interleave", "pcp_replicas")
+CONFIG_NAMES = _having("given")
 """The names a parallel configuration gives (`--store tp=2,dcp=1`, a reshard's pair)."""
 
+DEFAULTS = {n: 0 if n == "pcp_replicas" else 1 for n in CONFIG_NAMES}
+"""What a configuration that does not give a name has (`pp` too: one stage)."""
 
-def parse_config(text: str, also: tuple = (), shown: str | None = None) -> dict:
-    """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at 1 (pcp_replicas 0).
-    Names in `also` (a reshard side's `block_size`) may be given too, and are absent unless given;
-    errors quote `shown` (the text as the user wrote it) where given.
+
+def _check(said: str, name: str, value) -> None:
+    """A `ConfigError` unless `value` may be `name`'s in a configuration (`said`: as the user wrote it)."""
+    if type(value) is not int:  # (a bool is no size)
+        raise ConfigError(f"configuration {said!r}: {name} must be a whole number, got {value!r}")
+    lo, hi = DOMAIN.get(name, (0, None))  # (pcp_replicas, in no table of the runtime's: at least 0)
+    if value < lo:
+        raise ConfigError(f"configuration {said!r}: {name} = {value}, expected at least {lo}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"configuration {said!r}: {outside(name, value, lo, hi)}")
+
+
+class Configuration(dict):
+    """A parallel configuration, the one shape it has between modules: a dict of the names it
+    gives (`CONFIG_NAMES`; `pp`, and a runtime name such as a reshard side's `block_size`, where a
+    caller takes them), each checked once, here: a whole number (not a bool), at least 1
+    (`pcp_replicas` at least 0) and inside `TABLE`'s domain. The parallel names read as
+    attributes, at `DEFAULTS` where not given; `text` is the configuration as every message
+    prints it, and `Configuration.parse` (`parse_config`) reads it back; `split` is each pipeline
+    stage's layer count where `pp=3+5` was given (pp is then 2), else ().
 
     Examples:
-        >>> parse_config("tp=4,block_size=64", also=("block_size",))["block_size"]
-        64
+        >>> c = Configuration.parse("tp=4,pp=3+5", also=("pp",))
+        >>> (c.tp, c.dcp, c.pcp_replicas, c.pp, c.split)
+        (4, 1, 0, 2, (3, 5))
+        >>> c.text
+        'tp=4,pcp=1,dcp=1,interleave=1,pcp_replicas=0,pp=3+5'
+        >>> c == {"tp": 4, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0, "pp": 2}
+        True
+        >>> Configuration.parse(c.text, also=("pp",)) == c, c.without("pp").text
+        (True, 'tp=4,pcp=1,dcp=1,interleave=1,pcp_replicas=0')
+        >>> (Configuration(tp=2).text, Configuration(tp=2).pp)
+        ('tp=2', 1)
+        >>> Configuration(tp=True)
+        Traceback (most recent call last):
+        ...
+        layoutalg.errors.ConfigError: configuration 'tp=True': tp must be a whole number, got True
+        >>> Configuration(tp=2048)
+        Traceback (most recent call last):
+        ...
+        layoutalg.errors.ConfigError: configuration 'tp=2048': tp = 2048 is outside the proved domain [1, 1024]
     """
-    out, seen = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}, set()
-    said = text if shown is None else shown
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        name, eq, value = item.partition("=")
-        if not eq or name not in CONFIG_NAMES + tuple(also):
-            raise ConfigError(f"configuration {said!r}: expected NAME=VALUE items with NAME one of "
-                              f"{', '.join(CONFIG_NAMES + tuple(also))}, got {item!r}")
-        if name in seen:
-            raise ConfigError(f"configuration {said!r}: {name} is given twice")
-        seen.add(name)
-        digits = value[1:] if value.startswith("-") else value  # a negative number is named below as too small
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):  # (past 2**63 no size has meaning)
-            raise ConfigError(f"configuration {said!r}: {name} must be a whole number, got {value!r}")
-        out[name] = int(value)
-        least = 0 if name == "pcp_replicas" else 1
-        if out[name] < least:
-            raise ConfigError(f"configuration {said!r}: {name} = {out[name]}, expected at least {least}")
-    if not seen:
-        raise ConfigError(f"configuration {said!r}: no NAME=VALUE item (give at least tp, as 'tp=1')")
-    return out
+
+    def __init__(self, items=(), /, *, split: tuple = (), shown: str | None = None, **names):
+        super().__init__(items, **names)
+        self._split = tuple(split) or (items.split if isinstance(items, Configuration) else ())
+        said = self.text if shown is None else shown
+        for name, value in self.items():
+            if name not in ROLES and name not in TABLE:
+                raise ConfigError(f"configuration {said!r}: {name!r} is no name of a configuration (one of "
+                                  f"{', '.join(CONFIG_NAMES)}, pp or a runtime name)")
+            _check(said, name, value)
+        if self._split:
+            if self.get("pp") != len(self._split) or any(type(c) is not int for c in self._split):
+                raise ConfigError(f"configuration {said!r}: pipeline split {'+'.join(map(str, self._split))}: "
+                                  f"one whole number a stage, for pp = {self.get('pp')} stages")
+            if min(self._split) < 1:
+                raise ConfigError(f"configuration {said!r}: pipeline split {'+'.join(map(str, self._split))}: stage "
+                                  f"{self._split.index(min(self._split))} owns no layer; every stage owns at least one")
+
+    @classmethod
+    def parse(cls, text: str, also: tuple = (), shown: str | None = None) -> Configuration:
+        """'tp=2,dcp=1,pcp=1' -> {'tp': 2, 'dcp': 1, 'pcp': 1, ...} with the others at `DEFAULTS`.
+        Names in `also` (a reshard side's `block_size`, its `pp`) may be given too, and are absent
+        unless given; `pp` is a number of stages (`pp=2`) or each stage's layer count (`pp=3+5`).
+        Errors quote `shown` (the text as the user wrote it) where given.
+
+        Examples:
+            >>> Configuration.parse("tp=4,block_size=64", also=("block_size",))["block_size"]
+            64
+            >>> Configuration.parse("tp=2,tp=4")
+            Traceback (most recent call last):
+            ...
+            layoutalg.errors.ConfigError: configuration 'tp=2,tp=4': tp is given twice
+        """
+        out, seen, split = dict(DEFAULTS), set(), ()
+        said = text if shown is None else shown
+        for item in filter(None, (t.strip() for t in text.split(","))):
+            name, eq, value = item.partition("=")
+            if not eq or name not in CONFIG_NAMES + tuple(also):
+                raise ConfigError(f"configuration {said!r}: expected NAME=VALUE items with NAME one of "
+                                  f"{', '.join(CONFIG_NAMES + tuple(also))}, got {item!r}")
+            if name in seen:
+                raise ConfigError(f"configuration {said!r}: {name} is given twice")
+            seen.add(name)
+            if name == "pp":
+                counts = value.split("+")
+                if not all(c.isascii() and c.isdigit() and len(c) <= 18 for c in counts):
+                    raise ConfigError(f"configuration {said!r}: pp must be a number of stages (pp=2) or each "
+                                      f"stage's layer count (pp=3+5), got {item!r}")
+                split = tuple(map(int, counts)) if len(counts) > 1 else ()
+                out[name] = len(split) or int(value)
+                cls({name: out[name]}, split=split, shown=said)  # (its refusals in the order given)
+                continue
+            digits = value[1:] if value.startswith("-") else value  # a negative number is named below as too small
+            if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):  # (past 2**63 no size has meaning)
+                raise ConfigError(f"configuration {said!r}: {name} must be a whole number, got {value!r}")
+            out[name] = int(value)
+            _check(said, name, out[name])
+        if not seen:
+            raise ConfigError(f"configuration {said!r}: no NAME=VALUE item (give at least tp, as 'tp=1')")
+        return cls(out, split=split, shown=said)
+
+    @property
+    def split(self) -> tuple:
+        return self._split if self._split and self.get("pp") == len(self._split) else ()
+
+    @property
+    def text(self) -> str:
+        return self.joined(",")
+
+    def joined(self, sep: str) -> str:
+        """The items NAME=VALUE joined by `sep` (`text`: by ','), `pp` as its split where one was given."""
+        split = "+".join(map(str, self.split))
+        return sep.join(f"{k}={split if k == 'pp' and split else v}" for k, v in self.items())
+
+    def without(self, *names: str) -> Configuration:
+        """The configuration less `names`."""
+        return Configuration({k: v for k, v in self.items() if k not in names},
+                             split=() if "pp" in names else self.split)
+
+    def copy(self) -> Configuration:
+        return Configuration(self)
+
+    def __eq__(self, other):
+        same = dict.__eq__(self, other)
+        return same and self.split == other.split if isinstance(other, Configuration) else same
+
+    def __ne__(self, other):
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    __hash__ = None
+
+
+def _reading(name: str) -> property:
+    return property(lambda self: self.get(name, DEFAULTS.get(name, 1)), doc=f"{name} ({RUNTIME.get(name, name)})")
+
+
+for _name in (*CONFIG_NAMES, "pp"):
+    setattr(Configuration, _name, _reading(_name))
+del _name
+
+parse_config = Configuration.parse
+"""A configuration's text read (`Configuration.parse`)."""
 
 
 def stage_layers(layers: int, pp: int = 1, split: tuple = ()) -> tuple:
