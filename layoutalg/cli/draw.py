@@ -11,19 +11,21 @@ from .derive import config_line, derived_at_options, Inapplicable, read_names
 
 def _draw_reshard(args) -> int:
     import copy
-    from ..tools.distributed import parse_config
+    from ..params import CONFIG_NAMES, Configuration
     from ..tools.draw import draw_reshard
     from ..plans.reshard import direct_plans
     if not (args.store and args.load):
         raise LayoutalgError("draw: --store and --load go together (the producer and the consumer configuration)")
     groups = []
     for text in (args.store, args.load):
-        config, a = parse_config(text, also=("pp",)), copy.copy(args)
-        a.tp, a.pcp, a.dcp, a.interleave = config["tp"], config["pcp"], config["dcp"], config["interleave"]
-        a.pp = config.get("pp", 1)
+        config, a = Configuration.parse(text, also=("pp",)), copy.copy(args)
+        if config.split:
+            raise LayoutalgError(f"draw: configuration {text!r}: pp is the number of pipeline stages (pp=2), "
+                                 f"got 'pp={'+'.join(map(str, config.split))}'")
+        a.tp, a.pcp, a.dcp, a.interleave, a.pp = config.tp, config.pcp, config.dcp, config.interleave, config.pp
         a.local_heads = None
-        if config["pcp_replicas"]:
-            a.size = list(a.size) + [("pcp_replicas", config["pcp_replicas"])]
+        if config.pcp_replicas:
+            a.size = list(a.size) + [("pcp_replicas", config.pcp_replicas)]
         try:
             groups.append(derived_at_options(a))
         except Inapplicable as e:
@@ -31,7 +33,7 @@ def _draw_reshard(args) -> int:
             return 1
     (cf, _, producers, big), (_, _, consumers, small) = groups
     model = ", ".join(x for x in config_line(cf, args).split(", ")
-                      if x.split("=")[0] not in ("tp", "pcp", "dcp", "interleave", "pcp_replicas"))
+                      if x.split("=")[0] not in CONFIG_NAMES)
     title = f"direct reshard {args.store} -> {args.load}: {model}"
     a, b = producers[0].canonical_page_size_bytes, consumers[0].canonical_page_size_bytes
     if a == b:

@@ -140,29 +140,18 @@ def _staged(family: str, specs) -> bool:
     return cf is not None and stage_grid(cf)
 
 
-def _side(text: str, layers: int, staged: bool = False) -> tuple[dict, tuple]:
-    """A reshard side's configuration ('pp=2,tp=2,block_size=64') and its pipeline stages: `pp=N`
-    splits the layers by vLLM's rule, `pp=3+5` gives each stage's layer count. For a stage
-    grid's family (`staged`: a page holding each stage's layers) `pp=N` is a size of the page,
-    and every rank of every stage holds the `layers` tensors."""
-    from ..tools.distributed import parse_config
-    from ..params import stage_layers
-    items = [t.strip() for t in text.split(",")]
-    pp = [t for t in items if t.partition("=")[0] == "pp"]
-    if len(pp) > 1:
-        raise LayoutalgError(f"configuration {text!r}: pp is given twice")
-    config = parse_config(",".join(t for t in items if t not in pp), also=("block_size",), shown=text)
-    if not pp:
+def _side(text: str, layers: int, staged: bool = False) -> tuple:
+    """A reshard side's configuration ('pp=2,tp=2,block_size=64', a `params.Configuration`) and its
+    pipeline stages: `pp=N` splits the layers by vLLM's rule, `pp=3+5` gives each stage's layer
+    count. For a stage grid's family (`staged`: a page holding each stage's layers) `pp=N` is a
+    size of the page, and every rank of every stage holds the `layers` tensors."""
+    from ..params import Configuration, stage_layers
+    config = Configuration.parse(text, also=("block_size", "pp"))
+    if "pp" not in config:
         return config, (range(layers),)
-    counts = pp[0].partition("=")[2].split("+")
-    if not all(c.isascii() and c.isdigit() and len(c) <= 18 for c in counts):
-        raise LayoutalgError(f"configuration {text!r}: pp must be a number of stages (pp=2) or each stage's "
-                             f"layer count (pp=3+5), got {pp[0]!r}")
     if staged:
-        if len(counts) != 1 or int(counts[0]) < 1:
+        if config.split:
             raise LayoutalgError(f"configuration {text!r}: the family's page holds each stage's layers: pp is its "
-                                 f"number of stages (pp=2), got {pp[0]!r}")
-        return {**config, "pp": int(counts[0])}, (range(layers),)
-    if len(counts) == 1:
-        return config, stage_layers(layers, int(counts[0]))
-    return config, stage_layers(layers, split=tuple(map(int, counts)))
+                                 f"number of stages (pp=2), got 'pp={'+'.join(map(str, config.split))}'")
+        return config, (range(layers),)
+    return config.without("pp"), stage_layers(layers, config.pp, config.split)

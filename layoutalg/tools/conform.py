@@ -30,6 +30,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from ..errors import ConfigError
+from ..params import Configuration
 from ..mapping import CanonicalPageMapping
 
 SENTINELS = (0xA5, 0x5A)
@@ -48,14 +49,14 @@ class Conformance(NamedTuple):
     """`status`: "conformant", "refuted" (with `misplaced`, the first few) or "unknown" (`why`);
     `compared`: bytes compared over every rank and block."""
     family: str
-    config: dict
+    config: Configuration
     status: str
     compared: int
     misplaced: tuple
     why: str = ""
 
     def __str__(self) -> str:
-        where = ", ".join(f"{k}={v}" for k, v in self.config.items())
+        where = Configuration(self.config).joined(", ")
         if self.status == "conformant":
             return f"{self.family} at {where}: conformant, {self.compared} bytes compared with the engine's writer"
         if self.status == "unknown":
@@ -103,8 +104,8 @@ def check(family: str, config: dict, write: Callable, heads: int, block_size: in
     writer of 1-byte values tags them in wider groups); `describe(bytes)` names the element a tag
     is, for the messages (default: the writer's `describe` attribute). Raises `ConfigError` where the family does not serve the
     configuration."""
-    config = dict(config)
-    cp = config["dcp"] * (1 if config.get("pcp_replicas") else config["pcp"])
+    config = Configuration(config)
+    cp = config.dcp * (1 if config.pcp_replicas else config.pcp)
     one = {**config, "tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
     whole = _group(family, one, heads, block_size * cp, head_size, dtype, blocks, names, specs)
     group = _group(family, config, heads, block_size, head_size, dtype, blocks, names, specs)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import params
-from ..params import CONFIG_NAMES, parse_config  # noqa: F401 - re-exported: the CLI's and tests' way in
+from ..params import CONFIG_NAMES, Configuration, parse_config  # noqa: F401 - parse_config: the tests' way in
 from ..compile.compiled import CompiledFamily, fitted_page, stage_sizes
 from ..errors import ConfigError
 from ..runtime.derive import Deriver, compiled_library
@@ -43,7 +43,7 @@ class Group:
     """One configuration of one layer: every rank's mapping and its KV tensor's shape."""
 
     family: str
-    config: dict
+    config: Configuration  # (a dict given is made one)
     sizes: dict          # the runtime names of a rank (the spec's reading)
     mappings: tuple
     shape: tuple         # (blocks, ...) of each rank's KV tensor (its dims before the block first, `outer`)
@@ -51,6 +51,9 @@ class Group:
     dtype: torch.dtype
     outer: int = 0       # dims before the block dim (FlashAttention's (2, blocks, ...): 1)
     specs: str | None = None  # the spec library folder the family is from (None: the shipped one)
+
+    def __post_init__(self):
+        object.__setattr__(self, "config", Configuration(self.config))
 
     @property
     def world(self) -> int:
@@ -69,6 +72,7 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
     """The layer under `config`, served by `family` or a `ConfigError` saying why not. `names`
     gives the runtime names a spec declares (a Mamba state's heads, groups, ...); `specs` the
     spec library folder (default: the shipped one)."""
+    config = Configuration(config)
     configured = sorted(n for n in (names or {}) if n in CONFIG_NAMES)
     if configured:
         raise ConfigError(f"reshard: --size {configured[0]}: '{configured[0]}' is part of the configuration; give it "
@@ -94,39 +98,39 @@ def group_of(family: str, config: dict, heads: int, block_size: int, head_size: 
         return _page_group(family, cf, config, (heads, block_size, head_size, torch_dtype), blocks, dict(names or {}),
                            specs)
     e = torch.empty(0, dtype=torch_dtype).element_size()
-    tp = config["tp"]
+    tp = config.tp
     mla = cf.serves == "mla"
     total = 1 if mla else heads
     local = 1 if mla else max(1, total // tp)
     declared = _declared(family, cf, dict(names or {}), specs)
-    sizes = params.configuration(tp=tp, pcp=config["pcp"], dcp=config["dcp"], interleave=config["interleave"],
+    sizes = params.configuration(tp=tp, pcp=config.pcp, dcp=config.dcp, interleave=config.interleave,
                                  total_heads=total, heads=local, block_size=block_size,
                                  head_size=head_size, dtype_bytes=e,
-                                 **{**declared, "pcp_replicas": config["pcp_replicas"]},
-                                 **stage_sizes(cf, config.get("pp", 1)))
+                                 **{**declared, "pcp_replicas": config.pcp_replicas},
+                                 **stage_sizes(cf, config.pp))
     try:  # the family's own page at these sizes
         page = fitted_page(cf, sizes)
     except Exception as err:  # noqa: BLE001 - any failure to size the page is the family not serving it
-        raise ConfigError(f"reshard: {family} cannot size a page at {config_text(config)}: {err}") from None
+        raise ConfigError(f"reshard: {family} cannot size a page at {config.text}: {err}") from None
     sizes["page_size"] = page
     try:
         inst = cf.evaluate(sizes)
     except Exception as err:  # noqa: BLE001
-        raise ConfigError(f"reshard: {family} does not serve {config_text(config)} with {heads} KV heads: {err}") from None
+        raise ConfigError(f"reshard: {family} does not serve {config.text} with {heads} KV heads: {err}") from None
     elem, k = page // e, cf.tensor_outer
     inner, strides = tuple(inst.tensor_shape) or (elem,), tuple(inst.tensor_strides) or (1,)
     kv = block_tensor(inner, strides, e, k, blocks, page)
     shape, stride = kv.shape, kv.stride
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e,
-                      sizes={**declared, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})})
+                      sizes={**declared, **({"pcp_replicas": config.pcp_replicas} if config.pcp_replicas else {})})
     res = Deriver(specs).derive(layer, TensorLayout(shape, stride, e, str(torch_dtype)),
-                                ParallelConfig(tp, total, config["pcp"], config["dcp"], config["interleave"],
-                                               pp=config.get("pp", 1)), blocks)
+                                ParallelConfig(tp, total, config.pcp, config.dcp, config.interleave,
+                                               pp=config.pp), blocks)
     _served(res, family, config)
-    return Group(family, dict(config), sizes, res.mappings, shape, stride, torch_dtype, k, specs)
+    return Group(family, config, sizes, res.mappings, shape, stride, torch_dtype, k, specs)
 
 
-def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names: dict,
+def _page_group(family: str, cf, config: Configuration, model: tuple, blocks: int, names: dict,
                 specs: str | None = None) -> Group:
     """A family of pages (Mamba2 or GDN state, quantised KV with its scales) under `config`:
     the names it declares come from `names`; each rank's layer is one uint8 page a block,
@@ -134,10 +138,10 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
     _declared(family, cf, names, specs)  # every declared name it reads given or defaulted
     vocabulary = _vocabulary(specs)
     heads, block_size, head_size, dtype = model
-    e, tp = torch.empty(0, dtype=dtype).element_size(), config["tp"]
+    e, tp = torch.empty(0, dtype=dtype).element_size(), config.tp
     local = max(1, heads // tp)
-    given = {**names, **({"pcp_replicas": config["pcp_replicas"]} if config["pcp_replicas"] else {})}
-    sizes = params.configuration(tp=tp, pcp=config["pcp"], dcp=config["dcp"], interleave=config["interleave"],
+    given = {**names, **({"pcp_replicas": config.pcp_replicas} if config.pcp_replicas else {})}
+    sizes = params.configuration(tp=tp, pcp=config.pcp, dcp=config.dcp, interleave=config.interleave,
                                  total_heads=heads, heads=local, block_size=block_size, head_size=head_size,
                                  dtype_bytes=e, **given)
     errors = []
@@ -153,14 +157,14 @@ def _page_group(family: str, cf, config: dict, model: tuple, blocks: int, names:
                      and vocabulary[n].default is not None]
         hint = f" (left at their defaults: {', '.join(defaulted)}; give others with --size NAME=VALUE)" \
             if defaulted else ""
-        raise ConfigError(f"reshard: {family} cannot size a page at {config_text(config)}: {'; '.join(errors)}{hint}")
+        raise ConfigError(f"reshard: {family} cannot size a page at {config.text}: {'; '.join(errors)}{hint}")
     sizes.update(page_size=page, per_token_head_quant=quant)
     layer = LayerSpec(cf.serves, page, block_size, local, head_size, e, per_token_head_quant=bool(quant),
                       sizes=given)
-    res = Deriver(specs).derive(layer, None, ParallelConfig(tp, heads, config["pcp"], config["dcp"],
-                                                            config["interleave"]), blocks)
+    res = Deriver(specs).derive(layer, None, ParallelConfig(tp, heads, config.pcp, config.dcp,
+                                                            config.interleave), blocks)
     _served(res, family, config)
-    return Group(family, dict(config), sizes, res.mappings, (blocks, page), (page, 1), torch.uint8, 0, specs)
+    return Group(family, config, sizes, res.mappings, (blocks, page), (page, 1), torch.uint8, 0, specs)
 
 
 def library_of(specs: str | None):
@@ -190,15 +194,11 @@ def _declared(family: str, cf, names: dict, specs: str | None = None) -> dict:
     return {**{n: vocabulary[n].default for n in reads if n not in names}, **names}
 
 
-def _served(res, family: str, config: dict) -> None:
+def _served(res, family: str, config: Configuration) -> None:
     """`ConfigError` unless `family` itself certified the layer (not another family, not the fallback)."""
     if res.result != Outcome.CERTIFIED or res.family != family:
-        raise ConfigError(f"reshard: {family} does not serve {config_text(config)} ({res.result}"
+        raise ConfigError(f"reshard: {family} does not serve {config.text} ({res.result}"
                           f"{', by ' + res.family if res.family else ''}): " + "; ".join(res.reasons))
-
-
-def config_text(config: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in config.items())
 
 
 def coordinates(group: Group, rank: int) -> torch.Tensor:
@@ -499,7 +499,7 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             how = transport(job, ps + pl) if transport is not None else _spawn(_direct_worker, job, ps + pl) or how
         else:
             _spawn(_store_worker, job, ps)
-            log(f"stored: {_staged(stages[0], store)} of {config_text(store.config)} into {layers} x {store.blocks} "
+            log(f"stored: {_staged(stages[0], store)} of {store.config.text} into {layers} x {store.blocks} "
                 f"canonical pages of {a.canonical_page_size_bytes} bytes (shared memory)")
             if small is not None:  # (a direct reshard needs no conversion: its plans compose it)
                 _convert(job)
@@ -518,7 +518,7 @@ def reshard(store: Group, load: Group, layers: int, direct: bool = False, log=pr
             f"{how}: the transfers and scatters {copies:.3f} s (the slowest consumer); processes, filling "
             f"and checking the rest of {seconds:.2f} s")
     else:
-        log(f"loaded: {_staged(stages[1], load)} of {config_text(load.config)}: the copies {copies:.3f} s (the slowest rank's "
+        log(f"loaded: {_staged(stages[1], load)} of {load.config.text}: the copies {copies:.3f} s (the slowest rank's "
             f"store and load); processes, filling, converting and checking the rest of {seconds:.2f} s")
     return sum(ok), len(ok) - sum(ok)
 
@@ -553,13 +553,13 @@ def _formats(store: Group, load: Group, conversion, direct: bool):
     a, b = store.mappings[0], load.mappings[0]
     if a.layout_id != b.layout_id or (a.canonical_page_size_bytes != b.canonical_page_size_bytes
                                       and conversion is None):
-        raise ConfigError(f"reshard: {config_text(store.config)} and {config_text(load.config)} read different canonical "
+        raise ConfigError(f"reshard: {store.config.text} and {load.config.text} read different canonical "
                           f"page formats ({a.layout_id}, {a.canonical_page_size_bytes} bytes vs {b.layout_id}, "
                           f"{b.canonical_page_size_bytes} bytes): a page stored under one is not a page of the other")
     if a.canonical_page_size_bytes == b.canonical_page_size_bytes:
         if a.format_id != b.format_id:  # one family, one page size, bytes in other places (the opaque
             raise ConfigError(            # fallback under another tp, a model of other sizes)
-                f"reshard: {config_text(store.config)} and {config_text(load.config)} read different canonical page "
+                f"reshard: {store.config.text} and {load.config.text} read different canonical page "
                 f"formats ({a.format_id} vs {b.format_id}, {a.canonical_page_size_bytes} bytes each): a page "
                 f"stored under one is not a page of the other")
         if store.blocks != load.blocks:

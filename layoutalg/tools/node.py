@@ -29,7 +29,8 @@ import os
 
 import torch
 
-from .distributed import Group, fill_layers, config_text, verify_layers, layout_of_pages, stage_of
+from ..params import Configuration
+from .distributed import Group, fill_layers, verify_layers, layout_of_pages, stage_of
 from .stores import FileStore, PageKey, PageStore
 from ..errors import ConfigError, LayoutalgError
 
@@ -68,7 +69,7 @@ def _together(dist, error, side: str) -> None:
 
 
 def _said(group: Group, stages: tuple) -> str:
-    return config_text(group.config) + (f" in {len(stages)} pipeline stages" if len(stages) > 1 else "")
+    return group.config.text + (f" in {len(stages)} pipeline stages" if len(stages) > 1 else "")
 
 
 def _key(group: Group, model: str, job: str, layer: int) -> PageKey:
@@ -167,7 +168,7 @@ def load_job(group: Group, stages: tuple, layers: int, store: PageStore | str, m
     passed, failed = counts.tolist()
     if dist.get_rank() == 0:
         print(f"loaded: {_said(group, stages)}, {layers} layers x {group.blocks} pages, from pages stored by "
-              f"{config_text(stored['config'])}")
+              f"{_stored_by(stored)}")
         print(f"{passed} passed, {failed} failed")
     dist.destroy_process_group()
     return 1 if failed or not passed else 0
@@ -199,6 +200,15 @@ def converted(conv, pages: torch.Tensor, blocks: int, page: int) -> torch.Tensor
     return out
 
 
+def _stored_by(stored: dict) -> str:
+    """The configuration a store's record says stored its pages, as the messages print one (a
+    damaged one as it is)."""
+    try:
+        return Configuration(stored.get("config", {})).text
+    except (ConfigError, TypeError, ValueError):
+        return repr(stored.get("config"))
+
+
 def _refused(store: PageStore, model: str, stored: dict, group: Group, stages: tuple, why: str) -> ConfigError:
     def block(sizes) -> str:
         return f" in blocks of {sizes['block_size']} tokens" if isinstance(sizes, dict) and "block_size" in sizes \
@@ -206,7 +216,7 @@ def _refused(store: PageStore, model: str, stored: dict, group: Group, stages: t
     fid = stored.get("format_id")
     place = store.place(fid) if isinstance(fid, str) and fid else "the store"  # (a damaged record names no folder)
     return ConfigError(f"reshard load job: {place} holds pages of model {model} in format "
-                       f"{fid!s} (stored by {config_text(stored.get('config', {}))}"
+                       f"{fid!s} (stored by {_stored_by(stored)}"
                        f"{block(stored.get('sizes'))}), not {group.mappings[0].format_id} (what {_said(group, stages)}{block(group.sizes)} reads), "
                        f"and they do not convert: {why}; nothing was read")
 
@@ -295,7 +305,7 @@ def _conversion(group: Group, stages: tuple, store: PageStore, model: str, store
         raise ConfigError(f"reshard load job: the {n} stored pages of a layer are {need} pages of this job's format, "
                           f"but its group holds {group.blocks} blocks (give --blocks {n}, as stored, or a group of "
                           f"{need} blocks)")
-    print(f"converted: {n} pages of {a} bytes a layer, stored by {config_text(stored['config'])} (format "
+    print(f"converted: {n} pages of {a} bytes a layer, stored by {_stored_by(stored)} (format "
           f"{stored['format_id']}), into {need} pages of {b} bytes (format {m.format_id}): {conv.k} small pages a big "
           f"one along '{conv.token}', a conversion of {len(conv.mapping.runs)} runs "
           f"({'proved at these sizes' if prove else 'resting on the proof record'})", flush=True)

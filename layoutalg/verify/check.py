@@ -314,8 +314,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                 refusal = str(e)
             continue
         fitted += 1  # served: the guards hold and the grid is the group (what the lowering makes of it aside)
-        where = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in ("tp", "pcp", "dcp", "interleave",
-                                                                       "total_heads", "heads", "dtype_bytes")
+        where = ", ".join(f"{k}={v}" for k, v in sizes.items() if k in params.PARALLEL + ("heads", "dtype_bytes")
                           or k in read)  # every size the family reads: the configuration whole
         too_big = _checkable(inst)
         if too_big:

@@ -60,7 +60,7 @@ from ..certificates import cuts, divided
 from ..structural import page_tiles
 from .plan_queries import (Sides, Terms, canonical_differs, case_atoms, cover_violations, grid_short, malformed,
                            match_violations, outside_page, same_shape, sizes_at, unread, z3_run)
-from .symplan import CONFIGURATION, PER_SIDE, Cross, NotEstablished, block_ratio, cases, cross_of, rank_names
+from .symplan import PER_SIDE, Cross, NotEstablished, block_ratio, cases, cross_of, rank_names
 
 DOMAIN_ROW = "reshard-domain"
 MAX_VALUES = 64  # values of the rank grid's other names tried in turn; beyond, unknown
@@ -70,7 +70,7 @@ MAX_VALUES = 64  # values of the rank grid's other names tried in turn; beyond, 
 
 def prove_all_sizes(lib: Library, family: str, store: dict, load: dict, budget: Budget, edit=None) -> list[Row]:
     """The rows `reshard-cover` and `reshard-match` of the plan from `store` to `load` (each a
-    configuration: numbers for `CONFIGURATION`), for every other size in the declared domain.
+    configuration: numbers for `params.CONFIG_NAMES`), for every other size in the declared domain.
     `edit`, for tests, changes the built plans before they are checked (a mutant plan)."""
     from ....compile.codegen import compile_family
     t0 = time.perf_counter()
@@ -258,7 +258,7 @@ def _served_nowhere(lib, family: str, sx: dict, sy: dict, bounds: list, budget: 
 
 
 def _shown_config(config: dict) -> str:
-    return ",".join(f"{n}={v}" for n, v in config.items() if n in CONFIGURATION)
+    return params.Configuration({n: v for n, v in config.items() if n in params.CONFIG_NAMES}).text
 
 
 def _pages_tiled(lib, part: str, cases: list, sx: dict, sy: dict, bounds: list, budget: Budget) -> dict:
@@ -328,8 +328,7 @@ def _sizes(lib: Library, family: str, store: dict, load: dict):
     full = []
     for side, config in (("store", store), ("load", load)):
         fixed = {}
-        for n in CONFIGURATION:
-            default = 0 if n == "pcp_replicas" else 1
+        for n, default in params.DEFAULTS.items():
             v = config.get(n, default)
             if type(v) is not int:
                 raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {n} is {v!r}, not a whole number")
@@ -342,13 +341,13 @@ def _sizes(lib: Library, family: str, store: dict, load: dict):
             if why:
                 raise LayoutalgError(f"prove_all_sizes: the {side} configuration's {why}")
             fixed[n] = v
-        extra = sorted(set(config) - set(CONFIGURATION) - {"block_size"})
+        extra = sorted(set(config) - set(params.CONFIG_NAMES) - {"block_size"})
         if extra:
             raise LayoutalgError(f"prove_all_sizes: the {side} configuration names {extra[0]!r}; a configuration "
-                                 f"gives {', '.join(CONFIGURATION)}")
+                                 f"gives {', '.join(params.CONFIG_NAMES)}")
         full.append(fixed)
     names = family_names(lib, family) | set(PER_SIDE)
-    shared = {n: z3.Int(n) for n in names if n in vocab and n not in CONFIGURATION and n not in PER_SIDE}
+    shared = {n: z3.Int(n) for n in names if n in vocab and n not in params.CONFIG_NAMES and n not in PER_SIDE}
     sides = [{**shared, **{n: z3.Int(tag + n) for n in PER_SIDE}, **fixed} for tag, fixed in zip(("x.", "y."), full)]
     k, big = block_ratio(store, load, "block_size" in shared, vocab.get("block_size"))
     if k > 1:  # one block size k times the other: every block size B against k * B, B symbolic

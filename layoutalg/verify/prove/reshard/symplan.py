@@ -44,11 +44,9 @@ from .... import params
 from ....params import CONFIG_NAMES
 from ....ir.sizes import Atom, divided
 
-CONFIGURATION = CONFIG_NAMES
-"""The names that make a configuration: numbers on each side of the pair."""
 PER_SIDE = ("heads", "page_size")
 """Names each configuration has its own value of, fixed by its guards (a rank's heads, its page)."""
-_OWN = set(PER_SIDE) | set(CONFIGURATION)  # a division reading one of these means one thing per side
+_OWN = set(PER_SIDE) | set(CONFIG_NAMES)  # a division reading one of these means one thing per side
 
 
 class NotEstablished(LayoutalgError):
@@ -430,7 +428,7 @@ def plans_at(lib: Library, family: str, store: dict, load: dict) -> tuple[Symbol
     order = paths(lib, family)
     kx, ky = (order.index(tuple(Reading(lib, family, s).taken)) for s in (store, load))
     vx, vy = fam.variants[kx], fam.variants[ky]
-    cx, cy = ({n: s[n] for n in CONFIGURATION if n in s} for s in (store, load))
+    cx, cy = ({n: s[n] for n in CONFIG_NAMES if n in s} for s in (store, load))
     from ..obligations import family_names  # (what the proof asks: `all_sizes._sizes`)
     k, big = block_ratio(store, load, "block_size" in family_names(lib, family))
     if k > 1:  # as the proof takes them: B symbolic, the larger side's k * B
