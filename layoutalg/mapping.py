@@ -166,9 +166,10 @@ class CopyRun(_CopyFields, Run):
 
     @staticmethod
     def _of(like, src, dst, size, count) -> Run:
-        values = (src, dst, size, count, like.local_stride, like.canonical_stride)
-        ok = like.sound and min(src, dst) >= 0 and size > 0 and count > 0  # (the strides its own: sound)
-        return tuple.__new__(CopyRun, values) if ok else _checked(CopyRun, values)
+        return _checked(CopyRun, (src, dst, size, count, like.local_stride, like.canonical_stride))
+
+    def __reduce__(self):  # every pickle protocol rebuilds through the checking constructor
+        return CopyRun, tuple(self)
 
     def why_refused(self) -> str | None:
         why = Run.why_refused(self)
@@ -203,9 +204,10 @@ class DirectRun(_DirectFields, Run):
 
     @staticmethod
     def _of(like, src, dst, size, count) -> Run:
-        values = (like.producer, src, dst, size, count, like.src_stride, like.dst_stride)
-        ok = like.sound and min(src, dst, size, count) >= 0
-        return tuple.__new__(DirectRun, values) if ok else _checked(DirectRun, values)
+        return _checked(DirectRun, (like.producer, src, dst, size, count, like.src_stride, like.dst_stride))
+
+    def __reduce__(self):  # every pickle protocol rebuilds through the checking constructor
+        return DirectRun, tuple(self)
 
 
 _RefusedCopyRun, _RefusedDirectRun = _refused(CopyRun), _refused(DirectRun)

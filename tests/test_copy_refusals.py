@@ -187,6 +187,55 @@ def test_hand_built_runs_are_refused_before_any_byte_moves(run, message):
     assert not pages.any()
 
 
+def _bypassed(cls, values):
+    """A record of `values` built past its checking constructor, as unpickling a protocol 0 or 1
+    pickle made before runs were checked where built does (`copyreg._reconstructor`)."""
+    import copyreg
+    return copyreg._reconstructor(cls, tuple, tuple(values))
+
+
+@pytest.mark.parametrize("build", ["trusted", "bypassed", "at"])
+def test_a_run_built_past_its_constructor_is_still_refused_before_any_byte_moves(build):
+    """A run is checked where built, and a plan checks what it moves again: a run whose values
+    reached it another way says `sound` (its class's word) but is refused by its values."""
+    bad = (-4, 0, 4, 1, 4, 4)
+    run = {"trusted": lambda: CopyRun.trusted(bad), "bypassed": lambda: _bypassed(CopyRun, bad),
+           "at": lambda: CopyRun(0, 0, 4, 1, 4, 4).at("src", -4, 0)}[build]()
+    m = CanonicalPageMapping(16, 16, (CopyRun(4, 4, 8, 1, 8, 8), run), 1, 0, True)
+    kv = torch.arange(48, dtype=torch.uint8).reshape(3, 16)[1:]  # a byte before it is another block's
+    pages, before = torch.zeros(2, 16, dtype=torch.uint8), kv.clone()
+    for call in (lambda: plan(m, kv), lambda: store(kv, pages, m), lambda: load(pages, kv, m)):
+        with pytest.raises(ConfigError, match=r"run 1 .* has a negative local offset"):
+            call()
+    assert not pages.any() and torch.equal(kv, before)
+    assert CopyRun(0, 0, 4, 1, 4, 4).at("src", 2.5, 0).sound is False  # a float offset: refused where built
+
+
+@pytest.mark.parametrize("protocol", range(6))
+def test_runs_and_plans_pickle_through_their_checking_constructors(protocol):
+    import pickle
+    from layoutalg.plans.reshard import DirectPlan, DirectRun
+    good, bad = CopyRun(0, 4, 4, 2, 8, 8), CopyRun(0, 0, 8, 2, 4, 8)
+    assert pickle.loads(pickle.dumps(good, protocol)).sound and not pickle.loads(pickle.dumps(bad, protocol)).sound
+    plan_ = DirectPlan(0, (DirectRun(0, 0, 0, 4, 1, 4, 4),), 4, 4)
+    wrong = plan_._replace(runs=(DirectRun(0, 0, 2, 4, 1, 4, 4),))  # past the consumer's 4-byte page
+    assert plan_.sound and not wrong.sound
+    assert pickle.loads(pickle.dumps(plan_, protocol)) == plan_ and pickle.loads(pickle.dumps(plan_, protocol)).sound
+    assert not pickle.loads(pickle.dumps(wrong, protocol)).sound
+
+
+def test_a_direct_plan_built_past_its_constructor_is_refused_before_any_byte_moves():
+    from layoutalg.copy.direct import scatter
+    from layoutalg.plans.reshard import DirectPlan, DirectRun, ReshardError
+    forged = _bypassed(DirectPlan, (0, (_bypassed(DirectRun, (0, 0, -16, 16, 1, 16, 16)),), 32, 32,
+                                    (), (), "", "", (), ()))
+    assert not forged.sound  # only the checking constructor makes a plan sound
+    kv = torch.zeros(3, 32, dtype=torch.uint8)
+    with pytest.raises(ReshardError, match="must be a DirectRun of non-negative integers"):
+        scatter(forged, 0, torch.ones(16, dtype=torch.uint8), kv[1:], [0])
+    assert not kv.any()
+
+
 def test_a_mapping_that_is_not_one_is_named():
     from layoutalg.copy.executor import plan
     with pytest.raises(ConfigError, match="mapping must be a CanonicalPageMapping, got str"):

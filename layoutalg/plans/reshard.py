@@ -89,13 +89,14 @@ class DirectPlan(_PlanFields):
     """How consumer rank `consumer` fills its whole local page from producer local pages
     (its `DirectRun`s, each from one producer rank).
 
-    Checked where built (`validate`, here and in `_replace`): a plan that fails is still built,
-    as a refused plan (`sound` False), which every executor refuses before a byte moves,
-    saying why (`admit`); a sound one they take as it is. `direct_plans` builds certified
-    plans (`check_plan`)."""
+    Checked where built (`validate`, here and in `_replace`): a plan that passes is built sound
+    (`sound` True, which only the checking constructor gives); one that fails is still built,
+    refused, and every executor refuses it before a byte moves, saying why (`admit`), as it
+    does a plan that reached it another way (an unpickled one made before plans were checked
+    where built). `direct_plans` builds certified plans (`check_plan`)."""
 
     __slots__ = ()
-    sound = True
+    sound = False
 
     def __new__(cls, *args, **kwargs):
         return _checked_plan(_PlanFields.__new__(DirectPlan, *args, **kwargs))
@@ -104,16 +105,19 @@ class DirectPlan(_PlanFields):
     def _make(cls, values):
         return _checked_plan(_PlanFields._make.__func__(DirectPlan, values))
 
+    def __reduce__(self):  # every pickle protocol rebuilds through the checking constructor
+        return DirectPlan, tuple(self)
 
-class _RefusedPlan(DirectPlan):
-    """A `DirectPlan` that failed `validate` where it was built (or holds its runs in a list,
-    which may change after): `admit` validates it again, and raises."""
+
+class _SoundPlan(DirectPlan):
+    """A `DirectPlan` that passed `validate` where it was built (its runs a tuple, which cannot
+    change after): executors take it as it is."""
 
     __slots__ = ()
-    sound = False
+    sound = True
 
 
-_RefusedPlan.__name__ = "DirectPlan"
+_SoundPlan.__name__ = "DirectPlan"
 
 
 def _checked_plan(plan: DirectPlan) -> DirectPlan:
@@ -122,7 +126,7 @@ def _checked_plan(plan: DirectPlan) -> DirectPlan:
         ok = type(plan.runs) is tuple
     except Exception:  # noqa: BLE001 - whatever it is, `admit` raises it again before a byte moves
         ok = False
-    return plan if ok else tuple.__new__(_RefusedPlan, plan)
+    return tuple.__new__(_SoundPlan, plan) if ok else plan
 
 
 def admit(plan) -> None:
@@ -186,7 +190,7 @@ def _certified(s: int, pieces, producers, y) -> DirectPlan:
               x.format_id if same else "", y.format_id, x.reads if same else (), y.reads)
     plan = tuple.__new__(DirectPlan, fields)
     check_plan(plan, producers, y)  # (validated there, against the producers' pages: built unchecked)
-    return plan
+    return tuple.__new__(_SoundPlan, plan)
 
 
 def _composed(producers, consumers):
@@ -423,7 +427,7 @@ def validate(plan: DirectPlan, producer_pages: Sequence[int] | None = None, here
         if not isinstance(views, tuple) or not all(isinstance(v, TensorView) for v in views):
             raise ReshardError(f"{here}: the {side} tensors must be a tuple of TensorViews, got {views!r}")
     for k, r in enumerate(plan.runs):
-        if not isinstance(r, DirectRun) or not r.sound:
+        if not isinstance(r, DirectRun) or r.why_refused() is not None:  # (its values, not how it was built)
             raise ReshardError(f"{here}: run {k} {tuple(r)} must be a DirectRun of non-negative integers")
         if r.producer >= len(producer_pages):
             raise ReshardError(f"{here}: run {k} reads producer rank {r.producer} of a {len(producer_pages)}-rank group")

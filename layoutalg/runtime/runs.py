@@ -18,9 +18,10 @@ def check_runs(m: CanonicalPageMapping, op: str) -> None:
         raise ConfigError(f"{op}: mapping must be a CanonicalPageMapping, got {type(m).__name__}")
     if not isinstance(m.runs, tuple):
         raise ConfigError(f"{op}: mapping.runs must be a tuple of CopyRun, got {type(m.runs).__name__}")
-    for i, run in enumerate(m.runs):  # a sound CopyRun holds its invariants (checked where built): its pages left
-        if isinstance(run, CopyRun) and run.sound:
-            continue
+    # each run's own values are checked here as well as where it was built: a run's fields can be set
+    # by a path that skips its constructor (`CopyRun.trusted`, `tuple.__new__`), and the checks cost
+    # a few comparisons a run beside the sweep below
+    for i, run in enumerate(m.runs):
         if not isinstance(run, CopyRun) or not all(type(v) is int for v in run):
             raise ConfigError(f"{op}: run {i} is {run!r}, expected a CopyRun of six integers")
         if run.fragment_size < 1 or run.num_fragments < 1:  # an empty view fails mid-batch on some paths
@@ -40,15 +41,14 @@ def check_runs(m: CanonicalPageMapping, op: str) -> None:
                                            ("canonical", run.canonical_offset, run.canonical_stride,
                                             m.canonical_page_size_bytes)):
             end = offset + (run.num_fragments - 1) * stride + run.fragment_size
-            if not run.sound:  # (a sound run is ints, none negative, its fragments apart: checked where built)
-                negative = next((f for f, v in (("offset", offset), ("stride", stride), ("fragment size",
-                                                                                      run.fragment_size),
-                                                    ("fragment count", run.num_fragments)) if v < 0), None)
-                if negative:
-                    raise ConfigError(f"{op}: run {i} {tuple(run)} has a negative {side} {negative}")
-                if run.num_fragments > 1 and 0 <= stride < run.fragment_size:  # before the sweep: 2**34 of them
-                    raise ConfigError(f"{op}: run {i} {tuple(run)}: its {side} fragments overlap (stride {stride} < "
-                                      f"fragment {run.fragment_size}); a mapping sends each byte once")
+            negative = next((f for f, v in (("offset", offset), ("stride", stride), ("fragment size",
+                                                                                  run.fragment_size),
+                                                ("fragment count", run.num_fragments)) if v < 0), None)
+            if negative:
+                raise ConfigError(f"{op}: run {i} {tuple(run)} has a negative {side} {negative}")
+            if run.num_fragments > 1 and 0 <= stride < run.fragment_size:  # before the sweep: 2**34 of them
+                raise ConfigError(f"{op}: run {i} {tuple(run)}: its {side} fragments overlap (stride {stride} < "
+                                  f"fragment {run.fragment_size}); a mapping sends each byte once")
             if end > page:
                 raise ConfigError(f"{op}: run {i} {tuple(run)} reaches {side} bytes [{offset}, {end}), "
                                   f"outside the {page}-byte {side} page")
