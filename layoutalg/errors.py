@@ -47,9 +47,31 @@ class SpecError(LayoutalgError):
             return self.message
         out = f"{self.span}: {self.message}"
         if self.span.text:
-            out += "\n" + printable(self.span.text.rstrip("\r\n"))
-            out += "\n" + " " * (self.span.column - 1) + "^"
+            shown, column = window(printable(self.span.text.rstrip("\r\n")), self.span.column)
+            out += "\n" + shown + "\n" + " " * (column - 1) + "^"
         return out
+
+
+SHOWN = 120
+"""The most characters of a source line an error shows: around the caret, with '...' where cut."""
+
+
+def window(line: str, column: int) -> tuple[str, int]:
+    """`line` as an error shows it, and the caret's column in that: a line longer than `SHOWN`
+    is cut to the `SHOWN` characters around `column`, marked '...' where it was cut.
+
+    Examples:
+        >>> window("x = 1", 5)
+        ('x = 1', 5)
+        >>> shown, at = window("a" * 300 + "!" + "b" * 300, 301)
+        >>> len(shown) <= SHOWN + 6, shown[at - 1], shown[:3], shown[-3:]
+        (True, '!', '...', '...')
+    """
+    if len(line) <= SHOWN:
+        return line, column
+    start = max(0, min(column - 1 - SHOWN // 2, len(line) - SHOWN))
+    head, tail = ("..." if start > 0 else ""), ("..." if start + SHOWN < len(line) else "")
+    return head + line[start:start + SHOWN] + tail, column - start + len(head)
 
 
 def printable(line: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from layoutalg.cli import main
 from layoutalg.compile.codegen import compile_family
-from layoutalg.errors import SpecError
+from layoutalg.errors import SHOWN, SpecError
 from layoutalg.ir.family import check_layouts, resolve
 from layoutalg.dsl.library import MAX_IMPORT_DEPTH, load
 from layoutalg.dsl.syntax import MAX_DEPTH, parse
@@ -40,6 +40,8 @@ CASES = [
     ("layout a(T):\n    index t < T, s < 2\n    offset t * s\n", 3, 12, "not affine"),
     ("layout a(T):\n    index t < 2.5\n    offset t\n", 2, 15, "must be an integer, not 2.5"),
     ("layout a(T):\n    index t < T\n      offset t\n", 3, 7, "unexpected indentation"),
+    ("family f serves attention:\n", 1, 27, "unexpected end of file; expected an indented block"),
+    ("layout a(T):\n    index t < T\n    offset " + "t + " * 100 + "\n", 3, 412, "unexpected end of line"),
     ("layout a(T):\n    offset 0\n", 1, 1, "no 'index' clause"),
     ("layout a(T):\n    index t < T\n    tensor (block, ..., ...)\n", 3, 25, "'...' (the indices it does not name) at most once"),
     ("grid g:\n    world tp\n    use nothing\n", 3, 9, "'use nothing' names no rules (none are defined)"),
@@ -124,10 +126,15 @@ def test_error_points_at_the_problem(tmp_path, text, line, column, message):
     assert (e.span.line, e.span.column) == (line, column)
     rendered = str(e).splitlines()
     assert rendered[0].startswith(f"{tmp_path / 'bad.lal'}:{line}:{column}: ")
-    assert rendered[-1] == " " * (column - 1) + "^"
     source = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     # the line as a terminal shows it: a tab as one space (the caret counts characters), a NUL as U+FFFD
-    assert rendered[-2] == source.split("\n")[line - 1].replace("\t", " ").replace("\x00", "\ufffd")
+    shown = source.split("\n")[line - 1].replace("\t", " ").replace("\x00", "\ufffd")
+    if len(shown) <= SHOWN:
+        assert rendered[-2] == shown and rendered[-1] == " " * (column - 1) + "^"
+    else:  # a long line is shown around the caret, marked '...' where it is cut
+        at = rendered[-1].index("^")
+        assert rendered[-1] == " " * at + "^" and len(rendered[-2]) <= SHOWN + 6 and "..." in rendered[-2]
+        assert column > len(shown) or rendered[-2][at] == shown[column - 1]
 
 
 def test_nesting_limit_is_exact():

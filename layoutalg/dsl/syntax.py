@@ -157,7 +157,8 @@ def _parse_tree(text: str, lines: list[str], span) -> Tree:
             where = span(e.line if e.line > 0 else len(lines), max(e.column, 1))
         else:
             where = span(e.line, e.column)
-        got = "end of line" if e.token.type == "_NL" else repr(str(e.token))
+        got = "end of line" if e.token.type == "_NL" else "end of file" if e.token.type == "$END" else \
+            "end of the block" if e.token.type == "_DEDENT" else repr(str(e.token))
         raise SpecError(f"unexpected {got}; expected {_describe_expected(e.expected)}", where) from None
     except UnexpectedCharacters as e:
         raise SpecError(f"unexpected character {text[e.pos_in_stream]!r}", span(e.line, e.column)) from None
