@@ -140,8 +140,8 @@ def _parts_in(what: str, b: Box, sm: Box, tok: str) -> int:
         raise LayoutalgError(f"{what}: the two canonical pages differ in {shown}; pages of another cp differ in "
                              f"the sequence index '{tok}' alone")
     if sm.ext[tok] < 1 or b.ext[tok] % sm.ext[tok]:
-        raise LayoutalgError(f"{what}: {b.ext[tok]} {tok} a page is not a multiple of {sm.ext[tok]}: a big page is "
-                             f"not a whole number of small pages")
+        raise LayoutalgError(f"{what}: the larger page's {b.ext[tok]} values of '{tok}' are not a multiple of "
+                             f"the smaller page's {sm.ext[tok]}: a big page is not a whole number of small pages")
     return b.ext[tok] // sm.ext[tok]
 
 

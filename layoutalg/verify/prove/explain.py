@@ -179,6 +179,8 @@ def _tiling_text(model, w, where, sizes, idx) -> str:
     hit = holding(model, w)
     if hit is not None:
         kind, a, c = hit
+        at = (c or a).ldef.span  # the region (of two, the one defined later) whose bytes land on another's
+        where = f"{os.path.relpath(at.file)}:{at.line}" if at is not None else where
         if kind == "overlap":
             return (f"{where}: regions '{a.ldef.name}' ({idx(a.idx)}) and '{c.ldef.name}' ({idx(c.idx)}) both hold "
                     f"{w['role']} byte {value(model, a.pos)}, with {sizes}")
