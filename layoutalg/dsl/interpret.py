@@ -339,6 +339,51 @@ def misplaced_token(r: Reading, rank: int) -> str:
     return ""
 
 
+def off_the_engine(r: Reading, rank: int) -> str:
+    """'' where the grid's placements give `rank` the KV heads and tokens vLLM gives it, else the
+    first that differs, said (ints only; placements the grid does not define are not read).
+
+    vLLM numbers a worker group's ranks rank = (stage * pcp + pcp_rank) * tp + tp_rank, with
+    dcp_rank = tp_rank % dcp. TP rank tp_rank holds KV heads [s * heads, (s + 1) * heads),
+    s = tp_rank // (tp * heads / total_heads) (fewer heads than ranks: consecutive ranks hold one
+    head); CP rank c = pcp_rank * dcp + dcp_rank (dcp_rank where PCP ranks are replicas, of
+    cp = dcp) holds local token t at ((t // interleave) * cp + c) * interleave + t % interleave.
+    A grid states its ranks' digits, most significant first, and `head(h)`, `token(t)` of them:
+    here they are held to those rules at one configuration."""
+    env, grid = r.env, r.lib.grids[r.fdef.grid.id]
+    sizes = {n: env.get(n) for n in ("tp", "pcp", "dcp", "interleave", "heads", "total_heads", "block_size")}
+    tp, pcp, dcp = (sizes[n] if type(sizes[n]) is int else 1 for n in ("tp", "pcp", "dcp"))
+    tp_rank, pcp_rank = rank % tp, (rank // tp) % pcp
+    digits = rank_digits(r.rank_extents(), rank)
+    shown = ", ".join(f"{n}={v}" for n, v in digits.items())
+
+    def placed(fn: str, arg: int):
+        env_ = {**env, **digits, "#arg": arg, LETS_MEMO: {}}
+        return r.expr(Call(fn, (Name("#arg", grid.span),), grid.span), env_)
+    heads, total = sizes["heads"], sizes["total_heads"]
+    if _one_arg(r, "head") and type(heads) is int and type(total) is int and total > 0 and (tp * heads) % total == 0:
+        share = max(1, tp * heads // total)  # the ranks holding one rank's heads
+        for h in range(heads):
+            got, want = placed("head", h), (tp_rank // share) * heads + h
+            if got != want:
+                return (f"rank {rank} (its digits {shown}) holds head({h}) = {got} by the grid, but vLLM's rank "
+                        f"{rank} (tp_rank {tp_rank}) holds KV head {want} there")
+    block, every = sizes["block_size"], sizes["interleave"] if type(sizes["interleave"]) is int else 1
+    if _one_arg(r, "token") and type(block) is int and every > 0:
+        replicas = env.get("pcp_replicas", 0) == 1
+        cp, c = (dcp, tp_rank % dcp) if replicas else (dcp * pcp, pcp_rank * dcp + tp_rank % dcp)
+        for t in range(block):
+            got, want = placed("token", t), ((t // every) * cp + c) * every + t % every
+            if got != want:
+                return (f"rank {rank} (its digits {shown}) holds token({t}) = {got} by the grid, but vLLM's rank "
+                        f"{rank} (pcp_rank {pcp_rank}, dcp_rank {tp_rank % dcp}) holds token {want} there")
+    return ""
+
+
+def _one_arg(r: Reading, fn: str) -> bool:
+    return fn in r.placements and len(r.fns[fn].params) == 1
+
+
 def _miscounted(r: Reading, seq: str, local: int) -> str:
     """Why the `sequence` index does not run over a page's tokens (local: the block's
     block_size; canonical: block_size * cp, the grid's `cp` or 1), or ''."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .. import params
 from ..compile.compiled import CompiledFamily, GuardFailed
-from ..dsl.interpret import Reading, byte_map, index_box, misplaced_token
+from ..dsl.interpret import Reading, byte_map, index_box, misplaced_token, off_the_engine
 from ..dsl.library import Library
 from ..dsl.tree import World
 from ..runtime.lower import TilingError, lower, pads, tiling_errors  # noqa: F401 - tiling_errors: re-exported
@@ -143,6 +143,39 @@ def _formats_differ(lib: Library, family: str, formats: dict) -> str:
             return f"pages of another cp: {why}", compared
         compared += 1
     return "", compared
+
+
+class _Placements:
+    """Where `check` holds a family's grid placements (`head(h)`, `token(t)`) to vLLM's rank
+    numbering (`interpret.off_the_engine`): once per (case path, parallel configuration)."""
+
+    def __init__(self):
+        self.seen: set = set()
+        self.failed = False
+
+    def visit(self, lib: Library, family: str, sizes: dict, world: int) -> str:
+        if self.failed:
+            return ""
+        try:
+            readings = [Reading(lib, part, sizes) for part in lib.parts_of(family)]
+        except (ArithmeticError, LookupError):
+            return ""  # the direct reading fails: the oracle's comparison says so where it reads it
+        key = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES),
+               sizes.get("total_heads"), sizes.get("heads"), sizes.get("block_size"))
+        if key in self.seen:
+            return ""
+        self.seen.add(key)
+        for r in readings[:1]:  # (the parts of a page share the family's grid)
+            for rank in range(world):
+                try:
+                    why = off_the_engine(r, rank)
+                except (ArithmeticError, LookupError):
+                    return ""
+                if why:
+                    self.failed = True
+                    return (f"grid '{r.fdef.grid.id}' misstates vLLM's ranks: {why} (a grid's `ranks` order and "
+                            f"placements are the engine's numbering)")
+        return ""
 
 
 def _sequence_misplaced(readings, world: int) -> str:
@@ -299,6 +332,7 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
     agnostic: dict = {}  # the model's sizes -> (configuration, canonical layout) where agnostic is claimed
     refusal, spent, compared, told, unserved, fitted = "", 0, 0, 0, None, 0
     sequenced = _Sequence() if any(lib.family_def(p).sequence is not None for p in lib.parts_of(cf.name)) else None
+    placements = _Placements()
     refusals: dict = {}  # why the samples failed closed, and how often: the commonest says what is wrong
     formats: dict = {}  # the model's sizes -> {cp: a configuration}: pages of another cp must mean the same
     for sizes in _configs(lib, cf, domain or sample_domain(lib, cf), rep):
@@ -360,6 +394,9 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
         why = sequenced.visit(lib, cf.name, sizes, len(maps), cost) if sequenced is not None else ""
         if why:  # pages of another cp are joined by this index: a false claim reorders the sequence
             rep.errors.append(f"{spec_line(lib, cf.name, 'sequence')}: {why}, with {where}")
+        why = placements.visit(lib, cf.name, sizes, len(maps))
+        if why:  # the engine's rank r holds other heads or tokens than the grid gives it
+            rep.errors.append(f"{spec_line(lib, cf.name, 'rank')}: {why}, with {where}")
         oracle = rep.oracle_checked < oracle_limit and spent + cost <= ORACLE_ELEMENTS
         canon = inst.canonical_page // element
         same = maps[0].parallelism_agnostic and compared + canon <= 8 * ORACLE_ELEMENTS  # its reading is lighter
