@@ -141,7 +141,7 @@ def _parts_in(what: str, b: Box, sm: Box, tok: str) -> int:
                              f"the sequence index '{tok}' alone")
     if sm.ext[tok] < 1 or b.ext[tok] % sm.ext[tok]:
         raise LayoutalgError(f"{what}: the larger page's {b.ext[tok]} values of '{tok}' are not a multiple of "
-                             f"the smaller page's {sm.ext[tok]}: a big page is not a whole number of small pages")
+                             f"{sm.ext[tok]}, the smaller page's: a big page is not a whole number of small pages")
     return b.ext[tok] // sm.ext[tok]
 
 
