@@ -74,6 +74,15 @@ def _agnostic_differs(seen: dict, sizes: dict, readings, where: str) -> str:
             f"stored under one is not the page the other reads")
 
 
+def _readings(lib: Library, family: str, sizes: dict):
+    """The spec's direct reading of each part of `family` at `sizes`, or None where it fails (the
+    oracle's comparison says so where it reads it)."""
+    try:
+        return [Reading(lib, part, sizes) for part in lib.parts_of(family)]
+    except (ArithmeticError, LookupError):
+        return None
+
+
 class _Sequence:
     """Where `check` enumerates a family's `sequence` claim: under every (case path, parallel
     configuration) it certifies, at up to `SEQUENCE_PER_PATH` block sizes each, within
@@ -87,12 +96,9 @@ class _Sequence:
 
     def visit(self, lib: Library, family: str, sizes: dict, world: int, cost: int) -> str:
         """Why the claim fails at `sizes` (enumerated there if due), or ''."""
-        if self.failed:
+        readings = None if self.failed else _readings(lib, family, sizes)
+        if readings is None:
             return ""
-        try:
-            readings = [Reading(lib, part, sizes) for part in lib.parts_of(family)]
-        except (ArithmeticError, LookupError):
-            return ""  # the direct reading fails: the oracle's comparison says so where it reads it
         key = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES))
         done = self.read.get(key, set())
         if sizes.get("block_size") in done or len(done) >= SEQUENCE_PER_PATH:
@@ -154,12 +160,9 @@ class _Placements:
         self.failed = False
 
     def visit(self, lib: Library, family: str, sizes: dict, world: int) -> str:
-        if self.failed:
+        readings = None if self.failed else _readings(lib, family, sizes)
+        if readings is None:
             return ""
-        try:
-            readings = [Reading(lib, part, sizes) for part in lib.parts_of(family)]
-        except (ArithmeticError, LookupError):
-            return ""  # the direct reading fails: the oracle's comparison says so where it reads it
         key = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES),
                sizes.get("total_heads"), sizes.get("heads"), sizes.get("block_size"))
         if key in self.seen:
