@@ -143,7 +143,9 @@ def _variant(lib: Library, fdef: FamilyDef, s: RunState) -> Variant:
         raise SpecError(f"local elements are {local.element} bytes but canonical ones "
                         f"{canon.element}; the shard map moves whole elements", fdef.canonical.span)
     if fdef.part_of is None and not scope.atoms.equal(local.base, 0):
-        raise SpecError(f"layout '{local.name}' starts at element {local.base}, not 0", local.span)
+        raise SpecError(f"layout '{local.name}' starts at element {local.base}, not 0: its offset at index 0 must "
+                        f"be the page's first element (layouts are read with every index stepping forward, so an "
+                        f"index that counts down, such as T - 1 - t, is not supported)", local.span)
     shard = fdef.shard
     srcs = tuple(n.id for n in shard.sources)
     if srcs != local.indices:
