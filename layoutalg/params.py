@@ -190,10 +190,14 @@ class Configuration(dict):
         Traceback (most recent call last):
         ...
         layoutalg.errors.ConfigError: configuration 'tp=2048': tp = 2048 is outside the proved domain [1, 1024]
+        >>> c["dcp"] = 0
+        Traceback (most recent call last):
+        ...
+        layoutalg.errors.ConfigError: configuration 'tp=4,pcp=1,dcp=1,interleave=1,pcp_replicas=0,pp=3+5,dcp=0': dcp = 0, expected at least 1
     """
 
     def __init__(self, items=(), /, *, split: tuple = (), shown: str | None = None, **names):
-        super().__init__(items, **names)
+        dict.update(self, items, **names)
         self._split = tuple(split) or (items.split if isinstance(items, Configuration) else ())
         said = self.text if shown is None else shown
         for name, value in self.items():
@@ -208,6 +212,29 @@ class Configuration(dict):
             if min(self._split) < 1:
                 raise ConfigError(f"configuration {said!r}: pipeline split {'+'.join(map(str, self._split))}: stage "
                                   f"{self._split.index(min(self._split))} owns no layer; every stage owns at least one")
+
+    def __setitem__(self, name, value):  # a value set later is checked as one given is
+        if name not in ROLES and name not in TABLE:
+            raise ConfigError(f"configuration {self.text!r}: {name!r} is no name of a configuration (one of "
+                              f"{', '.join(CONFIG_NAMES)}, pp or a runtime name)")
+        _check(f"{self.text},{name}={value}", name, value)
+        dict.__setitem__(self, name, value)
+
+    def __reduce__(self):  # (pickled through the constructor, which checks it, with its split)
+        return _configuration, (dict(self), self._split)
+
+    def update(self, *items, **names):
+        for name, value in dict(*items, **names).items():
+            self[name] = value
+
+    def setdefault(self, name, value=None):
+        if name not in self:
+            self[name] = value
+        return self[name]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
 
     @classmethod
     def parse(cls, text: str, also: tuple = (), shown: str | None = None) -> Configuration:
@@ -282,6 +309,10 @@ class Configuration(dict):
         return same if same is NotImplemented else not same
 
     __hash__ = None
+
+
+def _configuration(items: dict, split: tuple) -> Configuration:
+    return Configuration(items, split=split)
 
 
 def _reading(name: str) -> property:
