@@ -31,12 +31,12 @@ class Run(tuple):
     """A strided run of equal fragments from a source byte space to a destination byte space
     (see the module's docstring), a tuple of its fields as its name orders them.
 
-    Checked where built: `CopyRun(...)`, `DirectRun(...)`, `_make` and `_replace` check the
-    invariants (`why_refused`: every field an int, none negative; a copy run moves a byte and
-    its fragments do not overlap on either side) and a run that breaks one is still built,
-    as a `refused` run (`sound` False: the plan given it refuses it, naming what is wrong,
-    before a byte moves), so a consumer trusts a `sound` run without checking it again.
-    `trusted` builds the lowering's own output unchecked (its arithmetic makes them hold).
+    Built as given, by position or by name (a run that breaks an invariant is still built: the
+    plan given it refuses it, naming what is wrong, before a byte moves); `sound` says whether
+    its values hold the invariants (`why_refused`: every field an int, none negative; a copy
+    run moves a byte and its fragments do not overlap on either side). A plan checks what it
+    moves by the values, never by how the run was made: a pickle, `tuple.__new__` or a hand
+    can build any tuple.
 
     Examples:
         >>> r = Run(0, 100, 4, 3, 8, 16)
@@ -51,7 +51,6 @@ class Run(tuple):
     """
 
     __slots__ = ()
-    sound = True      # the invariants held where it was built (a `refused` run's class says False)
     producer = None   # the source rank, where there are several (`DirectRun`)
 
     def __new__(cls, src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride, producer=None):
@@ -59,19 +58,10 @@ class Run(tuple):
             return CopyRun(src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride)
         return DirectRun(producer, src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride)
 
-    @classmethod
-    def _make(cls, values):
-        """The run of `values`, in the name's field order, checked (what `_replace` builds with)."""
-        values = tuple(values)
-        if len(values) != len(cls._fields):
-            raise TypeError(f"Expected {len(cls._fields)} arguments, got {len(values)}")
-        return _checked(cls.named, values)
-
-    @classmethod
-    def trusted(cls, values):
-        """The run of `values` unchecked: for the lowering's own output, whose arithmetic makes the
-        invariants hold (as Triton's `LinearLayout` takes `NoCheckInvariants`)."""
-        return tuple.__new__(cls.named, values)
+    @property
+    def sound(self) -> bool:
+        """Whether the run's values hold its invariants."""
+        return self.why_refused() is None
 
     @property
     def src(self) -> Side:
@@ -83,24 +73,24 @@ class Run(tuple):
 
     def side(self, which: str) -> Side:
         """The `"src"` or `"dst"` side."""
-        if which == "src":
-            return Side(self.src_offset, self.src_stride)
-        if which == "dst":
-            return Side(self.dst_offset, self.dst_stride)
-        raise ValueError(f"a run's sides are {SIDES}, not {which!r}")
+        if which not in SIDES:
+            raise ValueError(f"a run's sides are {SIDES}, not {which!r}")
+        return self.src if which == "src" else self.dst
 
     def at(self, which: str, offset: int, other: int, fragment_size=None, num_fragments=None) -> Run:
         """This run (of the same name and producer) starting at `offset` on side `which` and
         `other` on the other side, with its fragments resized or counted anew where given."""
+        if which not in SIDES:
+            raise ValueError(f"a run's sides are {SIDES}, not {which!r}")
         size = self.fragment_size if fragment_size is None else fragment_size
         count = self.num_fragments if num_fragments is None else num_fragments
-        src, dst = (offset, other) if which == "src" else (other, offset) if which == "dst" else self.side(which)
-        return self.named._of(self, src, dst, size, count)
+        src, dst = (offset, other) if which == "src" else (other, offset)
+        return self._of(src, dst, size, count)
 
     def fused(self) -> Run:
         """The run as one fragment of all its bytes: what it is on a side where each fragment
         continues the last (stride = fragment size), which the caller has seen."""
-        return self.named._of(self, self.src_offset, self.dst_offset, self.fragment_size * self.num_fragments, 1)
+        return self._of(self.src_offset, self.dst_offset, self.fragment_size * self.num_fragments, 1)
 
     @property
     def bytes(self) -> int:
@@ -124,20 +114,6 @@ class Run(tuple):
         return None
 
 
-def _checked(cls, values: tuple) -> Run:
-    run = tuple.__new__(cls, values)
-    return run if run.why_refused() is None else tuple.__new__(cls.refused, values)
-
-
-def _refused(cls) -> type:
-    """`cls` as built from values that break its invariants (`Run.sound` False); named as `cls`."""
-    out = type(cls.__name__, (cls,), {"__slots__": (), "sound": False, "__module__": cls.__module__,
-                                      "__doc__": f"A {cls.__name__} that broke an invariant where it was built."})
-    out.__qualname__ = f"_Refused{cls.__name__}"  # (what pickling finds it by)
-    cls.refused, cls.named = out, cls
-    return out
-
-
 _CopyFields = namedtuple("CopyRun", ["local_offset", "canonical_offset", "fragment_size", "num_fragments",
                                      "local_stride", "canonical_stride"], module=__name__)
 
@@ -156,20 +132,11 @@ class CopyRun(_CopyFields, Run):
     """
 
     __slots__ = ()
-    _make = Run.__dict__["_make"]  # (before the namedtuple's: `_replace` checks too)
     src_offset, dst_offset = _CopyFields.local_offset, _CopyFields.canonical_offset
     src_stride, dst_stride = _CopyFields.local_stride, _CopyFields.canonical_stride
 
-    def __new__(cls, local_offset, canonical_offset, fragment_size, num_fragments, local_stride, canonical_stride):
-        return _checked(CopyRun, (local_offset, canonical_offset, fragment_size, num_fragments, local_stride,
-                                  canonical_stride))
-
-    @staticmethod
-    def _of(like, src, dst, size, count) -> Run:
-        return _checked(CopyRun, (src, dst, size, count, like.local_stride, like.canonical_stride))
-
-    def __reduce__(self):  # every pickle protocol rebuilds through the checking constructor
-        return CopyRun, tuple(self)
+    def _of(self, src, dst, size, count) -> Run:
+        return CopyRun(src, dst, size, count, self.local_stride, self.canonical_stride)
 
     def why_refused(self) -> str | None:
         why = Run.why_refused(self)
@@ -195,22 +162,10 @@ class DirectRun(_DirectFields, Run):
     """
 
     __slots__ = ()
-    _make = Run.__dict__["_make"]
     producer = _DirectFields.producer
 
-    def __new__(cls, producer, src_offset, dst_offset, fragment_size, num_fragments, src_stride, dst_stride):
-        return _checked(DirectRun, (producer, src_offset, dst_offset, fragment_size, num_fragments, src_stride,
-                                    dst_stride))
-
-    @staticmethod
-    def _of(like, src, dst, size, count) -> Run:
-        return _checked(DirectRun, (like.producer, src, dst, size, count, like.src_stride, like.dst_stride))
-
-    def __reduce__(self):  # every pickle protocol rebuilds through the checking constructor
-        return DirectRun, tuple(self)
-
-
-_RefusedCopyRun, _RefusedDirectRun = _refused(CopyRun), _refused(DirectRun)
+    def _of(self, src, dst, size, count) -> Run:
+        return DirectRun(self.producer, src, dst, size, count, self.src_stride, self.dst_stride)
 
 
 MAX_STRETCHES = 64

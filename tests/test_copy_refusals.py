@@ -188,19 +188,20 @@ def test_hand_built_runs_are_refused_before_any_byte_moves(run, message):
 
 
 def _bypassed(cls, values):
-    """A record of `values` built past its checking constructor, as unpickling a protocol 0 or 1
-    pickle made before runs were checked where built does (`copyreg._reconstructor`)."""
+    """A record of `values` built past its constructor, as unpickling a protocol 0 or 1 pickle
+    does (`copyreg._reconstructor`)."""
     import copyreg
     return copyreg._reconstructor(cls, tuple, tuple(values))
 
 
-@pytest.mark.parametrize("build", ["trusted", "bypassed", "at"])
-def test_a_run_built_past_its_constructor_is_still_refused_before_any_byte_moves(build):
-    """A run is checked where built, and a plan checks what it moves again: a run whose values
-    reached it another way says `sound` (its class's word) but is refused by its values."""
+@pytest.mark.parametrize("build", ["by_hand", "bypassed", "at"])
+def test_a_run_however_built_is_refused_by_its_values_before_any_byte_moves(build):
+    """A plan checks what it moves by the run's values, not by how the run was made: by hand,
+    past its constructor, or moved by `Run.at` to a negative offset."""
     bad = (-4, 0, 4, 1, 4, 4)
-    run = {"trusted": lambda: CopyRun.trusted(bad), "bypassed": lambda: _bypassed(CopyRun, bad),
+    run = {"by_hand": lambda: CopyRun(*bad), "bypassed": lambda: _bypassed(CopyRun, bad),
            "at": lambda: CopyRun(0, 0, 4, 1, 4, 4).at("src", -4, 0)}[build]()
+    assert not run.sound
     m = CanonicalPageMapping(16, 16, (CopyRun(4, 4, 8, 1, 8, 8), run), 1, 0, True)
     kv = torch.arange(48, dtype=torch.uint8).reshape(3, 16)[1:]  # a byte before it is another block's
     pages, before = torch.zeros(2, 16, dtype=torch.uint8), kv.clone()
@@ -208,7 +209,7 @@ def test_a_run_built_past_its_constructor_is_still_refused_before_any_byte_moves
         with pytest.raises(ConfigError, match=r"run 1 .* has a negative local offset"):
             call()
     assert not pages.any() and torch.equal(kv, before)
-    assert CopyRun(0, 0, 4, 1, 4, 4).at("src", 2.5, 0).sound is False  # a float offset: refused where built
+    assert CopyRun(0, 0, 4, 1, 4, 4).at("src", 2.5, 0).sound is False  # a float offset: unsound by its values
 
 
 @pytest.mark.parametrize("protocol", range(6))

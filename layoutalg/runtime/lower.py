@@ -149,7 +149,7 @@ def emit(inst: Instance, C: Layout, layout_id: str = "") -> tuple[CanonicalPageM
     offsets, fs, nf, ls, cs = run_plan(C)
     num_writers = prod(r.extent for r in inst.ranks if r.replica)
     ranks = _rank_bases(inst)
-    make = CopyRun.trusted
+    make = CopyRun._make
     tilings = (Tiling(tuple(inst.local), tuple(inst.ranks), inst.canonical_base),)
     return tuple(CanonicalPageMapping(inst.canonical_page, inst.local_page,
                                       tuple([make((lo, co + base, fs, nf, ls, cs)) for lo, co in offsets]),

@@ -18,8 +18,7 @@ def check_runs(m: CanonicalPageMapping, op: str) -> None:
         raise ConfigError(f"{op}: mapping must be a CanonicalPageMapping, got {type(m).__name__}")
     if not isinstance(m.runs, tuple):
         raise ConfigError(f"{op}: mapping.runs must be a tuple of CopyRun, got {type(m.runs).__name__}")
-    # each run's own values are checked here as well as where it was built: a run's fields can be set
-    # by a path that skips its constructor (`CopyRun.trusted`, `tuple.__new__`), and the checks cost
+    # each run's values are checked here, however it was made (by hand, a pickle, `tuple.__new__`):
     # a few comparisons a run beside the sweep below
     for i, run in enumerate(m.runs):
         if not isinstance(run, CopyRun) or not all(type(v) is int for v in run):
