@@ -152,6 +152,9 @@ DEFAULTS = {n: 0 if n == "pcp_replicas" else 1 for n in CONFIG_NAMES}
 
 def _check(said: str, name: str, value) -> None:
     """A `ConfigError` unless `value` may be `name`'s in a configuration (`said`: as the user wrote it)."""
+    if name not in ROLES and name not in TABLE:
+        raise ConfigError(f"configuration {said!r}: {name!r} is no name of a configuration (one of "
+                          f"{', '.join(CONFIG_NAMES)}, pp or a runtime name)")
     if type(value) is not int:  # (a bool is no size)
         raise ConfigError(f"configuration {said!r}: {name} must be a whole number, got {value!r}")
     lo, hi = DOMAIN.get(name, (0, None))  # (pcp_replicas, in no table of the runtime's: at least 0)
@@ -201,9 +204,6 @@ class Configuration(dict):
         self._split = tuple(split) or (items.split if isinstance(items, Configuration) else ())
         said = self.text if shown is None else shown
         for name, value in self.items():
-            if name not in ROLES and name not in TABLE:
-                raise ConfigError(f"configuration {said!r}: {name!r} is no name of a configuration (one of "
-                                  f"{', '.join(CONFIG_NAMES)}, pp or a runtime name)")
             _check(said, name, value)
         if self._split:
             if self.get("pp") != len(self._split) or any(type(c) is not int for c in self._split):
@@ -214,9 +214,6 @@ class Configuration(dict):
                                   f"{self._split.index(min(self._split))} owns no layer; every stage owns at least one")
 
     def __setitem__(self, name, value):  # a value set later is checked as one given is
-        if name not in ROLES and name not in TABLE:
-            raise ConfigError(f"configuration {self.text!r}: {name!r} is no name of a configuration (one of "
-                              f"{', '.join(CONFIG_NAMES)}, pp or a runtime name)")
         _check(f"{self.text},{name}={value}", name, value)
         dict.__setitem__(self, name, value)
 
