@@ -94,10 +94,10 @@ class _Sequence:
         self.unread: set = set()  # (path, configuration) the budget left unread
         self.spent, self.failed = 0, False
 
-    def visit(self, lib: Library, family: str, sizes: dict, world: int, cost: int) -> str:
-        """Why the claim fails at `sizes` (enumerated there if due), or ''."""
-        readings = None if self.failed else _readings(lib, family, sizes)
-        if readings is None:
+    def visit(self, readings, sizes: dict, world: int, cost: int) -> str:
+        """Why the claim fails at `sizes` (enumerated there if due; `readings`: the parts' direct
+        reading there, None where it fails), or ''."""
+        if self.failed or readings is None:
             return ""
         key = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES))
         done = self.read.get(key, set())
@@ -159,9 +159,8 @@ class _Placements:
         self.seen: set = set()
         self.failed = False
 
-    def visit(self, lib: Library, family: str, sizes: dict, world: int) -> str:
-        readings = None if self.failed else _readings(lib, family, sizes)
-        if readings is None:
+    def visit(self, readings, sizes: dict, world: int) -> str:
+        if self.failed or readings is None:
             return ""
         key = (tuple(tuple(r.taken) for r in readings), tuple(sizes.get(n) for n in params.CONFIG_NAMES),
                sizes.get("total_heads"), sizes.get("heads"), sizes.get("block_size"))
@@ -394,10 +393,13 @@ def check_family(lib: Library, cf: CompiledFamily, domain: dict | None = None,
                               f"elements at the sample sizes, more than check reads ({ORACLE_ELEMENTS}): an index "
                               f"extent is out of proportion (use `layoutalg prove`), with {where}")
             break
-        why = sequenced.visit(lib, cf.name, sizes, len(maps), cost) if sequenced is not None else ""
+        # the parts' direct reading at these sizes, once for the sequence and placement steps
+        readings = _readings(lib, cf.name, sizes) if not placements.failed or \
+            (sequenced is not None and not sequenced.failed) else None
+        why = sequenced.visit(readings, sizes, len(maps), cost) if sequenced is not None else ""
         if why:  # pages of another cp are joined by this index: a false claim reorders the sequence
             rep.errors.append(f"{spec_line(lib, cf.name, 'sequence')}: {why}, with {where}")
-        why = placements.visit(lib, cf.name, sizes, len(maps))
+        why = placements.visit(readings, sizes, len(maps))
         if why:  # the engine's rank r holds other heads or tokens than the grid gives it
             rep.errors.append(f"{spec_line(lib, cf.name, 'rank')}: {why}, with {where}")
         oracle = rep.oracle_checked < oracle_limit and spent + cost <= ORACLE_ELEMENTS
