@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import FULL, ROOT
 from layoutalg.verify.check import sample_domain
 from layoutalg.compile.codegen import compile_named
 from layoutalg.dsl.library import load
@@ -33,21 +33,49 @@ LOOK_ALIKE = {"flash_nhd": "split_nhd", "flash_hnd": "split_hnd", "aiter": "pack
 """The family each one's word tells it from: one tensor of the same shape and strides."""
 
 
-def _library(tmp_path, drop: str | None = None):
+def _files(drop: str) -> set[str]:
+    """The spec files of the family `drop`, of its look-alike, and what they import."""
+    out, todo = set(), [f"{drop}.lal", f"{LOOK_ALIKE[drop]}.lal"]
+    while todo:
+        name = todo.pop()
+        if name not in out:
+            out.add(name)
+            todo += re.findall(r'^import "(.+)"', (ROOT / "specs" / name).read_text(), re.M)
+    return out
+
+
+def _write(tmp_path, drop: str | None = None, only=None):
+    """The shipped spec files (or those named in `only`) in `tmp_path`, `drop`'s word dropped."""
     for f in (ROOT / "specs").glob("*.lal"):
+        if only is not None and f.name not in only:
+            continue
         text = f.read_text()
         if drop is not None and f.stem == drop:
             text, n = re.subn(rf" and {WORDS[drop]}\b|\b{WORDS[drop]} and |^    require {WORDS[drop]} .*\n", "",
                               text, flags=re.M)
             assert n == 1, (drop, n)
         (tmp_path / f.name).write_text(text)
-    lib = load([tmp_path])
+    return tmp_path
+
+
+def _library(tmp_path, drop: str | None = None, only=None):
+    lib = load([_write(tmp_path, drop, only)])
     return lib, {n: compile_named(lib, n) for n in lib.families}
 
 
-def test_the_shipped_library_has_no_two_families_that_read_one_tensor_apart():
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped library and its families as the runtime holds them (from the on-disk cache;
+    compiled and stored there where it is cold)."""
+    from layoutalg.runtime.derive import compiled_library
     lib = load([ROOT / "specs"])
-    families = {n: compile_named(lib, n) for n in lib.families}
+    families = dict(compiled_library(str(ROOT / "specs")))
+    assert sorted(families) == sorted(lib.families)
+    return lib, families
+
+
+def test_the_shipped_library_has_no_two_families_that_read_one_tensor_apart(shipped):
+    lib, families = shipped
     together = pairs(lib, families)
     found, tally = confusions(lib, families, sample_domain(lib), together=together)
     assert found == [] and tally.pairs >= 30 and tally.offered > 1000, (found, tally)
@@ -114,12 +142,14 @@ def test_a_look_alike_beyond_the_samples_is_found_where_z3_says_both_apply(tmp_p
     assert re.search(r"reads byte \d+ of a block's page as", found[0].why), found[0].why
 
 
-@pytest.mark.parametrize("drop", random.Random(35).sample(sorted(WORDS), 1))
+@pytest.mark.parametrize("drop", sorted(WORDS) if FULL else random.Random(35).sample(sorted(WORDS), 1))
 def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, capsys, drop):
-    """A fresh mutant (seeded): one family's distinguishing guard dropped. `check`'s recognition
-    pass names the pair, the tensor and the byte they read apart, and fails."""
+    """A fresh mutant (seeded; every family's with LAYOUTALG_FULL=1): one family's distinguishing
+    guard dropped. `check`'s recognition pass, on that family, its look-alike and what they import
+    (the shipped library's pairs are the test above's), names the pair, the tensor and the byte
+    they read apart, and fails."""
     from layoutalg.cli.check import _recognition
-    lib, families = _library(tmp_path, drop)
+    lib, families = _library(tmp_path, drop, _files(drop))
     assert _recognition(lib, families) == 1
     found = together(lib, *sorted((drop, LOOK_ALIKE[drop])))  # apart for all sizes only with the word
     assert found.status == "together" and found.found, found
@@ -131,11 +161,7 @@ def test_a_family_that_loses_the_word_that_tells_it_apart_is_found(tmp_path, cap
 
 def test_check_fails_on_a_pair_that_reads_one_tensor_apart(tmp_path):
     """End to end: `layoutalg check` of FlashAttention's NHD family without its word, beside split NHD."""
-    _library(tmp_path, "flash_nhd")
-    small = tmp_path / "pair"
-    small.mkdir()
-    for f in ("grids.lal", "split_nhd.lal", "flash_nhd.lal"):
-        (small / f).write_text((tmp_path / f).read_text())
+    small = _write(tmp_path, "flash_nhd", {"grids.lal", "split_nhd.lal", "flash_nhd.lal"})
     out = subprocess.run([sys.executable, "-m", "layoutalg", "check", str(small)], capture_output=True, text=True)
     assert out.returncode == 1 and "families flash_nhd and split_nhd both take a layer of 2 block(s)" in out.stdout, \
         out.stdout[-2000:]
@@ -143,13 +169,14 @@ def test_check_fails_on_a_pair_that_reads_one_tensor_apart(tmp_path):
 
 def test_the_runtime_refuses_a_layer_two_families_take_and_copy_differently(tmp_path):
     """Flash NHD without its word takes split NHD's two-block tensor too: the layer is not
-    certified by either (it falls to the opaque fallback, whose page is its writer's only)."""
+    certified by either (it falls to the opaque fallback, whose page is its writer's only): a library
+    of the two, the fallback and the grids they import."""
     D, BS, H = 8, 4, 2
     kv = torch.zeros(2, 2, BS, H, D, dtype=torch.bfloat16)
     layer = LayerSpec("attention", 2 * BS * H * D * 2, block_size=BS, num_kv_heads=H, head_size=D, dtype_bytes=2)
     shipped = Deriver(ROOT / "specs").derive(layer, TensorLayout.of(kv), ParallelConfig(1, H), 2)
     assert (shipped.result, shipped.family) == ("certified", "split_nhd")
-    _library(tmp_path, "flash_nhd")
+    _write(tmp_path, "flash_nhd", {"grids.lal", "split_nhd.lal", "flash_nhd.lal", "opaque.lal"})
     res = Deriver(tmp_path).derive(layer, TensorLayout.of(kv), ParallelConfig(1, H), 2)
     assert res.result != "certified" and any("both take this tensor and place its bytes" in r
                                              for r in res.reasons), res
