@@ -61,12 +61,21 @@ def _library(tmp_path, text, grids=GRIDS):
     return load([tmp_path / "f.lal"])
 
 
+@pytest.fixture(scope="module")
+def half(tmp_path_factory):
+    """(folder, library) of the HALF mutant, written once for the tests that read it: its
+    `sequence-order` row (refuted) is proved once and read from the proof cache after, which keys
+    a row by its spec files' paths."""
+    folder = tmp_path_factory.mktemp("half")
+    return folder, _library(folder, HALF)
+
+
 def _row(lib, family):
     return prove_obligation(lib, family, "sequence-order", {}, Budgets.of())
 
 
-def test_two_tokens_at_one_place_are_refuted_though_every_other_row_proves(tmp_path):
-    lib = _library(tmp_path, HALF)
+def test_two_tokens_at_one_place_are_refuted_though_every_other_row_proves(half):
+    _, lib = half
     for name in ("shard-in-range", "shard-injective", "writers-disjoint"):  # (`prove` proves every other row)
         assert prove_obligation(lib, "halfseq", name, {}, Budgets.of()).status == "proved", name
     row = _row(lib, "halfseq")
@@ -76,20 +85,20 @@ def test_two_tokens_at_one_place_are_refuted_though_every_other_row_proves(tmp_p
     assert w["block_size"] >= 2 and w["block_size"] % 2 == 0
 
 
-def test_a_conversion_across_block_sizes_rests_on_the_claim_for_all_sizes(tmp_path):
+def test_a_conversion_across_block_sizes_rests_on_the_claim_for_all_sizes(half):
     from layoutalg.verify.conversions import conversion
-    lib = _library(tmp_path, HALF)
-    big, small = (group_of("halfseq", parse_config("tp=2"), 4, b, 8, "bf16", 1, specs=str(tmp_path)).sizes
+    folder, lib = half
+    big, small = (group_of("halfseq", parse_config("tp=2"), 4, b, 8, "bf16", 1, specs=str(folder)).sizes
                   for b in (64, 16))
     with pytest.raises(LayoutalgError, match="sequence-order is not proved for all sizes \\(refuted"):
         conversion(lib, "halfseq", big, small)
 
 
-def test_plans_across_another_cp_rest_on_the_claim_for_all_sizes(tmp_path):
+def test_plans_across_another_cp_rest_on_the_claim_for_all_sizes(half):
     """`prove --reshard tp=1,pcp=2 tp=2` proved both rows of this pair for all sizes; the plans
     of all sizes read the same row (`all_sizes`, tested on another mutant in test_replan.py)."""
-    lib = _library(tmp_path, HALF)
-    x, y = (group_of("halfseq", parse_config(c), 4, 8, 8, "bf16", 2, specs=str(tmp_path)).sizes
+    folder, lib = half
+    x, y = (group_of("halfseq", parse_config(c), 4, 8, 8, "bf16", 2, specs=str(folder)).sizes
             for c in ("tp=1,pcp=2", "tp=2"))
     why = sequence_unshown(lib, "halfseq", x, y, Budgets.of().config)
     assert "sequence-order is not proved for all sizes (refuted" in why
@@ -129,9 +138,9 @@ def test_the_shipped_claims_are_bijections(family):
     assert row.status == "proved" and row.method == "symbolic: all sizes, all ranks", row
 
 
-def test_check_enumerates_the_bijection_too(tmp_path):
+def test_check_enumerates_the_bijection_too(half):
     from test_cli import run
-    _library(tmp_path, HALF)
-    out = run("check", str(tmp_path / "f.lal"))
+    folder, _ = half
+    out = run("check", str(folder / "f.lal"))
     assert out.returncode != 0
     assert "`sequence s` does not hold" in out.stdout and "runs over" in out.stdout, out.stdout
