@@ -16,7 +16,7 @@ from layoutalg.mapping import merged_triples
 from layoutalg.verify.conversions import conversion
 
 from conftest import ROOT
-from test_reshard import _group
+from test_reshard import _group, forked  # noqa: F401 (a fixture)
 
 
 @pytest.mark.parametrize("family, heads, big, small, k", [
@@ -54,13 +54,16 @@ def _cli(*args):
 
 
 def test_reshard_to_another_dcp_across_processes():
-    proc = _cli("--family", "split_hnd", "--store", "tp=2", "--load", "tp=8,dcp=2,interleave=2", "--heads", "4",
+    """Heads sharded on both sides, tokens dealt by DCP in pairs on the loading one: 2 + 4 rank
+    processes (tp=2 -> tp=8,dcp=2 with 4 heads, the same path in 2 + 8, is the in-process tests' pair)."""
+    proc = _cli("--family", "split_hnd", "--store", "tp=2", "--load", "tp=4,dcp=2,interleave=2", "--heads", "2",
                 "--block-size", "4", "--head-size", "16", "--blocks", "4", "--layers", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "converted: 1 x 4 pages of 1024 bytes into 1 x 2 of 2048" in proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "8 passed, 0 failed"
+    assert "converted: 1 x 4 pages of 512 bytes into 1 x 2 of 1024" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "4 passed, 0 failed"
 
 
+@pytest.mark.usefixtures("forked")
 def test_a_wrong_conversion_is_caught_by_the_byte_check():
     """The conversion's two halves of each page swapped: every loading rank holds wrong bytes."""
     lib = load_default()
@@ -146,13 +149,13 @@ def test_convert_refuses_pages_of_the_wrong_shape():
 def test_reshard_to_another_block_size_across_processes():
     """Pages of block size 4 and of 8 are parts of one another along the tokens, as pages of
     another cp are: two small pages join into one, here stored by a pipeline of two stages (the
-    direct plan: tests/test_pipeline.py)."""
-    proc = _cli("--family", "split_hnd", "--store", "pp=2,tp=2,block_size=4", "--load", "tp=4,block_size=8",
+    direct plan: tests/test_pipeline.py). Two stages of one rank store, two ranks load (heads sharded)."""
+    proc = _cli("--family", "split_hnd", "--store", "pp=2,tp=1,block_size=4", "--load", "tp=2,block_size=8",
                 "--heads", "4", "--head-size", "16", "--blocks", "4", "--layers", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "stored: 2 stages (layers 0, 1) of 2 ranks" in proc.stdout, proc.stdout  # a pipeline, each stage a group
+    assert "stored: 2 stages (layers 0, 1) of 1 ranks" in proc.stdout, proc.stdout  # a pipeline, each stage a group
     assert "converted: 2 x 4 pages of 1024 bytes into 2 x 2 of 2048" in proc.stdout, proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "8 passed, 0 failed"
+    assert proc.stdout.strip().splitlines()[-1] == "4 passed, 0 failed"
     odd = _cli("--family", "split_hnd", "--store", "tp=2,block_size=4", "--load", "tp=2,block_size=6",
                "--heads", "4", "--head-size", "16", "--blocks", "4", "--layers", "1")
     assert odd.returncode == 2 and "not a multiple of 4" in odd.stderr, odd.stdout + odd.stderr

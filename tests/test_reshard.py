@@ -149,18 +149,35 @@ def _cli(*args):
                           cwd=ROOT, timeout=300)
 
 
+@pytest.fixture
+def forked(monkeypatch):
+    """`reshard`'s ranks started by fork rather than spawn: still a process a rank, each joining
+    the process group, copying and checking its bytes, but without each re-importing torch and
+    the library (seconds a rank). For the tests of what the byte check finds; the spawned
+    processes themselves are run by the CLI tests (`_cli`: test_reshard_across_processes, ...)
+    and `_spawn`'s errors by test_a_rank_whose_process_fails_is_a_clear_error."""
+    import functools
+    import torch.multiprocessing as mp
+    monkeypatch.setattr(mp, "spawn", functools.partial(mp.start_processes, start_method="fork"))
+
+
 @pytest.mark.parametrize("direct", [False, True])
 def test_reshard_across_processes(direct):
-    args = ["--family", "split_hnd", "--store", "tp=4", "--load", "tp=2", "--heads", "2", "--block-size", "4",
+    """Through canonical pages in shared memory (2 + 1 rank processes, heads sharded on the store
+    side), and direct (4 + 2: GQA replicas, the consumers reading from different ones)."""
+    store, load = ("tp=4", "tp=2") if direct else ("tp=2", "tp=1")
+    args = ["--family", "split_hnd", "--store", store, "--load", load, "--heads", "2", "--block-size", "4",
             "--head-size", "16", "--blocks", "6", "--layers", "2"] + (["--direct"] if direct else [])
     proc = _cli(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "4 passed, 0 failed"
+    assert proc.stdout.strip().splitlines()[-1] == ("4 passed, 0 failed" if direct else "2 passed, 0 failed")
     if direct:
         assert "reshard-match  proved" in proc.stdout and "consumer<-producers 0<-0, 1<-3;" in proc.stdout
+    else:
+        assert "stored: 2 ranks of tp=2" in proc.stdout, proc.stdout
 
 
-def test_reshard_fails_where_a_loading_rank_gets_wrong_bytes():
+def test_reshard_fails_where_a_loading_rank_gets_wrong_bytes(forked):
     """Consumer rank 1's mapping reads rank 0's heads (a run off by one shard): the check sees it."""
     x, y = _group("split_nhd", 4, "tp=4"), _group("split_nhd", 4, "tp=2")
     m = y.mappings[1]
@@ -369,11 +386,12 @@ def test_direct_plans_of_padded_pages_are_proved_and_a_wrong_one_refuted(a, b, g
 
 
 def test_reshard_of_mamba_state_across_processes():
+    """tp=2 to tp=1 with one group (B and C copied on both producers): 2 + 1 rank processes."""
     names = [f"--size={n}={v}" for n, v in {**MAMBA, "n_groups": 1}.items()]
-    proc = _cli("--family", "mamba2", "--store", "tp=4", "--load", "tp=2", "--blocks", "4", "--layers", "2",
+    proc = _cli("--family", "mamba2", "--store", "tp=2", "--load", "tp=1", "--blocks", "4", "--layers", "2",
                 "--direct", *names)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "reshard-match  proved" in proc.stdout and proc.stdout.strip().splitlines()[-1] == "4 passed, 0 failed"
+    assert "reshard-match  proved" in proc.stdout and proc.stdout.strip().splitlines()[-1] == "2 passed, 0 failed"
     missing = _cli("--family", "mamba2", "--store", "tp=4", "--load", "tp=2")
     assert missing.returncode == 2 and "give each with --size NAME=VALUE" in missing.stderr
 
@@ -598,7 +616,7 @@ def test_check_refutes_a_family_whose_pages_mean_other_things_under_another_cp()
     assert check_family(shipped, compile_named(shipped, "split_nhd")).errors == []
 
 
-def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(tmp_path, monkeypatch):
+def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(tmp_path, monkeypatch, forked):
     """Each byte is named by the engine element it holds (`oracle.naming`): the local layout's
     indices, each a global index by the grid's placements. With the conversion's own element
     check taken away, the pages of the family above move, and the byte check fails every
@@ -607,11 +625,12 @@ def test_reshard_fails_a_spec_that_means_other_things_under_two_configurations(t
     from layoutalg.tools.distributed import library_of
     import layoutalg.verify.prove.meaning as meaning
     specs = _swapped(tmp_path)
-    monkeypatch.setattr(conversions, "_keeps_elements", lambda *a: None)
-    monkeypatch.setattr(meaning, "unshown", lambda *a, **k: "")
     store = group_of("swapped_channels", parse_config("tp=2"), 2, 4, 4, "bf16", 4, specs=specs)
     load = group_of("swapped_channels", parse_config("tp=4,dcp=2"), 2, 4, 4, "bf16", 2, specs=specs)
-    conv = conversions.conversion(library_of(specs), "swapped_channels", load.sizes, store.sizes)
+    with monkeypatch.context() as m:  # (taken away for the conversion only: the forked ranks see the library)
+        m.setattr(conversions, "_keeps_elements", lambda *a: None)
+        m.setattr(meaning, "unshown", lambda *a, **k: "")
+        conv = conversions.conversion(library_of(specs), "swapped_channels", load.sizes, store.sizes)
     assert reshard(store, load, 1, conversion=conv, log=lambda *a: None) == (0, 4)
     same = group_of("swapped_channels", parse_config("tp=4"), 2, 4, 4, "bf16", 4, specs=specs)
     assert reshard(store, same, 1, log=lambda *a: None) == (4, 0)  # the control: one cp, one meaning
