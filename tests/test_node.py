@@ -34,7 +34,7 @@ def _job(pages, side: str, config: str, nodes: int = 2, per_node: int = 1):
     return [p.returncode for p in procs], "".join(outs)
 
 
-def test_two_jobs_on_two_nodes_each_store_and_load_through_files(tmp_path):
+def test_two_jobs_on_two_nodes_each_store_and_load_through_files(tmp_path, monkeypatch, threads):
     rc, out = _job(tmp_path, "store", "tp=2")
     assert rc == [0, 0], out
     assert "stored: tp=2,pcp=1,dcp=1,interleave=1,pcp_replicas=0, 3 layers x 4 pages of 1024 bytes" in out, out
@@ -53,11 +53,18 @@ def test_two_jobs_on_two_nodes_each_store_and_load_through_files(tmp_path):
     rc, out = _job(tmp_path, "load", "tp=4", nodes=2, per_node=2)
     assert 1 in rc and "11 passed, 1 failed" in out, out  # 4 ranks x 3 layers: the rank holding byte 1000
     # a record naming another format in this format's folder: neither a store nor a load touches it
+    # (each a job of one rank in this process, of this format: the page store refuses before a page moves)
+    from layoutalg.errors import ConfigError
+    from layoutalg.tools.distributed import group_of, parse_config
+    from layoutalg.tools.node import load_job, store_job
     record = folder / "job.json"
     record.write_text(record.read_text().replace(folder.name, "another-format"))
-    for side in ("store", "load"):
-        rc, out = _job(tmp_path, side, "tp=2", nodes=1, per_node=2)
-        assert rc != [0] and "holds pages of format another-format" in out, out
+    one = group_of("split_hnd", parse_config("tp=1"), 4, 4, 16, "bf16", 4)  # MODEL at tp=1: the same format
+    assert one.mappings[0].format_id == folder.name
+    for side, job in (("store", store_job), ("load", load_job)):
+        _alone(monkeypatch)
+        with pytest.raises(ConfigError, match=f"reshard {side} job: .* holds pages of format another-format"):
+            job(one, (range(3),), 3, str(tmp_path))
 
 
 def test_a_job_outside_torchrun_is_refused(tmp_path):
