@@ -172,14 +172,16 @@ def test_a_500_term_sum_is_an_error_in_every_command(tmp_path, capsys, command):
 
 
 def test_line_endings_and_byte_order_mark_do_not_matter(tmp_path):
-    text = (ROOT / "specs" / "split_nhd.lal").read_bytes()
+    """The fallback's spec (comments, an import, indented clauses, a guard with a comment after
+    it): it compiles in a tenth of a second where split NHD's takes seconds, five times over."""
+    text = (ROOT / "specs" / "opaque.lal").read_bytes()
     (tmp_path / "grids.lal").write_text(GRIDS)
     variants = {"lf.lal": text, "crlf.lal": text.replace(b"\n", b"\r\n"), "cr.lal": text.replace(b"\n", b"\r"),
                 "bom.lal": b"\xef\xbb\xbf" + text, "tabs.lal": text.replace(b"\n    ", b"\n\t")}
     for name, data in variants.items():
         (tmp_path / name).write_bytes(data)
-    compiled = {n: compile_family(resolve(load([tmp_path / n]), "split_nhd")).source for n in variants}
-    assert len(set(compiled.values())) == 1
+    compiled = {n: compile_family(resolve(load([tmp_path / n]), "opaque")).source for n in variants}
+    assert len(set(compiled.values())) == 1 and "kv_blocks_second" in compiled["lf.lal"]
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "# no newline at the end"])
