@@ -98,13 +98,20 @@ CROSS = [
 `LAYOUTALG_FULL=1` all of them."""
 
 
+@pytest.fixture(scope="module")
+def small_producers(lib):
+    """The unedited plans of CROSS[0] (small producers, two residue cases), proved once for the
+    tests that read them (the cross-cp proof and the CLI table's summary of it)."""
+    return _rows(lib, *CROSS[0][:3])
+
+
 @pytest.mark.parametrize("family, store, load, cases", CROSS if os.environ.get("LAYOUTALG_FULL") == "1" else CROSS[:3])
-def test_direct_plans_across_another_cp_are_proved_for_every_size(lib, family, store, load, cases):
+def test_direct_plans_across_another_cp_are_proved_for_every_size(lib, small_producers, family, store, load, cases):
     """Pages of another cp: the small side's ranks are k virtual ranks each, its digits moved
     onto the big page. Where a rank's chunks of tokens need not divide evenly among the k
     small pages, the plan is built once per residue (a `Transpose` block), each on its
     domain, and together they cover every size: no `reshard-domain` row is left."""
-    rows = _rows(lib, family, store, load)
+    rows = small_producers if (family, store, load) == CROSS[0][:3] else _rows(lib, family, store, load)
     assert replan.DOMAIN_ROW not in rows
     for n in replan.RESHARD:
         assert rows[n].status == "proved", (n, rows[n].detail)
@@ -114,15 +121,24 @@ def test_direct_plans_across_another_cp_are_proved_for_every_size(lib, family, s
             assert case in rows[n].method
 
 
-def test_sizes_no_case_covers_are_said_never_proved(lib):
+def _thirds(plans):
+    """A mutant whose every case holds only where 3 divides block_size too."""
+    import sympy
+    return tuple(p._replace(domain=p.domain + ((sympy.Symbol("block_size", integer=True, positive=True), 3),))
+                 for p in plans)
+
+
+@pytest.fixture(scope="module")
+def thirds_rows(lib):
+    """The rows of the `_thirds` mutant of CROSS[0]'s pair, proved once for the two tests reading them."""
+    return replan.prove_all_sizes(lib, "split_nhd", parse_config("tp=2"), parse_config("tp=2,dcp=2"),
+                                  Budgets.of().full, _thirds)
+
+
+def test_sizes_no_case_covers_are_said_never_proved(thirds_rows):
     """A plan whose every case holds only where 3 divides block_size too: the rest of the
     sizes are the `reshard-domain` row, unknown, with an example outside."""
-    import sympy
-
-    def thirds(plans):
-        return tuple(p._replace(domain=p.domain + ((sympy.Symbol("block_size", integer=True, positive=True), 3),))
-                     for p in plans)
-    rows = _rows(lib, "split_nhd", "tp=2", "tp=2,dcp=2", thirds)
+    rows = {r.obligation: r for r in thirds_rows}
     for n in replan.RESHARD:
         assert rows[n].status == "proved", (n, rows[n].detail)
         assert "see reshard-domain" in rows[n].method
@@ -508,31 +524,34 @@ def test_cli_proves_a_pair_and_fails_on_an_unknown_one():
     proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tp=2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 proved for all sizes," in proc.stdout and "direct plans from tp=1 to tp=2" in proc.stdout
-    proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=2", "tp=2,dcp=2")  # across a cp: by residue cases
-    assert proc.returncode == 0 and "2 proved for all sizes, 0 proved" in proc.stdout and "0 unknown" in proc.stdout
-    assert "reshard-domain" not in proc.stdout
     proc = run("prove", "specs/opaque.lal", "--reshard", "tp=1", "tp=2")
     assert proc.returncode == 1 and "0 refuted, 2 unknown" in proc.stdout
     proc = run("prove", "specs/split_nhd.lal", "--reshard", "tp=1", "tq=2")
     assert proc.returncode == 2 and "tq=2" in proc.stderr
 
 
-def test_the_summary_counts_rows_proved_only_on_a_domain(lib):
+def test_the_summary_of_a_pair_across_another_cp_proved_by_residue_cases(small_producers):
+    """`prove --reshard tp=2 tp=2,dcp=2`'s table (the CLI prints `_table` of these rows, and exits 0
+    where every row is proved): both rows proved for all sizes, by residue cases, no reshard-domain row."""
+    import io
+
+    from layoutalg.cli.prove import _table
+    rows = list(small_producers.values())
+    out = io.StringIO()
+    _table(rows, set(), out)
+    assert all(r.status == "proved" for r in rows)  # the CLI's exit status 0
+    assert "2 proved for all sizes, 0 proved" in out.getvalue() and "0 unknown" in out.getvalue()
+    assert "reshard-domain" not in out.getvalue()
+
+
+def test_the_summary_counts_rows_proved_only_on_a_domain(thirds_rows):
     """Rows proved where no case covers every size say so in the last line (the mutant whose
     cases all need 3 to divide block_size)."""
     import io
 
-    import sympy
-
     from layoutalg.cli.prove import _table
-
-    def thirds(plans):
-        return tuple(p._replace(domain=p.domain + ((sympy.Symbol("block_size", integer=True, positive=True), 3),))
-                     for p in plans)
-    rows = replan.prove_all_sizes(lib, "split_nhd", parse_config("tp=2"), parse_config("tp=2,dcp=2"),
-                                  Budgets.of().full, thirds)
     out = io.StringIO()
-    _table(rows, set(), out)
+    _table(thirds_rows, set(), out)
     assert "3 obligations: 2 proved for all sizes (2 of them only at the sizes where the plan's pieces divide: " \
         "see reshard-domain)" in out.getvalue() and "1 unknown" in out.getvalue()
 
@@ -691,23 +710,30 @@ def _slot_library(tmp_path):
     return load([tmp_path / "slot.lal"])
 
 
-def test_a_cross_cp_plan_rests_on_the_sequence_claim(tmp_path):
+@pytest.fixture(scope="module")
+def slot_library(tmp_path_factory):
+    """`_slot_library`, written and loaded once for the two tests that read it (one library object:
+    its parsed and resolved forms are shared; the two tests ask its `sequence-order` row at two budgets)."""
+    return _slot_library(tmp_path_factory.mktemp("slot"))
+
+
+def test_a_cross_cp_plan_rests_on_the_sequence_claim(slot_library):
     """The cross-cp check matches canonical indices, the small page's token
     shifted by its part, which is each token's place only where `sequence t` holds. The slot
     spec's plan (12 of 16 bytes the wrong token at block_size 4) was proved for all sizes."""
-    rows = _rows(_slot_library(tmp_path), "split_nhd", "tp=2", "tp=2,dcp=2")
+    rows = _rows(slot_library, "split_nhd", "tp=2", "tp=2,dcp=2")
     for n in replan.RESHARD:
         assert rows[n].status == "unknown", (n, rows[n].status)
         assert "sequence-order is not proved for all sizes (refuted" in rows[n].detail
 
 
-def test_a_cross_cp_plan_of_one_pair_rests_on_the_sequence_claim_there(lib, tmp_path):
+def test_a_cross_cp_plan_of_one_pair_rests_on_the_sequence_claim_there(lib, slot_library):
     """The same for the plans `layoutalg reshard --direct` proves per pair (`prove_cross_plans`)."""
     from layoutalg.verify.prove.reshard import sequence_unshown
     x, y = (group_of("split_nhd", parse_config(c), 1, 4, 8, "bf16", 2) for c in ("tp=2", "tp=2,dcp=2"))
     budget = Budgets.of().config
     assert sequence_unshown(lib, "split_nhd", x.sizes, y.sizes, budget) == ""
-    why = sequence_unshown(_slot_library(tmp_path), "split_nhd", x.sizes, y.sizes, budget)
+    why = sequence_unshown(slot_library, "split_nhd", x.sizes, y.sizes, budget)
     assert "sequence-order is not proved for all sizes (refuted" in why  # for all sizes, not at the pair alone
 
 
