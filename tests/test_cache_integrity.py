@@ -502,8 +502,8 @@ def test_the_index_is_written_only_once_the_files_times_vouch_for_them(empty_cac
     now = __import__("time").time()
     for f in Path(lib).glob("*.lal"):
         (folder / f.name).write_bytes(f.read_bytes())
-        os.utime(folder / f.name, (now + 3600, now + 3600))  # times that vouch for nothing yet, however
-    compiled_library(str(folder))                           # long the compile takes on a loaded machine
+        os.utime(folder / f.name, (now + 7200, now + 7200))  # past the index's clock (an hour ahead): times
+    compiled_library(str(folder))                           # that vouch for nothing, however long the compile
     assert entry_path(empty_cache_folder).exists() and index_of(empty_cache_folder) == []
     old = now - 3600
     for f in folder.glob("*.lal"):
