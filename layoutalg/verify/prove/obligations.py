@@ -8,6 +8,7 @@ anything else is unknown. Sizes are either Z3 variables over the declared domain
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from math import prod
 from typing import NamedTuple
 
@@ -95,6 +96,33 @@ def _names_in(x, found: set, seen: set) -> None:
             _names_in(getattr(x, f.name), found, seen)
 
 
+_SHADOWS: dict[int, tuple] = {}
+"""`Model._shadows`' terms by library: id -> (a weak reference to it, {key: terms}). An entry
+goes with its library (a library is not changed once loaded)."""
+
+
+def _shadow_memo(lib: Library) -> dict:
+    i = id(lib)
+    held = _SHADOWS.get(i)
+    if held is None or held[0]() is not lib:
+        held = _SHADOWS[i] = (weakref.ref(lib, lambda _, i=i: _SHADOWS.pop(i, None)), {})
+    return held[1]
+
+
+def _shadow_key(family: str, path: tuple, sizes: dict):
+    """(family, path, each size's name and value) where every value is an int or a named Z3
+    constant (what the terms are a function of), else None (not memoised)."""
+    said = []
+    for n, v in sorted(sizes.items()):
+        if isinstance(v, int):
+            said.append((n, "int", v))
+        elif z3.is_const(v) and v.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            said.append((n, "z3", v.decl().name()))
+        else:
+            return None
+    return family, path, tuple(said)
+
+
 class Model:
     """One case path of one family, with sizes as Z3 variables or ints."""
 
@@ -168,7 +196,17 @@ class Model:
         a path at sizes an earlier path serves: a verdict about bytes this path never copies.
 
         Each earlier path is read with arithmetic of its own (its divisions must not constrain
-        this path); one whose cases divide is left out, which only weakens the assumption."""
+        this path); one whose cases divide is left out, which only weakens the assumption.
+        The terms are the sizes' alone, so a model of the same library, family, path and sizes
+        (each an int or a named Z3 constant) takes them from `_shadow_memo` (a proof builds
+        models of one path many times, and reading every earlier path is most of a build)."""
+        key = _shadow_key(self.family, self.path, self.sizes)
+        memo = _shadow_memo(self.lib) if key is not None else {}
+        if key not in memo:
+            memo[key] = self._read_shadows()
+        return list(memo[key])
+
+    def _read_shadows(self) -> list:
         out = []
         for path in paths(self.lib, self.family):
             if path == self.path:

@@ -1,0 +1,43 @@
+"""`obligations.Model` takes an earlier path's shadow terms from a memo: what it gives is what
+reading the paths again gives, for each library, path and sizes apart."""
+import gc
+
+import z3
+
+from conftest import ROOT
+from layoutalg.dsl.interpret import paths
+from layoutalg.dsl.library import load
+from layoutalg.verify.prove import obligations
+from layoutalg.verify.prove.obligations import Model
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all((x is y) or (z3.is_expr(x) and z3.is_expr(y) and x.eq(y)) or x == y
+                                    for x, y in zip(a, b))
+
+
+def test_a_models_shadows_are_a_fresh_reading_of_the_earlier_paths_at_its_own_sizes():
+    lib = load([str(ROOT / "specs" / "split_nhd.lal")])
+    every = paths(lib, "split_nhd")
+    assert len(every) > 2  # (earlier paths to shadow)
+    reads = Model(lib, "split_nhd", every[0]).sizes  # the names a symbolic model quantifies over
+    concrete = {**{n: 1 for n in reads}, "tp": 4, "dcp": 2, "total_heads": 2, "block_size": 16, "head_size": 8,
+                "page_size": 512, "per_token_head_quant": 0, "kv_blocks_second": 0, "aiter_kv": 0, "cpu_attn_layout": 0}
+    for path in every:
+        for sizes in (None, concrete):  # the symbolic model first: its terms must not be the concrete one's
+            m = Model(lib, "split_nhd", path, sizes=sizes)
+            assert _same(m.shadows, m._read_shadows()), (path, sizes)
+    last = Model(lib, "split_nhd", every[-1])
+    assert last.shadows and any(z3.is_expr(t) for t in last.shadows)  # the last path is shadowed by terms
+
+
+def test_the_memo_is_the_librarys_and_goes_with_it():
+    one, two = (load([str(ROOT / "specs" / "split_nhd.lal")]) for _ in range(2))
+    path = paths(one, "split_nhd")[-1]
+    Model(one, "split_nhd", path), Model(two, "split_nhd", path)
+    assert obligations._shadow_memo(one) is not obligations._shadow_memo(two)
+    held = id(one)
+    assert held in obligations._SHADOWS
+    del one
+    gc.collect()
+    assert held not in obligations._SHADOWS
