@@ -336,6 +336,16 @@ def _first_try():
     return _FIRST[0].solver()
 
 
+def decide(assertions, rlimit: int):
+    """(result, the solver that reached it) of `assertions` within `rlimit`: `check` of a
+    default solver (the first try, then the default tactic), for the certificates' and lemmas'
+    own queries (witnesses, chains, facts of the sizes), which take no wall-clock guard."""
+    s = z3.Solver()
+    s.set("rlimit", max(1, rlimit))
+    s.add(*assertions)
+    return check(s, rlimit)
+
+
 def check(s: z3.Solver, rlimit: int, guard_s: float | None = None):
     """(result, the solver that reached it) of `s`.
 
