@@ -340,8 +340,7 @@ def decide(assertions, rlimit: int):
     """(result, the solver that reached it) of `assertions` within `rlimit`: `check` of a
     default solver (the first try, then the default tactic), for the certificates' and lemmas'
     own queries (witnesses, chains, facts of the sizes), which take no wall-clock guard."""
-    s = z3.Solver()
-    s.set("rlimit", max(1, rlimit))
+    s = solver(rlimit)
     s.add(*assertions)
     return check(s, rlimit)
 
