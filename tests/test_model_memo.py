@@ -41,3 +41,33 @@ def test_the_memo_is_the_librarys_and_goes_with_it():
     del one
     gc.collect()
     assert held not in obligations._SHADOWS
+
+
+def test_a_models_assumptions_are_made_once_and_again_under_other_flags():
+    """`Model.assumptions` is a fresh reading (`_assume`) the first time and the same terms after;
+    a flag it depends on (the page guard) made otherwise gives that flag's reading."""
+    lib = load([str(ROOT / "specs" / "split_nhd.lal")])
+    m = Model(lib, "split_nhd", paths(lib, "split_nhd")[-1])
+    first = m.assumptions()
+    assert _same(first, m._assume()) and _same(m.assumptions(), first)
+    m.assumptions().append(z3.BoolVal(False))  # a caller's list is its own
+    assert _same(m.assumptions(), first)
+    m.page_guard = False
+    unguarded = m.assumptions()
+    assert len(unguarded) == len(first) - 1 and not any(a.eq(m.page_fits()) for a in unguarded if z3.is_expr(a))
+
+
+def test_the_monotonicity_theorems_are_made_once_per_six_terms():
+    """`z3ops.monotone` gives the same theorems for the same terms (two arithmetics of one path),
+    and others for other terms: a dividend, quotient or remainder apart is a theorem apart."""
+    from layoutalg.verify.prove.z3ops import monotone
+    a, q, r, a2, q2, r2, q3 = z3.Ints("a q r a2 q2 r2 q3")
+    one = monotone(a, q, r, a2, q2, r2)
+    assert monotone(*z3.Ints("a q r a2 q2 r2")) is one  # the same terms, made anew
+    other = monotone(a, q3, r, a2, q2, r2)
+    assert other is not one and not other[0].eq(one[0])
+    s = z3.Solver()  # and they are theorems: with both divisions defined, no model breaks one
+    b = z3.Int("b")
+    s.add(b > 0, a == q * b + r, r >= 0, r < b, a2 == q2 * b + r2, r2 >= 0, r2 < b, z3.Not(z3.And(*one)))
+    assert s.check() == z3.unsat
+    assert monotone(7, q, r, a2, q2, r2) is not one  # an int dividend is a term too

@@ -464,17 +464,52 @@ def test_a_page_whose_regions_overlap_is_refuted(tmp_path):
 _SHIFT = ("layout gdn_page(K, Q, V, H, A, B, ec, es, page):", "layout gdn_page(K, Q, V, H, A, B, ec, es, page, s):")
 
 
+_OVERLAP = (_SHIFT, ("offset K * (2 * Q + V) * ec / es + b", "offset K * (2 * Q + V) * ec / es - s + b"),
+            ("gdn_v_dim, gdn_k_dim, conv_bytes, ssm_bytes, page_size)",
+             "gdn_v_dim, gdn_k_dim, conv_bytes, ssm_bytes, page_size, tp % 4 // 2)"),
+            ("+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes))", "+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes), 0)"))
+
+
 def test_regions_that_overlap_in_the_producer_page_only_are_refuted(tmp_path):
-    lib = _edited(tmp_path, "gdn.lal", _SHIFT,
-                  ("offset K * (2 * Q + V) * ec / es + b", "offset K * (2 * Q + V) * ec / es - s + b"),
-                  ("gdn_v_dim, gdn_k_dim, conv_bytes, ssm_bytes, page_size)",
-                   "gdn_v_dim, gdn_k_dim, conv_bytes, ssm_bytes, page_size, tp % 4 // 2)"),
-                  ("+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes))", "+ gdn_v_heads * gdn_k_dim * gdn_v_dim * ssm_bytes), 0)"))
+    lib = _edited(tmp_path, "gdn.lal", *_OVERLAP)
     rows = _rows(lib, "gdn", "tp=2", "tp=1")  # at tp=2 the recurrent state begins one element inside v
     assert rows["reshard-match"].status == "refuted", rows["reshard-match"].detail
     assert "and 'gdn_page.recurrent' of the producer page share a byte, one byte read as two canonical bytes" \
         in rows["reshard-match"].detail
     assert rows["reshard-cover"].status == "proved"  # the consumer's page (tp=1) is tiled: each byte written once
+
+
+def test_a_part_of_a_page_left_undecided_does_not_keep_another_parts_refutation_waiting(tmp_path, monkeypatch):
+    """Whether two regions of a page share a byte is hunted for in every pair within a share of
+    the budget before any pair is asked within the whole of it: here the first pair asked is
+    made undecided (as a hard query is), and the pair that shares a byte is still found first."""
+    lib = _edited(tmp_path, "gdn.lal", *_OVERLAP)
+    asked, tiling = [], []
+    solve, violation = replan.solve_query, replan._tiling_violation
+
+    def solve_query(mx, my, query, budget):
+        if not tiling:
+            return solve(mx, my, query, budget)
+        if not asked:  # the first pair asked: as hard as a query can be
+            asked.append((budget.rlimit, "unknown"))
+            return "unknown", None
+        status, model = solve(mx, my, query, budget)
+        asked.append((budget.rlimit, status))
+        return status, model
+
+    def tiling_violation(*a, **k):
+        tiling.append(1)
+        try:
+            return violation(*a, **k)
+        finally:
+            tiling.pop()
+    monkeypatch.setattr(replan, "solve_query", solve_query)
+    monkeypatch.setattr(replan, "_tiling_violation", tiling_violation)
+    rows = _rows(lib, "gdn", "tp=2", "tp=1")
+    assert rows["reshard-match"].status == "refuted", rows["reshard-match"].detail
+    full = Budgets.of().full.rlimit
+    found = [k for k, (_, status) in enumerate(asked) if status == "sat"]
+    assert found and all(rlimit < full for rlimit, _ in asked[:found[0] + 1]), asked
 
 
 def test_a_pad_over_data_is_never_proved(tmp_path):

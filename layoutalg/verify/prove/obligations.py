@@ -23,7 +23,7 @@ from ...dsl.interpret import Reading, paths
 from ...compile.codegen import compiled_reads
 from ...dsl.library import Library
 from ...dsl.tree import Name
-from .z3ops import check, solver
+from .z3ops import ask
 from .sequence import sequence_query
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .registry import ENTRIES, check_table, in_mode, obligation
@@ -149,9 +149,21 @@ class Model:
         self.part = self.fdef.page is not None  # one region of a page: its box need not start at 0 or be dense
         self._n = 0
         self.guard_hit = False
+        self._assumed = None  # (the flags it was made under, `assumptions`)
 
     # -- assumptions
     def assumptions(self) -> list:
+        """What every query of this model assumes: the declared domain (symbolic sizes), this
+        path's cases and no earlier path's, the spec's and the compiler's guards, the page and
+        the worker group. Made once (a proof asks thousands of queries of one model, and each
+        reading of the terms costs Python time): the terms are the model's sizes' and reading's
+        alone, and their divisions are memoised by `ops`, so a second reading is the first."""
+        key = (self.symbolic, self.page_guard, self.compiled, self.world_guard)
+        if self._assumed is None or self._assumed[0] != key:
+            self._assumed = (key, self._assume())
+        return list(self._assumed[1])
+
+    def _assume(self) -> list:
         a = []
         if self.symbolic:
             for n, (lo, hi) in self.bounds.items():
@@ -246,11 +258,10 @@ class Model:
         a last guard only: when it decides, `guard_hit` is set and the result is not final.
         """
         for seed in range(seeds):
-            s = solver(budget.rlimit // seeds, budget.guard_s, seed)
-            s.add(*self.assumptions())
-            s.add(violation)
-            s.add(*self.ops.side)  # after the violation: its terms may add definitions
-            res, s = check(s, budget.rlimit // seeds, budget.guard_s)
+            assumed = self.assumptions()
+            # the side conditions last: the violation's terms (read before this) and the
+            # assumptions' may each have added definitions
+            res, s = ask([*assumed, violation, *self.ops.side], budget.rlimit // seeds, budget.guard_s, seed)
             _account(s, res)
             if res == z3.sat:
                 return "sat", s.model()

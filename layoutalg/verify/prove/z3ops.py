@@ -23,6 +23,29 @@ def term_key(x):
     return ("i", x) if _is_int(x) else ("z", x.get_id())
 
 
+_MONOTONE: dict = {}
+_MONOTONE_HELD = 50_000
+"""The most sets of theorems `monotone` keeps (proving five of the shipped families in one
+process makes under a thousand): past it, the memo starts again."""
+
+
+def monotone(a, q, r, a2, q2, r2) -> list:
+    """Floor division's monotonicity in the dividend, for `a = q * b + r` and `a2 = q2 * b + r2`
+    by one divisor `b`: four theorems, made once per process for the same six terms. A proof
+    builds many arithmetics of one case path (each model its own), and their divisions are the
+    same terms under the same names: building the theorems again is most of a model's Python
+    time. Keyed by the terms' ids, which the kept theorems hold (no other term can take them)."""
+    key = tuple(map(term_key, (a, q, r, a2, q2, r2)))
+    held = _MONOTONE.get(key)
+    if held is None:
+        if len(_MONOTONE) >= _MONOTONE_HELD:
+            _MONOTONE.clear()
+        held = _MONOTONE[key] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
+                                 z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
+                                 z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+    return held
+
+
 class _Division(NamedTuple):
     """One division `a = q * b + r` of an arithmetic: its memo key (the ids of a and b), and its
     place in the order the divisions were made."""
@@ -115,9 +138,7 @@ class Z3Ops(Ops):
         stated: theorems, hence sound to add."""
         if pair not in self._lemma_memo:
             (_, _, a, q, r, _), (_, _, a2, q2, r2, _) = self._divisions[pair[0]], self._divisions[pair[1]]
-            self._lemma_memo[pair] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
-                                      z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
-                                      z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
+            self._lemma_memo[pair] = monotone(a, q, r, a2, q2, r2)
         return self._lemma_memo[pair]
 
     def _lemmas_among(self, reached: set) -> list:
@@ -337,45 +358,56 @@ def _first_try():
 
 
 def decide(assertions, rlimit: int):
-    """(result, the solver that reached it) of `assertions` within `rlimit`: `check` of a
-    default solver (the first try, then the default tactic), for the certificates' and lemmas'
-    own queries (witnesses, chains, facts of the sizes), which take no wall-clock guard."""
-    s = solver(rlimit)
-    s.add(*assertions)
-    return check(s, rlimit)
+    """(result, the solver that reached it) of `assertions` within `rlimit` (`ask`), for the
+    certificates' and lemmas' own queries (witnesses, chains, facts of the sizes), which take
+    no wall-clock guard."""
+    return ask(assertions, rlimit)
 
 
 def check(s: z3.Solver, rlimit: int, guard_s: float | None = None):
-    """(result, the solver that reached it) of `s`.
+    """(result, the solver that reached it) of the assertions of `s`, asked as `ask` asks
+    them, with `s` itself as the default tactic's solver."""
+    return ask(s.assertions(), rlimit, guard_s, default=s)
+
+
+def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, default: z3.Solver | None = None):
+    """(result, the solver that reached it) of the conjunction of `constraints`.
 
     First asked of `_first_try` within `FIRST_RLIMIT` of Z3's resource count: most queries are
     a few thousand resource units there, where the default tactic for nonlinear integers
     (`qfnia`: bit-blasting, then its SMT stage on a two-second clock, then nlsat on a clock of
     its own) spends a hundredth of a second to seconds on the same query. What it decides it
-    decides the same way on every run, under any load. Past its budget, `s` itself, asked
-    again of Z3's SMT core alone where the default tactic leaves it unknown for any reason but
-    the wall-clock guard. The default's nonlinear stages stop on clocks of their own, so under
+    decides the same way on every run, under any load. Past its budget, the default tactic
+    (`default`, else a `solver` of `rlimit` made only here: most queries never need one), then
+    Z3's SMT core alone where the default tactic leaves it unknown for any reason but the
+    wall-clock guard. The default's nonlinear stages stop on clocks of their own, so under
     load a query it decides when idle can come back unknown; the SMT core consults no clock,
     so what it decides within its resource budget (`rlimit // FALLBACK_SHARE`) it decides the
     same way on every run. A verdict is then unknown only where none decides: the same every
     time wherever the first try or the core decides alone. All are sound, so any one's sat or
-    unsat is the query's."""
+    unsat is the query's. `seed` is every stage's random seed (a caller's portfolio of seeds
+    asks each stage differently)."""
     first = _first_try()
     first.set("rlimit", max(1, min(FIRST_RLIMIT, rlimit)))
+    first.set("random_seed", seed)
     if guard_s is not None:
         first.set("timeout", max(1, int(guard_s * 1000)))
-    first.add(*s.assertions())
+    first.add(*constraints)
     res = first.check()
     if res != z3.unknown or "timeout" in first.reason_unknown():
         return res, first
+    s = default
+    if s is None:
+        s = solver(rlimit, guard_s, seed)
+        s.add(*constraints)
     res = s.check()
     if res != z3.unknown or "timeout" in s.reason_unknown():
         return res, s
     again = z3.SimpleSolver()
     again.set("rlimit", max(1, rlimit // FALLBACK_SHARE))
+    again.set("random_seed", seed)
     if guard_s is not None:
         again.set("timeout", max(1, int(guard_s * 1000)))
-    again.add(*s.assertions())
+    again.add(*constraints)
     decided = again.check()
     return (decided, again) if decided != z3.unknown else (res, s)
-

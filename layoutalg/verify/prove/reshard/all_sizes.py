@@ -297,13 +297,24 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
     _, w = query(m, "regions-tile-local")
     case = f"case {k} of the {'load' if side == 'consumer' else 'store'} configuration"
     undecided = None  # every part is asked: a refutation of one outranks another left undecided
-    for part_query, (kind, a, c) in zip(w["parts"], w["meaning"]):
+    # a hunt first: every part within a twentieth of the budget (a byte two regions share is
+    # found quickly where there is one), then those it left undecided within the whole budget,
+    # so that one hard part does not keep a refutation of another waiting
+    parts = list(enumerate(zip(w["parts"], w["meaning"])))
+    hunt = Budget(max(1, budget.rlimit // 20), budget.guard_s)
+    decided = set()
+    for (i, (part_query, (kind, a, c))), within in [(p, hunt) for p in parts] + [(p, budget) for p in parts]:
+        if i in decided:
+            continue
         with showing(f"{case}: regions '{a[0]}' and '{c[0]}' of the {side} page share no byte" if kind == "overlap"
                      else f"{case}: pad '{a[0]}' of the {side} page is one-to-one inside it",
                      lambda: cuts(m, "regions-tile-local", w, bounds)):
-            status, model = solve_query(m, None, z3.And(*bounds, part_query), budget)
+            status, model = solve_query(m, None, z3.And(*bounds, part_query), within)
         if status == "unsat":
+            decided.add(i)
             continue
+        if status != "sat" and within is hunt:
+            continue  # asked again within the whole budget
         what = f"regions '{a[0]}' and '{c[0]}'" if kind == "overlap" else f"pad '{a[0]}'"
         if status != "sat":
             undecided = undecided or (Verdict.UNKNOWN, f"{case}: undecided whether {what} of the {side} page share a byte"

@@ -18,7 +18,6 @@ canonical page exactly: `layoutalg prove`).
 from __future__ import annotations
 
 import time
-import weakref
 from contextlib import contextmanager
 from typing import NamedTuple, Sequence
 
@@ -29,7 +28,7 @@ from ....dsl.interpret import Reading
 from ....dsl.library import Library
 from ..obligations import Budget, Model, value
 from ..store import RESHARD, Row
-from ..z3ops import check, solver
+from ..z3ops import ask
 
 
 
@@ -290,7 +289,7 @@ def showing(what, cut=None, applies=False):
 
 def solve_query(mx: Model, my: Model | None, violation, budget: Budget):
     models = [m for m in (mx, my) if m is not None]
-    given = [a for m in models for a in _assumed(m)] + [violation]
+    given = [a for m in models for a in m.assumptions()] + [violation]
     # the definitions of the quotients these terms read, not those every earlier query made,
     # with the two readings' divisions of one shared size equal (one quotient): fewer
     # constraints, so unsat here is unsat with all of them; a model is looked for again with
@@ -320,23 +319,8 @@ def _record(models: list, asked: list, answer: str = "unsat", goal: int | None =
                    chains, kinds, answer, goal))
 
 
-_ASSUMED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _assumed(m: Model) -> list:
-    """`m.assumptions()`, made once per model and page guard (a proof asks thousands of queries
-    of one model: the same terms each time, built again at a cost in Python)."""
-    key = (m.page_guard, m.symbolic)
-    held = _ASSUMED.get(m)
-    if held is None or held[0] != key:
-        held = _ASSUMED[m] = (key, m.assumptions())
-    return held[1]
-
-
 def _check_z3(budget: Budget, constraints: list):
-    s = solver(budget.rlimit, budget.guard_s)
-    s.add(*constraints)
-    return check(s, budget.rlimit, budget.guard_s)
+    return ask(constraints, budget.rlimit, budget.guard_s)
 
 
 def _explain(name, mx, my, plan, model, w) -> str:
