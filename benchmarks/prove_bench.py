@@ -66,7 +66,7 @@ def budget_margin() -> str:
     """
     from layoutalg.dsl.library import load_default
     from layoutalg.verify.prove import RLIMIT
-    from layoutalg.verify.prove.obligations import PEAK
+    from layoutalg.verify.prove.z3ops import PEAK
     from layoutalg.verify.prove.runner import prove_family
     lib = load_default()
     for family in lib.families:

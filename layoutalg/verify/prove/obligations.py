@@ -47,22 +47,6 @@ class Budget(NamedTuple):
     guard_s: float
 
 
-PEAK = {"unsat": 0, "sat": 0}
-"""The most resource units one decided query has used in this process: how close the
-budget is to deciding otherwise (printed by benchmarks/prove_bench.py)."""
-_seen = [0]
-
-
-def _account(s: z3.Solver, res) -> None:
-    try:
-        total = s.statistics().get_key_value("rlimit count")
-    except z3.Z3Exception:
-        return
-    used, _seen[0] = total - _seen[0], total
-    if res in (z3.sat, z3.unsat):
-        PEAK[str(res)] = max(PEAK[str(res)], used)
-
-
 def family_names(lib: Library, family: str) -> set[str]:
     """Every runtime name the family's spec text could read: the names written in its grid,
     its statements, its layouts (every region of its pages) and the library's shared lets and
@@ -262,7 +246,6 @@ class Model:
             # the side conditions last: the violation's terms (read before this) and the
             # assumptions' may each have added definitions
             res, s = ask([*assumed, violation, *self.ops.side], budget.rlimit // seeds, budget.guard_s, seed)
-            _account(s, res)
             if res == z3.sat:
                 return "sat", s.model()
             if res == z3.unsat:

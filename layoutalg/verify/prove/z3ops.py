@@ -338,6 +338,22 @@ def solver(rlimit: int, guard_s: float | None = None, seed: int = 0) -> z3.Solve
     return s
 
 
+PEAK = {"unsat": 0, "sat": 0}
+"""The most resource units one decided query (`ask`) has used in this process: how close the
+budget is to deciding otherwise (printed by benchmarks/prove_bench.py)."""
+_seen = [0]
+
+
+def _account(s: z3.Solver, res) -> None:
+    try:
+        total = s.statistics().get_key_value("rlimit count")
+    except z3.Z3Exception:
+        return
+    used, _seen[0] = total - _seen[0], total
+    if res in (z3.sat, z3.unsat):
+        PEAK[str(res)] = max(PEAK[str(res)], used)
+
+
 FALLBACK_SHARE = 4
 """The fallback's budget: this fraction of the query's own (`check`)."""
 
@@ -395,14 +411,14 @@ def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, d
     first.add(*constraints)
     res = first.check()
     if res != z3.unknown or "timeout" in first.reason_unknown():
-        return res, first
+        return _answered(res, first)
     s = default
     if s is None:
         s = solver(rlimit, guard_s, seed)
         s.add(*constraints)
     res = s.check()
     if res != z3.unknown or "timeout" in s.reason_unknown():
-        return res, s
+        return _answered(res, s)
     again = z3.SimpleSolver()
     again.set("rlimit", max(1, rlimit // FALLBACK_SHARE))
     again.set("random_seed", seed)
@@ -410,4 +426,9 @@ def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, d
         again.set("timeout", max(1, int(guard_s * 1000)))
     again.add(*constraints)
     decided = again.check()
-    return (decided, again) if decided != z3.unknown else (res, s)
+    return _answered(decided, again) if decided != z3.unknown else (res, s)
+
+
+def _answered(res, s):
+    _account(s, res)
+    return res, s
