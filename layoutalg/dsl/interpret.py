@@ -90,6 +90,7 @@ class Reading:
         raise LookupError("no case holds")
 
     def _read(self):
+        self._layouts = {}  # role -> (definition, bound parameters): the terms are this reading's alone
         self.env = dict(self.sizes)
         for name, p in self.lib.vocabulary().items():  # what a layer that says nothing gets
             if name not in self.env and p.default is not None:
@@ -142,9 +143,8 @@ class Reading:
     def expr(self, e, env=None):
         env = self.env if env is None else env
         o = self.ops
-        if isinstance(e, Num):
-            return int(e.value)
-        if isinstance(e, Name):
+        kind = type(e)  # (the tree's node classes are final: a type test is an isinstance test)
+        if kind is Name:
             v = env[e.id]
             if isinstance(v, Lazy):
                 # once per environment: a chain of lets that each use the previous one twice
@@ -156,16 +156,18 @@ class Reading:
                     memo[e.id] = self.expr(v.e, outer)
                 v = memo[e.id]
             return v
-        if isinstance(e, Neg):
+        if kind is Num:
+            return int(e.value)
+        if kind is Neg:
             return o.sub(0, self.expr(e.arg, env))
-        if isinstance(e, Call):  # by value: the arguments here, the body with its parameters bound to them
+        if kind is Call:  # by value: the arguments here, the body with its parameters bound to them
             fn = self.fns.get(e.fn)
             if fn is None or len(fn.params) != len(e.args):
                 raise LookupError(f"'{e.fn}' is no fn of {len(e.args)} argument(s) here")
             args = [self.expr(a, env) for a in e.args]
             return self.expr(fn.body, {**env, **dict(zip(fn.params, args)), _OUTER: env.get(_OUTER, env)})
         a, b = self.expr(e.left, env), self.expr(e.right, env)
-        return {"+": o.add, "-": o.sub, "*": o.mul, "//": o.floordiv, "%": o.mod, "/": o.exact}[e.op](a, b)
+        return getattr(o, _BINARY[e.op])(a, b)
 
     def cond(self, c, env=None):
         o = self.ops
@@ -180,11 +182,14 @@ class Reading:
 
     # -- the family's maps
     def layout(self, role: str):
-        """(definition, bound parameters) of the local or canonical layout."""
-        use = getattr(self.fdef, role)
-        ldef: LayoutDef = self.lib.layouts[use.call.fn]
-        bound = {p: self.expr(a) for p, a in zip(ldef.params, use.call.args)}
-        return ldef, bound
+        """(definition, bound parameters) of the local or canonical layout: read once (every
+        offset and shard reads it; the parameters are the reading's sizes' alone)."""
+        held = self._layouts.get(role)
+        if held is None:
+            use = getattr(self.fdef, role)
+            ldef: LayoutDef = self.lib.layouts[use.call.fn]
+            held = self._layouts[role] = (ldef, {p: self.expr(a) for p, a in zip(ldef.params, use.call.args)})
+        return held[0], dict(held[1])
 
     def element(self, ldef, bound):
         """Bytes of one element of layout `ldef` with its parameters `bound` (1 where it says none)."""
@@ -261,6 +266,10 @@ class Reading:
             rank = self.ops.add(self.ops.mul(rank, ext), rank_digits[n])
         env["rank"] = rank
         return {d.name: self.expr(t, env) for d, t in zip(canon.indices, self.fdef.shard.targets)}
+
+
+_BINARY = {"+": "add", "-": "sub", "*": "mul", "//": "floordiv", "%": "mod", "/": "exact"}
+"""An operator of the tree, as the name of the `Ops` method that reads it."""
 
 
 @dataclass
