@@ -642,3 +642,28 @@ def test_check_says_when_a_family_was_exercised_on_few_configurations_and_why():
     shipped = subprocess.run([sys.executable, "-m", "layoutalg", "check", "specs/split_nhd.lal"], capture_output=True,
                              text=True, cwd=ROOT)
     assert "exercised on" not in shipped.stdout  # the control: a family the samples meet says nothing
+
+
+def test_the_samples_read_until_each_wanted_path_is_full_give_the_same_configurations(monkeypatch):
+    """`sample_configurations` with `wanted` paths stops once each has its `limit`: those paths
+    get the very configurations (and order) a reading of every sample gives them, in fewer readings."""
+    from layoutalg.verify.prove import runner
+    lib = load([SPECS / "dsa_indexer.lal"])
+    part = lib.parts_of("dsa_indexer")[0]
+    cf = compile_family(resolve(lib, part))
+    read = []
+
+    class Counted(runner.Reading):
+        def __post_init__(self):
+            read.append(1)
+            super().__post_init__()
+    monkeypatch.setattr(runner, "Reading", Counted)
+    every = runner.sample_configurations(lib, part, cf, 24)
+    all_reads = len(read)
+    wanted = [p for p, group in every.items() if len(group) == 24]
+    assert len(wanted) >= 2
+    read.clear()
+    some = runner.sample_configurations(lib, part, cf, 24, wanted)
+    assert {p: some[p] for p in wanted} == {p: every[p] for p in wanted}
+    assert 0 < len(read) < all_reads
+    assert runner.sample_configurations(lib, part, cf, 24, []) == {}

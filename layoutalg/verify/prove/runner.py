@@ -85,9 +85,14 @@ class Budgets:
                        Budget(max(1, rlimit // 10), guard_s))
 
 
-def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dict[tuple, list[dict]]:
-    """Configurations from the sample values of the names the family reads where it applies, by case path."""
+def sample_configurations(lib: Library, family: str, cf, limit: int = 48, wanted=None) -> dict[tuple, list[dict]]:
+    """Configurations from the sample values of the names the family reads where it applies, by case path,
+    the first `limit` of each in the samples' order. With `wanted` (case paths), the samples are read
+    only until each of those has its `limit` (the paths a caller keeps: the others' are as found by then)."""
     out: dict[tuple, list[dict]] = {}
+    wanted = None if wanted is None else set(wanted)
+    if wanted is not None and not wanted:
+        return out
     seen = set()
     samples = sample_domain(lib, cf)
     names = list(samples)
@@ -107,6 +112,10 @@ def sample_configurations(lib: Library, family: str, cf, limit: int = 48) -> dic
         group = out.setdefault(path, [])
         if len(group) < limit:
             group.append(sizes)
+            if wanted is not None and len(group) == limit and path in wanted:
+                wanted.discard(path)
+                if not wanted:
+                    break
     return out
 
 
@@ -352,7 +361,7 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
 def configurations_by_path(lib: Library, family: str, cf, status: dict, budgets: Budgets,
                            limit: int = 48, least: int = 8) -> dict[tuple, list[dict]]:
     """Per live path: sample configurations, topped up with Z3 witnesses to at least `least`."""
-    by_path = sample_configurations(lib, family, cf, limit)
+    by_path = sample_configurations(lib, family, cf, limit, [p for p, (st, _) in status.items() if st == "live"])
     for path, (st, found) in status.items():
         if st != "live":
             by_path.pop(path, None)
