@@ -54,8 +54,8 @@ def guarded_equality(family: Family, v: Variant):
 
     def _normal(x):
         x = atoms.expand(x)
-        for _ in range(4):
-            y = x.subs(subs)
+        for _ in range(4):  # every rewrite's key is a symbol: a structural replacement is sympy's subs, sooner
+            y = x.xreplace(subs)
             if y == x:
                 break
             x = y
