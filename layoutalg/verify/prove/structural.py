@@ -150,7 +150,7 @@ def _page_tied(family: Family, moving: set, page: set) -> bool:
         for g in (*w.cases, *w.guards):
             c = family.atoms.expand(sympy.sympify(g.cond))
             for _ in range(4):  # the case's own rewrites (its lets are already values)
-                c, before = c.subs(subs), c
+                c, before = c.xreplace(subs), c  # (every key a symbol: subs, sooner)
                 if c == before:
                     break
             free = c.free_symbols | {s for a in _atoms_in(family, c) for s in a}
