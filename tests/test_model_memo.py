@@ -71,3 +71,28 @@ def test_the_monotonicity_theorems_are_made_once_per_six_terms():
     s.add(b > 0, a == q * b + r, r >= 0, r < b, a2 == q2 * b + r2, r2 >= 0, r2 < b, z3.Not(z3.And(*one)))
     assert s.check() == z3.unsat
     assert monotone(7, q, r, a2, q2, r2) is not one  # an int dividend is a term too
+
+
+def test_a_remembered_normal_form_is_the_one_rewriting_again_gives():
+    """`guards.rewritten` remembers each size's normal form under a set of rewrites for the
+    process: every form it holds after compiling two families is what rewriting afresh gives,
+    and the same size under other rewrites is another entry."""
+    import sympy
+    from layoutalg.compile.codegen import compile_family
+    from layoutalg.ir import guards
+    from layoutalg.ir.family import resolve
+    lib = load([str(ROOT / "specs" / "split_nhd.lal"), str(ROOT / "specs" / "mla.lal")])
+    guards._REWRITTEN.clear()
+    for family in ("split_nhd", "mla"):
+        compile_family(resolve(lib, family))
+    held = dict(guards._REWRITTEN)
+    assert len(held) > 50
+    for (x, key), form in held.items():
+        y = x
+        for _ in range(4):
+            y = y.subs(dict(key))
+        assert sympy.cancel(y) == form, (x, key)
+    h, t = sympy.symbols("heads tp", positive=True, integer=True)
+    a = guards.rewritten(h * t, {h: sympy.Integer(2)}, frozenset({h: sympy.Integer(2)}.items()))
+    b = guards.rewritten(h * t, {t: sympy.Integer(3)}, frozenset({t: sympy.Integer(3)}.items()))
+    assert (a, b) == (2 * t, 3 * h)

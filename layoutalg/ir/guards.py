@@ -29,6 +29,29 @@ def guard_rewrites(v: Variant, atoms) -> dict:
     return subs
 
 
+_REWRITTEN: dict = {}
+_REWRITTEN_HELD = 100_000
+"""The most normal forms `rewritten` keeps (compiling the shipped library makes about 3,000)."""
+
+
+def rewritten(x, subs: dict, key: frozenset):
+    """`x` (its atoms expanded) under the rewrites `subs` (`key`: their items), as a cancelled
+    rational function. A function of the two alone, whatever family they came from: remembered
+    for the process (families resolved again, and families alike, ask for the same forms)."""
+    held = _REWRITTEN.get((x, key))
+    if held is None:
+        y = x
+        for _ in range(4):  # every rewrite's key is a symbol: a structural replacement is sympy's subs, sooner
+            z = y.xreplace(subs)
+            if z == y:
+                break
+            y = z
+        if len(_REWRITTEN) >= _REWRITTEN_HELD:
+            _REWRITTEN.clear()
+        held = _REWRITTEN[(x, key)] = sympy.cancel(y)
+    return held
+
+
 def conjuncts(c):
     return list(c.args) if isinstance(c, sympy.And) else [c]
 
@@ -52,14 +75,10 @@ def guarded_equality(family: Family, v: Variant):
             seen[x] = _normal(x)
         return seen[x]
 
+    rewrites = frozenset(subs.items())
+
     def _normal(x):
-        x = atoms.expand(x)
-        for _ in range(4):  # every rewrite's key is a symbol: a structural replacement is sympy's subs, sooner
-            y = x.xreplace(subs)
-            if y == x:
-                break
-            x = y
-        return sympy.cancel(x)
+        return rewritten(atoms.expand(x), subs, rewrites)
 
     def eq(a, b):
         return norm(a) == norm(b) or sympy.cancel(norm(a) - norm(b)) == 0
