@@ -199,3 +199,19 @@ def test_every_registered_obligation_has_one_query_and_one_explanation():
     assert set(QUERIES) | elsewhere | not_z3 == registered and not set(QUERIES) & (elsewhere | not_z3)
     assert set(EXPLAIN) == registered - not_z3
     assert set(SYMBOLIC) | set(PER_CONFIGURATION) | set(PAGE) <= registered
+
+
+def test_the_families_with_the_most_case_paths_are_handed_to_workers_first():
+    """`prove --jobs` starts the longest proofs first (case paths over a family's parts, a rough
+    measure), so one does not start last and run alone; ties keep the order given, and a
+    family whose paths cannot be read is no error (the prover says what it cannot read)."""
+    from layoutalg.cli.prove import heaviest_first
+    from layoutalg.dsl.library import load_default
+    lib = load_default()
+    order = heaviest_first(lib, ["mla", "split_hnd", "nvfp4", "split_nhd"])
+    assert order == ["nvfp4", "split_hnd", "split_nhd", "mla"]  # 32 paths, 8 and 8 (as given), 4
+
+    class Unread:
+        def parts_of(self, family):
+            raise LookupError(family)
+    assert heaviest_first(Unread(), ["a", "b"]) == ["a", "b"]
