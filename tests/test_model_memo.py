@@ -96,3 +96,23 @@ def test_a_remembered_normal_form_is_the_one_rewriting_again_gives():
     a = guards.rewritten(h * t, {h: sympy.Integer(2)}, frozenset({h: sympy.Integer(2)}.items()))
     b = guards.rewritten(h * t, {t: sympy.Integer(3)}, frozenset({t: sympy.Integer(3)}.items()))
     assert (a, b) == (2 * t, 3 * h)
+
+
+def test_rewrites_are_applied_as_sympys_subs_applies_them_chains_and_cycles_too():
+    """`guards.rewrite` replaces structurally where no rewrite reads another's key, and where
+    one does (a chain, a cycle) applies them in sympy's order: either way what four rounds of
+    `subs` give. (A cycle is where a structural replacement alone would differ.)"""
+    import sympy
+    from layoutalg.ir.guards import rewrite
+    a, b, c = sympy.symbols("a b c")
+
+    def by_subs(x, subs):
+        for _ in range(4):
+            x, before = x.subs(subs), x
+            if x == before:
+                break
+        return x
+    e = a + 2 * b + c * a
+    for subs in ({a: 2 * b, c: sympy.Integer(3)}, {a: b, b: c}, {a: b, b: a}, {a: b + 1, b: 2 * a}):
+        assert rewrite(e, subs) == by_subs(e, subs), subs
+    assert by_subs(e, {a: b, b: a}) != e.xreplace({a: b, b: a}).xreplace({a: b, b: a})

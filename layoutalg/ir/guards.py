@@ -40,16 +40,25 @@ def rewritten(x, subs: dict, key: frozenset):
     for the process (families resolved again, and families alike, ask for the same forms)."""
     held = _REWRITTEN.get((x, key))
     if held is None:
-        y = x
-        for _ in range(4):  # every rewrite's key is a symbol: a structural replacement is sympy's subs, sooner
-            z = y.xreplace(subs)
-            if z == y:
-                break
-            y = z
         if len(_REWRITTEN) >= _REWRITTEN_HELD:
             _REWRITTEN.clear()
-        held = _REWRITTEN[(x, key)] = sympy.cancel(y)
+        held = _REWRITTEN[(x, key)] = sympy.cancel(rewrite(x, subs))
     return held
+
+
+def rewrite(x, subs: dict, rounds: int = 4):
+    """`x` with the rewrites `subs` (each key a symbol) applied until nothing changes, at most
+    `rounds` times. Where no rewrite's value reads another's key, one structural replacement
+    (`xreplace`) is what sympy's `subs` gives, without the sorting `subs` does on every call;
+    a chain of rewrites (`a -> b`, `b -> c`, or a cycle) is applied by `subs`, in its order."""
+    keys = set(subs)
+    chained = any(keys & v.free_symbols for v in subs.values() if isinstance(v, sympy.Basic))
+    for _ in range(rounds):
+        y = x.subs(subs) if chained else x.xreplace(subs)
+        if y == x:
+            break
+        x = y
+    return x
 
 
 def conjuncts(c):

@@ -17,6 +17,7 @@ import sympy
 from ...verdicts import Verdict
 from ...ir.claims import cases_text, claim_norm, claims_differ, unplaced_target
 from ...ir.family import Family, Variant, guard_rewrites, guarded_equality
+from ...ir.guards import rewrite
 from ...algebra.tiling import broken, chains
 
 
@@ -149,10 +150,7 @@ def _page_tied(family: Family, moving: set, page: set) -> bool:
         subs, keys = guard_rewrites(w, family.atoms), set()
         for g in (*w.cases, *w.guards):
             c = family.atoms.expand(sympy.sympify(g.cond))
-            for _ in range(4):  # the case's own rewrites (its lets are already values)
-                c, before = c.xreplace(subs), c  # (every key a symbol: subs, sooner)
-                if c == before:
-                    break
+            c = rewrite(c, subs)  # the case's own rewrites (its lets are already values)
             free = c.free_symbols | {s for a in _atoms_in(family, c) for s in a}
             if free & page:
                 if free & moving:
