@@ -667,3 +667,19 @@ def test_the_samples_read_until_each_wanted_path_is_full_give_the_same_configura
     assert {p: some[p] for p in wanted} == {p: every[p] for p in wanted}
     assert 0 < len(read) < all_reads
     assert runner.sample_configurations(lib, part, cf, 24, []) == {}
+
+
+def test_configurations_are_kept_for_every_path_where_no_path_status_was_read():
+    """Where the page-size row could not be read (no status for any path), the sample
+    configurations of every path are kept for the per-configuration rows, as before the
+    samples were read only until the live paths had their share; a status with live paths
+    keeps theirs alone."""
+    lib = load([SPECS / "split_nhd.lal"])
+    cf = compile_family(resolve(lib, "split_nhd"))
+    every = configurations_by_path(lib, "split_nhd", cf, {}, Budgets.of(), 24, 0)
+    assert len(every) > 2 and all(every.values())
+    one = next(iter(every))
+    dead = {p: ("dead", []) for p in every if p != one}
+    assert configurations_by_path(lib, "split_nhd", cf, {one: ("live", []), **dead}, Budgets.of(), 24, 0) == \
+        {one: every[one]}
+    assert configurations_by_path(lib, "split_nhd", cf, {one: ("live", [])}, Budgets.of(), 24, 0) == every

@@ -361,7 +361,10 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
 def configurations_by_path(lib: Library, family: str, cf, status: dict, budgets: Budgets,
                            limit: int = 48, least: int = 8) -> dict[tuple, list[dict]]:
     """Per live path: sample configurations, topped up with Z3 witnesses to at least `least`."""
-    by_path = sample_configurations(lib, family, cf, limit, [p for p, (st, _) in status.items() if st == "live"])
+    # the paths kept below: the live ones, and any the status does not name (all, where the
+    # page-size row could not be read)
+    kept = [p for p in paths(lib, family) if p not in status or status[p][0] == "live"]
+    by_path = sample_configurations(lib, family, cf, limit, kept)
     for path, (st, found) in status.items():
         if st != "live":
             by_path.pop(path, None)

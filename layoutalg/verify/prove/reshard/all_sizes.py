@@ -299,7 +299,9 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
     undecided = None  # every part is asked: a refutation of one outranks another left undecided
     # a hunt first: every part within a twentieth of the budget (a byte two regions share is
     # found quickly where there is one), then those it left undecided within the whole budget,
-    # so that one hard part does not keep a refutation of another waiting
+    # so that one hard part does not keep a refutation of another waiting. The first part, in
+    # this order, found sat decides: on a page with two flaws, the one found within the hunt
+    # is the one said (a pad's, unknown; two data regions', refuted), whichever comes first
     parts = list(enumerate(zip(w["parts"], w["meaning"])))
     hunt = Budget(max(1, budget.rlimit // 20), budget.guard_s)
     decided = set()
