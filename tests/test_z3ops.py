@@ -180,9 +180,9 @@ def test_side_for_gives_the_shared_equalities_of_exactly_the_pairs_read():
 
 
 def test_a_query_the_first_try_decides_is_not_asked_of_the_default_tactic():
-    """`check` asks the clock-free first try (SMT core after solving the definitions away) within
-    `FIRST_RLIMIT`; what it decides is the answer, and `s` (the default tactic) is never run. A
-    query past that budget goes on to `s`."""
+    """`ask` asks the clock-free first try (SMT core after solving the definitions away) within
+    `FIRST_RLIMIT`; what it decides is the answer, and `default` (the default tactic's solver) is never run. A
+    query past that budget goes on to `default`."""
     import z3
     from layoutalg.verify.prove import z3ops
 
@@ -195,38 +195,37 @@ def test_a_query_the_first_try_decides_is_not_asked_of_the_default_tactic():
     x, y, q, r = z3.Ints("x y q r")
     s0 = Counted()
     s0.add(x * y == 12, x > 1, y > 1, x < y)
-    res, s = z3ops.check(s0, 1_000_000)
+    res, s = z3ops.ask(s0.assertions(), 1_000_000, default=s0)
     assert res == z3.sat and s is not s0 and s.model().eval(x * y).as_long() == 12 and Counted.asked == 0
     division = Counted()  # a division's definition, and a quotient said too big: unsat
     division.add(x == q * 4 + r, r >= 0, r < 4, x >= 0, x < 64, q >= 16)
-    assert z3ops.check(division, 1_000_000)[0] == z3.unsat and Counted.asked == 0
+    assert z3ops.ask(division.assertions(), 1_000_000, default=division)[0] == z3.unsat and Counted.asked == 0
     a, b, c = z3.Ints("a b c")  # past the first try's budget of 1: `s` (unbounded here) is asked
     hard = Counted()
     hard.add(a * a * a + b * b * b == c * c * c, a > 0, b > 0, c > 0, a < 4, b < 4)
-    res, s = z3ops.check(hard, 1)
+    res, s = z3ops.ask(hard.assertions(), 1, default=hard)
     assert Counted.asked == 1 and res == z3.unsat and s is hard  # (no cubes sum to a cube)
 
 
 def test_a_query_the_default_tactic_gives_up_on_is_asked_of_the_smt_core_again(monkeypatch):
     """Z3's default nonlinear tactic stops its stages on clocks of its own (unknown under load, where
-    it decides when idle): `check` asks the clock-free SMT core again, within a share of the budget.
+    it decides when idle): `ask` asks the clock-free SMT core again, within a share of the budget.
     A query stopped by the wall-clock guard is not asked again (its verdict is marked not final).
     (The first try is given no budget here, so every query reaches the default tactic.)"""
     import z3
     from layoutalg.verify.prove import z3ops
-    from layoutalg.verify.prove.z3ops import check
     monkeypatch.setattr(z3ops, "FIRST_RLIMIT", 1)
     x, y = z3.Ints("x y")
     gives_up = z3.Tactic("fail").solver()  # a stand-in for a tactic whose stages ran out of time
     gives_up.add(x * y == 12, x > 1, y > 1, x < y)
-    res, s = check(gives_up, 1_000_000)
+    res, s = z3ops.ask(gives_up.assertions(), 1_000_000, default=gives_up)
     assert res == z3.sat and s is not gives_up and s.model().eval(x * y).as_long() == 12
     gives_up = z3.Tactic("fail").solver()
     gives_up.add(x * x == 2)
-    assert check(gives_up, 1_000_000)[0] == z3.unsat
+    assert z3ops.ask(gives_up.assertions(), 1_000_000, default=gives_up)[0] == z3.unsat
     hard = z3.Solver()
     hard.set("timeout", 1)
     a, b, c = z3.Ints("a b c")
     hard.add(a * a * a + b * b * b == c * c * c, a > 0, b > 0, c > 0)
-    res, s = check(hard, 1_000_000_000)
+    res, s = z3ops.ask(hard.assertions(), 1_000_000_000, default=hard)
     assert res == z3.unknown and s is hard and "timeout" in s.reason_unknown()

@@ -31,7 +31,7 @@ from .page_tiling import Box
 from .runner import Budgets, query
 from .registry import ENTRIES
 from .store import OBLIGATIONS
-from .z3ops import decide
+from .z3ops import ask
 
 APPLIES = "applies"
 """The file a case path gets beside its certificates: its assumptions alone, which must be sat."""
@@ -360,7 +360,7 @@ def _atoms_text(c: lemmas.Chain) -> str:
 def _dead(assumptions) -> bool:
     """Whether Z3 finds no sizes where a case path's assumptions hold: the prover's dead case,
     which the runtime never takes. Z3 only chooses what a case's files claim; cvc5 re-checks it."""
-    return decide(assumptions, 20_000_000)[0] == z3.unsat
+    return ask(assumptions, 20_000_000)[0] == z3.unsat
 
 
 def _page_query(lib: Library, family: str, path) -> tuple[list, int]:
@@ -556,7 +556,7 @@ the file has none and cvc5 searches alone."""
 
 def _model(assertions, rlimit: int = WITNESS_RLIMIT[1]):
     """A Z3 model of `assertions`, None where Z3 finds none within `rlimit`."""
-    res, s = decide(assertions, rlimit)
+    res, s = ask(assertions, rlimit)
     return s.model() if res == z3.sat else None
 
 

@@ -42,7 +42,7 @@ import z3
 from z3 import z3util
 
 from .obligations import product
-from .z3ops import decide, term_key
+from .z3ops import ask, term_key
 
 SHARED = "shared-lemmas"
 """The folder (in a certificate folder) of the lemmas every chain asserts instances of; its
@@ -326,7 +326,7 @@ def chain(m, term: Callable, point: tuple, extents: dict, box=None, rlimit: int 
 def holds(m, fact, rlimit: int = 5_000_000) -> bool:
     """Whether Z3 shows `fact` (of the sizes) on `m`'s case path within `rlimit`; its own file
     shows it to the second solver."""
-    return decide([*m.assumptions(), z3.Not(fact), *m.ops.side], rlimit)[0] == z3.unsat
+    return ask([*m.assumptions(), z3.Not(fact), *m.ops.side], rlimit)[0] == z3.unsat
 
 
 def _ratio(num, den):
@@ -395,7 +395,7 @@ def _atom(ops, a: tuple, point: tuple):
 
 def _shown(m, c: Chain, point: tuple, rlimit: int) -> bool:
     """Whether Z3 shows `c`'s identity at `point`, inside its box, on `m`'s path."""
-    return decide([*m.assumptions(), *c.bounds(point), z3.Not(c.identity(point)), *m.ops.side], rlimit)[0] == z3.unsat
+    return ask([*m.assumptions(), *c.bounds(point), z3.Not(c.identity(point)), *m.ops.side], rlimit)[0] == z3.unsat
 
 
 def _atoms(m, term, point: tuple) -> list | None:

@@ -19,7 +19,7 @@ import z3
 
 from ...verdicts import Verdict
 from .store import Row
-from .z3ops import check, solver
+from .z3ops import ask
 
 
 LAYERS = 1 << 16
@@ -46,9 +46,7 @@ def stages_row(rlimit: int, guard_s: float | None = None) -> Row:
     t0 = time.perf_counter()
     top = LAYERS
     asserted, (layers, pp, s) = stages_query()
-    sv = solver(rlimit, guard_s)
-    sv.add(*asserted)
-    res, sv = check(sv, rlimit, guard_s)
+    res, sv = ask(asserted, rlimit, guard_s)
     status = Verdict.PROVED if res == z3.unsat else Verdict.REFUTED if res == z3.sat else Verdict.UNKNOWN
     detail = ""
     if res == z3.sat:

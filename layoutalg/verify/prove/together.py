@@ -25,7 +25,7 @@ from ...dsl.interpret import paths
 from ...dsl.library import Library
 from . import GUARD_S
 from .obligations import Budget, Model, family_names, value
-from .z3ops import check, solver
+from .z3ops import ask
 
 CAPS = (2, 4, 16)
 """Every size at most this, in turn, then any size whose page and group the comparison can
@@ -118,9 +118,7 @@ def _bounds(lib: Library, sizes: dict, cap: int | None, readable: bool = True) -
 
 
 def _solve(given: list, budget: Budget):
-    s = solver(budget.rlimit, budget.guard_s)
-    s.add(*given)
-    res, s = check(s, budget.rlimit, budget.guard_s)
+    res, s = ask(given, budget.rlimit, budget.guard_s)
     return ("sat", s.model()) if res == z3.sat else ("unsat", None) if res == z3.unsat else ("unknown", None)
 
 

@@ -355,10 +355,10 @@ def _account(s: z3.Solver, res) -> None:
 
 
 FALLBACK_SHARE = 4
-"""The fallback's budget: this fraction of the query's own (`check`)."""
+"""The fallback's budget: this fraction of the query's own (`ask`)."""
 
 FIRST_RLIMIT = 1_000_000
-"""The first try's budget (`check`). Measured on the 3,026 queries of five families' proofs
+"""The first try's budget (`ask`). Measured on the 3,026 queries of five families' proofs
 (split NHD, MLA, Mamba2, AITER's shuffled page, quant_packed), the first try decides 99% of
 queries within it (half within 1,200), and costs about half a second where it does not."""
 
@@ -371,19 +371,6 @@ def _first_try():
     if not _FIRST:
         _FIRST.append(z3.Then("simplify", "propagate-values", "solve-eqs", "elim-uncnstr", "smt"))
     return _FIRST[0].solver()
-
-
-def decide(assertions, rlimit: int):
-    """(result, the solver that reached it) of `assertions` within `rlimit` (`ask`), for the
-    certificates' and lemmas' own queries (witnesses, chains, facts of the sizes), which take
-    no wall-clock guard."""
-    return ask(assertions, rlimit)
-
-
-def check(s: z3.Solver, rlimit: int, guard_s: float | None = None):
-    """(result, the solver that reached it) of the assertions of `s`, asked as `ask` asks
-    them, with `s` itself as the default tactic's solver."""
-    return ask(s.assertions(), rlimit, guard_s, default=s)
 
 
 def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, default: z3.Solver | None = None):
