@@ -174,7 +174,7 @@ def test_bad_headers_and_a_changed_folder_fail(proved, tmp_path):
 
 def test_an_empty_conjunction_is_written_as_smt_lib(tmp_path):
     import z3
-    from layoutalg.verify.prove.certificates import smt2_text
+    from layoutalg.verify.prove.smt_text import smt2_text
     text = smt2_text([z3.Or(z3.And(), z3.Bool("x")), z3.Not(z3.Or())])  # z3 prints these as bare `and` / `or`
     assert " and" not in text.replace("(and", "") and "true" in text and "false" in text
     (tmp_path / "t.smt2").write_text("; expect: sat\n(set-logic ALL)\n" + text)
@@ -229,7 +229,7 @@ def _local_chain(lib, family):
 def test_a_chain_in_the_wrong_order_or_a_lemma_without_its_bound_is_sat(tmp_path):
     import z3
     from layoutalg.verify.prove import lemmas
-    from layoutalg.verify.prove.certificates import smt2_text
+    from layoutalg.verify.prove.smt_text import smt2_text
     m, c, i, ci = _local_chain(load([str(ROOT / "specs" / "split_nhd.lal")]), "split_nhd")
     assert [a[1] for a in c.order] == ["d", "h", "t", "kv"]
     claimed = c.instances((i, {}))[0]  # only inside the box, as its own file shows it
@@ -289,7 +289,7 @@ def test_a_region_ends_inside_its_page_by_a_fits_file_and_two_lemmas(tmp_path):
     fits claim holds with no byte to spare for GDN's last region, and fails with one less."""
     import z3
     from layoutalg.verify.prove import lemmas
-    from layoutalg.verify.prove.certificates import smt2_text
+    from layoutalg.verify.prove.smt_text import smt2_text
     lib = load([str(ROOT / "specs" / "gdn.lal")])
     m, c, _, _ = _local_chain(lib, "gdn.recurrent")
     e, page = m.element("local"), m.r.page("local")

@@ -15,8 +15,9 @@ from ...dsl.library import Library
 from ...errors import LayoutalgError
 from ..certify import DEPENDS, folder_of
 from . import lemmas
-from .certificates import (ALL_SIZES, APPLIES, NO_SMT, SMT_ROWS, bare_false, smt_body, goal_line, lemma_text, lemma_files,
-                           smt2_text, spec_lines, find_model, texts)
+from .certificates import (ALL_SIZES, APPLIES, NO_SMT, SMT_ROWS, goal_line, lemma_text, lemma_files, spec_lines,
+                           find_model, texts)
+from .smt_text import bare_false, smt2_text, smt_body
 from .store import Row
 
 

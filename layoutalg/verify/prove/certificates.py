@@ -15,13 +15,11 @@ file of a broken spec is answered `sat`. The folders the files go into: `certifi
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import z3
 
 from ...dsl.interpret import paths
 from ...dsl.library import Library
-from ...errors import LayoutalgError
 from ...ir.family import resolve
 from ..certify import DEPENDS
 from . import lemmas, meaning
@@ -30,6 +28,7 @@ from .obligations import box_empty
 from .page_tiling import Box
 from .runner import Budgets, query
 from .registry import ENTRIES
+from .smt_text import smt2_text, smt_body
 from .store import OBLIGATIONS
 from .z3ops import ask
 
@@ -372,139 +371,9 @@ def _page_query(lib: Library, family: str, path) -> tuple[list, int]:
     return [*implied, *m.ops.side], len(implied) - 1
 
 
-def smt2_text(assertions) -> str:
-    """The assertions as an SMT-LIB 2 benchmark. Z3 prints an empty conjunction (disjunction)
-    as a bare `and` (`or`), which is not SMT-LIB: it is written `true` (`false`)."""
-    s = z3.Solver()
-    s.add(*assertions)
-    return _EMPTY.sub(lambda m: "true" if m.group(0) == "and" else "false", s.to_smt2())
-
-
-_EMPTY = re.compile(r"(?<=\s)(and|or)(?=[\s)])")
-
-
-def bare_false(e) -> bool:
-    """Whether `e` is false itself (Python's False, or Z3's): a query asserting it is unsat by it."""
-    return e is False or (z3.is_expr(e) and z3.is_false(e))
-
-
-def smt_body(assertions) -> tuple[str, set]:
-    """(SMT-LIB text, lemmas its theorems use) of `assertions`, each theorem between two divisions
-    the arithmetic states as a side condition (`Z3Ops._lemma`: floor division is monotone;
-    `shared_equal`: one division read twice) written as an instance of its lemma (MONOTONE,
-    STRICT, SAME) with both divisions' definitions as hypotheses, so `certify` matches it
-    against a lemma its file names. A theorem whose divisions are not defined in `assertions`
-    is left as it is (and `certify` refuses an implication it cannot match)."""
-    defs, ops = {}, [_op(e) if z3.is_expr(e) else -1 for e in assertions]
-    for e, op in zip(assertions, ops):
-        d = _definition(e, op)
-        if d is not None:
-            defs.setdefault(d[2].get_id(), d)
-            defs.setdefault(d[3].get_id(), d)
-    out, kinds = [], set()
-    for e, op in zip(assertions, ops):
-        if bare_false(e):  # (a division by a constant at most 0: the file would rest on it, and prove nothing)
-            raise LayoutalgError("certificates: a query asserts a bare false (a constant divisor at most 0); "
-                                 "no certificate rests on false")
-        got = _theorem(e, defs, op)
-        out.append(e if got is None else got[0])
-        kinds |= set() if got is None else {got[1]}
-    text = smt2_text(out)
-    if _FALSE.search(text):
-        raise LayoutalgError("certificates: a query's text asserts a bare false (an empty disjunction); "
-                             "no certificate rests on false")
-    return text, kinds
-
-
-_FALSE = re.compile(r"\(assert\s+false\s*\)")
-
-
-def _op(e) -> int:
-    """Z3's kind of `e`'s operator (a `Z3_OP_*`), -1 where `e` is no application. A certificate's
-    queries hold hundreds of assertions each, and `z3.is_eq` and its kin make several calls
-    into Z3 and an object apiece: each node is asked once here."""
-    ctx, a = e.ctx_ref(), e.as_ast()
-    return z3.Z3_get_decl_kind(ctx, z3.Z3_get_app_decl(ctx, a)) if z3.Z3_get_ast_kind(ctx, a) == z3.Z3_APP_AST else -1
-
-
-def _args(e) -> int:
-    return z3.Z3_get_app_num_args(e.ctx_ref(), e.as_ast())
-
-
-def _definition(e, op: int | None = None):
-    """(dividend, divisor, quotient, remainder) where `e` is a division's definition
-    `a == q*b + r` (either way round; q and r constants), else None."""
-    if (_op(e) if op is None else op) != z3.Z3_OP_EQ:
-        return None
-    for a, rhs in ((e.arg(0), e.arg(1)), (e.arg(1), e.arg(0))):
-        if _op(rhs) == z3.Z3_OP_ADD and _args(rhs) == 2:
-            m = rhs.arg(0)
-            if _op(m) == z3.Z3_OP_MUL and _args(m) == 2:
-                q, b, r = m.arg(0), m.arg(1), rhs.arg(1)
-                if _op(q) == z3.Z3_OP_UNINTERPRETED and _args(q) == 0 and \
-                        _op(r) == z3.Z3_OP_UNINTERPRETED and _args(r) == 0:
-                    return a, b, q, r
-    return None
-
-
-def _theorem(e, defs: dict, op: int | None = None):
-    """(the lemma instance, its name) where `e` is a theorem between two divisions of `defs`
-    (their quotients' or remainders' ids -> definitions): `a <= A => q <= Q`, `a < A and R == 0
-    => q < Q`, or `q == Q` / `r == R` for one dividend and divisor; else None."""
-    op = _op(e) if op is None else op
-    if op not in (z3.Z3_OP_IMPLIES, z3.Z3_OP_EQ):
-        return None
-
-    def division(x, which):
-        d = defs.get(x.get_id()) if _op(x) == z3.Z3_OP_UNINTERPRETED and _args(x) == 0 else None
-        return d if d is not None and d[which].get_id() == x.get_id() else None
-
-    def apart(d1, d2):
-        return d1 is not None and d2 is not None and d1[2].get_id() != d2[2].get_id() and z3.eq(d1[1], d2[1])
-    if op == z3.Z3_OP_IMPLIES:
-        hyp, con = e.arg(0), e.arg(1)
-        for strict_, c in ((False, _cmp(con, False)), (True, _cmp(con, True))):
-            d1, d2 = (division(c[0], 2), division(c[1], 2)) if c else (None, None)
-            if not apart(d1, d2):
-                continue
-            (a, b, q, r), (A, _, Q, R) = d1, d2
-            h = _cmp(hyp, strict_) if not strict_ else \
-                (_cmp(hyp.arg(0), True) if _op(hyp) == z3.Z3_OP_AND and _args(hyp) == 2 and _zero(hyp.arg(1), R)
-                 else None)
-            if h and z3.eq(h[0], a) and z3.eq(h[1], A):
-                return (lemmas.strict if strict_ else lemmas.monotone)(b, a, q, r, A, Q, R), \
-                    "strict" if strict_ else "monotone"
-        return None
-    for which in (2, 3):
-        d1, d2 = division(e.arg(0), which), division(e.arg(1), which)
-        if apart(d1, d2) and z3.eq(d1[0], d2[0]):
-            return lemmas.same(d1[1], d1[0], d1[2], d1[3], d2[0], d2[2], d2[3]), "same"
-    return None
-
-
-_ORDER = {False: (z3.Z3_OP_LE, z3.Z3_OP_GE), True: (z3.Z3_OP_LT, z3.Z3_OP_GT)}
-
-
-def _cmp(e, strict: bool):
-    """(x, y) where `e` says `x < y` (strict) or `x <= y`, in either direction; else None."""
-    op = _op(e)
-    if op == _ORDER[strict][0]:
-        return e.arg(0), e.arg(1)
-    if op == _ORDER[strict][1]:
-        return e.arg(1), e.arg(0)
-    return None
-
-
-def _zero(e, r) -> bool:
-    """Whether `e` says `r == 0` (either way round)."""
-    return _op(e) == z3.Z3_OP_EQ and any(z3.eq(e.arg(i), r) and z3.is_int_value(e.arg(1 - i)) and
-                                         e.arg(1 - i).as_long() == 0 for i in (0, 1))
-
-
 def lemma_files(kinds) -> list[str]:
     """The shared lemma files (relative to a family's folder) of the lemmas `kinds`."""
     return [f"../{lemmas.SHARED}/{n}.smt2" for n in lemmas.LEMMAS if n in kinds]
-"""`and`/`or` as an operand rather than an operator (an operator follows its parenthesis)."""
 
 
 def _header(lib: Library, family: str, name: str, k: int, cases: str, j: int, parts: int,
