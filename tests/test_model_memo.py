@@ -116,3 +116,35 @@ def test_rewrites_are_applied_as_sympys_subs_applies_them_chains_and_cycles_too(
     for subs in ({a: 2 * b, c: sympy.Integer(3)}, {a: b, b: c}, {a: b, b: a}, {a: b + 1, b: 2 * a}):
         assert rewrite(e, subs) == by_subs(e, subs), subs
     assert by_subs(e, {a: b, b: a}) != e.xreplace({a: b, b: a}).xreplace({a: b, b: a})
+
+
+def test_a_lemma_instance_is_made_once_per_terms_and_is_the_lemma_at_them():
+    """`lemmas` remembers each instance by its terms: the same terms made anew give the same
+    instance, which is the lemma's own formula at them; a term apart (an int among them) is
+    another instance."""
+    from layoutalg.verify.prove import lemmas
+    b, q, r, big_q = z3.Ints("b q r Q")
+    one = lemmas.quotient(b, q, r, big_q)
+    assert lemmas.quotient(*z3.Ints("b q r Q")) is one and one.eq(lemmas.quotient.__wrapped__(b, q, r, big_q))
+    assert not lemmas.quotient(b, q, r, 4).eq(one) and lemmas.quotient(b, q, r, 4).eq(
+        lemmas.quotient.__wrapped__(b, q, r, z3.IntVal(4)))
+    assert not lemmas.digit(b, q, r, q, r).eq(lemmas.digit(b, q, r, r, q))  # (the order of its terms is its own)
+
+
+def test_a_chains_sample_is_asked_once_per_assertions_and_strides(monkeypatch):
+    """`lemmas._sample` asks Z3 once for the same assertions, sizes and strides (two models of
+    one path), and again for other strides."""
+    from layoutalg.verify.prove import lemmas
+    lib = load([str(ROOT / "specs" / "split_nhd.lal")])
+    path = paths(lib, "split_nhd")[-1]
+    asked = []
+    real = lemmas._configuration
+    monkeypatch.setattr(lemmas, "_configuration", lambda *a: asked.append(a) or real(*a))
+    monkeypatch.setattr(lemmas, "_SAMPLES", {})
+    one, two = Model(lib, "split_nhd", path), Model(lib, "split_nhd", path)
+    tp = one.sizes["tp"]
+    first = lemmas._sample(one, [tp, 2 * tp])
+    assert first is not None and lemmas._sample(two, [two.sizes["tp"], 2 * two.sizes["tp"]]) is first
+    assert len(asked) == 1
+    lemmas._sample(one, [tp, 3 * tp])
+    assert len(asked) == 2

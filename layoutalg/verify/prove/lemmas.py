@@ -36,6 +36,7 @@ spec's reading of the index itself by DIGIT and QUOTIENT between divisions (`div
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import wraps
 from typing import Callable
 
 import z3
@@ -49,30 +50,54 @@ SHARED = "shared-lemmas"
 name is no identifier, so no family's folder can take it."""
 
 
+_MADE: dict = {}
+"""(lemma, its terms' keys) -> its instance: `_remembered`."""
+
+
+def _remembered(lemma: Callable) -> Callable:
+    """`lemma`, each instance made once per process for the same terms. A family's certificates
+    assert the same instances in many files (every row of a case path reads its divisions and
+    chains), and building a formula's terms is most of their Python time. Keyed by the terms'
+    ids (`term_key`): the kept instance holds its terms, so no other term can take their ids."""
+    def made(*xs):
+        key = (lemma.__name__, *map(term_key, xs))
+        got = _MADE.get(key)
+        if got is None:
+            if len(_MADE) >= 200_000:
+                _MADE.clear()
+            got = _MADE[key] = lemma(*xs)
+        return got
+    return wraps(lemma)(made)
+
+
 def _ints(*xs) -> list:
     """`xs` as Z3 terms (a Python int as its literal): a lemma's instance prints as the lemma's own
     text does, which `verify.audit` matches term for term (`0 >= 0` would be Python's True)."""
     return [z3.IntVal(x) if isinstance(x, int) else x for x in xs]
 
 
+@_remembered
 def digit(a, x, X, y, Y):
     """DIGIT at (a, x, X, y, Y): two mixed-radix numbers with equal value agree in their digit."""
     a, x, X, y, Y = _ints(a, x, X, y, Y)
     return z3.Implies(z3.And(x + a * X == y + a * Y, x >= 0, x < a, y >= 0, y < a), z3.And(x == y, X == Y))
 
 
+@_remembered
 def range_(a, x, X, M):
     """RANGE at (a, x, X, M): a digit below `a` over a number below `M` is a number below `a*M`."""
     a, x, X, M = _ints(a, x, X, M)
     return z3.Implies(z3.And(x >= 0, x < a, X >= 0, X < M), z3.And(x + a * X >= 0, x + a * X < a * M))
 
 
+@_remembered
 def quotient(b, q, r, Q):
     """QUOTIENT at (b, q, r, Q): a number below `Q*b` has its quotient by `b` below `Q`."""
     b, q, r, Q = _ints(b, q, r, Q)
     return z3.Implies(z3.And(q * b + r >= 0, q * b + r < Q * b, r >= 0, r < b), z3.And(q >= 0, q < Q))
 
 
+@_remembered
 def bound(A, x, r, X, B):
     """BOUND at (A, x, r, X, B): a digit at most `A` over a number at most `B`, by a radix that
     is not negative, is a number at most `A + r*B`."""
@@ -80,12 +105,14 @@ def bound(A, x, r, X, B):
     return z3.Implies(z3.And(x <= A, X <= B, r >= 0), x + r * X <= A + r * B)
 
 
+@_remembered
 def scale(e, x, M):
     """SCALE at (e, x, M): an element below `M`, of `e` bytes, ends by byte `e*M`."""
     e, x, M = _ints(e, x, M)
     return z3.Implies(z3.And(x < M, e > 0), e * x + e <= e * M)
 
 
+@_remembered
 def low(x, r, X):
     """LOW at (x, r, X): a digit and a number that are not negative, by a radix that is not,
     make a number that is not negative."""
@@ -93,6 +120,7 @@ def low(x, r, X):
     return z3.Implies(z3.And(x >= 0, X >= 0, r >= 0), x + r * X >= 0)
 
 
+@_remembered
 def above(e, x, y):
     """ABOVE at (e, x, y): an element at offset `x` at least `y`, of `e` bytes, starts at byte
     `e*y` or later."""
@@ -100,6 +128,7 @@ def above(e, x, y):
     return z3.Implies(z3.And(x >= y, e >= 0), e * x >= e * y)
 
 
+@_remembered
 def monotone(b, a, q, r, A, Q, R):
     """MONOTONE at (b, a, q, r, A, Q, R): floor division by `b` is monotone in the dividend,
     `a = q*b + r` and `A = Q*b + R` (remainders in [0, b)) with `a <= A` give `q <= Q`."""
@@ -107,6 +136,7 @@ def monotone(b, a, q, r, A, Q, R):
     return z3.Implies(z3.And(a == q * b + r, r >= 0, r < b, A == Q * b + R, R >= 0, R < b, a <= A), q <= Q)
 
 
+@_remembered
 def strict(b, a, q, r, A, Q, R):
     """STRICT at (b, a, q, r, A, Q, R): a dividend below an exact multiple `A = Q*b` has a
     smaller quotient, `a = q*b + r` (0 <= r < b) with `a < A` gives `q < Q`."""
@@ -114,6 +144,7 @@ def strict(b, a, q, r, A, Q, R):
     return z3.Implies(z3.And(a == q * b + r, r >= 0, r < b, A == Q * b + R, R == 0, a < A), q < Q)
 
 
+@_remembered
 def same(b, a, q, r, A, Q, R):
     """SAME at (b, a, q, r, A, Q, R): one dividend divided by one divisor twice (two
     configurations' readings of a shared size) has one quotient and one remainder."""
@@ -430,11 +461,27 @@ def _sample(m, strides=()):
     """A configuration of `m`'s path with each size at least 2 and the `strides` apart where
     its bounds and guards allow (a size of 1 ties strides, say a rank's heads `heads / tp`,
     and the order a tie gives need not be the term's): the wishes that conflict are dropped
-    one at a time, as the solver's unsat cores name them."""
+    one at a time, as the solver's unsat cores name them. Asked once per process for the same
+    assertions, sizes and strides (every row of a case path asks its chains: `_SAMPLES`)."""
+    asserted, sizes = [*m.assumptions(), *m.ops.side], [m.sizes[n] for n in sorted(m.sizes)]
+    key = tuple(tuple(map(term_key, xs)) for xs in (asserted, sizes, strides))
+    if key in _SAMPLES:
+        return _SAMPLES[key][1]
+    if len(_SAMPLES) >= 10_000:
+        _SAMPLES.clear()
+    found = _SAMPLES[key] = ((asserted, sizes, strides), _configuration(asserted, sorted(m.sizes), sizes, strides))
+    return found[1]
+
+
+_SAMPLES: dict = {}
+"""The terms' keys -> (the terms, which the memo holds so no other term takes their ids, the sample)."""
+
+
+def _configuration(asserted: list, names: list, sizes: list, strides):
     s = z3.Solver()
     s.set("rlimit", 20_000_000)
-    s.add(*m.assumptions(), *m.ops.side)
-    wish = {z3.Bool(f"wide!{n}"): m.sizes[n] >= 2 for n in sorted(m.sizes)}
+    s.add(*asserted)
+    wish = {z3.Bool(f"wide!{n}"): x >= 2 for n, x in zip(names, sizes)}
     wish.update({z3.Bool(f"apart!{j}!{k}"): strides[j] != strides[k]
                  for j in range(len(strides)) for k in range(j + 1, len(strides))})
     s.add(*[z3.Implies(b, c) for b, c in wish.items()])
