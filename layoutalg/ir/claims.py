@@ -28,6 +28,7 @@ import sympy
 from .guards import guarded_equality
 from .resolved import Family, Guard, Target, Variant
 from .itersum import IterSum
+from .sizes import cancel
 from ..params import MOVES_WITH_THE_GROUP
 
 
@@ -199,7 +200,7 @@ def _powers(family: Family, x) -> tuple | None:
         _powers(f, m * n / 2) == ((("m", 1, lo_m), ("n", 1, lo_n)),)
         _powers(f, m + 1) == ((("m", 1, lo_m),), ())
     """
-    x = sympy.cancel(family.atoms.expand(sympy.sympify(x)))
+    x = cancel(family.atoms.expand(sympy.sympify(x)))
     num, den = x.as_numer_denom()
     below = _term_powers(family, den)
     if below is None:
@@ -308,7 +309,7 @@ def _joined(family: Family, norm, terms) -> list[tuple]:
         _joined(f, norm, terms) == [("d", 1, D, 1)]
     """
     def zero(x):
-        return sympy.cancel(sympy.expand(family.atoms.expand(norm(x)))) == 0
+        return cancel(sympy.expand(family.atoms.expand(norm(x)))) == 0
     digits = [(sp.source, norm(sp.lower), norm(sp.extent), norm(k)) for sp, k in terms]
     joined = True
     while joined:

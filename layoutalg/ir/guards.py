@@ -6,6 +6,7 @@ from __future__ import annotations
 import sympy
 
 from .resolved import Family, Variant
+from .sizes import cancel
 
 
 def guard_rewrites(v: Variant, atoms) -> dict:
@@ -42,7 +43,7 @@ def rewritten(x, subs: dict, key: frozenset):
     if held is None:
         if len(_REWRITTEN) >= _REWRITTEN_HELD:
             _REWRITTEN.clear()
-        held = _REWRITTEN[(x, key)] = sympy.cancel(rewrite(x, subs))
+        held = _REWRITTEN[(x, key)] = cancel(rewrite(x, subs))
     return held
 
 
@@ -90,6 +91,6 @@ def guarded_equality(family: Family, v: Variant):
         return rewritten(atoms.expand(x), subs, rewrites)
 
     def eq(a, b):
-        return norm(a) == norm(b) or sympy.cancel(norm(a) - norm(b)) == 0
+        return norm(a) == norm(b) or cancel(norm(a) - norm(b)) == 0
 
     return norm, eq

@@ -9,12 +9,26 @@ symbolically and direct to state to Z3 (each atom brings its defining equation).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import sympy
 
 from .. import params
 from ..errors import SpecError, Span
 from ..dsl.tree import BinOp, BoolOp, Call, Compare, Cond, Expr, Name, Neg, Not, Num
+
+
+@lru_cache(maxsize=1 << 16)
+def cancel(e: sympy.Expr) -> sympy.Expr:
+    """sympy's `cancel` of `e`, remembered for the process: compiling, checking and proving a
+    library cancel the same few thousand fractions over and over (a division's atom, a size at a
+    configuration), and a sympy expression is immutable, so one answer serves every caller.
+
+    >>> n = sympy.Symbol("n")
+    >>> cancel(2 * n / (4 * n))
+    1/2
+    """
+    return sympy.cancel(e)
 
 
 MAX_DEGREE = 32
@@ -83,7 +97,7 @@ class Atoms:
             # that sympy later drops (`(tp // k) * 0`): the state that divided turns it into a guard
             self.positive.append((den, span, f"({num}) {op} ({den})"))
         if op == "/":
-            q = sympy.cancel(num / den)
+            q = cancel(num / den)
             n, d = sympy.fraction(q)
             if d == 1 and _int_poly(n):
                 return sympy.expand(n)
@@ -146,7 +160,7 @@ class Atoms:
         """True when `a == b` for every value of the parameters (divisions taken as exact)."""
         if a == b:
             return True
-        return sympy.cancel(self.expand(sympy.sympify(a) - sympy.sympify(b))) == 0
+        return cancel(self.expand(sympy.sympify(a) - sympy.sympify(b))) == 0
 
 
 def _terms(e: sympy.Expr) -> int:

@@ -18,6 +18,7 @@ from ...verdicts import Verdict
 from ...ir.claims import cases_text, claim_norm, claims_differ, unplaced_target
 from ...ir.family import Family, Variant, guard_rewrites, guarded_equality
 from ...ir.guards import rewrite
+from ...ir.sizes import cancel
 from ...algebra.tiling import broken, chains
 
 
@@ -233,7 +234,7 @@ def _at(fam: Family, values: dict, norm):
 
 
 def _same(a, b) -> bool:
-    return a == b or sympy.cancel(a - b) == 0
+    return a == b or cancel(a - b) == 0
 
 
 def _coalesced(modes: list) -> list:

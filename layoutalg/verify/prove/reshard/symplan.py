@@ -42,7 +42,7 @@ from ....dsl.interpret import Reading, paths
 from ....dsl.library import Library
 from .... import params
 from ....params import CONFIG_NAMES
-from ....ir.sizes import Atom, divided
+from ....ir.sizes import Atom, cancel, divided
 
 PER_SIDE = ("heads", "page_size")
 """Names each configuration has its own value of, fixed by its guards (a rank's heads, its page)."""
@@ -99,7 +99,7 @@ def _instantiate(fam, v, values: dict, tag: str = "", atoms: dict | None = None)
     mine = _OWN | {n for n, x in values.items() if not isinstance(x, int)}  # (a side's block_size: k * B)
 
     def at(x):
-        return fam.atoms.put_in(x, values, sympy.cancel)
+        return fam.atoms.put_in(x, values, cancel)
 
     def raw(x):
         x = at(x)
@@ -197,11 +197,11 @@ def cases(fam, vx, vy, store: dict, load: dict, cross: Cross | None = None) -> t
     domain: list = []
 
     def quotient(n, d):  # a positive constant, or a digit's extent (a whole number by its guards)
-        q = sympy.cancel(both(n) / both(d))
+        q = cancel(both(n) / both(d))
         if q.is_Integer:
             return int(q) if q > 0 else None
         for e in wholes:  # k * e, for a constant k
-            k = sympy.cancel(q / both(e))
+            k = cancel(q / both(e))
             if k.is_Integer and k > 0:
                 return int(k) * e
         if cross is not None:  # across a cp: block_size / 2, a whole number where 2 divides it (the plan's domain)
@@ -257,7 +257,7 @@ def _residues(cut: list, domain: list, ox: list, oy: list) -> list[tuple[list, t
     into `k * k` pieces per residue of `n` mod `k`, on the domain where `q = (n - rho) / k`
     is whole (`q` an atom of the plan: one term for Z3, never a fraction spread over a sum);
     every other such piece stays, on the domain where `k` divides `n`."""
-    fractions = {sympy.cancel(a / b): (a, b) for a, b in domain}
+    fractions = {cancel(a / b): (a, b) for a, b in domain}
     blocks, kept = [], dict(fractions)
     for i in range(1, len(cut) - 1):
         t = _block(cut[i - 1], cut[i], cut[i + 1], fractions, ox, oy)
@@ -341,7 +341,7 @@ def cross_of(fam, vx, vy, store: dict, load: dict, token: str | None) -> Cross |
         return None
     _, rx, nx = _instantiate(fam, vx, store, "x.")
     _, ry, ny = _instantiate(fam, vy, load, "y.")
-    q = sympy.cancel(ny(nx(ry(ey))) / ny(nx(rx(ex))))
+    q = cancel(ny(nx(ry(ey))) / ny(nx(rx(ex))))
     for ratio, small in ((q, "producer"), (1 / q, "consumer")):
         if ratio.is_Integer and ratio > 1:
             return Cross(token, int(ratio), small)
