@@ -39,3 +39,79 @@ def test_random_configurations_agree_byte_for_byte(rng):
                 assert got == byte_map(reading, rank), (name, full, rank)
             agreed += 1
     assert agreed > 200
+
+
+def _first_path_in_order(lib, family, sizes):
+    """The path the compiled code takes, as the spec reads it: each path in order, the first
+    whose every case holds (None where none does)."""
+    from layoutalg.dsl.interpret import paths
+    for path in paths(lib, family):
+        try:
+            r = Reading(lib, family, sizes, path=path)
+        except (ArithmeticError, LookupError):
+            continue
+        if all(ok for ok, _ in r.cases):
+            return r
+    return None
+
+
+def _same_reading(a, b) -> bool:
+    return (a.path, a.taken, a.cases, a.guards, a.ranks, a.replicas, a.world, a.agnostic, a.placements) == \
+        (b.path, b.taken, b.cases, b.guards, b.ranks, b.replicas, b.world, b.agnostic, b.placements)
+
+
+def test_a_reading_takes_the_first_path_whose_every_case_holds(rng):
+    """A reading of numbers takes each group's first case that holds, and where that fails (a
+    nested group with no case that holds) reads every path in order: both give the path read
+    in order, for every shipped family at random configurations, and a spec whose first case
+    holds but leads nowhere falls through to the next."""
+    from layoutalg.verify.samples import sample_domain
+    lib = load_default()
+    domain = sample_domain(lib)
+    compared, taken = 0, set()
+    for _ in range(60):
+        sizes = {n: rng.choice(values) for n, values in sorted(domain.items())}
+        sizes["page_size"] = rng.choice((64, 256, 1024, 4096))
+        for family in lib.families:
+            for part in lib.parts_of(family):
+                want = _first_path_in_order(lib, part, sizes)
+                try:
+                    got = Reading(lib, part, dict(sizes))
+                except LookupError:
+                    assert want is None, (part, sizes)
+                    continue
+                assert want is not None and _same_reading(got, want), (part, sizes, got.path, want.path)
+                compared += 1
+                taken.add((part, got.path))
+    assert compared > 500 and len(taken) > 2 * len({p for p, _ in taken})  # (families reading several paths)
+
+
+def test_a_case_whose_nested_cases_all_fail_falls_through(tmp_path):
+    from layoutalg.dsl.library import load
+    import shutil
+    from conftest import ROOT
+    shutil.copy(ROOT / "specs" / "grids.lal", tmp_path / "grids.lal")
+    (tmp_path / "f.lal").write_text('''import "grids.lal"
+
+layout bytes(P):
+    index b < P
+    offset b
+
+family f serves fallback:
+    grid private
+    case block_size > 1:
+        case head_size == 1:
+            let p = page_size
+        case head_size == 2:
+            let p = page_size
+    case block_size > 0:
+        let p = page_size
+    local bytes(p)
+    canonical bytes(page_size * tp * pcp)
+    shard (b) -> (rank * page_size + b)
+''')
+    lib = load([tmp_path / "f.lal"])
+    sizes = dict(tp=1, pcp=1, dcp=1, interleave=1, pcp_replicas=0, block_size=4, head_size=3, page_size=8)
+    r = Reading(lib, "f", dict(sizes))
+    assert r.path == (1,) and _same_reading(r, _first_path_in_order(lib, "f", sizes))
+    assert Reading(lib, "f", {**sizes, "head_size": 2}).path == (0, 1)

@@ -77,7 +77,17 @@ class Reading:
             self._read()
             return
         # ints and no path: the first path whose every case holds, as the compiled code
-        # tries its cases in order (a case whose nested cases all fail falls through)
+        # tries its cases in order (a case whose nested cases all fail falls through). The
+        # first case that holds in each group, in order, is that path wherever it reads
+        # through: any path before it takes a case whose condition was just seen false. Where
+        # it does not (a nested group with no case that holds, a reading that fails), every
+        # path is read in order.
+        try:
+            self._read()  # (`_run` picks each group's first case that holds)
+            self.path = tuple(self.taken)
+            return
+        except (ArithmeticError, LookupError):
+            pass
         for path in paths(self.lib, self.family):
             self.path, self.cases, self.guards, self.ranks, self.taken = path, [], [], [], []
             self.replicas, self.world, self.agnostic = (), None, False
