@@ -229,3 +229,16 @@ def test_a_query_the_default_tactic_gives_up_on_is_asked_of_the_smt_core_again(m
     hard.add(a * a * a + b * b * b == c * c * c, a > 0, b > 0, c > 0)
     res, s = z3ops.ask(hard.assertions(), 1_000_000_000, default=hard)
     assert res == z3.unknown and s is hard and "timeout" in s.reason_unknown()
+
+
+def test_a_querys_terms_are_asserted_as_add_asserts_them():
+    """`ask` asserts Boolean terms through Z3's C API: the solver holds what `add` would give it,
+    a Python bool among them, in order, and answers alike."""
+    from layoutalg.verify.prove.z3ops import _add
+    x, y = z3.Ints("x y")
+    terms = [x > 0, True, z3.Or(x == y, y < 0), x * y == 6, False]
+    mine, theirs = z3.Solver(), z3.Solver()
+    _add(mine, terms)
+    theirs.add(*terms)
+    assert len(mine.assertions()) == 5 and all(a.eq(b) for a, b in zip(mine.assertions(), theirs.assertions()))
+    assert mine.check() == theirs.check() == z3.unsat

@@ -259,15 +259,17 @@ class Model:
         self._n += 1
         return z3.Int(f"{self.tag}{name}@{self._n}")
 
-    def index(self, role: str, tag: str):
+    def index(self, role: str, tag: str, bounded: bool = True):
+        """(a fresh index of layout `role`, its bounds: [] where not `bounded`, a reading that
+        only wants the divisions its terms make, which `touch` is)."""
         ext = self.r.extents(role)
         idx = {n: self.fresh(f"{n}{tag}") for n in ext}
-        return idx, [z3.And(v >= 0, v < ext[n]) for n, v in idx.items()]
+        return idx, [z3.And(v >= 0, v < ext[n]) for n, v in idx.items()] if bounded else []
 
-    def digits(self, tag: str):
+    def digits(self, tag: str, bounded: bool = True):
         rext = self.r.rank_extents()
         d = {n: self.fresh(f"{n}{tag}") for n, _ in rext}
-        return d, [z3.And(d[n] >= 0, d[n] < e) for n, e in rext]
+        return d, [z3.And(d[n] >= 0, d[n] < e) for n, e in rext] if bounded else []
 
     def rank_of(self, digits: dict):
         r = 0
@@ -293,15 +295,15 @@ class Model:
             for region in page.regions:
                 self.r.expr(region.offset, {**bound, **{d.name: self.fresh(d.name + "~") for d in region.indices}})
             return
-        i, _ = self.index("local", "~")
-        d, _ = self.digits("~")
+        i, _ = self.index("local", "~", bounded=False)
+        d, _ = self.digits("~", bounded=False)
         self.r.offset("local", i)
         self.canonical_byte(i, d)
 
     def _touch_sequence(self) -> None:
         if self.fdef.sequence is not None and not self.r.layout("local")[0].regions:  # the claim's token fn
-            i, _ = self.index("local", "~t")
-            d, _ = self.digits("~t")
+            i, _ = self.index("local", "~t", bounded=False)
+            d, _ = self.digits("~t", bounded=False)
             self.r.sequence_place(i, d)
 
     def _touch_regions(self) -> None:

@@ -395,14 +395,14 @@ def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, d
     first.set("random_seed", seed)
     if guard_s is not None:
         first.set("timeout", max(1, int(guard_s * 1000)))
-    first.add(*constraints)
+    _add(first, constraints)
     res = first.check()
     if res != z3.unknown or "timeout" in first.reason_unknown():
         return _answered(res, first)
     s = default
     if s is None:
         s = solver(rlimit, guard_s, seed)
-        s.add(*constraints)
+        _add(s, constraints)
     res = s.check()
     if res != z3.unknown or "timeout" in s.reason_unknown():
         return _answered(res, s)
@@ -411,9 +411,21 @@ def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, d
     again.set("random_seed", seed)
     if guard_s is not None:
         again.set("timeout", max(1, int(guard_s * 1000)))
-    again.add(*constraints)
+    _add(again, constraints)
     decided = again.check()
     return _answered(decided, again) if decided != z3.unknown else (res, s)
+
+
+def _add(s: z3.Solver, constraints) -> None:
+    """`s.add(*constraints)`, each Boolean term asserted through Z3's C API as `add` does, less
+    the Python API's checks of its sort (a `BoolRef` is Boolean: a proof's queries assert
+    hundreds of terms each, thousands of times); anything else (a Python bool) through `add`."""
+    ctx, ref = s.ctx.ref(), s.solver
+    for c in constraints:
+        if isinstance(c, z3.BoolRef):
+            C.Z3_solver_assert(ctx, ref, c.as_ast())
+        else:
+            s.add(c)
 
 
 def _answered(res, s):
