@@ -115,3 +115,45 @@ family f serves fallback:
     r = Reading(lib, "f", dict(sizes))
     assert r.path == (1,) and _same_reading(r, _first_path_in_order(lib, "f", sizes))
     assert Reading(lib, "f", {**sizes, "head_size": 2}).path == (0, 1)
+
+
+def test_a_let_read_before_and_after_a_fn_it_calls_is_redefined_reads_each(tmp_path):
+    """A let read in a case's condition is read again after a `fn` it calls is redefined, as a
+    path read alone reads it (the compiler refuses a let that calls a fn; the reading stays one
+    whichever way it takes its path)."""
+    from layoutalg.dsl.library import load
+    import shutil
+    from conftest import ROOT
+    shutil.copy(ROOT / "specs" / "grids.lal", tmp_path / "grids.lal")
+    (tmp_path / "fm.lal").write_text('''import "grids.lal"
+
+fn f(a) = a * 2
+
+layout bytes(P):
+    index b < P
+    offset b
+
+grid g:
+    world tp * pcp
+    ranks pcp_rank < pcp, tp_rank < tp
+    let x = f(1)
+    case x == 5:
+        require tp >= 1
+    case tp >= 1:
+        require tp >= 1
+    fn f(a) = a * 3
+    case x == 3:
+        require tp >= 1
+    case tp >= 1:
+        require tp >= 1
+
+family fm serves fallback:
+    grid g
+    local bytes(page_size)
+    canonical bytes(page_size * tp * pcp)
+    shard (b) -> (rank * page_size + b)
+''')
+    lib = load([tmp_path / "fm.lal"])
+    sizes = dict(tp=1, pcp=1, dcp=1, interleave=1, pcp_replicas=0, page_size=8)
+    r = Reading(lib, "fm", dict(sizes))
+    assert r.path == (1, 0) and _same_reading(r, _first_path_in_order(lib, "fm", sizes))

@@ -3,6 +3,7 @@ configurations of one family with another cp read pages of two formats. The conv
 between them is a layout composition; checked here against the spec's own reading of
 both layouts, byte for byte, and end to end across processes."""
 import itertools
+import shutil
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 from layoutalg.tools.distributed import group_of, parse_config, reshard
 from layoutalg.errors import LayoutalgError
 from layoutalg.dsl.interpret import Reading
-from layoutalg.dsl.library import load_default
+from layoutalg.dsl.library import load, load_default
 from layoutalg.mapping import merged_triples
 from layoutalg.verify.conversions import conversion
 
@@ -159,3 +160,46 @@ def test_reshard_to_another_block_size_across_processes():
     odd = _cli("--family", "split_hnd", "--store", "tp=2,block_size=4", "--load", "tp=2,block_size=6",
                "--heads", "4", "--head-size", "16", "--blocks", "4", "--layers", "1")
     assert odd.returncode == 2 and "not a multiple of 4" in odd.stderr, odd.stdout + odd.stderr
+
+
+CONVERTED = '''import "grids.lal"
+
+layout bytes(P):
+    index b < P
+    offset b
+
+layout halves(P):
+    index b < P
+    offset (b % 2) * (P / 2) + b // 2
+
+family fc serves fallback:
+    grid private
+    case tp >= 1:
+        require page_size // (tp - 1) > 0   # (at tp = 1 a division by 0, read on this case's paths only)
+        case tp > 4:
+            require tp > 4
+    case tp >= 1:
+        require tp >= 1
+    local bytes(page_size)
+    canonical CANONICAL(page_size * tp * pcp)
+    shard (b) -> (rank * page_size + b)
+'''
+
+
+@pytest.mark.parametrize("canonical, affine", [("bytes", True), ("halves", False)])
+def test_a_canonical_layout_is_shown_affine_on_the_path_its_sizes_take(tmp_path, canonical, affine):
+    """`canonical_boxes` asks Z3 of the case path the numbers take, with no other path's
+    divisions among its side conditions: a case read on the way there (its nested cases all
+    fail at tp = 1) that divides by 0 makes no query vacuous, and a layout that is not affine
+    is said so."""
+    from layoutalg.verify.conversions import canonical_boxes
+    shutil.copy(ROOT / "specs" / "grids.lal", tmp_path / "grids.lal")
+    (tmp_path / "fc.lal").write_text(CONVERTED.replace("CANONICAL", canonical))
+    lib = load([tmp_path / "fc.lal"])
+    sizes = dict(tp=1, pcp=1, dcp=1, interleave=1, pcp_replicas=0, block_size=4, head_size=3, page_size=8)
+    if affine:
+        (box,) = canonical_boxes(lib, "fc", sizes)
+        assert box.strides == {"b": 1}
+    else:
+        with pytest.raises(LayoutalgError, match="not affine"):
+            canonical_boxes(lib, "fc", sizes)

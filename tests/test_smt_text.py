@@ -31,3 +31,23 @@ def test_a_theorem_is_its_lemmas_instance_under_this_querys_definitions():
 
 def _asserts(text: str, e) -> bool:
     return any(x.eq(e) for x in z3.parse_smt2_string(text))
+
+
+def test_a_memo_started_afresh_gives_no_dead_assertions_answer_to_a_new_one(monkeypatch):
+    """Both memos start afresh together, and each entry holds its assertion: an id Z3 gives a
+    new term after the old one died is never answered from the old one's entry."""
+    from layoutalg.verify.prove import smt_text
+    monkeypatch.setattr(smt_text, "_LIMIT", 4)
+    monkeypatch.setattr(smt_text, "_FACTS", {})
+    monkeypatch.setattr(smt_text, "_THEOREMS", {})
+    a, big, b, q, r, big_q, big_r, x, y = z3.Ints("a A b q r Q R x y")
+    mine, theirs = a == q * b + r, big == big_q * b + big_r
+    hyp, con, lhs, rhs = a <= big, q <= big_q, x + 1, y * 2
+    old = lhs == rhs  # (it reads no definition: its answer is none)
+    assert smt_body([old])[1] == set()
+    for k in range(4):  # the memos fill and start afresh
+        smt_body([x > k])
+    dead = old.get_id()
+    del old
+    theorem = z3.Implies(hyp, con)  # (Z3 may give it the dead term's id)
+    assert smt_body([mine, theirs, theorem])[1] == {"monotone"}, theorem.get_id() == dead

@@ -140,6 +140,7 @@ class Reading:
             self.guards.append((self.cond(s.cond), s.span))
         elif isinstance(s, Fn):
             self.fns[s.name] = s
+            self.env.pop(LETS_MEMO, None)  # a let read after it reads this fn (as a path read alone would)
         elif isinstance(s, World):
             self.world = self.expr(s.size)
         elif isinstance(s, Ranks):

@@ -61,7 +61,7 @@ def _box(lib, part: str, sizes: dict, family: str) -> Box:
     zero = {n: 0 for n in names}
     base = r.offset("canonical", zero)
     strides = {n: r.offset("canonical", {**zero, n: 1}) - base for n in names}
-    _prove_affine(lib, part, sizes, names, ext, strides, base)
+    _prove_affine(lib, part, sizes, names, ext, strides, base, r.path)
     return Box(names, ext, strides, e, base, r.page("canonical"))
 
 
@@ -69,11 +69,18 @@ def _shown(sizes: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
-def _prove_affine(lib, family, sizes, names, ext, strides, base) -> None:
+def _prove_affine(lib, family, sizes, names, ext, strides, base, path: tuple) -> None:
+    """The canonical layout at `sizes` is `base` plus `strides` at every index of its box (Z3),
+    read on the case path the numbers take (`path`): no other path's divisions among its side
+    conditions, and none that is a bare false (a division by 0), which would make the query
+    unsat with nothing shown."""
     ops = Z3Ops("conv.")
-    r = Reading(lib, family, dict(sizes), ops)
+    r = Reading(lib, family, dict(sizes), ops, path)
     idx = {n: z3.Int(f"conv.{n}") for n in names}
     off = r.offset("canonical", idx)
+    if any(c is False or (z3.is_expr(c) and z3.is_false(c)) for c in ops.side):
+        raise LayoutalgError(f"{family}: its canonical layout divides by 0 at these sizes: pages of two cp cannot be "
+                             f"converted by strides")
     s = solver(20_000_000)
     s.add(*[z3.And(v >= 0, v < ext[n]) for n, v in idx.items()], *ops.side)
     s.add(off != base + sum(strides[n] * v for n, v in idx.items()))

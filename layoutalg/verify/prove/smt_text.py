@@ -83,8 +83,8 @@ _FACTS: dict = {}
 of that division's quotient and remainder): `_facts`."""
 
 _THEOREMS: dict = {}
-"""(context, ast id) -> [(the definitions `_theorem` read, as (quotient or remainder id, the
-definition found or None), its answer)]: `_instance`."""
+"""(context, ast id) -> [the assertion, then (the definitions `_theorem` read, as (quotient or
+remainder id, the definition found or None), its answer) ...]: `_instance`."""
 
 _LIMIT = 200_000
 """Assertions the memos keep before they start afresh (each entry keeps its terms alive)."""
@@ -96,8 +96,9 @@ def _facts(e) -> tuple:
     key = (id(e.ctx), e.get_id())
     got = _FACTS.get(key)
     if got is None:
-        if len(_FACTS) >= _LIMIT:
+        if len(_FACTS) >= _LIMIT:  # (both memos at once: an entry of either holds its assertion)
             _FACTS.clear()
+            _THEOREMS.clear()
         op = _op(e)
         d = _definition(e, op)
         got = _FACTS[key] = (e, op, d, None if d is None else (d[2].get_id(), d[3].get_id()))
@@ -124,14 +125,12 @@ def _instance(e, facts: tuple, defs: dict):
     the memo's own tuples, so one found again is the same object)."""
     key = (id(e.ctx), e.get_id())
     seen = _THEOREMS.get(key)
-    for read, answer in seen or ():
+    for read, answer in (seen or [None])[1:]:
         if all(defs.get(k) is d for k, d in read):
             return answer
-    if len(_THEOREMS) >= _LIMIT:
-        _THEOREMS.clear()
     reading = _Reading(defs)
     answer = _theorem(e, reading, facts[1])
-    _THEOREMS.setdefault(key, []).append((tuple(reading.read), answer))
+    _THEOREMS.setdefault(key, [e]).append((tuple(reading.read), answer))  # (e first: held, its id is its own)
     return answer
 
 
