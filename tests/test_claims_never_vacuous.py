@@ -33,16 +33,8 @@ def _edited(tmp_path, name, old, new):
     return tmp_path / f"{name}.lal"
 
 
-def _rows(name, family, budgets=None):
-    return {r.obligation: r for r in prove_family(load([BROKEN / f"{name}.lal"]), family, *([budgets] if budgets else []))}
-
-
-def _only_the_claims(monkeypatch):
-    """prove_family asks no SYMBOLIC or PER_CONFIGURATION row (where a test reads only page-size,
-    sequence-order, one-format or the agnostic claim: those are still asked as it asks them)."""
-    import layoutalg.verify.prove.runner as runner
-    monkeypatch.setattr(runner, "SYMBOLIC", ())
-    monkeypatch.setattr(runner, "PER_CONFIGURATION", ())
+def _rows(name, family, budgets=None, only=None):
+    return {r.obligation: r for r in prove_family(load([BROKEN / f"{name}.lal"]), family, budgets, only=only)}
 
 
 def test_a_token_fn_never_exact_leaves_the_family_applying_nowhere():
@@ -62,13 +54,12 @@ def test_a_token_fn_dividing_an_index_is_a_spec_error_with_its_place():
     assert proc.returncode != 0 and "token_divides.lal:13:21:" in proc.stdout + proc.stderr
 
 
-def test_an_obligation_undecided_for_all_sizes_is_unknown_though_every_sample_holds(monkeypatch):
+def test_an_obligation_undecided_for_all_sizes_is_unknown_though_every_sample_holds():
     """False at q = 162690 (pcp=2, interleave=2); every sampled configuration holds. (A fifth of
     the prover's budget: undecided at any budget, it is spent in full.)"""
     from layoutalg.verify.prove import RLIMIT
     from layoutalg.verify.prove.runner import Budgets
-    _only_the_claims(monkeypatch)  # (sequence-order is asked all the same)
-    rows = _rows("knob_token", "knobbed", Budgets.of(RLIMIT // 5))
+    rows = _rows("knob_token", "knobbed", Budgets.of(RLIMIT // 5), only={"sequence-order"})
     seq = rows["sequence-order"]
     assert seq.status == "unknown", (seq.status, seq.method)
     assert seq.configurations and "shows nothing of the others" in seq.detail
@@ -170,13 +161,12 @@ def test_every_shipped_family_but_the_fallback_keeps_its_agnostic_claim():
     assert dropped == {"opaque"}
 
 
-def test_a_size_the_guards_rename_keeps_the_claim_when_the_map_reads_it_as_written(tmp_path, monkeypatch):
+def test_a_size_the_guards_rename_keeps_the_claim_when_the_map_reads_it_as_written(tmp_path):
     """`n_side == m_f * k_f` rewrote the shard map's n_side into m_f * k_f, which
     the canonical layout (written with n_side) is not built from, and the claim was dropped."""
     lib = load([BROKEN / "guard_renamed.lal"])
     assert compile_family(resolve(lib, "factored")).claims_agnostic
-    _only_the_claims(monkeypatch)
-    rows = prove_family(lib, "factored")
+    rows = prove_family(lib, "factored", only={"one-format"})
     assert {r.obligation: r.status for r in rows}["one-format"] == "proved"
     assert [r.status for r in agnostic_rows(lib, "factored")] == \
         [r.status for r in rows if r.obligation == "one-format"]

@@ -5,7 +5,8 @@ from layoutalg.verify.check import check_family
 from layoutalg.compile.codegen import compile_named
 from layoutalg.dsl.library import load
 from layoutalg.dsl.interpret import paths
-from layoutalg.verify.prove.runner import Budgets, prove_family, witnesses
+from layoutalg.verify.prove.configurations import witnesses
+from layoutalg.verify.prove.runner import Budgets, prove_family
 
 from conftest import ROOT
 

@@ -11,8 +11,8 @@ from layoutalg.compile.codegen import compile_family
 from layoutalg.verify.check import check_family
 from layoutalg.ir.family import resolve
 from layoutalg.dsl.library import load
-from layoutalg.verify.prove.runner import (Budgets, configurations_by_path, prove_applies, prove_family, prove_obligation,
-                                          prove_runs)
+from layoutalg.verify.prove.configurations import configurations_by_path
+from layoutalg.verify.prove.runner import Budgets, prove_applies, prove_family, prove_obligation, prove_runs
 from layoutalg.verify.prove.meaning import agnostic_rows
 
 from conftest import ROOT
@@ -59,14 +59,10 @@ def _rows(path, family):
 
 
 def _one_row(path, family, name):
-    """One obligation's row as `prove_family` reaches it (its `page-size` row and case paths, then
-    the configurations of each live path), without the other obligations' proofs."""
-    lib, budgets = load([path]), Budgets.of()
-    fam = resolve(lib, family)
-    applies, status = prove_applies(lib, family, budgets)
-    assert applies.status == "proved", (applies.status, applies.detail)
-    by_path = configurations_by_path(lib, family, compile_family(fam), status, budgets, 24, 8)
-    return prove_obligation(lib, family, name, by_path, budgets, fam=fam, status=status)
+    """One obligation's row as `prove_family` reaches it, without the other obligations' proofs."""
+    rows = {r.obligation: r for r in prove_family(load([path]), family, only={name})}
+    assert set(rows) == {"page-size", name} and rows["page-size"].status == "proved", rows["page-size"]
+    return rows[name]
 
 
 def test_half_page_fallback_is_refuted_by_page_size(tmp_path):
@@ -647,26 +643,26 @@ def test_check_says_when_a_family_was_exercised_on_few_configurations_and_why():
 def test_the_samples_read_until_each_wanted_path_is_full_give_the_same_configurations(monkeypatch):
     """`sample_configurations` with `wanted` paths stops once each has its `limit`: those paths
     get the very configurations (and order) a reading of every sample gives them, in fewer readings."""
-    from layoutalg.verify.prove import runner
+    from layoutalg.verify.prove import configurations
     lib = load([SPECS / "dsa_indexer.lal"])
     part = lib.parts_of("dsa_indexer")[0]
     cf = compile_family(resolve(lib, part))
     read = []
 
-    class Counted(runner.Reading):
+    class Counted(configurations.Reading):
         def __post_init__(self):
             read.append(1)
             super().__post_init__()
-    monkeypatch.setattr(runner, "Reading", Counted)
-    every = runner.sample_configurations(lib, part, cf, 24)
+    monkeypatch.setattr(configurations, "Reading", Counted)
+    every = configurations.sample_configurations(lib, part, cf, 24)
     all_reads = len(read)
     wanted = [p for p, group in every.items() if len(group) == 24]
     assert len(wanted) >= 2
     read.clear()
-    some = runner.sample_configurations(lib, part, cf, 24, wanted)
+    some = configurations.sample_configurations(lib, part, cf, 24, wanted)
     assert {p: some[p] for p in wanted} == {p: every[p] for p in wanted}
     assert 0 < len(read) < all_reads
-    assert runner.sample_configurations(lib, part, cf, 24, []) == {}
+    assert configurations.sample_configurations(lib, part, cf, 24, []) == {}
 
 
 def test_configurations_are_kept_for_every_path_where_no_path_status_was_read():

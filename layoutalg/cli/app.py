@@ -143,6 +143,9 @@ def _parser() -> argparse.ArgumentParser:
                          "holds the same canonical byte; each side may give its block_size (one a whole multiple "
                          "k of the other: proved for every block size B against k * B)")
     pr.add_argument("--family", help="only this family (with no SPEC: one of the shipped library's)")
+    pr.add_argument("--obligation", action="append", metavar="NAME",
+                    help="only this obligation's row (repeatable), with page-size (the case paths every row reads) "
+                         "and the rows it rests on; asked afresh, never cached")
     pr.add_argument("--pipeline", action="store_true",
                     help="prove that vLLM's split of a model's layers over pipeline stages gives each layer one "
                          "stage, for every layer and stage count (the writers of a model page across stages)")

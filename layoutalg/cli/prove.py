@@ -10,16 +10,17 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from ..verdicts import Verdict
 from ..errors import LayoutalgError
 from ..dsl.library import load, spec_files
-from ..verify.prove.store import Row, cacheable, describe, proof_key, read as _read, write as _write
+from ..verify.prove.store import OBLIGATIONS, Row, cacheable, describe, proof_key, read as _read, write as _write
 
 
 def _prove_one(args) -> tuple[str, list[dict], float, str]:
     from ..verify.prove.runner import Budgets, prove_family, to_json  # Z3 and sympy load only when something is proved
-    paths, family, rlimit, guard_s = args
+    paths, family, rlimit, guard_s, only = args
     lib = load(paths)
     key = proof_key(lib, family, rlimit)  # of the bytes this worker read, which may be newer than the parent's
     t = time.perf_counter()
-    return family, to_json(prove_family(lib, family, Budgets.of(rlimit, guard_s))), time.perf_counter() - t, key
+    rows = prove_family(lib, family, Budgets.of(rlimit, guard_s), only=only)
+    return family, to_json(rows), time.perf_counter() - t, key
 
 
 def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
@@ -59,7 +60,10 @@ def heaviest_first(lib, families: list[str]) -> list[str]:
 
 
 def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool = True, out=None,
-                guard_s: float | None = None, family: str | None = None) -> list:
+                guard_s: float | None = None, family: str | None = None, only=None) -> list:
+    """Prove every family of `paths` (or `family`) and print the table; `only` (obligation
+    names) asks those rows alone (`prove_family`), which are never read from or written to the
+    cache (it holds whole tables)."""
     from ..verify.prove import GUARD_S
     from ..verify.prove import RLIMIT
     out = sys.stdout if out is None else out
@@ -76,7 +80,7 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     todo, rows, cached = [], {}, set()
     for fam in names:
         key = proof_key(lib, fam, rlimit)
-        hit = _read(key) if use_cache else None
+        hit = _read(key) if use_cache and only is None else None
         if hit is not None:
             rows[fam] = hit
             cached.add(fam)
@@ -85,7 +89,7 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     if todo:
         from ..ir.family import check_layouts
         check_layouts(lib)
-    args = [(files, fam, rlimit, guard_s) for fam in heaviest_first(lib, [fam for fam, _ in todo])]
+    args = [(files, fam, rlimit, guard_s, only) for fam in heaviest_first(lib, [fam for fam, _ in todo])]
     keys = dict(todo)
 
     def finish(result, k):
@@ -95,7 +99,7 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
         if key != keys[fam]:  # what the key covers changed under the run: these rows are of other bytes
             print(f"prove: {fam}: its spec files, or layoutalg's own modules, changed during the run; the rows "
                   f"shown are of the newer files and are not cached", file=sys.stderr)
-        elif cacheable(data):
+        elif cacheable(data) and only is None:
             _write(key, data)
 
     if args:
@@ -105,7 +109,8 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
                 finish(f.result(), k)
     out_rows = [Row(**r) for fam in names for r in rows[fam]]
     _table(out_rows, cached, out)
-    _record_conversions(lib, names, rows, rlimit)
+    if only is None:  # (a conversion rests on three rows of the whole table: never on a part of one)
+        _record_conversions(lib, names, rows, rlimit)
     return out_rows
 
 
@@ -196,12 +201,27 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
     return [Row(**r) for rows, _ in done for r in rows]
 
 
+def _only(names, args):
+    """The obligations `--obligation` names, each one of a library proof's (an error otherwise,
+    and with `--reshard` or `--pipeline`, which prove rows of their own); None where none is named."""
+    if not names:
+        return None
+    if getattr(args, "reshard", None) or getattr(args, "pipeline", False):
+        raise LayoutalgError("prove: --obligation names rows of a library's proof; --reshard and --pipeline prove "
+                             "rows of their own")
+    unknown = [n for n in names if n not in OBLIGATIONS]
+    if unknown:
+        raise LayoutalgError(f"prove --obligation: no obligation {unknown[0]!r}; a library's: {', '.join(OBLIGATIONS)}")
+    return frozenset(names)
+
+
 def prove_command(args, out=None) -> int:
     out = sys.stdout if out is None else out  # (the stdout of this call, not of the first import)
     from ..resources import specs_dir
     paths = args.specs or [str(specs_dir())]
     t = time.perf_counter()
     certificates = getattr(args, "certificates", None)
+    only = _only(getattr(args, "obligation", None), args)
     if certificates:  # before any proof, not after it
         from ..verify.prove.certificate_files import check_target
         check_target(certificates)
@@ -244,7 +264,7 @@ def prove_command(args, out=None) -> int:
         need_matplotlib()  # before any proof: the pictures could not be drawn
     if folder and os.path.exists(folder) and not os.path.isdir(folder):  # say it before the proof, not after
         raise LayoutalgError(f"prove: --draw {folder}: not a folder (the pictures are files in it)")
-    rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout, args.family)
+    rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout, args.family, only)
     print(f"({time.perf_counter() - t:.1f} s)", file=out)
     if getattr(args, "draw", None):
         _draw_refutations(paths, rows, args.draw, out)
@@ -259,7 +279,7 @@ def prove_command(args, out=None) -> int:
               + (f" and {shared} shared lemmas" if shared else "") + f" in {certificates}; {none} rows "
               f"proved outside SMT have none ({os.path.join(certificates, 'index.tsv')} says why); "
               f"re-check them with `layoutalg certify {certificates}`", file=out)
-    print("\nobligations:\n" + describe(), file=out)
+    print("\nobligations:\n" + describe(None if only is None else dict.fromkeys(r.obligation for r in rows)), file=out)
     return 1 if any(r.status != Verdict.PROVED for r in rows) else 0
 
 

@@ -210,7 +210,8 @@ def _configs(lib: Library, cf: CompiledFamily, domain: dict, rep: FamilyReport):
     if rep.certified or rep.errors:
         return
     from ..dsl.interpret import paths
-    from .prove.runner import Budgets, witnesses
+    from .prove.configurations import witnesses
+    from .prove.runner import Budgets
     for path in paths(lib, cf.name):
         found, _ = witnesses(lib, cf.name, path, 4, Budgets.of().config)
         rep.witnesses += len(found)

@@ -18,59 +18,37 @@ marked not final and never cached.
 """
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import asdict, dataclass
 
 import z3
 
 from ...verdicts import Verdict
-from ... import params
 from ...compile.codegen import compile_family
 from ...compile.compiled import GuardFailed
 from ...errors import SpecError
 from ...ir.family import resolve
-from ...dsl.interpret import Reading, paths
+from ...dsl.interpret import paths
 from ...dsl.library import Library
 from ...runtime.lower import TilingError, region_plan, run_plan, certify as certify_instance
-from ..samples import fitted_instance, sample_domain
 from . import GUARD_S
 from . import RLIMIT
 from . import meaning
 from .meaning import LAYOUT_CLAIM, PAD_CLAIM, claim_row
 from .explain import names_used, where_in_spec, witness_config, explain
-from .obligations import (PAGE, PER_CONFIGURATION, SYMBOLIC, UNDECIDED, Budget, Model, EMPTY_BOX, box_empty, runs_query,
-                          value)
+from .obligations import PAGE, PER_CONFIGURATION, SYMBOLIC, UNDECIDED, Budget, Model, EMPTY_BOX, box_empty, runs_query
 from .obligations import query as _asked
 from .registry import obligation
 from .store import Row
 from .at_sizes import first_reason, never_applies, structure_at_sizes, unserved_part
 from .structural import Certificate, certify, page_tiles
+from .configurations import SMALL, WITNESS, configurations_by_path, witnesses
 
 
 def query(m: Model, name: str, *extra):
     """(violation, witness terms) of obligation `name` on `m`: one-format's from `meaning` (its
     elements are the oracle's), every other row's from `obligations`."""
     return meaning.query(m) if obligation(name).query == "meaning" else _asked(m, name, *extra)
-
-class _Capped(dict):
-    """Bounds of every runtime name capped at `cap` (page_size at `page`): a dict that
-    answers for names a spec declares too, capped the same way."""
-
-    def __init__(self, cap: int, page: int):
-        super().__init__()
-        self.cap, self.page = cap, page
-
-    def get(self, name, domain):
-        lo, hi = domain
-        return (lo, min(hi, self.page if name == "page_size" else max(lo, self.cap)))
-
-
-SMALL = _Capped(8, 1 << 20)
-"""Sizes for the counterexample hunt: small, so counterexamples are easy to read."""
-
-WITNESS = _Capped(16, 1 << 24)
-"""Sizes for witness configurations: small enough to lower and to enumerate."""
 
 @dataclass(frozen=True)
 class Budgets:
@@ -83,71 +61,6 @@ class Budgets:
     def of(rlimit: int = RLIMIT, guard_s: float = GUARD_S) -> "Budgets":
         return Budgets(Budget(rlimit, guard_s), Budget(max(1, rlimit // 20), guard_s),
                        Budget(max(1, rlimit // 10), guard_s))
-
-
-def sample_configurations(lib: Library, family: str, cf, limit: int = 48, wanted=None) -> dict[tuple, list[dict]]:
-    """Configurations from the sample values of the names the family reads where it applies, by case path,
-    the first `limit` of each in the samples' order. With `wanted` (case paths), the samples are read
-    only until each of those has its `limit` (the paths a caller keeps: the others' are as found by then)."""
-    out: dict[tuple, list[dict]] = {}
-    wanted = None if wanted is None else set(wanted)
-    if wanted is not None and not wanted:
-        return out
-    seen = set()
-    samples = sample_domain(lib, cf)
-    names = list(samples)
-    for values in itertools.product(*(samples[n] for n in names)):
-        try:
-            inst, sizes = fitted_instance(cf, dict(zip(names, values)))
-        except (GuardFailed, ArithmeticError):
-            continue
-        key = tuple(sorted(sizes.items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            path = tuple(Reading(lib, family, sizes).taken)
-        except (LookupError, ArithmeticError):
-            continue
-        group = out.setdefault(path, [])
-        if len(group) < limit:
-            group.append(sizes)
-            if wanted is not None and len(group) == limit and path in wanted:
-                wanted.discard(path)
-                if not wanted:
-                    break
-    return out
-
-
-def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, avoid=()) -> tuple[list[dict], str]:
-    """Up to `n` configurations of one case path, found by Z3 as models of its guards.
-
-    Small sizes are asked for first (every size at most 2, then 4, then 16), so the
-    configurations are cheap to lower and easy to read; failing those, any size in the
-    declared domain. Returns (configurations, status of the last query): 'unsat' with no
-    configuration means the path applies nowhere in the domain.
-    """
-    found, status = [], "sat"
-    for cap in (2, 4, 16):
-        m = Model(lib, family, path, bounds=_Capped(cap, WITNESS.page))
-        m.touch()
-        other = lambda sizes: z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes])  # noqa: E731
-        block = [other(sizes) for sizes in [*avoid, *found]]
-        while len(found) < n:
-            status, model = m.solve(z3.And(*block) if block else z3.BoolVal(True), budget)
-            if status != "sat":
-                break
-            found.append({k: value(model, v) for k, v in m.sizes.items()})
-            block.append(other(found[-1]))
-        if len(found) >= n:
-            break
-    if not found:  # nothing small: a path is dead only if nothing in the whole domain takes it
-        m = Model(lib, family, path)
-        m.touch()
-        status, model = m.solve(z3.BoolVal(True), budget)
-        if status == "sat":
-            found.append({k: value(model, v) for k, v in m.sizes.items()})
-    return found, status
 
 
 def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = False) -> tuple[Row, dict]:
@@ -358,40 +271,16 @@ def prove_runs(lib: Library, family: str, name: str, by_path: dict, budgets: Bud
                time.perf_counter() - t0, configurations=proved, final=not guard)
 
 
-def configurations_by_path(lib: Library, family: str, cf, status: dict, budgets: Budgets,
-                           limit: int = 48, least: int = 8) -> dict[tuple, list[dict]]:
-    """Per live path: sample configurations, topped up with Z3 witnesses to at least `least`."""
-    # the paths kept below: the live ones, and any the status does not name (all, where the
-    # page-size row could not be read)
-    kept = [p for p in paths(lib, family) if p not in status or status[p][0] == "live"]
-    by_path = sample_configurations(lib, family, cf, limit, kept)
-    for path, (st, found) in status.items():
-        if st != "live":
-            by_path.pop(path, None)
-            continue
-        have = by_path.setdefault(path, [])
-        if len(have) < least:
-            extra, _ = witnesses(lib, family, path, least - len(have), budgets.config, avoid=have)
-            have += [s for s in extra if s not in have and _lowerable(cf, s)]
-    return by_path
-
-
-def _lowerable(cf, sizes: dict) -> bool:
-    """Small enough to lower and to state as one Z3 query per configuration."""
-    try:
-        inst = cf.evaluate(sizes)
-    except GuardFailed:
-        return True  # kept: prove_runs reports the disagreement with the spec
-    return max(inst.local_page, inst.canonical_page) <= params.CHECK_PAGE_LIMIT and inst.world <= 4096
-
-
-def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False) -> list[Row]:
+def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False, only=None) -> list[Row]:
     """A family of pages: every obligation of each data region's part (`family.region`, with
-    'page' the whole page), then that the regions and pads tile both pages."""
+    'page' the whole page), then that the regions and pads tile both pages (`only`: as
+    `prove_family`'s)."""
     parts = lib.parts_of(family)
-    rows, found = [], {}
-    for part in parts:
-        rows += prove_family(lib, part, budgets, quick, found if part == parts[0] else None)
+    rows, found, asked = [], {}, _asking(only)
+    tiling = [n for n in PAGE if asked(n)]
+    for part in parts:  # (a page's tiling rests on its regions' digit tables)
+        rows += prove_family(lib, part, budgets, quick, found if part == parts[0] else None,
+                             None if only is None else {*only, *(["digits-match-spec"] if tiling else [])})
         if quick and any(r.status == Verdict.REFUTED for r in rows):
             return rows
     first = parts[0]
@@ -399,14 +288,14 @@ def prove_page(lib: Library, family: str, budgets: Budgets, quick: bool = False)
     spec = lib.family_def(family).span.file
     if applies is not None and applies.status == Verdict.REFUTED:
         return [_nowhere(r) for r in rows] + [Row(spec, family, n, Verdict.UNKNOWN, "the family applies nowhere", 0.0)
-                                             for n in PAGE]
+                                             for n in tiling]
     status, by_path = found.get("status", {}), found.get("by_path", {})  # the first region's: one grid, one page
     pads = [p for p in lib.parts_of(family, pads=True) if p not in parts]
-    if not quick:  # the concatenation argument reads the pads' digit tables: they must be the spec's
+    if not quick and (asked("digits-match-spec") or tiling):  # the concatenation argument reads the pads' digit tables
         rows += [safely(spec, pad, "digits-match-spec", lambda: _pad_digits(lib, pad, budgets)) for pad in pads]
-        for pad in (p for p in pads if p.endswith("'")):  # the canonical page's size and places are its pads' too
-            rows += claim_row(spec, pad, resolve(lib, pad), PAD_CLAIM)
-    for name in PAGE:
+    if not quick and asked("one-format"):  # the canonical page's size and places are its pads' too
+        rows += [r for pad in pads if pad.endswith("'") for r in claim_row(spec, pad, resolve(lib, pad), PAD_CLAIM)]
+    for name in tiling:
         t0 = time.perf_counter()
         try:
             cert = page_tiles(lib, family, name.split("-")[-1]) if not quick else None
@@ -463,17 +352,21 @@ def _pad_digits(lib: Library, pad: str, budgets: Budgets) -> Row:
 
 
 def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quick: bool = False,
-                 found: dict | None = None) -> list[Row]:
+                 found: dict | None = None, only=None) -> list[Row]:
     """Every obligation of one family, plus its structural certificate. `found`, when given,
     receives each case path's status and configurations (a family of pages reuses its first
     region's for the page's own rows).
 
     `quick` hunts counterexamples only (small sizes, a few configurations) and stops at
     the first refutation: what the mutation tests need. It never reports "proved".
+    `only` (obligation names) asks those rows alone, each as the whole table asks it: `page-size`
+    (the case paths every row reads) always, and what a row's verdict rests on (a page's tiling
+    rows rest on its regions' and pads' `digits-match-spec`).
     """
     budgets = budgets or Budgets.of()
     if lib.parts_of(family) != [family]:
-        return prove_page(lib, family, budgets, quick)
+        return prove_page(lib, family, budgets, quick, only)
+    asked = _asking(only)
     rows = []
     t0 = time.perf_counter()
     spec = lib.family_def(family).span.file
@@ -482,39 +375,42 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
     except SpecError as e:  # the runtime cannot compile it, so it applies nowhere: nothing to prove
         why = f"not in normal form: {e.message}"
         return [Row(spec, family, "structure", Verdict.UNKNOWN, "stride chains (sympy): all sizes",
-                    time.perf_counter() - t0, why)] + \
+                    time.perf_counter() - t0, why)][:int(asked("structure"))] + \
             [Row(spec, family, n, Verdict.UNKNOWN, "the runtime never applies a family it cannot compile", 0.0, why)
-             for n in ("page-size", *SYMBOLIC, *PER_CONFIGURATION)]
+             for n in ("page-size", *filter(asked, SYMBOLIC + PER_CONFIGURATION))]
     cf = compile_family(fam) if fam is not None else None
-    if fam is not None and not quick:
+    if fam is not None and not quick and asked("structure"):
         certs = [certify(fam, v) for v in fam.variants]
         bad = [c.detail for c in certs if c.status != Verdict.PROVED]
         rows.append(Row(spec, family, "structure", Verdict.UNKNOWN if bad else Verdict.PROVED,
                         "stride chains (sympy): all sizes", time.perf_counter() - t0, first_reason(bad)))
-    claim = claim_row(spec, family, fam, LAYOUT_CLAIM) if fam is not None and not quick else []
+    claim = claim_row(spec, family, fam, LAYOUT_CLAIM) if fam is not None and not quick and asked("one-format") else []
     applies, status = safely(spec, family, "page-size", lambda: prove_applies(lib, family, budgets, quick),
                               lambda row: (row, {}))
     rows.append(applies)
     if applies.status == Verdict.REFUTED:  # a claim of no configuration checked nothing: not a proof
         return [_nowhere(r) for r in rows + claim] + [Row(spec, family, n, Verdict.UNKNOWN, "the family applies nowhere",
-                                                         0.0) for n in SYMBOLIC + PER_CONFIGURATION]
+                                                         0.0) for n in filter(asked, SYMBOLIC + PER_CONFIGURATION)]
     by_path = configurations_by_path(lib, family, cf, status, budgets, 6 if quick else 24, 1 if quick else 8) \
         if fam is not None else {}
     if found is not None:
         found.update(status=status, by_path=by_path)
-    rows[0] = structure_at_sizes(lib, family, rows[0], cf, by_path)  # (unchanged unless structure not proved)
+    if rows[0].obligation == "structure":
+        rows[0] = structure_at_sizes(lib, family, rows[0], cf, by_path)  # (unchanged unless structure not proved)
     lemmas: dict = {}
-    for name in SYMBOLIC:
+    for name in filter(asked, SYMBOLIC):
         rows.append(safely(spec, family, name, lambda: prove_obligation(lib, family, name, by_path, budgets, quick,
                                                                          fam, status, lemmas)))
         if quick and rows[-1].status == Verdict.REFUTED:
             return rows
-    if lib.family_def(family).sequence is not None:  # the claim pages of another cp are converted by
+    if lib.family_def(family).sequence is not None and asked("sequence-order"):  # the claim pages of another cp are converted by
         rows.append(safely(spec, family, "sequence-order", lambda: prove_obligation(
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
         if quick and rows[-1].status == Verdict.REFUTED:
             return rows
-    if meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
+    if not asked("one-format"):
+        pass
+    elif meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
         row = safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
                                                                      status, lemmas))
         if claim and row.status != Verdict.REFUTED:  # a refutation says more than a claim not shown
@@ -525,7 +421,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
             return rows
     else:  # pages only their writer's configuration reads, but for what the claim says
         rows += claim
-    for name in PER_CONFIGURATION:
+    for name in filter(asked, PER_CONFIGURATION):
         if fam is None:
             rows.append(Row(spec, family, name, Verdict.UNKNOWN, "not lowered", 0.0))
             continue
@@ -541,6 +437,11 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
                 _nowhere(r, "no configuration was found where the family applies (page-size undecided): not shown "
                             "to hold of any") for r in rows]
     return rows
+
+
+def _asking(only):
+    """Whether a row is asked: every row, or those `only` names (`prove_family`)."""
+    return (lambda name: True) if only is None else (lambda name: name in only)
 
 
 def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None = None, quick: bool = False,
