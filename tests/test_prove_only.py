@@ -48,3 +48,9 @@ def test_the_command_proves_the_rows_named_and_caches_nothing(tmp_path, monkeypa
 def test_an_obligation_misnamed_or_beside_a_reshard_is_refused(args, said, capsys):
     assert main(["prove", str(ROOT / "specs" / "mla.lal"), *args]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_row_no_family_here_has_is_an_error_not_a_pass(capsys):
+    """mla is no page of regions: it has no regions-tile row, and asking for one checks nothing."""
+    assert main(["prove", str(ROOT / "specs" / "mla.lal"), "--obligation", "regions-tile-local", "--no-cache"]) == 2
+    assert "prove --obligation regions-tile-local: no family proved here has that row" in capsys.readouterr().err

@@ -266,6 +266,11 @@ def prove_command(args, out=None) -> int:
         raise LayoutalgError(f"prove: --draw {folder}: not a folder (the pictures are files in it)")
     rows = prove_paths(paths, args.rlimit, args.jobs, not args.no_cache, out, args.timeout, args.family, only)
     print(f"({time.perf_counter() - t:.1f} s)", file=out)
+    missing = sorted(n for n in only or () if not any(r.obligation == n for r in rows))
+    if missing:  # a row asked of no family here: nothing was checked for it, which is no pass
+        raise LayoutalgError(f"prove --obligation {missing[0]}: no family proved here has that row (a page of regions "
+                             f"has the regions-tile rows, a family with a `sequence` claim sequence-order, one whose "
+                             f"pages another configuration reads one-format); the table above holds the others")
     if getattr(args, "draw", None):
         _draw_refutations(paths, rows, args.draw, out)
     if certificates:
