@@ -242,3 +242,19 @@ def test_a_querys_terms_are_asserted_as_add_asserts_them():
     theirs.add(*terms)
     assert len(mine.assertions()) == 5 and all(a.eq(b) for a, b in zip(mine.assertions(), theirs.assertions()))
     assert mine.check() == theirs.check() == z3.unsat
+
+
+def test_a_box_resting_on_a_bare_false_is_not_shown_empty():
+    """A division by a constant 0 puts Python's False among the side conditions, which makes any
+    query unsat: `box_empty` takes no answer resting on it (Z3's `is_false` reads no Python bool)."""
+    from conftest import ROOT
+    from layoutalg.dsl.interpret import paths
+    from layoutalg.dsl.library import load
+    from layoutalg.verify.prove.obligations import Model, box_empty
+    from layoutalg.verify.prove.runner import Budgets
+    from layoutalg.verify.prove.z3ops import bare_false
+    lib = load([ROOT / "specs" / "split_nhd.lal"])
+    m = Model(lib, "split_nhd", paths(lib, "split_nhd")[0])
+    m.ops.floordiv(m.sizes["tp"], 0)
+    assert any(c is False for c in m.ops.side) and any(bare_false(c) for c in m.ops.side)
+    assert not box_empty(m, Budgets.of().small)

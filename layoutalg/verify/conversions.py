@@ -29,7 +29,7 @@ from .oracle import unkept
 from .prove import meaning
 from .prove.reshard import sequence_unshown
 from .prove.runner import Budgets
-from .prove.z3ops import Z3Ops, solver
+from .prove.z3ops import Z3Ops, bare_false, solver
 
 
 def canonical_boxes(lib, family: str, sizes: dict) -> list[Box]:
@@ -78,7 +78,7 @@ def _prove_affine(lib, family, sizes, names, ext, strides, base, path: tuple) ->
     r = Reading(lib, family, dict(sizes), ops, path)
     idx = {n: z3.Int(f"conv.{n}") for n in names}
     off = r.offset("canonical", idx)
-    if any(c is False or (z3.is_expr(c) and z3.is_false(c)) for c in ops.side):
+    if any(bare_false(c) for c in ops.side):
         raise LayoutalgError(f"{family}: its canonical layout divides by 0 at these sizes: pages of two cp cannot be "
                              f"converted by strides")
     s = solver(20_000_000)

@@ -17,7 +17,8 @@ from ..certify import DEPENDS, folder_of
 from . import lemmas
 from .certificates import (ALL_SIZES, APPLIES, NO_SMT, SMT_ROWS, goal_line, lemma_text, lemma_files, spec_lines,
                            find_model, texts)
-from .smt_text import bare_false, smt2_text, smt_body
+from .smt_text import smt2_text, smt_body
+from .z3ops import bare_false
 from .store import Row
 
 

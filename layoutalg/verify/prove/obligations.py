@@ -27,7 +27,7 @@ from .z3ops import ask
 from .sequence import sequence_query
 from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and what they mean
 from .registry import ENTRIES, check_table, in_mode, obligation
-from .z3ops import Z3Ops
+from .z3ops import Z3Ops, bare_false
 from .page_tiling import distinct, tiling_query
 
 SYMBOLIC, PER_CONFIGURATION = in_mode("symbolic"), in_mode("per-configuration")  # (views of the registry)
@@ -406,7 +406,7 @@ def box_empty(m: Model, budget: Budget, seeds: int = 1) -> bool:
     may divide by an extent that is 0). An answer resting on a bare `false` among the side
     conditions (a constant divisor at most 0) is not taken: False."""
     _, inside = m.index("local", "")
-    if any(z3.is_false(c) for c in m.ops.side):
+    if any(bare_false(c) for c in m.ops.side):
         return False
     return m.solve(z3.And(*inside), budget, seeds)[0] == "unsat"
 

@@ -43,6 +43,7 @@ from .store import Row
 from .at_sizes import first_reason, never_applies, structure_at_sizes, unserved_part
 from .structural import Certificate, certify, page_tiles
 from .configurations import SMALL, WITNESS, configurations_by_path, witnesses
+from .z3ops import bare_false
 
 
 def query(m: Model, name: str, *extra):
@@ -335,7 +336,7 @@ def _pad_digits(lib: Library, pad: str, budgets: Budgets) -> Row:
             continue
         m = Model(lib, pad, path, page_guard=False)
         v, w = query(m, "digits-match-spec", fam.variants[k], fam.atoms)
-        if any(z3.is_false(c) for c in m.ops.side):
+        if any(bare_false(c) for c in m.ops.side):
             return Row(spec, pad, "digits-match-spec", Verdict.UNKNOWN, f"case {k}: its digit table divides by a constant "
                        f"at most 0 on a box that is not shown empty", time.perf_counter() - t0)
         st, model = m.solve(v, budgets.full, budgets.seeds)

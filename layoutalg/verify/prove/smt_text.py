@@ -42,11 +42,6 @@ _EMPTY = re.compile(r"(?<=\s)(and|or)(?=[\s)])")
 """`and`/`or` as an operand rather than an operator (an operator follows its parenthesis)."""
 
 
-def bare_false(e) -> bool:
-    """Whether `e` is false itself (Python's False, or Z3's): a query asserting it is unsat by it."""
-    return e is False or (isinstance(e, z3.ExprRef) and _facts(e)[1] == z3.Z3_OP_FALSE)
-
-
 def smt_body(assertions) -> tuple[str, set]:
     """(SMT-LIB text, lemmas its theorems use) of `assertions`, each theorem between two divisions
     the arithmetic states as a side condition (`Z3Ops._lemma`: floor division is monotone;

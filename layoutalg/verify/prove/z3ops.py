@@ -19,6 +19,16 @@ def _is_int(x) -> bool:
     return isinstance(x, int)
 
 
+def bare_false(e) -> bool:
+    """Whether `e` is false itself, Python's False (a constant divisor at most 0: `b > 0` of an
+    int) or Z3's: a query asserting it is unsat by it alone, and shows nothing.
+
+    >>> bare_false(False), bare_false(z3.BoolVal(False)), bare_false(z3.Int("x") > 0)
+    (True, True, False)
+    """
+    return e is False or (isinstance(e, z3.BoolRef) and z3.is_false(e))
+
+
 def term_key(x):
     return ("i", x) if _is_int(x) else ("z", x.get_id())
 
