@@ -36,38 +36,17 @@ spec's reading of the index itself by DIGIT and QUOTIENT between divisions (`div
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import wraps
 from typing import Callable
 
 import z3
 from z3 import z3util
 
 from .obligations import product
-from .z3ops import ask, term_key
+from .z3ops import ask, remembered, term_key
 
 SHARED = "shared-lemmas"
 """The folder (in a certificate folder) of the lemmas every chain asserts instances of; its
 name is no identifier, so no family's folder can take it."""
-
-
-_MADE: dict = {}
-"""(lemma, its terms' keys) -> its instance: `_remembered`."""
-
-
-def _remembered(lemma: Callable) -> Callable:
-    """`lemma`, each instance made once per process for the same terms. A family's certificates
-    assert the same instances in many files (every row of a case path reads its divisions and
-    chains), and building a formula's terms is most of their Python time. Keyed by the terms'
-    ids (`term_key`): the kept instance holds its terms, so no other term can take their ids."""
-    def made(*xs):
-        key = (lemma.__name__, *map(term_key, xs))
-        got = _MADE.get(key)
-        if got is None:
-            if len(_MADE) >= 200_000:
-                _MADE.clear()
-            got = _MADE[key] = lemma(*xs)
-        return got
-    return wraps(lemma)(made)
 
 
 def _ints(*xs) -> list:
@@ -76,28 +55,28 @@ def _ints(*xs) -> list:
     return [z3.IntVal(x) if isinstance(x, int) else x for x in xs]
 
 
-@_remembered
+@remembered(200_000)
 def digit(a, x, X, y, Y):
     """DIGIT at (a, x, X, y, Y): two mixed-radix numbers with equal value agree in their digit."""
     a, x, X, y, Y = _ints(a, x, X, y, Y)
     return z3.Implies(z3.And(x + a * X == y + a * Y, x >= 0, x < a, y >= 0, y < a), z3.And(x == y, X == Y))
 
 
-@_remembered
+@remembered(200_000)
 def range_(a, x, X, M):
     """RANGE at (a, x, X, M): a digit below `a` over a number below `M` is a number below `a*M`."""
     a, x, X, M = _ints(a, x, X, M)
     return z3.Implies(z3.And(x >= 0, x < a, X >= 0, X < M), z3.And(x + a * X >= 0, x + a * X < a * M))
 
 
-@_remembered
+@remembered(200_000)
 def quotient(b, q, r, Q):
     """QUOTIENT at (b, q, r, Q): a number below `Q*b` has its quotient by `b` below `Q`."""
     b, q, r, Q = _ints(b, q, r, Q)
     return z3.Implies(z3.And(q * b + r >= 0, q * b + r < Q * b, r >= 0, r < b), z3.And(q >= 0, q < Q))
 
 
-@_remembered
+@remembered(200_000)
 def bound(A, x, r, X, B):
     """BOUND at (A, x, r, X, B): a digit at most `A` over a number at most `B`, by a radix that
     is not negative, is a number at most `A + r*B`."""
@@ -105,14 +84,14 @@ def bound(A, x, r, X, B):
     return z3.Implies(z3.And(x <= A, X <= B, r >= 0), x + r * X <= A + r * B)
 
 
-@_remembered
+@remembered(200_000)
 def scale(e, x, M):
     """SCALE at (e, x, M): an element below `M`, of `e` bytes, ends by byte `e*M`."""
     e, x, M = _ints(e, x, M)
     return z3.Implies(z3.And(x < M, e > 0), e * x + e <= e * M)
 
 
-@_remembered
+@remembered(200_000)
 def low(x, r, X):
     """LOW at (x, r, X): a digit and a number that are not negative, by a radix that is not,
     make a number that is not negative."""
@@ -120,7 +99,7 @@ def low(x, r, X):
     return z3.Implies(z3.And(x >= 0, X >= 0, r >= 0), x + r * X >= 0)
 
 
-@_remembered
+@remembered(200_000)
 def above(e, x, y):
     """ABOVE at (e, x, y): an element at offset `x` at least `y`, of `e` bytes, starts at byte
     `e*y` or later."""
@@ -128,7 +107,7 @@ def above(e, x, y):
     return z3.Implies(z3.And(x >= y, e >= 0), e * x >= e * y)
 
 
-@_remembered
+@remembered(200_000)
 def monotone(b, a, q, r, A, Q, R):
     """MONOTONE at (b, a, q, r, A, Q, R): floor division by `b` is monotone in the dividend,
     `a = q*b + r` and `A = Q*b + R` (remainders in [0, b)) with `a <= A` give `q <= Q`."""
@@ -136,7 +115,7 @@ def monotone(b, a, q, r, A, Q, R):
     return z3.Implies(z3.And(a == q * b + r, r >= 0, r < b, A == Q * b + R, R >= 0, R < b, a <= A), q <= Q)
 
 
-@_remembered
+@remembered(200_000)
 def strict(b, a, q, r, A, Q, R):
     """STRICT at (b, a, q, r, A, Q, R): a dividend below an exact multiple `A = Q*b` has a
     smaller quotient, `a = q*b + r` (0 <= r < b) with `a < A` gives `q < Q`."""
@@ -144,7 +123,7 @@ def strict(b, a, q, r, A, Q, R):
     return z3.Implies(z3.And(a == q * b + r, r >= 0, r < b, A == Q * b + R, R == 0, a < A), q < Q)
 
 
-@_remembered
+@remembered(200_000)
 def same(b, a, q, r, A, Q, R):
     """SAME at (b, a, q, r, A, Q, R): one dividend divided by one divisor twice (two
     configurations' readings of a shared size) has one quotient and one remainder."""

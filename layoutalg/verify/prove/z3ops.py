@@ -7,7 +7,8 @@ are combined in Python, so configurations with concrete sizes stay linear.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from functools import wraps
+from typing import Callable, NamedTuple
 
 import z3
 from z3 import z3core as C
@@ -33,27 +34,35 @@ def term_key(x):
     return ("i", x) if _is_int(x) else ("z", x.get_id())
 
 
-_MONOTONE: dict = {}
-_MONOTONE_HELD = 50_000
-"""The most sets of theorems `monotone` keeps (proving five of the shipped families in one
-process makes under a thousand): past it, the memo starts again."""
+def remembered(held: int):
+    """A function of terms (ints or Z3 terms), made once per process for the same terms: keyed by
+    the terms' ids (`term_key`), which what it made holds (every term is one of its subterms, so
+    no other term can take their ids); past `held` entries the memo starts again. A proof builds
+    many arithmetics of one case path (each model its own), and a family's certificates many
+    queries of one, over the same terms under the same names: building their formulas again is
+    most of their Python time."""
+    def wrap(make: Callable) -> Callable:
+        memo: dict = {}
+
+        @wraps(make)
+        def made(*xs):
+            key = tuple(map(term_key, xs))
+            got = memo.get(key)
+            if got is None:
+                if len(memo) >= held:
+                    memo.clear()
+                got = memo[key] = make(*xs)
+            return got
+        return made
+    return wrap
 
 
+@remembered(50_000)  # (proving five of the shipped families in one process makes under a thousand)
 def monotone(a, q, r, a2, q2, r2) -> list:
     """Floor division's monotonicity in the dividend, for `a = q * b + r` and `a2 = q2 * b + r2`
-    by one divisor `b`: four theorems, made once per process for the same six terms. A proof
-    builds many arithmetics of one case path (each model its own), and their divisions are the
-    same terms under the same names: building the theorems again is most of a model's Python
-    time. Keyed by the terms' ids, which the kept theorems hold (no other term can take them)."""
-    key = tuple(map(term_key, (a, q, r, a2, q2, r2)))
-    held = _MONOTONE.get(key)
-    if held is None:
-        if len(_MONOTONE) >= _MONOTONE_HELD:
-            _MONOTONE.clear()
-        held = _MONOTONE[key] = [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
-                                 z3.Implies(z3.And(a < a2, r2 == 0), q < q2),
-                                 z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
-    return held
+    by one divisor `b`: four theorems, made once per process for the same six terms."""
+    return [z3.Implies(a <= a2, q <= q2), z3.Implies(a2 <= a, q2 <= q),
+            z3.Implies(z3.And(a < a2, r2 == 0), q < q2), z3.Implies(z3.And(a2 < a, r == 0), q2 < q)]
 
 
 class _Division(NamedTuple):
