@@ -231,6 +231,63 @@ def test_a_query_the_default_tactic_gives_up_on_is_asked_of_the_smt_core_again(m
     assert res == z3.unknown and s is hard and "timeout" in s.reason_unknown()
 
 
+def test_a_query_of_a_kind_the_first_try_seldom_decides_goes_to_the_default_tactic_first(monkeypatch):
+    """`first=False` (an obligation's `first_try`): the default tactic is asked first, and what it
+    decides is the answer; where it gives up, the first try is asked before the SMT core (given no
+    budget here, so a decided query was decided by the first try)."""
+    import z3
+    from layoutalg.verify.prove import z3ops
+
+    class Counted(z3.Solver):
+        asked = 0
+
+        def check(self, *a):
+            Counted.asked += 1
+            return super().check(*a)
+    x, y = z3.Ints("x y")
+    s0 = Counted()
+    s0.add(x * y == 12, x > 1, y > 1, x < y)
+    res, s = z3ops.ask(s0.assertions(), 1_000_000, default=s0, first=False)
+    assert res == z3.sat and s is s0 and Counted.asked == 1
+    monkeypatch.setattr(z3ops, "FALLBACK_SHARE", 10 ** 9)  # the core: a budget of 1 unit, which decides nothing
+    gives_up = z3.Tactic("fail").solver()
+    gives_up.add(x * y == 12, x > 1, y > 1, x < y)
+    res, s = z3ops.ask(gives_up.assertions(), 1_000_000, default=gives_up, first=False)
+    assert res == z3.sat and s is not gives_up and s.model().eval(x * y).as_long() == 12
+    monkeypatch.setattr(z3ops, "FIRST_RLIMIT", 1)  # none decides: unknown, with the default tactic's reason
+    res, s = z3ops.ask(gives_up.assertions(), 1_000_000, default=gives_up, first=False)
+    assert res == z3.unknown and s is gives_up
+
+
+def test_an_obligations_first_try_is_the_order_its_queries_are_asked_in(monkeypatch):
+    """The digit tables' queries (`first_try=False` in the registry) ask the default tactic first, a
+    family's own and its pads'; every other query of the proof (page-size's witnesses, a pad's
+    empty box) keeps the first try first."""
+    from conftest import ROOT
+    from layoutalg.dsl.library import load
+    from layoutalg.verify.prove import obligations, runner
+    from layoutalg.verify.prove.registry import obligation
+    assert obligation("digits-match-spec").first_try is False and obligation("writers-disjoint").first_try
+    digits, held, seen, real, real_query = set(), [], [], obligations.ask, obligations._digits_query
+
+    def spy(constraints, *a, first=True, **k):
+        seen.append((any(isinstance(c, z3.AstRef) and c.get_id() in digits for c in constraints), first))
+        return real(constraints, *a, first=first, **k)
+
+    def query(*a):
+        v, w = real_query(*a)
+        digits.add(v.get_id())
+        held.append(v)  # (held: a freed term's id is given to another)
+        return v, w
+    monkeypatch.setattr(obligations, "ask", spy)
+    monkeypatch.setattr(obligations, "_digits_query", query)
+    rows = runner.prove_family(load([ROOT / "specs" / "mamba2.lal"]), "mamba2", only={"digits-match-spec"})
+    assert {r.family for r in rows if r.obligation == "digits-match-spec"} >= {"mamba2.x", "mamba2.tail'"}
+    assert all(r.status == "proved" for r in rows)
+    assert (True, False) in seen and (False, True) in seen
+    assert all(is_digits != first for is_digits, first in seen), seen
+
+
 def test_a_querys_terms_are_asserted_as_add_asserts_them():
     """`ask` asserts Boolean terms through Z3's C API: the solver holds what `add` would give it,
     a Python bool among them, in order, and answers alike."""

@@ -58,7 +58,9 @@ class Obligation:
     queries are, word for word, the parts of this row's (None: a part of its own), so a part
     already proved on a case path is not asked again; `points_at`: the spec line a
     counterexample names: the shard map's (`shard`), the layout used as the `local` or
-    `canonical` page, or that layout's own definition (`local layout`, `canonical layout`).
+    `canonical` page, or that layout's own definition (`local layout`, `canonical layout`);
+    `first_try`: False where its queries are of a kind Z3's clock-free first try seldom
+    decides within its budget, so they go to the default tactic first (`z3ops.ask`).
     """
 
     name: str
@@ -72,6 +74,7 @@ class Obligation:
     layout_points: tuple | None = None
     parts: tuple = ()
     points_at: str = "shard"
+    first_try: bool = True
 
     def __post_init__(self):
         if self.mode not in MODES or (self.query is not None and self.query not in QUERY_KINDS):
@@ -125,7 +128,7 @@ ENTRIES = (
                no_smt="the agnostic claim (the canonical layout, or a canonical pad, reads no size that moves with the "
                       "configuration) is a syntactic check of its sympy terms"),
     Obligation("digits-match-spec", "the digit table the runtime executes computes the spec's byte offsets", "symbolic",
-               "digits", smt=True, divided=True),
+               "digits", smt=True, divided=True, first_try=False),
     Obligation("runs-match-spec", "the emitted runs send each local byte where the spec says", "per-configuration",
                "runs"),
     Obligation("runs-cover-local", "each rank's runs cover its local page exactly once", "per-configuration", "runs"),

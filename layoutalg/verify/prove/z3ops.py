@@ -392,7 +392,8 @@ def _first_try():
     return _FIRST[0].solver()
 
 
-def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, default: z3.Solver | None = None):
+def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, default: z3.Solver | None = None,
+        first: bool = True):
     """(result, the solver that reached it) of the conjunction of `constraints`.
 
     First asked of `_first_try` within `FIRST_RLIMIT` of Z3's resource count: most queries are
@@ -408,31 +409,52 @@ def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, d
     same way on every run. A verdict is then unknown only where none decides: the same every
     time wherever the first try or the core decides alone. All are sound, so any one's sat or
     unsat is the query's. `seed` is every stage's random seed (a caller's portfolio of seeds
-    asks each stage differently)."""
-    first = _first_try()
-    first.set("rlimit", max(1, min(FIRST_RLIMIT, rlimit)))
-    first.set("random_seed", seed)
+    asks each stage differently).
+
+    `first` False: a query of a kind the first try seldom decides within its budget (an
+    identity of nested divisions, which the default tactic's SMT stage settles in a hundredth
+    of a second: `Obligation.first_try`) goes to the default tactic at once, and the first try
+    is asked after it, where it gives up, before the SMT core: every stage is still asked
+    before unknown, so what the first try decides is decided on every run as before."""
+    stages = (_first_stage, _default_stage, _core_stage) if first else (_default_stage, _first_stage, _core_stage)
+    gave_up = {}
+    for stage in stages:
+        res, s = gave_up[stage] = stage(constraints, rlimit, guard_s, seed, default)
+        if res != z3.unknown or "timeout" in s.reason_unknown():
+            return _answered(res, s)
+    return gave_up[_default_stage]  # (unknown, with the default tactic's reason)
+
+
+def _bounded(s, rlimit: int, guard_s: float | None, seed: int):
+    """`s` within `rlimit` resource units (and the wall-clock guard), asked with `seed`."""
+    s.set("rlimit", max(1, rlimit))
+    s.set("random_seed", seed)
     if guard_s is not None:
-        first.set("timeout", max(1, int(guard_s * 1000)))
-    _add(first, constraints)
-    res = first.check()
-    if res != z3.unknown or "timeout" in first.reason_unknown():
-        return _answered(res, first)
+        s.set("timeout", max(1, int(guard_s * 1000)))
+    return s
+
+
+def _first_stage(constraints, rlimit, guard_s, seed, default):
+    """`ask`'s clock-free first try, within `FIRST_RLIMIT`."""
+    s = _bounded(_first_try(), min(FIRST_RLIMIT, rlimit), guard_s, seed)
+    _add(s, constraints)
+    return s.check(), s
+
+
+def _default_stage(constraints, rlimit, guard_s, seed, default):
+    """Z3's default tactic (`default`, else a `solver` of `rlimit` made here)."""
     s = default
     if s is None:
         s = solver(rlimit, guard_s, seed)
         _add(s, constraints)
-    res = s.check()
-    if res != z3.unknown or "timeout" in s.reason_unknown():
-        return _answered(res, s)
-    again = z3.SimpleSolver()
-    again.set("rlimit", max(1, rlimit // FALLBACK_SHARE))
-    again.set("random_seed", seed)
-    if guard_s is not None:
-        again.set("timeout", max(1, int(guard_s * 1000)))
-    _add(again, constraints)
-    decided = again.check()
-    return _answered(decided, again) if decided != z3.unknown else (res, s)
+    return s.check(), s
+
+
+def _core_stage(constraints, rlimit, guard_s, seed, default):
+    """Z3's SMT core alone, clock-free, within `rlimit // FALLBACK_SHARE`."""
+    s = _bounded(z3.SimpleSolver(), rlimit // FALLBACK_SHARE, guard_s, seed)
+    _add(s, constraints)
+    return s.check(), s
 
 
 def _add(s: z3.Solver, constraints) -> None:
