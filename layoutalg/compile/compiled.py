@@ -244,8 +244,11 @@ class CompiledFamily:
     def outside_domain(self, sizes: dict) -> str:
         """'' when every name the family reads lies in its proved bounds, else which one does not:
         past the declared domain nothing is proved, so the family fails closed there."""
-        return next((why for name, lo, hi in self.bounds if sizes.get(name) is not None
-                     for why in [params.outside(name, sizes[name], lo, hi)] if why), "")
+        for name, lo, hi in self.bounds:  # (every configuration a layer or a sample reads passes here)
+            value = sizes.get(name)
+            if value is not None and not lo <= value <= hi:
+                return params.outside(name, value, lo, hi)
+        return ""
 
     def evaluate(self, sizes: dict, bounded: bool = True) -> Instance:
         """The numeric digit table at `sizes` (a value for each runtime name the family reads).
