@@ -30,6 +30,7 @@ from .runner import Budgets, query
 from .registry import ENTRIES
 from .smt_text import smt2_text, smt_body
 from .store import OBLIGATIONS
+from .witness import Digits, Meaning, Witness
 from .z3ops import ask
 
 APPLIES = "applies"
@@ -124,10 +125,11 @@ def texts(lib: Library, family: str, name: str, memo: dict | None = None) -> lis
                 continue
         extra = (fam.variants[k], fam.atoms) if name == "digits-match-spec" else ()
         v, w = query(m, name, *extra)
-        parts = w.get("parts") or w.get("sides") or ([w["clash"], v.children()[1]] if name in LAYOUT_POINTS else [v])
+        parts = w.parts or (w.sides if isinstance(w, Digits) else ()) or \
+            ([w.clash, v.children()[1]] if name in LAYOUT_POINTS else [v])
         asserted, chains = _cuts(m, name, w)
         if name in DIVIDED:
-            tied, uses = lemmas.divisions(m.ops, *w.get("arithmetics", ()))
+            tied, uses = lemmas.divisions(m.ops, *(w.arithmetics if isinstance(w, Meaning) else ()))
             for j in range(len(parts)):
                 got = asserted.setdefault(j, ([], [], set()))
                 got[0].extend(tied)
@@ -186,21 +188,21 @@ class _Assuming:
         return [*self._m.assumptions(), *self._more]
 
 
-def cuts(m: Model, name: str, w: dict, assumed=()) -> tuple[list, list, set]:
+def cuts(m: Model, name: str, w: Witness, assumed=()) -> tuple[list, list, set]:
     """What a query asking row `name` of `m` whole (`w` its witnesses) may rest on, as a
     certificate of it would, where `assumed` holds beside `m`'s assumptions: (the instances
     its parts assert, all at once; each chain's file as (label, what it says, assertions, with
     the side conditions its terms read, the index of its goal: the claim negated); the lemmas used). With `name` None, a byte of the local layout at
-    `w["i"]` inside the page (`reshard.plan_queries.outside_page`): the layout's chain, its
+    `w.i` inside the page (`reshard.plan_queries.outside_page`): the layout's chain, its
     fits and both ends of its element."""
     m = _Assuming(m, list(assumed))
-    asserted, chains = _cuts(m, name or "local-bijective", w if name else {**w, "j": w["i"]})
+    asserted, chains = _cuts(m, name or "local-bijective", w if name else dataclasses.replace(w, j=w.i))
     if name is None:
         local = next((c for label, c, *_ in chains if label == "local"), None)
         asserted = {0: asserted.get(0, ([], [], set()))}
         if local is not None:  # its element's first byte at or after the base's, its last by the top's
             got, e = asserted[0], m.element("local")
-            got[0].extend([*local.above((w["i"], {}), e), *local.inside((w["i"], {}), e)])
+            got[0].extend([*local.above((w.i, {}), e), *local.inside((w.i, {}), e)])
             got[2].update({"low", "above", "bound", "scale"})
     files = _identities(m, chains, m.assumptions())
     found = [x for got in asserted.values() for x in got[0]]
@@ -226,7 +228,7 @@ the witness names of its two indices: `Obligation.layout_points`). A bijectivity
 indices at one offset, and an offset outside the page."""
 
 
-def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
+def _cuts(m: Model, name: str, w: Witness) -> tuple[dict, list]:
     """(part -> (the chain instances it asserts, the labels of their chains, the lemmas they
     use)), and each chain as (label, chain, what its identity says, the layout its index is
     of, whether it reads rank digits, the claim of its file where it is not the identity):
@@ -247,11 +249,11 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
         role, parts, a, b = LAYOUT_POINTS[name]
         ldef, bound = m.r.layout(role)
         ext = m.r.extents(role)
-        c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (w[a], {}), ext,
+        c = lemmas.chain(m, lambda p: m.r.expr(ldef.offset, {**bound, **p[0]}), (w.term(a), {}), ext,
                          None if m.part else product(ext.values()))
         if c is not None and len(c.order) > 1:  # (one atom: nothing to split: the query is linear in it)
             for part in parts:
-                add(part, role, c, [(w[a], {}), (w[b], {})])
+                add(part, role, c, [(w.term(a), {}), (w.term(b), {})])
             chains[role] = (role, c, f"the {role} layout's offset is its base plus the Horner form of its atoms "
                                      f"({_atoms_text(c)}, fastest first) at every index of its box; "
                                      f"{_facts_text(c)}", role, False, None)
@@ -261,7 +263,7 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
                 if lemmas.holds(m, fits):
                     for part in parts:
                         got = asserted[part]
-                        got[0].extend([fits, *c.inside((w[a], {}), e), *c.inside((w[b], {}), e)])
+                        got[0].extend([fits, *c.inside((w.term(a), {}), e), *c.inside((w.term(b), {}), e)])
                         got[1].append(f"{role}-fits")
                         got[2].update({"bound", "scale"})
                     chains[f"{role}-fits"] = (f"{role}-fits", c, f"the {role} region's base is at least 0 and its "
@@ -272,7 +274,7 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
         return asserted, list(chains.values())
     cext, found = m.r.extents("canonical"), {}
     for part, points in SHARD_POINTS.get(name, {}).items():
-        at = [(w[i], w[d]) for i, d in points]
+        at = [(w.term(i), w.term(d)) for i, d in points]
         for n in cext:
             if n not in found:  # found once, at the first part's point: the same chain for every part
                 found[n] = lemmas.chain(m, lambda p, n=n: m.r.shard(*p)[n], at[0], {**local, **ranks}, cext[n])
@@ -287,7 +289,7 @@ def _cuts(m: Model, name: str, w: dict) -> tuple[dict, list]:
     return asserted, list(chains.values())
 
 
-def _tiling_cuts(m: Model, w: dict) -> tuple[dict, list]:
+def _tiling_cuts(m: Model, w: Witness) -> tuple[dict, list]:
     """`_cuts` of a page's tiling row: two regions that share no byte lie in byte ranges one
     before the other. Each region's offset gets its chain (the identity at a point of its own),
     its first and last bytes by ABOVE and LOW (at or after `element * base`) and BOUND and SCALE
@@ -295,7 +297,7 @@ def _tiling_cuts(m: Model, w: dict) -> tuple[dict, list]:
     region ends by the later's first byte. A pair whose regions have no chain, or whose order
     Z3 does not show, is written whole."""
     asserted, chains, found = {}, {}, {}
-    for part, (kind, *boxes) in enumerate(w["meaning"]):
+    for part, (kind, *boxes) in enumerate(w.meaning):
         if kind != "overlap":
             continue
         for box in boxes:

@@ -17,6 +17,7 @@ from ...runtime.lower import lower_uncertified
 from . import meaning
 from .obligations import Model, holding, value
 from .registry import ENTRIES, REGISTRY, check_table
+from .witness import Witness
 
 
 def where_in_spec(lib: Library, family: str, name: str) -> str:
@@ -47,7 +48,7 @@ def witness_config(m: Model, model) -> dict:
         return {}
 
 
-def explain(lib: Library, family: str, name: str, m: Model, model, w: dict) -> str:
+def explain(lib: Library, family: str, name: str, m: Model, model, w: Witness) -> str:
     """A counterexample a person can act on, in the spec's own names (never raises)."""
     where = where_in_spec(lib, family, name)
     try:
@@ -79,21 +80,21 @@ class _Shown:
 
 def _bijective_text(s: _Shown) -> str:
     m, w = s.m, s.w
-    ldef, bound = m.r.layout(w["role"])
-    i, j = w["i"], w["j"]
+    ldef, bound = m.r.layout(w.role)
+    i, j = w.i, w.j
     oi = s.value(m.r.expr(ldef.offset, {**bound, **i}))
-    if s.holds(w["clash"]):
-        return (f"{s.where}: the {w['role']} layout sends ({s.idx(i)}) and ({s.idx(j)}) both to element {oi}, "
+    if s.holds(w.clash):
+        return (f"{s.where}: the {w.role} layout sends ({s.idx(i)}) and ({s.idx(j)}) both to element {oi}, "
                 f"with {s.sizes}")
     unit = "bytes of the page" if m.part else "elements"
-    return (f"{s.where}: the {w['role']} layout sends ({s.idx(i)}) to element {oi}, outside its "
-            f"{s.value(w['size'])} {unit}, with {s.sizes}")
+    return (f"{s.where}: the {w.role} layout sends ({s.idx(i)}) to element {oi}, outside its "
+            f"{s.value(w.size)} {unit}, with {s.sizes}")
 
 
 def _disjoint_text(s: _Shown) -> str:
     m, w = s.m, s.w
-    d, e = w["d"], w["e"]
-    c = m.r.shard(w["i"], d)
+    d, e = w.d, w.e
+    c = m.r.shard(w.i, d)
     byte = s.value(m.r.offset("canonical", c))
     return (f"{s.where}: ranks {s.rank(d)} and {s.rank(e)} both write canonical byte {byte} of block "
             f"{_block(m, s.model, d)} ({s.idx(c)}) with {s.sizes}")
@@ -105,42 +106,43 @@ def _identity_text(s: _Shown) -> str:
     if not m.part and pages[0] != pages[1]:
         return (f"{s.where}: on a single rank the local page is {pages[0]} bytes but the canonical page is "
                 f"{pages[1]}, with {s.sizes}")
-    return f"{s.where}: on a single rank local ({s.idx(s.w['i'])}) moves to another canonical byte, with {s.sizes}"
+    return f"{s.where}: on a single rank local ({s.idx(s.w.i)}) moves to another canonical byte, with {s.sizes}"
 
 
 def _runs_match_text(s: _Shown) -> str:
     w = s.w
-    spec_byte = s.value(s.m.canonical_byte(w["i"], w["d"]) + w["b"])
-    return (f"{s.where}: rank {s.rank(w['d'])} copies local byte {s.value(w['x'])} to canonical byte "
-            f"{s.value(w['claimed'])}, but the spec puts it (local {s.idx(w['i'])}) at canonical byte "
+    spec_byte = s.value(s.m.canonical_byte(w.i, w.d) + w.b)
+    return (f"{s.where}: rank {s.rank(w.d)} copies local byte {s.value(w.x)} to canonical byte "
+            f"{s.value(w.claimed)}, but the spec puts it (local {s.idx(w.i)}) at canonical byte "
             f"{spec_byte}, with {s.sizes}")
 
 
 def _sequence_text(s: _Shown) -> str:
     w = s.w
-    q = w["seq"]
+    q = w.seq
     part = holding(s.model, w)
     if part == "count":
         return (f"{s.where}: `sequence {q}` claims the page's tokens, but the local index {q} runs over "
-                f"{s.value(w['local'])} place(s) where a block holds block_size = {s.value(w['tokens'])} tokens "
+                f"{s.value(w.local)} place(s) where a block holds block_size = {s.value(w.tokens)} tokens "
                 f"(two tokens share a place, or a token has none), with {s.sizes}")
     if part == "pages":
         return (f"{s.where}: `sequence {q}` claims the page's tokens, but the canonical index {q} runs over "
-                f"{s.value(w['canonical'])} place(s) where a canonical page holds block_size * cp = "
-                f"{s.value(w['tokens'])} * {s.value(w['cp'])} tokens, with {s.sizes}")
+                f"{s.value(w.canonical)} place(s) where a canonical page holds block_size * cp = "
+                f"{s.value(w.tokens)} * {s.value(w.cp)} tokens, with {s.sizes}")
     if part == "one-to-one":
-        return (f"{s.where}: rank {s.rank(w['d'])} sends local {q}={s.value(w['i'][q])} and {q}={s.value(w['j'][q])} "
-                f"to one place in the sequence, token(...) = {s.value(w['want'])}: two tokens, one place, with "
+        return (f"{s.where}: rank {s.rank(w.d)} sends local {q}={s.value(w.i[q])} and {q}={s.value(w.j[q])} "
+                f"to one place in the sequence, token(...) = {s.value(w.want)}: two tokens, one place, with "
                 f"{s.sizes}")
-    return (f"{s.where}: rank {s.rank(w['d'])} puts local {q}={s.value(w['i'][q])} at canonical "
-            f"{q}={s.value(w['c'][q])}, but token({s.value(w['i'][q])}) = "
-            f"{s.value(w['want'])} is its place in the sequence, with {s.sizes}")
+    return (f"{s.where}: rank {s.rank(w.d)} puts local {q}={s.value(w.i[q])} at canonical "
+            f"{q}={s.value(w.c[q])}, but token({s.value(w.i[q])}) = "
+            f"{s.value(w.want)} is its place in the sequence, with {s.sizes}")
 
 
 def _digits_text(s: _Shown) -> str:
     w = s.w
-    vals = {k: s.value(w[k]) for k in ("local", "want_local", "canon", "want_canon")}
-    return (f"{s.where}: on rank {s.rank(w['d'])}, local ({s.idx(w['i'])}) is at local byte {vals['local']} and "
+    vals = {"local": s.value(w.local), "want_local": s.value(w.want_local), "canon": s.value(w.canon),
+            "want_canon": s.value(w.want_canon)}
+    return (f"{s.where}: on rank {s.rank(w.d)}, local ({s.idx(w.i)}) is at local byte {vals['local']} and "
             f"canonical byte {vals['canon']} by the digit table, but at {vals['want_local']} and "
             f"{vals['want_canon']} by the spec, with {s.sizes}")
 
@@ -148,10 +150,10 @@ def _digits_text(s: _Shown) -> str:
 EXPLAIN = {
     "local-bijective": _bijective_text,
     "canonical-bijective": _bijective_text,
-    "shard-in-range": lambda s: (f"{s.where}: rank {s.rank(s.w['d'])} sends local ({s.idx(s.w['i'])}) to canonical "
-                                 f"({s.idx(s.w['c'])}), outside the canonical box, with {s.sizes}"),
-    "shard-injective": lambda s: (f"{s.where}: rank {s.rank(s.w['d'])} sends local ({s.idx(s.w['i'])}) and "
-                                  f"({s.idx(s.w['j'])}) to the same canonical index, with {s.sizes}"),
+    "shard-in-range": lambda s: (f"{s.where}: rank {s.rank(s.w.d)} sends local ({s.idx(s.w.i)}) to canonical "
+                                 f"({s.idx(s.w.c)}), outside the canonical box, with {s.sizes}"),
+    "shard-injective": lambda s: (f"{s.where}: rank {s.rank(s.w.d)} sends local ({s.idx(s.w.i)}) and "
+                                  f"({s.idx(s.w.j)}) to the same canonical index, with {s.sizes}"),
     "writers-disjoint": _disjoint_text,
     "writers-cover": lambda s: (f"{s.where}: {_cover_text(s.m, s.model, s.w, s.idx, s.rank, s.holds)}, with "
                                 f"{s.sizes}" + _gap_text(s.lib, s.family, s.m, s.model)),
@@ -183,10 +185,10 @@ def _tiling_text(model, w, where, sizes, idx) -> str:
         where = f"{os.path.relpath(at.file)}:{at.line}" if at is not None else where
         if kind == "overlap":
             return (f"{where}: regions '{a.ldef.name}' ({idx(a.idx)}) and '{c.ldef.name}' ({idx(c.idx)}) both hold "
-                    f"{w['role']} byte {value(model, a.pos)}, with {sizes}")
-        return (f"{where}: pad '{a.ldef.name}' ({idx(a.idx)}) is at {w['role']} byte {value(model, a.pos)}: shared "
-                f"with another of its bytes or outside the {value(model, w['page'])}-byte page, with {sizes}")
-    return f"{where}: the regions of the {w['role']} page do not tile it, with {sizes}"
+                    f"{w.role} byte {value(model, a.pos)}, with {sizes}")
+        return (f"{where}: pad '{a.ldef.name}' ({idx(a.idx)}) is at {w.role} byte {value(model, a.pos)}: shared "
+                f"with another of its bytes or outside the {value(model, w.page)}-byte page, with {sizes}")
+    return f"{where}: the regions of the {w.role} page do not tile it, with {sizes}"
 
 
 def _block(m: Model, model, d: dict) -> int:
@@ -199,18 +201,18 @@ def _block(m: Model, model, d: dict) -> int:
 
 
 def _cover_text(m, model, w, idx, rank, holds) -> str:
-    if holds(w["count"]):
-        world, writers = value(model, w["world"]), value(model, w["writers"])
+    if holds(w.count):
+        world, writers = value(model, w.world), value(model, w.writers)
         return (f"{world} ranks in {writers} writer class(es) store {world // max(1, writers)} x "
-                f"{value(model, w['local'])} bytes into a {value(model, w['canon_page'])}-byte canonical page")
-    if holds(w["collide"]):
-        return (f"ranks {rank(w['d'])} and {rank(w['e'])} of the writers of block {_block(m, model, w['d'])} "
-                f"both store canonical ({idx(w['a'])}) (from local ({idx(w['i'])}) and ({idx(w['j'])})), so "
+                f"{value(model, w.local)} bytes into a {value(model, w.canon_page)}-byte canonical page")
+    if holds(w.collide):
+        return (f"ranks {rank(w.d)} and {rank(w.e)} of the writers of block {_block(m, model, w.d)} "
+                f"both store canonical ({idx(w.a)}) (from local ({idx(w.i)}) and ({idx(w.j)})), so "
                 f"the writers hold fewer canonical bytes than the page has and some are never written")
-    if holds(w["outside"]):
-        return (f"rank {rank(w['d'])} stores local ({idx(w['i'])}) at canonical ({idx(w['a'])}), outside the "
+    if holds(w.outside):
+        return (f"rank {rank(w.d)} stores local ({idx(w.i)}) at canonical ({idx(w.a)}), outside the "
                 f"canonical box, so the page is not what its writers hold")
-    return (f"the canonical layout sends ({idx(w['k'])}) to an element that is shared or outside its page, "
+    return (f"the canonical layout sends ({idx(w.k)}) to an element that is shared or outside its page, "
             f"so some canonical byte belongs to no canonical index")
 
 

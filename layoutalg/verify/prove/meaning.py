@@ -36,6 +36,7 @@ from ...ir.family import resolve
 from ..oracle import element_terms
 from .store import Row
 from .structural import agnostic_family
+from .witness import Meaning, Witness
 from .z3ops import Z3Ops
 
 SINGLE = {"tp": 1, "pcp": 1, "dcp": 1, "interleave": 1, "pcp_replicas": 0}
@@ -104,7 +105,7 @@ def _same(a, b) -> bool:
     return a.eq(b)
 
 
-def no_reference(model, w: dict) -> bool:
+def no_reference(model, w: Witness) -> bool:
     """Whether the violation `model` satisfies is one of `NO_REFERENCE`'s (unknown, not refuted)."""
     from .obligations import holding
     hit = holding(model, w)
@@ -173,8 +174,8 @@ def query(m):
     meaning.insert(0, ("nowhere", None, None))
     at = [*ci, *cd, *defs]
     parts_out = [z3.And(*at, p) for p in parts_out]
-    w = {"i": i, "d": d, "c": c, "mine": mine, "sizes": sizes, "parts": tuple(parts_out), "meaning": tuple(meaning),
-         "arithmetics": tuple(arithmetics)}
+    w = Meaning(i=i, d=d, c=c, mine=mine, sizes=sizes, parts=tuple(parts_out), meaning=tuple(meaning),
+                arithmetics=tuple(arithmetics))
     return z3.Or(*parts_out), w
 
 
@@ -211,7 +212,7 @@ def _nonnegative(rs) -> list:
     return [c for c in out if c is not True]
 
 
-def explain(m, model, w: dict, where: str, sizes: str) -> str:
+def explain(m, model, w: Witness, where: str, sizes: str) -> str:
     """The counterexample in the spec's names: which byte, which element, which configuration."""
     def val(x):
         return x if isinstance(x, int) else model.eval(x, model_completion=True).as_long()
@@ -219,8 +220,8 @@ def explain(m, model, w: dict, where: str, sizes: str) -> str:
     def named(el):
         return "; ".join(f"{k} " + "/".join(str(val(x)) for x in v) for k, v in el.items())
 
-    single = ", ".join(f"{n}={val(w['sizes'][n])}" for n in ("tp", "pcp", "dcp", "heads", "block_size")
-                       if n in w["sizes"])
+    single = ", ".join(f"{n}={val(w.sizes[n])}" for n in ("tp", "pcp", "dcp", "heads", "block_size")
+                       if n in w.sizes)
     from .obligations import holding
     hit = holding(model, w)
     if hit is not None:
@@ -236,10 +237,10 @@ def explain(m, model, w: dict, where: str, sizes: str) -> str:
                     f"(its arguments differ), with {sizes}{hint}")
         j, theirs = extra
         said = "that canonical index" if kind == "element" else "whose own canonical layout puts another element at that byte:"
-        idx = ", ".join(f"{n}={val(v)}" for n, v in w["i"].items())
-        canon = ", ".join(f"{n}={val(v)}" for n, v in w["c"].items())
+        idx = ", ".join(f"{n}={val(v)}" for n, v in w.i.items())
+        canon = ", ".join(f"{n}={val(v)}" for n, v in w.c.items())
         them = ", ".join(f"{n}={val(v)}" for n, v in j.items())
-        return (f"{where}: rank {val(m.rank_of(w['d']))} writes local ({idx}), the engine's element [{named(w['mine'])}], "
+        return (f"{where}: rank {val(m.rank_of(w.d))} writes local ({idx}), the engine's element [{named(w.mine)}], "
                 f"to canonical ({canon}); on a single rank holding the page ({single}), {said} "
                 f"local ({them}), the element [{named(theirs)}], with {sizes}: one page format names two elements "
                 f"of the engine's")

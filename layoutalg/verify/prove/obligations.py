@@ -29,6 +29,7 @@ from .store import OBLIGATIONS  # noqa: F401 - re-exported: the obligations and 
 from .registry import ENTRIES, check_table, in_mode, obligation
 from .z3ops import Z3Ops, bare_false
 from .page_tiling import distinct, tiling_query
+from .witness import Cover, Digits, Layout, Runs, Shard, Witness
 
 SYMBOLIC, PER_CONFIGURATION = in_mode("symbolic"), in_mode("per-configuration")  # (views of the registry)
 UNDECIDED = "unknown"
@@ -338,7 +339,7 @@ def _bijective_query(m: Model, role: str):
     if m.part:  # a region: one-to-one, and every element inside the whole page
         size, e = m.r.page(role), m.element(role)
         out = z3.And(*ci, z3.Or(off(i) < 0, e * off(i) + e > size))
-    return z3.Or(clash, out), {"i": i, "j": j, "role": role, "clash": clash, "size": size}
+    return z3.Or(clash, out), Layout(i=i, j=j, role=role, clash=clash, size=size)
 
 
 def _in_range_query(m: Model):
@@ -346,7 +347,7 @@ def _in_range_query(m: Model):
     i, ci = m.index("local", "")
     ext = m.r.extents("canonical")
     c = m.r.shard(i, d)
-    return z3.And(*ci, *cd, z3.Or(*[z3.Or(c[n] < 0, c[n] >= ext[n]) for n in c])), {"i": i, "d": d, "c": c}
+    return z3.And(*ci, *cd, z3.Or(*[z3.Or(c[n] < 0, c[n] >= ext[n]) for n in c])), Shard(i=i, d=d, c=c)
 
 
 def _injective_query(m: Model):
@@ -355,7 +356,7 @@ def _injective_query(m: Model):
     j, cj = m.index("local", "'")
     ci_, cj_ = m.r.shard(i, d), m.r.shard(j, d)
     same = z3.And(*[ci_[n] == cj_[n] for n in ci_])
-    return z3.And(*ci, *cj, *cd, distinct(i, j), same), {"i": i, "j": j, "d": d}
+    return z3.And(*ci, *cj, *cd, distinct(i, j), same), Shard(i=i, d=d, j=j)
 
 
 def _disjoint_query(m: Model):
@@ -368,7 +369,7 @@ def _disjoint_query(m: Model):
     # coincide exactly when their canonical indices (and byte in the element) do
     a, b = m.r.shard(i, d), m.r.shard(j, e)
     hit = z3.And(*[a[n] == b[n] for n in a])
-    return z3.And(*cd, *ce, *ci, *cj, distinct(d, e), same_writer, hit), {"i": i, "j": j, "d": d, "e": e}
+    return z3.And(*cd, *ce, *ci, *cj, distinct(d, e), same_writer, hit), Shard(i=i, d=d, j=j, e=e)
 
 
 def _identity_query(m: Model):
@@ -379,7 +380,7 @@ def _identity_query(m: Model):
     differs = m.r.offset("local", i) != m.canonical_byte(i, zero)
     if not m.part:  # one box: the pages themselves are one (a page of regions may pad only its local page)
         differs = z3.Or(differs, m.r.page("local") != m.r.page("canonical"))
-    return z3.And(one, *ci, differs), {"i": i}
+    return z3.And(one, *ci, differs), Shard(i=i)
 
 
 QUERIES = {
@@ -464,11 +465,10 @@ def _cover_query(m: Model, d: dict, cd: list):
         ce = m.element("canonical")
         inside = z3.Or(off(k) < 0, ce * off(k) + ce > m.r.page("canonical"))
     canon = z3.Or(z3.And(*ck, *cl, distinct(k, l_), off(k) == off(l_)), z3.And(*ck, inside))
-    w = {"d": d, "e": e, "i": i, "j": j, "a": a, "k": k, "l": l_, "count": count, "collide": collide,
-         "outside": outside, "canon": canon, "world": world_digits, "writers": writers,
-         "local": m.r.page("local"), "canon_page": m.r.page("canonical"),
-         # solved one by one: each is easier alone, and all must be unsat
-         "parts": (count, collide.children()[0], collide.children()[1], outside, canon)}
+    w = Cover(d=d, e=e, i=i, j=j, a=a, k=k, l=l_, count=count, collide=collide, outside=outside, canon=canon,
+              world=world_digits, writers=writers, local=m.r.page("local"), canon_page=m.r.page("canonical"),
+              # solved one by one: each is easier alone, and all must be unsat
+              parts=(count, collide.children()[0], collide.children()[1], outside, canon))
     return z3.Or(count, collide, outside, canon), w
 
 
@@ -490,9 +490,9 @@ def _digits_query(m: Model, v, atoms):
     want_local, want_canon = m.r.offset("local", idx) + b, m.canonical_byte(idx, d) + b
     bad = z3.Or(local != want_local, canon != want_canon)
     inside = [*ci, *cd, b >= 0, b < e]
-    return z3.And(*inside, bad), {"i": idx, "d": d, "local": local, "canon": canon,
-                                  "want_local": want_local, "want_canon": want_canon,
-                                  "sides": (z3.And(*inside, local != want_local), z3.And(*inside, canon != want_canon))}
+    return z3.And(*inside, bad), Digits(i=idx, d=d, local=local, canon=canon, want_local=want_local,
+                                        want_canon=want_canon, sides=(z3.And(*inside, local != want_local),
+                                                                      z3.And(*inside, canon != want_canon)))
 
 
 def size_to_z3(m: Model, atoms, e):
@@ -552,10 +552,10 @@ def product(xs):
     return out
 
 
-def holding(model: z3.ModelRef, w: dict):
-    """The meaning (`w["meaning"]`) of the first part of a violation (`w["parts"]`) that `model`
+def holding(model: z3.ModelRef, w: Witness):
+    """The meaning (`w.meaning`) of the first part of a violation (`w.parts`) that `model`
     satisfies, or None."""
-    return next((said for part, said in zip(w["parts"], w["meaning"])
+    return next((said for part, said in zip(w.parts, w.meaning)
                  if z3.is_true(model.eval(part, model_completion=True))), None)
 
 
@@ -582,7 +582,7 @@ def runs_query(m: Model, name: str, inst, runs):
         overlap = z3.And(frag, frag2, z3.Or(LO != LO2, i != i2, k != k2), x == LO2 + i2 * ls + k2)
         outside = z3.And(frag, z3.Or(x < 0, x >= page))
         total = len(offsets) * nf * fs
-        return z3.Or(overlap, outside, z3.BoolVal(total != region)), {"x": x, "total": total}
+        return z3.Or(overlap, outside, z3.BoolVal(total != region)), Runs(x=x, total=total)
     d, cd = m.digits("")
     rank = m.rank_of(d)
     base = inst.canonical_base
@@ -594,4 +594,4 @@ def runs_query(m: Model, name: str, inst, runs):
     here = z3.And(b >= 0, b < e, x == m.r.offset("local", idx) + b)
     claimed = CO + base + i * cs + k
     return z3.And(frag, *cd, *ci, here, claimed != m.canonical_byte(idx, d) + b), \
-        {"i": idx, "d": d, "x": x, "claimed": claimed, "b": b}
+        Runs(x=x, i=idx, d=d, claimed=claimed, b=b)

@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import z3
 
+from .witness import Tiling
+
 
 class Box(NamedTuple):
     """A region or pad of the page as the query reads it: at indices `idx` (bounded, with its
@@ -60,5 +62,5 @@ def tiling_query(m, role: str):
                            z3.And(*cons, z3.Or(pos < 0, pos >= page))))
         meaning.append(("pad", box, None))
     if not parts:
-        return z3.BoolVal(False), {"parts": (), "meaning": (), "role": role}
-    return z3.Or(*parts), {"parts": tuple(parts), "meaning": tuple(meaning), "role": role, "page": page}
+        return z3.BoolVal(False), Tiling(role=role)
+    return z3.Or(*parts), Tiling(parts=tuple(parts), meaning=tuple(meaning), role=role, page=page)

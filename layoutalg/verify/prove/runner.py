@@ -43,6 +43,7 @@ from .store import Row
 from .at_sizes import first_reason, never_applies, structure_at_sizes, unserved_part
 from .structural import Certificate, certify, page_tiles
 from .configurations import SMALL, WITNESS, configurations_by_path, witnesses
+from .witness import Witness
 from .z3ops import bare_false
 
 
@@ -113,11 +114,11 @@ LEMMAS = tuple(n for n in obligation("writers-cover").parts if n is not None)
 its registry entry's `parts`."""
 
 
-def solve(m: Model, v, w: dict, budget: Budget, seeds: int = 1, known: tuple = (), first: bool = True):
+def solve(m: Model, v, w: Witness, budget: Budget, seeds: int = 1, known: tuple = (), first: bool = True):
     """`m.solve(v)`, or part by part where the query is a disjunction of parts (each gets the
     budget). `known[k]` true: part k is an obligation this run already proved for all sizes
     on this path, so it is not asked again. `first`: the obligation's `first_try`."""
-    parts = w.get("parts")
+    parts = w.parts
     if not parts:
         return m.solve(v, budget, seeds, first)
     result = "unsat", None
@@ -463,7 +464,7 @@ def one_format(lib: Library, family: str, budgets: Budgets, by_path: dict | None
                    "the engine's names of its elements", 0.0, str(e))
 
 
-def _no_reference(name: str, model, w: dict) -> bool:
+def _no_reference(name: str, model, w: Witness) -> bool:
     """A `one-format` violation that finds no single-rank reading to compare with: unknown."""
     if obligation(name).query != "meaning":
         return False

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import z3
 
+from .witness import Sequence
+
 
 def sequence_query(m):
     """A `sequence seq` claim, as a bijection between a page's tokens and the sequence positions
@@ -36,9 +38,8 @@ def sequence_query(m):
              z3.And(*ci, *cj, *cd, _ne(i[seq], j[seq]), _eq(want, other)),
              z3.And(*free, _ne(canon, tokens * cp))]
     meaning = ["place", "count", "one-to-one", "pages"]
-    return z3.Or(*parts), {"i": i, "j": j, "d": d, "c": c, "seq": seq, "want": want, "other": other,
-                           "local": local, "canonical": canon, "tokens": tokens, "cp": cp,
-                           "parts": parts, "meaning": meaning}
+    return z3.Or(*parts), Sequence(i=i, j=j, d=d, c=c, seq=seq, want=want, other=other, local=local,
+                                   canonical=canon, tokens=tokens, cp=cp, parts=tuple(parts), meaning=tuple(meaning))
 
 
 def _block_tokens(m):

@@ -302,7 +302,7 @@ def _tiling_violation(lib, part: str, k: int, side: str, tag: str, sizes: dict, 
     # so that one hard part does not keep a refutation of another waiting. The first part, in
     # this order, found sat decides: on a page with two flaws, the one found within the hunt
     # is the one said (a pad's, unknown; two data regions', refuted), whichever comes first
-    parts = list(enumerate(zip(w["parts"], w["meaning"])))
+    parts = list(enumerate(zip(w.parts, w.meaning)))
     hunt = Budget(max(1, budget.rlimit // 20), budget.guard_s)
     decided = set()
     for (i, (part_query, (kind, a, c))), within in [(p, hunt) for p in parts] + [(p, budget) for p in parts]:

@@ -12,6 +12,7 @@ import z3
 
 from ....mapping import rank_and_part
 from ..obligations import Model, query, value
+from ..witness import Shard
 from .symplan import DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun
 
 
@@ -150,7 +151,7 @@ def outside_page(m: Model):
     i, ci = m.index("local", "")
     b = m.fresh("b")
     byte = m.r.offset("local", i) + b
-    return z3.And(*ci, b >= 0, b < m.element(), z3.Or(byte < 0, byte >= m.r.page("local"))), {"i": i}
+    return z3.And(*ci, b >= 0, b < m.element(), z3.Or(byte < 0, byte >= m.r.page("local"))), Shard(i=i)
 
 
 def cover_violations(mx: Model, my: Model, runs, sides: Sides, in_page: bool = False, one_to_one: bool = False):
