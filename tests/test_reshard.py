@@ -2,6 +2,7 @@
 the path through canonical pages and against each byte's coordinate in the spec; proved
 by Z3 on each pair; refused where the two configurations read different page formats;
 and the `layoutalg reshard` command across real processes."""
+import re
 import subprocess
 import sys
 
@@ -105,12 +106,12 @@ def _shifted(plans, k, **change):
         list(plans[1:])
 
 
-@pytest.mark.parametrize("change, refuted", [
-    (dict(src_offset=2), {"reshard-match"}),                     # reads the next element: wrong bytes
-    (dict(dst_offset=2), {"reshard-cover", "reshard-match"}),    # writes one byte range twice
-    (dict(num_fragments=0), {"reshard-cover"}),                  # leaves bytes unwritten
+@pytest.mark.parametrize("change, refuted, said", [
+    (dict(src_offset=2), {"reshard-match"}, "but the plan reads producer"),  # reads the next element: wrong bytes
+    (dict(dst_offset=2), {"reshard-cover", "reshard-match"}, "is written twice|outside a page"),  # a range twice
+    (dict(num_fragments=0), {"reshard-cover"}, "-byte local page"),  # leaves bytes unwritten
 ])
-def test_a_wrong_plan_is_refuted_with_a_counterexample_and_refused_at_run_time(change, refuted):
+def test_a_wrong_plan_is_refuted_with_a_counterexample_and_refused_at_run_time(change, refuted, said):
     x, y = _group("split_nhd", 4, "tp=2"), _group("split_nhd", 4, "tp=4")
     plans = direct_plans(x.mappings, y.mappings)
     bad = _shifted(plans, 0, **change)
@@ -118,6 +119,7 @@ def test_a_wrong_plan_is_refuted_with_a_counterexample_and_refused_at_run_time(c
                                                  Budgets.of().config)}
     assert {n for n, r in rows.items() if r.status == "refuted"} == refuted, rows
     assert all("consumer rank 0" in rows[n].detail for n in refuted)
+    assert re.search(said, rows[min(refuted)].detail), rows[min(refuted)].detail  # (the counterexample in words)
     with pytest.raises(ReshardError, match="consumer rank 0"):
         check_plan(bad[0], x.mappings, y.mappings[0])
 

@@ -1,6 +1,6 @@
 """What the terms of a violation mean: one record a kind of query, the only shape a
 counterexample's terms have between the modules that ask (`obligations`, `meaning`,
-`sequence`, `page_tiling`, `reshard.plan_queries`) and those that read them (`explain`,
+`sequence`, `page_tiling`, `reshard.plan_queries`, `reshard.at_sizes`) and those that read them (`explain`,
 `certificates`, `runner`, `reshard.all_sizes`). Imports no Z3: a record holds terms, it makes
 none.
 
@@ -149,3 +149,25 @@ class Tiling(Witness):
     pads overlap, or leave the page)."""
     role: str = ""
     page: object = None
+
+
+@dataclass(frozen=True)
+class Plan(Witness):
+    """A direct plan at given sizes (`reshard.at_sizes`): one byte of a run, read from producer
+    `p`'s byte `src` into local byte `dst`. `reshard-cover`: whether a byte is written `twice` or
+    `outside` a page, and the plan's `total` bytes; `reshard-match`: the consumer's and the
+    producer's spec indices (`iy`, `ix`) and what they hold (`cy`, `cx`), and across a cp the
+    `small` side, its sequence index `token` and the `shift` of its part."""
+    dst: object = None
+    src: object = None
+    p: object = None
+    twice: object = None
+    outside: object = None
+    total: int = 0
+    iy: dict = None
+    ix: dict = None
+    cy: object = None
+    cx: object = None
+    shift: object = None
+    small: str = ""
+    token: str = ""

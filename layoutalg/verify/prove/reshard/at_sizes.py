@@ -28,6 +28,7 @@ from ....dsl.interpret import Reading
 from ....dsl.library import Library
 from ..obligations import Budget, Model, value
 from ..store import RESHARD, Row
+from ..witness import Plan
 from ..z3ops import ask
 
 
@@ -228,8 +229,7 @@ def _cover(mx: Model, my: Model, plan, cross=None):
                                  p < 0, p >= _producers(mx, cross)))
     total = sum(r.fragment_size * r.num_fragments for r in plan.runs)
     short = z3.BoolVal(total != my.r.page("local"))  # with no byte twice, the count says none is missed
-    return z3.Or(twice, outside, short), {"dst": dst, "src": src, "p": p, "twice": twice, "outside": outside,
-                                          "total": total}
+    return z3.Or(twice, outside, short), Plan(dst=dst, src=src, p=p, twice=twice, outside=outside, total=total)
 
 
 def _match(mx: Model, my: Model, plan, cross=None):
@@ -251,10 +251,8 @@ def _match(mx: Model, my: Model, plan, cross=None):
         differ, cy, cx, shift = _other_index(mx, my, iy, dy, ix, dx, by, bx, p, cross)
         t = cross.token
         return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, differ), \
-            {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx, "shift": shift,
-             "small": cross.small, "token": t}
-    return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, differ), \
-        {"dst": dst, "src": src, "p": p, "iy": iy, "ix": ix, "cy": cy, "cx": cx}
+            Plan(dst=dst, src=src, p=p, iy=iy, ix=ix, cy=cy, cx=cx, shift=shift, small=cross.small, token=t)
+    return z3.And(frag, *cdy, *ciy, *cdx, *cix, *here, differ), Plan(dst=dst, src=src, p=p, iy=iy, ix=ix, cy=cy, cx=cx)
 
 
 _STEPS: list | None = None  # while `recording`: (what, assertions, chain files, lemmas, answer, goal) of each query kept
@@ -329,12 +327,12 @@ def _explain(name, mx, my, plan, model, w) -> str:
 
     who = f"consumer rank {plan.consumer}"
     if name == "reshard-cover":
-        if z3.is_true(model.eval(w["twice"], model_completion=True)):
-            return f"{who}: local byte {v(w['dst'])} is written twice"
-        if z3.is_true(model.eval(w["outside"], model_completion=True)):
-            return (f"{who}: reads producer rank {v(w['p'])} byte {v(w['src'])} into local byte {v(w['dst'])}, "
+        if z3.is_true(model.eval(w.twice, model_completion=True)):
+            return f"{who}: local byte {v(w.dst)} is written twice"
+        if z3.is_true(model.eval(w.outside, model_completion=True)):
+            return (f"{who}: reads producer rank {v(w.p)} byte {v(w.src)} into local byte {v(w.dst)}, "
                     f"outside a page")
-        return f"{who}: the plan writes {w['total']} bytes of a {v(my.r.page('local'))}-byte local page"
+        return f"{who}: the plan writes {w.total} bytes of a {v(my.r.page('local'))}-byte local page"
 
     def idx(x):
         return ", ".join(f"{n}={v(t)}" for n, t in x.items())
@@ -342,13 +340,13 @@ def _explain(name, mx, my, plan, model, w) -> str:
     def canon(x):
         return f"canonical ({idx(x)})" if isinstance(x, dict) else f"canonical byte {v(x)}"
     part = ""
-    if "shift" in w:
-        side = "consumer's" if w["small"] == "consumer" else "producer's"
-        part = (f"; the {side} small page is the part of the big one at {w['token']} + {v(w['shift'])}, "
+    if w.shift is not None:
+        side = "consumer's" if w.small == "consumer" else "producer's"
+        part = (f"; the {side} small page is the part of the big one at {w.token} + {v(w.shift)}, "
                 f"so the two must differ by that")
-    return (f"{who}: local byte {v(w['dst'])} (spec index {idx(w['iy'])}) holds {canon(w['cy'])}, "
-            f"but the plan reads producer {v(w['p'])} byte {v(w['src'])} (spec index {idx(w['ix'])}), "
-            f"which holds {canon(w['cx'])}{part}")
+    return (f"{who}: local byte {v(w.dst)} (spec index {idx(w.iy)}) holds {canon(w.cy)}, "
+            f"but the plan reads producer {v(w.p)} byte {v(w.src)} (spec index {idx(w.ix)}), "
+            f"which holds {canon(w.cx)}{part}")
 
 
 # ---- pages of regions: each byte of a page lies in one region or pad (regions-tile-*) -----------
