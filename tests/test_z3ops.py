@@ -288,6 +288,20 @@ def test_an_obligations_first_try_is_the_order_its_queries_are_asked_in(monkeypa
     assert all(is_digits != first for is_digits, first in seen), seen
 
 
+def test_the_smt_core_stopped_by_the_wall_clock_guard_is_a_timeout(monkeypatch):
+    """Z3's SMT core says `canceled` where the wall-clock guard stops it, as where its budget runs
+    out: `ask` tells the two apart by the clock, so a verdict the guard decided is marked not final
+    (`Model.solve` reads `timeout` in the reason), and one the budget decided is not."""
+    from layoutalg.verify.prove import z3ops
+    monkeypatch.setattr(z3ops, "FIRST_RLIMIT", 1)  # the first try gives up at once
+    x, y = z3.Ints("x y")
+    hard = [x * x == 2 * y * y, x > 0, y > 0]  # no integers: the core searches on
+    res, s = z3ops.ask(hard, 10 ** 10, guard_s=0.5, default=z3.Tactic("fail").solver())
+    assert res == z3.unknown and "timeout" in s.reason_unknown() and isinstance(s, z3ops.GuardFired)
+    res, s = z3ops.ask(hard, 400, guard_s=60.0, default=z3.Tactic("fail").solver())  # the budget, not the clock
+    assert res == z3.unknown and "timeout" not in s.reason_unknown()
+
+
 def test_a_querys_terms_are_asserted_as_add_asserts_them():
     """`ask` asserts Boolean terms through Z3's C API: the solver holds what `add` would give it,
     a Python bool among them, in order, and answers alike."""

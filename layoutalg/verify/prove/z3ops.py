@@ -7,6 +7,7 @@ are combined in Python, so configurations with concrete sizes stay linear.
 """
 from __future__ import annotations
 
+import time
 from functools import wraps
 from typing import Callable, NamedTuple
 
@@ -412,10 +413,13 @@ def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, d
     asks each stage differently).
 
     `first` False: a query of a kind the first try seldom decides within its budget (an
-    identity of nested divisions, which the default tactic's SMT stage settles in a hundredth
-    of a second: `Obligation.first_try`) goes to the default tactic at once, and the first try
-    is asked after it, where it gives up, before the SMT core: every stage is still asked
-    before unknown, so what the first try decides is decided on every run as before."""
+    identity of nested divisions, which the default tactic's SMT stage settles in a tenth of a
+    second: `Obligation.first_try`) goes to the default tactic at once, and the first try is
+    asked after it, where it gives up, before the SMT core: every stage is still asked before
+    unknown, so what the first try decides is decided on every run as before, except where the
+    wall-clock guard stops the default tactic first (an answer the caller marks not final).
+    The SMT core says `canceled` where the guard stops it, as where its budget runs out: the
+    clock tells the two apart (`_core_stage`)."""
     stages = (_first_stage, _default_stage, _core_stage) if first else (_default_stage, _first_stage, _core_stage)
     gave_up = {}
     for stage in stages:
@@ -451,10 +455,23 @@ def _default_stage(constraints, rlimit, guard_s, seed, default):
 
 
 def _core_stage(constraints, rlimit, guard_s, seed, default):
-    """Z3's SMT core alone, clock-free, within `rlimit // FALLBACK_SHARE`."""
+    """Z3's SMT core alone, clock-free, within `rlimit // FALLBACK_SHARE`; where the wall-clock
+    guard stopped it (its check took the guard's time: Z3 says only `canceled`), `GuardFired`."""
     s = _bounded(z3.SimpleSolver(), rlimit // FALLBACK_SHARE, guard_s, seed)
     _add(s, constraints)
-    return s.check(), s
+    t0 = time.perf_counter()
+    res = s.check()
+    if res == z3.unknown and guard_s is not None and time.perf_counter() - t0 >= guard_s:
+        return res, GuardFired()
+    return res, s
+
+
+class GuardFired:
+    """`ask`'s answer where the wall-clock guard stopped Z3's SMT core: unknown, its reason a
+    timeout (what every caller reads to mark a verdict not final), and no model."""
+
+    def reason_unknown(self) -> str:
+        return "timeout: the wall-clock guard stopped Z3's SMT core"
 
 
 def _add(s: z3.Solver, constraints) -> None:
@@ -470,5 +487,6 @@ def _add(s: z3.Solver, constraints) -> None:
 
 
 def _answered(res, s):
-    _account(s, res)
+    if isinstance(s, z3.Solver):
+        _account(s, res)
     return res, s
