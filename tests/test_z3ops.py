@@ -302,6 +302,19 @@ def test_the_smt_core_stopped_by_the_wall_clock_guard_is_a_timeout(monkeypatch):
     assert res == z3.unknown and "timeout" not in s.reason_unknown()
 
 
+def test_the_default_tactic_is_given_at_most_its_own_budget(monkeypatch):
+    """Past the first try, the default tactic gets `DEFAULT_RLIMIT` of the query's budget (where it
+    gives up past that it seldom decides at all, and the SMT core after it gets its own share)."""
+    from layoutalg.verify.prove import z3ops
+    given, real = [], z3ops.solver
+    monkeypatch.setattr(z3ops, "solver", lambda rlimit, *a: given.append(rlimit) or real(rlimit, *a))
+    monkeypatch.setattr(z3ops, "FIRST_RLIMIT", 1)  # every query reaches the default tactic
+    x, y = z3.Ints("x y")
+    assert z3ops.ask([x * y == 12, x > 1, y > 1, x < y], 10 ** 9)[0] == z3.sat
+    assert z3ops.ask([x * y == 12, x > 1, y > 1, x < y], 200_000)[0] == z3.sat
+    assert given == [z3ops.DEFAULT_RLIMIT, 200_000]
+
+
 def test_a_querys_terms_are_asserted_as_add_asserts_them():
     """`ask` asserts Boolean terms through Z3's C API: the solver holds what `add` would give it,
     a Python bool among them, in order, and answers alike."""

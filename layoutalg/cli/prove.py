@@ -101,8 +101,6 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
                   f"shown are of the newer files and are not cached", file=sys.stderr)
         elif cacheable(data) and only is None:
             _write(key, data)
-        if only is None:  # (a conversion rests on three rows of the whole table: never on a part of one;
-            _record_conversions(lib, [fam], rows, rlimit)  # recorded here, while the other workers run)
 
     if args:
         with _fresh_processes(min(jobs, len(args))) as pool:
@@ -111,8 +109,8 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
                 finish(f.result(), k)
     out_rows = [Row(**r) for fam in names for r in rows[fam]]
     _table(out_rows, cached, out)
-    if only is None:
-        _record_conversions(lib, [fam for fam in names if fam in cached], rows, rlimit)
+    if only is None:  # (a conversion rests on three rows of the whole table: never on a part of one)
+        _record_conversions(lib, names, rows, rlimit)
     return out_rows
 
 
