@@ -121,12 +121,23 @@ _vllms_build = None
 
 def build_offloading_config(vllm_config, kv_cache_config):
     """vLLM's `build_offloading_config`, with its parallelism-agnostic gate widened to the
-    configurations layoutalg certifies (module docstring); vLLM's verdict everywhere else."""
+    configurations layoutalg certifies (module docstring), and narrowed where vLLM's CPU backend
+    will write an attention layer with a kernel whose blocks no spec describes (`unseen_kernel`:
+    each worker keeps that layer opaque); vLLM's verdict everywhere else."""
     import dataclasses
 
     config = _vllms_build(vllm_config, kv_cache_config)
-    if config.parallel.is_parallelism_agnostic or not config.canonical_layout:
+    if not config.canonical_layout:
         return config
+    if config.parallel.is_parallelism_agnostic:
+        why = unseen_kernel(vllm_config, kv_cache_config)
+        if not why:
+            return config
+        # vLLM says yes by the tensor's shape; its workers will write this layer with a kernel whose
+        # blocks are another layout, which layoutalg's derive keeps opaque (and vLLM then refuses to
+        # start under a widened gate): the store keeps tp and rank in its folder's hash
+        _once(("gate narrowed", why), "layoutalg narrowed vLLM's parallelism-agnostic gate: %s", why)
+        return dataclasses.replace(config, parallel=dataclasses.replace(config.parallel, is_parallelism_agnostic=False))
     layers = certified_agnostic(vllm_config, kv_cache_config)
     if not layers:
         return config
@@ -144,6 +155,10 @@ def certified_agnostic(vllm_config, kv_cache_config) -> list[str]:
     names = [name for name, _ in layer_specs(kv_cache_config)]
     if not names:
         return []
+    why = unseen_kernel(vllm_config, kv_cache_config)
+    if why:
+        _once(("gate unseen", why), "layoutalg keeps vLLM's parallelism-agnostic gate: %s", why)
+        return []
     try:
         ours = derive_canonical_mappings(vllm_config, kv_cache_config, {}, specs=os.environ.get(
             "LAYOUTALG_VLLM_SPECS") or None, state_layers=_state_layers(),
@@ -156,6 +171,47 @@ def certified_agnostic(vllm_config, kv_cache_config) -> list[str]:
         if m is None or not m.parallelism_agnostic or len(set(m.run_writers)) > 1:
             return []
     return names
+
+
+def unseen_kernel(vllm_config, kv_cache_config) -> str:
+    """Why the gate cannot vouch for an attention layer of vLLM's CPU platform, else ''.
+
+    vLLM's CPU backend writes a layer with the kernel it chooses for it; a kernel whose blocks no
+    spec describes (AMX, for bfloat16 at a multiple of 32 tokens a block, on a host that has it)
+    leaves the layer opaque in each worker's layoutalg derive, which vLLM refuses to start with
+    under a widened gate. Where this process holds the layer object (a worker), its kernel is the
+    derive's own reading (`vllm.cpu_attn_layout`); where it does not (vLLM's engine core runs no
+    model), the kernel the backend will choose (its `_get_attn_isa` of the spec's dtype, block
+    size and head size, and the cache dtype), so the engine core and every worker agree. The
+    reason where a kernel is not one of `vllm.CPU_ATTN_ISAS`, or the cache holds fp8. Off the CPU
+    platform, or where vLLM's modules are not importable: ''."""
+    from .vllm import CPU_ATTN_ISAS, cpu_attn_layout, layer_specs, spec_kind
+    try:
+        from vllm.platforms import current_platform
+        if not current_platform.is_cpu():
+            return ""
+        from vllm.v1.attention.backends import cpu_attn
+    except Exception:  # noqa: BLE001 - no vLLM CPU backend here: nothing to foresee
+        return ""
+    context = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None) or {}
+    cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", "auto")
+    for name, spec in layer_specs(kv_cache_config):
+        if spec_kind(spec) != "attention":
+            continue
+        if name in context:
+            code, why = cpu_attn_layout(vllm_config, name, spec)
+            if code == 2:
+                return f"layer {name}: {why}"
+            continue
+        try:
+            isa = cpu_attn._get_attn_isa(spec.dtype, spec.block_size, spec.head_size, cache)
+        except Exception as e:  # noqa: BLE001 - vLLM refuses the layer itself: no kernel, no layout
+            return f"layer {name}: vLLM's CPU attention backend chooses no kernel for it ({e})"
+        if str(cache).startswith("fp8") or isa not in CPU_ATTN_ISAS:
+            return (f"layer {name}: vLLM's CPU attention backend will write it with kernel {isa!r} (cache dtype "
+                    f"{cache!r}, block size {spec.block_size}), whose blocks no spec describes, so each worker "
+                    f"keeps it opaque")
+    return ""
 
 
 def as_vllm(m, base):

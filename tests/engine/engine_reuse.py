@@ -127,7 +127,7 @@ def engine(args) -> None:
     extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 32 << 20, "canonical_layout": True,
              "secondary_tiers": [{"type": "fs", "root_dir": args.store, "n_read_threads": 2, "n_write_threads": 2}]}
     llm = LLM(model=args.model, skip_tokenizer_init=True, tensor_parallel_size=args.tp,
-              distributed_executor_backend="mp", enforce_eager=True, dtype="bfloat16", max_model_len=1024,
+              distributed_executor_backend="mp", enforce_eager=True, dtype=args.dtype, max_model_len=1024,
               max_num_seqs=4, seed=0, enable_prefix_caching=True, **sized,
               kv_transfer_config=KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
                                                   kv_connector_extra_config=extra))
@@ -186,7 +186,7 @@ DERIVE_LINE = "layoutalg derives vLLM's canonical page mappings"
 
 
 def run_engine(tp: int, plugin: bool, model: Path, store: Path, prompt_file: Path, sets: list[str], work: Path,
-               name: str, block_size: int = 0, env_extra: dict | None = None) -> dict:
+               name: str, block_size: int = 0, env_extra: dict | None = None, dtype: str = "bfloat16") -> dict:
     """One engine in a process group of its own, bounded by ENGINE_TIMEOUT; then the group is
     ended and the /dev/shm files its processes held are removed."""
     out, log, tmp = work / f"{name}.json", work / f"{name}.log", work / f"{name}-tmp"
@@ -196,7 +196,8 @@ def run_engine(tp: int, plugin: bool, model: Path, store: Path, prompt_file: Pat
                TRANSFORMERS_OFFLINE="1", VLLM_CPU_OMP_THREADS_BIND="0|1" if tp == 2 else "0-1", TMPDIR=str(tmp),
                **(env_extra or {}))
     cmd = [sys.executable, str(HERE), "engine", "--tp", str(tp), "--model", str(model), "--store", str(store),
-           "--prompts", str(prompt_file), "--out", str(out), "--block-size", str(block_size), "--sets", *sets]
+           "--prompts", str(prompt_file), "--out", str(out), "--block-size", str(block_size), "--dtype", dtype,
+           "--sets", *sets]
     t0 = time.monotonic()
     shm: set[str] = set()
     with open(log, "w") as f:
@@ -280,6 +281,15 @@ def kill_group(pgid: int) -> None:
             time.sleep(0.25)
 
 
+def llama_dtype() -> str:
+    """The Llama engines' dtype: bfloat16, or float16 on a host with AMX, where vLLM's CPU backend
+    writes bfloat16 attention (its blocks a multiple of 32 tokens) with its AMX kernel, whose blocks
+    no spec describes: layoutalg keeps such layers opaque and narrows vLLM's gate, so nothing is
+    reused across TP. In float16 the backend takes its vec kernel (specs/cpu_attn.lal) there too."""
+    import torch
+    return "float16" if torch.cpu._is_amx_tile_supported() else "bfloat16"
+
+
 def llama_scenario(work: Path, a, summary: dict) -> None:
     """The tiny Llama (module docstring): engines 0-3."""
     model = work / "tiny-llama"
@@ -289,13 +299,13 @@ def llama_scenario(work: Path, a, summary: dict) -> None:
     store, store0 = work / "store", work / "store-vllm-derive"
     res = {}
     if not a.no_byte_check:
-        res["e0"] = run_engine(2, False, model, store0, prompt_file, ["P1"], work, "e0")
-    res["e1"] = run_engine(2, True, model, store, prompt_file, ["P1", "P3"], work, "e1")
+        res["e0"] = run_engine(2, False, model, store0, prompt_file, ["P1"], work, "e0", dtype=llama_dtype())
+    res["e1"] = run_engine(2, True, model, store, prompt_file, ["P1", "P3"], work, "e1", dtype=llama_dtype())
     p1_files = {k: v for k, v in store_files(store).items() if k in res["e1"]["runs"][0]["new_files"]}
     for f in res["e1"]["runs"][1]["new_files"]:
         corrupt(store / f)
-    res["e2"] = run_engine(1, True, model, store, prompt_file, ["P1", "P3", "P2"], work, "e2")
-    res["e3"] = run_engine(2, True, model, store, prompt_file, ["P2"], work, "e3")
+    res["e2"] = run_engine(1, True, model, store, prompt_file, ["P1", "P3", "P2"], work, "e2", dtype=llama_dtype())
+    res["e3"] = run_engine(2, True, model, store, prompt_file, ["P2"], work, "e3", dtype=llama_dtype())
 
     (a1, a3), (b1, b3, a2), (b2,) = res["e1"]["runs"], res["e2"]["runs"], res["e3"]["runs"]
     configs = [json.loads(f.read_text()) for f in store.glob("*/config.json")]
@@ -398,5 +408,6 @@ if __name__ == "__main__":
         p.add_argument("--out")
         p.add_argument("--sets", nargs="+")
         p.add_argument("--block-size", type=int, default=0)
+        p.add_argument("--dtype", default="bfloat16")
         engine(p.parse_args())
     sys.exit(main())

@@ -76,12 +76,12 @@ def test_a_version_not_tested_is_refused(monkeypatch, vllms_own):
     assert WORKER.derive_canonical_mappings is REFERENCE.derive_canonical_mappings
 
 
-def attention(model_config, tp: int, rank: int):
+def attention(model_config, tp: int, rank: int, block_size: int = 16, dtype=torch.bfloat16):
     vc = VllmConfig(model_config=model_config, parallel_config=ParallelConfig(tensor_parallel_size=tp))
     vc.parallel_config.rank = rank
     vc.cache_config.kv_cache_layout = "LBHNC"
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=LLAMA["num_key_value_heads"] // tp, head_size=32,
-                             dtype=torch.bfloat16)
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=LLAMA["num_key_value_heads"] // tp, head_size=32,
+                             dtype=dtype)
     names = [f"model.layers.{i}.self_attn.attn" for i in range(LLAMA["num_hidden_layers"])]
     kcc = get_kv_cache_config_from_groups(vc, [KVCacheGroupSpec(names, spec)], spec.page_size_bytes * 4 * len(names))
     return vc, kcc, allocate_kv_cache(kcc, torch.device("cpu"), vc.cache_config.get_resolved_kv_cache_layout())
@@ -245,3 +245,28 @@ def folder_of(connector):
     walk(connector)
     assert len(found) == 1, found
     return found[0]
+
+
+@pytest.mark.parametrize("amx, dtype, narrowed", [(True, torch.bfloat16, True), (True, torch.float16, False),
+                                                  (False, torch.bfloat16, False)])
+def test_the_gate_is_narrowed_where_the_workers_will_write_attention_with_a_kernel_no_spec_describes(
+        amx, dtype, narrowed, llama, monkeypatch, tmp_path, caplog, vllms_gate):
+    """vLLM says yes to sharing attention pages across TP by the tensor's shape. On a host with AMX
+    its CPU backend writes bfloat16 attention (32 tokens a block) with its AMX kernel, whose blocks no
+    spec describes: each worker's layoutalg derive keeps those layers opaque, which vLLM refuses to
+    start with under a widened gate. The gate (in the engine core, which holds no layer object)
+    foresees the kernel and keeps tp and rank in the store's folder there; elsewhere (float16, or no
+    AMX: the vec kernel, `specs/cpu_attn.lal`) it is vLLM's."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setenv(vllm_plugin.SWITCH, "1")
+    monkeypatch.setattr(vllm_plugin, "_said", set())
+    vllm_plugin.register()
+    vc, kcc, _ = attention(llama, 2, 0, block_size=32, dtype=dtype)
+    vc = connected(vc, tmp_path)
+    assert VLLMS_BUILD(vc, kcc).parallel.is_parallelism_agnostic  # vLLM's own verdict: yes
+    why = vllm_plugin.unseen_kernel(vc, kcc)
+    assert bool(why) == narrowed and (not narrowed or "kernel 'amx'" in why), why
+    with caplog.at_level(logging.INFO, logger="vllm.layoutalg"):
+        ours = CONNECTOR.build_offloading_config(vc, kcc)
+    assert ours.parallel.is_parallelism_agnostic == (not narrowed)
+    assert narrowed == any("narrowed vLLM's parallelism-agnostic gate" in r.getMessage() for r in caplog.records)
