@@ -206,7 +206,11 @@ def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec") -
     isa = getattr(layer, "isa", None)
     if isa is None:
         import sys
-        choose = getattr(sys.modules.get(getattr(backend, "__module__", "")), "_get_attn_isa", None)
+        # the chooser of the backend's module, or of a class it derives from: a backend vLLM subclasses
+        # (`subclass_attention_backend`, made by `type`, its module `abc`) has none of its own
+        choose = next((f for k in getattr(backend, "__mro__", (backend,))
+                       for f in [getattr(sys.modules.get(getattr(k, "__module__", "")), "_get_attn_isa", None)]
+                       if callable(f)), None)
         try:
             isa = choose(_field(spec, path, "dtype"), _field(spec, path, "block_size"),
                          _field(spec, path, "head_size"), cache) if callable(choose) else None

@@ -130,7 +130,10 @@ def build_offloading_config(vllm_config, kv_cache_config):
     if not config.canonical_layout:
         return config
     if config.parallel.is_parallelism_agnostic:
-        why = unseen_kernel(vllm_config, kv_cache_config)
+        try:
+            why = unseen_kernel(vllm_config, kv_cache_config)
+        except ConfigError:  # (a KV cache config layoutalg cannot read: vLLM's verdict, as before)
+            return config
         if not why:
             return config
         # vLLM says yes by the tensor's shape; its workers will write this layer with a kernel whose

@@ -270,3 +270,21 @@ def test_the_gate_is_narrowed_where_the_workers_will_write_attention_with_a_kern
         ours = CONNECTOR.build_offloading_config(vc, kcc)
     assert ours.parallel.is_parallelism_agnostic == (not narrowed)
     assert narrowed == any("narrowed vLLM's parallelism-agnostic gate" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_a_worker_and_the_engine_core_narrow_alike_for_a_backend_vllm_subclasses(amx, llama, monkeypatch):
+    """vLLM subclasses CPU_ATTN for some layers (`subclass_attention_backend`: a class made by `type`,
+    its module `abc`); a worker reads the kernel through the class it derives from, so it answers as
+    the engine core does, which holds no layer object and asks the backend which kernel it will choose."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    from vllm.v1.attention.backend import subclass_attention_backend
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    vc, kcc, _ = attention(llama, 2, 0, block_size=32)
+    core = vllm_plugin.unseen_kernel(vc, kcc)
+    backend = subclass_attention_backend("StaticSink_", CPUAttentionBackend, CPUAttentionBackend.get_builder_cls())
+    assert backend.__module__ != CPUAttentionBackend.__module__ and backend.get_name() == "CPU_ATTN"
+    layers = {name: type("Layer", (), {"attn_backend": backend})() for name in kcc.kv_cache_groups[0].layer_names}
+    vc.compilation_config.static_forward_context = layers
+    worker = vllm_plugin.unseen_kernel(vc, kcc)
+    assert bool(core) == bool(worker) == amx, (core, worker)
