@@ -191,15 +191,16 @@ def backend_name(backend) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec") -> tuple[int, str]:
+def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec", unseen=None) -> tuple[int, str]:
     """(the `cpu_attn_layout` of attention layer `name`, why a CPU layer is no family's): 0 unless
-    its layer object's backend (`attn_backend`) is vLLM's CPU_ATTN; then 1 where the kernel vLLM
-    chose for it (`layer.isa`, set by the backend's metadata builder, else the backend's own
-    `_get_attn_isa` of the layer's dtype, block size, head size and cache dtype) is one of
-    `CPU_ATTN_ISAS` and the cache holds no fp8, else 2."""
+    its layer object's backend (`attn_backend`; `unseen`, where this process holds no layer
+    object of that name) is vLLM's CPU_ATTN; then 1 where the kernel vLLM chose for it
+    (`layer.isa`, set by the backend's metadata builder, else the backend's own `_get_attn_isa`
+    of the layer's dtype, block size, head size and cache dtype) is one of `CPU_ATTN_ISAS` and
+    the cache holds no fp8, else 2."""
     context = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None)
     layer = context.get(name) if isinstance(context, dict) else None
-    backend = getattr(layer, "attn_backend", None)
+    backend = getattr(layer, "attn_backend", None) if layer is not None else unseen
     if backend_name(backend) != "CPU_ATTN":
         return 0, ""
     cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", "auto")

@@ -182,38 +182,24 @@ def unseen_kernel(vllm_config, kv_cache_config) -> str:
     vLLM's CPU backend writes a layer with the kernel it chooses for it; a kernel whose blocks no
     spec describes (AMX, for bfloat16 at a multiple of 32 tokens a block, on a host that has it)
     leaves the layer opaque in each worker's layoutalg derive, which vLLM refuses to start with
-    under a widened gate. Where this process holds the layer object (a worker), its kernel is the
-    derive's own reading (`vllm.cpu_attn_layout`); where it does not (vLLM's engine core runs no
-    model), the kernel the backend will choose (its `_get_attn_isa` of the spec's dtype, block
-    size and head size, and the cache dtype), so the engine core and every worker agree. The
-    reason where a kernel is not one of `vllm.CPU_ATTN_ISAS`, or the cache holds fp8. Off the CPU
-    platform, or where vLLM's modules are not importable: ''."""
-    from .vllm import CPU_ATTN_ISAS, cpu_attn_layout, layer_specs, spec_kind
+    under a widened gate. The kernel is the derive's own reading (`vllm.cpu_attn_layout`): of the
+    layer object where this process holds it (a worker), else of the backend vLLM's CPU platform
+    gives every attention layer (vLLM's engine core runs no model: the kernel the backend will
+    choose), so the engine core and every worker agree. Off the CPU platform, or where vLLM's
+    modules are not importable: ''."""
+    from .vllm import cpu_attn_layout, layer_specs, spec_kind
     try:
         from vllm.platforms import current_platform
         if not current_platform.is_cpu():
             return ""
-        from vllm.v1.attention.backends import cpu_attn
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
     except Exception:  # noqa: BLE001 - no vLLM CPU backend here: nothing to foresee
         return ""
-    context = getattr(getattr(vllm_config, "compilation_config", None), "static_forward_context", None) or {}
-    cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", "auto")
     for name, spec in layer_specs(kv_cache_config):
-        if spec_kind(spec) != "attention":
-            continue
-        if name in context:
-            code, why = cpu_attn_layout(vllm_config, name, spec)
+        if spec_kind(spec) == "attention":
+            code, why = cpu_attn_layout(vllm_config, name, spec, unseen=CPUAttentionBackend)
             if code == 2:
                 return f"layer {name}: {why}"
-            continue
-        try:
-            isa = cpu_attn._get_attn_isa(spec.dtype, spec.block_size, spec.head_size, cache)
-        except Exception as e:  # noqa: BLE001 - vLLM refuses the layer itself: no kernel, no layout
-            return f"layer {name}: vLLM's CPU attention backend chooses no kernel for it ({e})"
-        if str(cache).startswith("fp8") or isa not in CPU_ATTN_ISAS:
-            return (f"layer {name}: vLLM's CPU attention backend will write it with kernel {isa!r} (cache dtype "
-                    f"{cache!r}, block size {spec.block_size}), whose blocks no spec describes, so each worker "
-                    f"keeps it opaque")
     return ""
 
 
