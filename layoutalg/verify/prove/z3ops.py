@@ -350,12 +350,7 @@ def solver(rlimit: int, guard_s: float | None = None, seed: int = 0) -> z3.Solve
     and not under load. The SMT core alone (`SimpleSolver`) and the tactic's stages without
     the clocks were tried: both left the shipped proofs many times slower.
     """
-    s = z3.Solver()
-    s.set("rlimit", max(1, rlimit))
-    if guard_s is not None:
-        s.set("timeout", max(1, int(guard_s * 1000)))
-    s.set("random_seed", seed)
-    return s
+    return _bounded(z3.Solver(), rlimit, guard_s, seed)
 
 
 PEAK = {"unsat": 0, "sat": 0}
