@@ -410,9 +410,8 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
             lib, family, "sequence-order", by_path, budgets, quick, fam, status, lemmas)))
         if quick and rows[-1].status == Verdict.REFUTED:
             return rows
-    if not asked("one-format"):
-        pass
-    elif meaning.shared_paths(lib, family, fam):  # pages read under another configuration than the writer's
+    # pages read under another configuration than the writer's
+    if asked("one-format") and meaning.shared_paths(lib, family, fam):
         row = safely(spec, family, "one-format", lambda: one_format(lib, family, budgets, by_path, quick, fam,
                                                                      status, lemmas))
         if claim and row.status != Verdict.REFUTED:  # a refutation says more than a claim not shown
@@ -421,7 +420,7 @@ def prove_family(lib: Library, family: str, budgets: Budgets | None = None, quic
         rows.append(row)
         if quick and rows[-1].status == Verdict.REFUTED:
             return rows
-    else:  # pages only their writer's configuration reads, but for what the claim says
+    else:  # pages only their writer's configuration reads, but for what the claim says (none not asked)
         rows += claim
     for name in filter(asked, PER_CONFIGURATION):
         if fam is None:
