@@ -260,19 +260,21 @@ def test_a_query_of_a_kind_the_first_try_seldom_decides_goes_to_the_default_tact
 
 
 def test_an_obligations_first_try_is_the_order_its_queries_are_asked_in(monkeypatch):
-    """The digit tables' queries (`first_try=False` in the registry) ask the default tactic first, a
-    family's own and its pads'; every other query of the proof (page-size's witnesses, a pad's
-    empty box) keeps the first try first."""
+    """The digit tables' queries (`first_try=False`, `blast=False` in the registry) ask the default
+    tactic first, without its bit-blasting, a family's own and its pads'; every other query of the
+    proof (page-size's witnesses, a pad's empty box) keeps the first try first and the whole tactic."""
     from conftest import ROOT
     from layoutalg.dsl.library import load
     from layoutalg.verify.prove import obligations, runner
     from layoutalg.verify.prove.registry import obligation
     assert obligation("digits-match-spec").first_try is False and obligation("writers-disjoint").first_try
+    assert obligation("digits-match-spec").blast is False and obligation("writers-disjoint").blast
     digits, held, seen, real, real_query = set(), [], [], obligations.ask, obligations._digits_query
 
-    def spy(constraints, *a, first=True, **k):
+    def spy(constraints, *a, first=True, blast=True, **k):
+        assert first == blast  # (the two go together in the shipped registry)
         seen.append((any(isinstance(c, z3.AstRef) and c.get_id() in digits for c in constraints), first))
-        return real(constraints, *a, first=first, **k)
+        return real(constraints, *a, first=first, blast=blast, **k)
 
     def query(*a):
         v, w = real_query(*a)
@@ -286,6 +288,27 @@ def test_an_obligations_first_try_is_the_order_its_queries_are_asked_in(monkeypa
     assert all(r.status == "proved" for r in rows)
     assert (True, False) in seen and (False, True) in seen
     assert all(is_digits != first for is_digits, first in seen), seen
+
+
+def test_a_query_asked_without_bit_blasting_skips_only_that_stage(monkeypatch):
+    """`blast=False`: the default tactic made by `ask` is `_unblasted`, whose bit-blasting stage
+    cannot encode a query (2-bit vectors) and gives way to the SMT stage, which decides: an
+    identity of nested divisions is proved, and a false one refuted with a model; `blast` True
+    (every obligation but the digit tables') asks the whole tactic."""
+    from layoutalg.verify.prove import z3ops
+    used = []
+    for name in ("_default_stage", "_unblasted_stage"):
+        real = getattr(z3ops, name)
+        monkeypatch.setattr(z3ops, name, lambda *a, _real=real, _name=name: used.append(_name) or _real(*a))
+    i, n, a, b = z3.Ints("i n a b")
+    box = [a >= 1, a <= 1 << 20, b >= 1, b <= 1 << 20, n == a * b, i >= 0, i < n]
+    nested = (i / a) / b != i / (a * b)  # floor division: (i // a) // b == i // (a * b)
+    assert z3ops.ask([*box, nested], 40_000_000, first=False, blast=False)[0] == z3.unsat
+    res, s = z3ops.ask([*box, (i / a) % b != i % b], 40_000_000, first=False, blast=False)
+    assert res == z3.sat and s.model().eval((i / a) % b != i % b)
+    assert used == ["_unblasted_stage", "_unblasted_stage"]
+    used.clear()
+    assert z3ops.ask([*box, nested], 40_000_000, first=False)[0] == z3.unsat and used == ["_default_stage"]
 
 
 def test_the_smt_core_stopped_by_the_wall_clock_guard_is_a_timeout(monkeypatch):

@@ -235,20 +235,22 @@ class Model:
         (and, always assumed, where its grid's world is the worker group, tp * pcp)."""
         return self.r.page("local") == self.sizes["page_size"]
 
-    def solve(self, violation, budget: "Budget", seeds: int = 1, first: bool = True) -> tuple[str, z3.ModelRef | None]:
+    def solve(self, violation, budget: "Budget", seeds: int = 1, how=None) -> tuple[str, z3.ModelRef | None]:
         """sat (with a model), unsat, or unknown, decided by Z3's deterministic resource
         limit (`budget.rlimit`), so the same query gives the same answer on any machine and
         under any load. Nonlinear queries are sensitive to the solver's random seed, so the
         budget may be shared by a small, fixed portfolio of seeds. The wall-clock limit is
         a last guard only: when it decides, `guard_hit` is set and the result is not final.
-        `first`: the order of `z3ops.ask`'s stages (the obligation's `first_try`).
+        `how`: the obligation whose query this is (None: an ordinary query), for how `z3ops.ask`
+        asks it (its `first_try` and `blast`).
         """
+        first, blast = (True, True) if how is None else (how.first_try, how.blast)
         for seed in range(seeds):
             assumed = self.assumptions()
             # the side conditions last: the violation's terms (read before this) and the
             # assumptions' may each have added definitions
             res, s = ask([*assumed, violation, *self.ops.side], budget.rlimit // seeds, budget.guard_s, seed,
-                         first=first)
+                         first=first, blast=blast)
             if res == z3.sat:
                 return "sat", s.model()
             if res == z3.unsat:

@@ -60,7 +60,9 @@ class Obligation:
     counterexample names: the shard map's (`shard`), the layout used as the `local` or
     `canonical` page, or that layout's own definition (`local layout`, `canonical layout`);
     `first_try`: False where its queries are of a kind Z3's clock-free first try seldom
-    decides within its budget, so they go to the default tactic first (`z3ops.ask`).
+    decides within its budget, so they go to the default tactic first (`z3ops.ask`); `blast`:
+    False where the default tactic's bit-blasting stage only slows its queries, so it is
+    skipped (`z3ops._unblasted`). `how` in `Model.solve` is the obligation, for these two.
     """
 
     name: str
@@ -75,6 +77,7 @@ class Obligation:
     parts: tuple = ()
     points_at: str = "shard"
     first_try: bool = True
+    blast: bool = True
 
     def __post_init__(self):
         if self.mode not in MODES or (self.query is not None and self.query not in QUERY_KINDS):
@@ -128,7 +131,7 @@ ENTRIES = (
                no_smt="the agnostic claim (the canonical layout, or a canonical pad, reads no size that moves with the "
                       "configuration) is a syntactic check of its sympy terms"),
     Obligation("digits-match-spec", "the digit table the runtime executes computes the spec's byte offsets", "symbolic",
-               "digits", smt=True, divided=True, first_try=False),
+               "digits", smt=True, divided=True, first_try=False, blast=False),
     Obligation("runs-match-spec", "the emitted runs send each local byte where the spec says", "per-configuration",
                "runs"),
     Obligation("runs-cover-local", "each rank's runs cover its local page exactly once", "per-configuration", "runs"),

@@ -114,18 +114,18 @@ LEMMAS = tuple(n for n in obligation("writers-cover").parts if n is not None)
 its registry entry's `parts`."""
 
 
-def solve(m: Model, v, w: Witness, budget: Budget, seeds: int = 1, known: tuple = (), first: bool = True):
+def solve(m: Model, v, w: Witness, budget: Budget, seeds: int = 1, known: tuple = (), how=None):
     """`m.solve(v)`, or part by part where the query is a disjunction of parts (each gets the
     budget). `known[k]` true: part k is an obligation this run already proved for all sizes
-    on this path, so it is not asked again. `first`: the obligation's `first_try`."""
+    on this path, so it is not asked again. `how`: the obligation (`Model.solve`)."""
     parts = w.parts
     if not parts:
-        return m.solve(v, budget, seeds, first)
+        return m.solve(v, budget, seeds, how)
     result = "unsat", None
     for k, part in enumerate(parts):
         if k < len(known) and known[k]:
             continue
-        st, model = m.solve(part, budget, seeds, first)
+        st, model = m.solve(part, budget, seeds, how)
         if st == "sat":
             return st, model
         if st == UNDECIDED:
@@ -137,7 +137,7 @@ def _smaller(lib, family, name, path, extra, budgets, m, model, w):
     """The same violation at small sizes when Z3 finds one there quickly; else the one given."""
     small = Model(lib, family, path, bounds=SMALL)
     v2, w2 = query(small, name, *extra)
-    st, model2 = solve(small, v2, w2, budgets.small, first=obligation(name).first_try)
+    st, model2 = solve(small, v2, w2, budgets.small, how=obligation(name))
     return (small, model2, w2) if st == "sat" else (m, model, w)
 
 
@@ -166,7 +166,7 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
             v, w = query(m, name, *extra)
             known = tuple(n is not None and path in proved.get(n, ()) for n in asked.parts) \
                 if bounds is None else ()  # (its parts that are rows of their own: `Obligation.parts`)
-            st, model = solve(m, v, w, budget, 1 if bounds is SMALL else budgets.seeds, known, asked.first_try)
+            st, model = solve(m, v, w, budget, 1 if bounds is SMALL else budgets.seeds, known, asked)
             guard |= m.guard_hit
             if st == "sat" and _no_reference(name, model, w):
                 return Row(spec, family, name, Verdict.UNKNOWN, "symbolic sizes, symbolic rank", time.perf_counter() - t0,
@@ -189,7 +189,7 @@ def prove_obligation(lib: Library, family: str, name: str, by_path: dict, budget
         for sizes in configs:
             m = Model(lib, family, path, sizes=sizes)
             v, w = query(m, name, *extra)
-            st, model = solve(m, v, w, budgets.config, first=asked.first_try)
+            st, model = solve(m, v, w, budgets.config, how=asked)
             guard |= m.guard_hit
             if st == "sat" and _no_reference(name, model, w):
                 return Row(spec, family, name, Verdict.UNKNOWN, "symbolic rank, one configuration",
@@ -340,7 +340,7 @@ def _pad_digits(lib: Library, pad: str, budgets: Budgets) -> Row:
         if any(bare_false(c) for c in m.ops.side):
             return Row(spec, pad, "digits-match-spec", Verdict.UNKNOWN, f"case {k}: its digit table divides by a constant "
                        f"at most 0 on a box that is not shown empty", time.perf_counter() - t0)
-        st, model = m.solve(v, budgets.full, budgets.seeds, obligation("digits-match-spec").first_try)
+        st, model = m.solve(v, budgets.full, budgets.seeds, obligation("digits-match-spec"))
         if st == "sat":
             return Row(spec, pad, "digits-match-spec", Verdict.REFUTED, "symbolic sizes, symbolic rank",
                        time.perf_counter() - t0, explain(lib, pad, "digits-match-spec", m, model, w))

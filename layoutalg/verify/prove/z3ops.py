@@ -395,7 +395,7 @@ def _first_try():
 
 
 def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, default: z3.Solver | None = None,
-        first: bool = True):
+        first: bool = True, blast: bool = True):
     """(result, the solver that reached it) of the conjunction of `constraints`.
 
     First asked of `_first_try` within `FIRST_RLIMIT` of Z3's resource count: most queries are
@@ -420,14 +420,18 @@ def ask(constraints, rlimit: int, guard_s: float | None = None, seed: int = 0, d
     unknown, so what the first try decides is decided on every run as before, except where the
     wall-clock guard stops the default tactic first (an answer the caller marks not final).
     The SMT core says `canceled` where the guard stops it, as where its budget runs out: the
-    clock tells the two apart (`_core_stage`)."""
-    stages = (_first_stage, _default_stage, _core_stage) if first else (_default_stage, _first_stage, _core_stage)
+    clock tells the two apart (`_core_stage`).
+
+    `blast` False: the default tactic made here skips its bit-blasting stage (`_unblasted`), for
+    a kind of query it only slows (`Obligation.blast`); a `default` given is asked as it is."""
+    tactic = _default_stage if blast or default is not None else _unblasted_stage
+    stages = (_first_stage, tactic, _core_stage) if first else (tactic, _first_stage, _core_stage)
     gave_up = {}
     for stage in stages:
         res, s = gave_up[stage] = stage(constraints, rlimit, guard_s, seed, default)
         if res != z3.unknown or "timeout" in s.reason_unknown():
             return _answered(res, s)
-    return gave_up[_default_stage]  # (unknown, with the default tactic's reason)
+    return gave_up[tactic]  # (unknown, with the default tactic's reason)
 
 
 def _bounded(s, rlimit: int, guard_s: float | None, seed: int):
@@ -452,6 +456,28 @@ def _default_stage(constraints, rlimit, guard_s, seed, default):
     if s is None:
         s = solver(min(rlimit, DEFAULT_RLIMIT), guard_s, seed)
         _add(s, constraints)
+    return s.check(), s
+
+
+_UNBLASTED = []
+
+
+def _unblasted():
+    """Z3's default tactic for nonlinear integers (`qfnia`) without its first stage, which
+    writes every integer as a 64-bit vector and bit-blasts the query (`nla2bv`): given vectors
+    of 2 bits, that stage cannot encode the query and gives way at once to the SMT and nlsat
+    stages. It decides bounded queries, satisfiable or not, where those stages may not, so it
+    stays in the default tactic; on an identity of nested divisions its SAT search only costs
+    time (a tenth of a second to a second a query) before the SMT stage settles it."""
+    if not _UNBLASTED:
+        _UNBLASTED.append(z3.With("qfnia", nla2bv_max_bv_size=2))
+    return _UNBLASTED[0].solver()
+
+
+def _unblasted_stage(constraints, rlimit, guard_s, seed, default):
+    """`_default_stage` without the bit-blasting (`_unblasted`), within `DEFAULT_RLIMIT`."""
+    s = _bounded(_unblasted(), min(rlimit, DEFAULT_RLIMIT), guard_s, seed)
+    _add(s, constraints)
     return s.check(), s
 
 
