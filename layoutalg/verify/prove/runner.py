@@ -84,7 +84,8 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
     unknown = [p for p, (s, _) in status.items() if s == UNDECIDED]
     unserved = "" if quick else unserved_part(lib, family, budgets)
     if live:
-        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in names_used(lib, family))
+        used = names_used(lib, family)  # (once: it reads the family's files)
+        example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in used)
         dead = len(status) - len(live) - len(unknown)
         note = f"; {dead} of {len(status)} case(s) apply nowhere" if dead else ""
         note += f"; warning: part of the declared domain is never served: {unserved}" if unserved else ""
