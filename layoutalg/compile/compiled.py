@@ -12,6 +12,7 @@ where source enters it (`cache.store`), and an entry read back runs the bytecode
 """
 from __future__ import annotations
 
+import ast
 import marshal
 from math import prod
 
@@ -23,6 +24,11 @@ from ..record import named_tuple, record
 
 class GuardFailed(LayoutalgError):
     """The family does not apply to this configuration; the layer fails closed."""
+
+
+class FailsAtEveryPage(GuardFailed):
+    """A guard failed that fails at every `page_size` alike (`CompiledFamily.page_free`): where
+    one page is refused so, every page is, with the same message."""
 
 
 class MissingName(GuardFailed):
@@ -56,6 +62,12 @@ def _mod(a, b, k):
 class _AtomFailed(Exception):
     def __init__(self, k, a, b):
         self.k, self.a, self.b = k, a, b
+
+
+def _reads_page(node, page: set) -> bool:
+    """Whether the printed expression `node` reads `P['page_size']`, or a name in `page` (bound from it)."""
+    return any(isinstance(n, ast.Name) and n.id in page or isinstance(n, ast.Constant) and n.value == "page_size"
+               for n in ast.walk(node))
 
 
 class _Guard(Exception):
@@ -221,6 +233,41 @@ class CompiledFamily:
         exec(code, env)
         return tuple(env[f"_variant_{k}"] for k in range(len(self.guards)))
 
+    def page_free(self) -> frozenset:
+        """The guards, as (variant, index), that fail at every `page_size` where they fail at one.
+
+        The printed code runs its variants in order, each its cases, then its guards, each a test
+        of the names it read from `P` (`codegen._variant_source`). A guard's test that reads no
+        name bound from `P['page_size']`, reached past cases and guards none of which reads one
+        either, runs the same way at every page: it fails at all of them, and first, with one
+        message. Read from the source once (the whitelist admits no other shapes).
+
+        Example:
+            >>> from layoutalg.dsl.library import load
+            >>> from layoutalg.ir.family import resolve
+            >>> from layoutalg.compile.codegen import compile_family
+            >>> cf = compile_family(resolve(load(["specs/split_nhd.lal"]), "split_nhd"))
+            >>> (0, 0) in cf.page_free()  # total_heads % tp == 0 reads no page_size
+            True
+        """
+        held = self.__dict__.get("_page_free")
+        if held is None:
+            found, clear = set(), True
+            functions = [f for f in ast.parse(self.source).body if isinstance(f, ast.FunctionDef)]
+            for fn in sorted(functions, key=lambda f: int(f.name.rsplit("_", 1)[1])):  # the order `evaluate` runs
+                page = set()  # the names this variant bound from P['page_size']
+                for st in fn.body:
+                    if isinstance(st, ast.Assign) and _reads_page(st.value, page):
+                        page |= {t.id for t in st.targets if isinstance(t, ast.Name)}
+                    elif isinstance(st, ast.If):
+                        reads = _reads_page(st.test, page)
+                        raised = st.body[0].exc if st.body and isinstance(st.body[0], ast.Raise) else None
+                        if clear and not reads and isinstance(raised, ast.Call):
+                            found.add(tuple(a.value for a in raised.args))
+                        clear = clear and not reads
+            self._page_free = held = frozenset(found)
+        return held
+
     def to_json(self) -> dict:
         """The family as plain data (the private cache adds the bytecode: `admitted`)."""
         return {k: getattr(self, k) for k in ("name", "serves", "order", "where", "source", "guards", "atoms",
@@ -267,7 +314,8 @@ class CompiledFamily:
                                   f"which this layer does not give", e.args[0]) from None
             except _Guard as g:
                 where, text = self.guards[g.variant][g.index]
-                raise GuardFailed(f"{where}: {text} does not hold") from None
+                failed = FailsAtEveryPage if (g.variant, g.index) in self.page_free() else GuardFailed
+                raise failed(f"{where}: {text} does not hold") from None
             except _AtomFailed as a:
                 where, op, text = self.atoms[a.k]
                 what = "divides by a number that is not positive" if a.b <= 0 else "is not a whole number"
