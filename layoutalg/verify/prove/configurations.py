@@ -79,10 +79,11 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
     configuration means the path applies nowhere in the domain.
     """
     found, status = [], "sat"
+    m = Model(lib, family, path, bounds=_Capped(2, WITNESS.page))
+    m.touch()
+    other = lambda sizes: z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes])  # noqa: E731
     for cap in (2, 4, 16):
-        m = Model(lib, family, path, bounds=_Capped(cap, WITNESS.page))
-        m.touch()
-        other = lambda sizes: z3.Or(*[m.sizes[k] != v for k, v in sizes.items() if k in m.sizes])  # noqa: E731
+        m.rebound(_Capped(cap, WITNESS.page))  # (one model: its terms are the spec's whatever the bounds)
         block = [other(sizes) for sizes in [*avoid, *found]]
         while len(found) < n:
             status, model = m.solve(z3.And(*block) if block else z3.BoolVal(True), budget)
@@ -93,8 +94,7 @@ def witnesses(lib: Library, family: str, path: tuple, n: int, budget: Budget, av
         if len(found) >= n:
             break
     if not found:  # nothing small: a path is dead only if nothing in the whole domain takes it
-        m = Model(lib, family, path)
-        m.touch()
+        m.rebound(None)
         status, model = m.solve(z3.BoolVal(True), budget)
         if status == "sat":
             found.append({k: value(model, v) for k, v in m.sizes.items()})

@@ -125,9 +125,8 @@ class Model:
         if sizes is None:  # quantify over the names the family reads, whatever else the library declares
             reads = family_names(lib, family)
             vocabulary = {n: p for n, p in vocabulary.items() if n in reads}
-        domain = {n: (p.lo, p.hi) for n, p in vocabulary.items()}
-        self.bounds = {n: (domain if bounds is None else bounds).get(n, domain[n]) for n in domain}
         self.sizes = {n: z3.Int(n) for n in vocabulary} if sizes is None else dict(sizes)
+        self.rebound(bounds, vocabulary)
         self.r = Reading(lib, family, self.sizes, self.ops, path)
         self.fdef = lib.family_def(family)
         self.shadows = self._shadows()
@@ -135,6 +134,16 @@ class Model:
         self._n = 0
         self.guard_hit = False
         self._assumed = None  # (the flags it was made under, `assumptions`)
+
+    def rebound(self, bounds: dict | None, vocabulary: dict | None = None) -> None:
+        """Bound the symbolic sizes by `bounds` (None: the declared domain) from the next query
+        on. The terms, and the side conditions read so far, stay: a hunt that widens its bounds
+        asks one model (`configurations.witnesses`), where a model a bound would read the spec
+        again."""
+        vocabulary = self.lib.vocabulary() if vocabulary is None else vocabulary
+        domain = {n: (p.lo, p.hi) for n, p in vocabulary.items() if n in self.sizes}
+        self.bounds = {n: (domain if bounds is None else bounds).get(n, domain[n]) for n in domain}
+        self._assumed = None
 
     # -- assumptions
     def assumptions(self) -> list:
