@@ -12,7 +12,6 @@ where source enters it (`cache.store`), and an entry read back runs the bytecode
 """
 from __future__ import annotations
 
-import ast
 import marshal
 from math import prod
 
@@ -23,12 +22,10 @@ from ..record import named_tuple, record
 
 
 class GuardFailed(LayoutalgError):
-    """The family does not apply to this configuration; the layer fails closed."""
+    """The family does not apply to this configuration; the layer fails closed. `guard`: the
+    (variant, index) of the printed guard that failed, where one did (`CompiledFamily.page_free`)."""
 
-
-class FailsAtEveryPage(GuardFailed):
-    """A guard failed that fails at every `page_size` alike (`CompiledFamily.page_free`): where
-    one page is refused so, every page is, with the same message."""
+    guard: tuple | None = None
 
 
 class MissingName(GuardFailed):
@@ -66,6 +63,7 @@ class _AtomFailed(Exception):
 
 def _reads_page(node, page: set) -> bool:
     """Whether the printed expression `node` reads `P['page_size']`, or a name in `page` (bound from it)."""
+    import ast
     return any(isinstance(n, ast.Name) and n.id in page or isinstance(n, ast.Constant) and n.value == "page_size"
                for n in ast.walk(node))
 
@@ -252,6 +250,7 @@ class CompiledFamily:
         """
         held = self.__dict__.get("_page_free")
         if held is None:
+            import ast  # (the prover's and `check`'s: the runtime's start-up reads no source)
             found, clear = set(), True
             functions = [f for f in ast.parse(self.source).body if isinstance(f, ast.FunctionDef)]
             for fn in sorted(functions, key=lambda f: int(f.name.rsplit("_", 1)[1])):  # the order `evaluate` runs
@@ -314,8 +313,9 @@ class CompiledFamily:
                                   f"which this layer does not give", e.args[0]) from None
             except _Guard as g:
                 where, text = self.guards[g.variant][g.index]
-                failed = FailsAtEveryPage if (g.variant, g.index) in self.page_free() else GuardFailed
-                raise failed(f"{where}: {text} does not hold") from None
+                failed = GuardFailed(f"{where}: {text} does not hold")
+                failed.guard = (g.variant, g.index)
+                raise failed from None
             except _AtomFailed as a:
                 where, op, text = self.atoms[a.k]
                 what = "divides by a number that is not positive" if a.b <= 0 else "is not a whole number"

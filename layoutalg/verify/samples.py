@@ -7,8 +7,7 @@ from __future__ import annotations
 import itertools
 
 from .. import params
-from ..compile.compiled import CompiledFamily, CompiledPage, FailsAtEveryPage, GuardFailed, at_page, fitted_page, \
-    group_of, misfit
+from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, at_page, fitted_page, group_of, misfit
 from ..dsl.library import Library
 
 DEFAULT_DOMAIN = params.SAMPLES
@@ -45,13 +44,12 @@ def fitted_instance(cf: CompiledFamily, sizes: dict):
         trial.append(fitted_page(cf, {"block_size": 1, "head_size": 1, "dtype_bytes": 1, **sizes}))
         if isinstance(cf, CompiledPage):  # a page padded to the runtime's page: with room to spare too
             trial.append(trial[0] + 2 * sizes.get("block_size", 1))
-    except FailsAtEveryPage as e:  # no page fits: the last page tried below would fail so, unless outside the domain
+    except (GuardFailed, ZeroDivisionError) as e:
         tried = {**sizes, "page_size": sizes.get("block_size", 1) * 8}
-        if not isinstance(cf, CompiledPage) and {"block_size", "head_size", "dtype_bytes"} <= sizes.keys() \
-                and not cf.outside_domain(tried):  # (a page's regions may fail otherwise at other pages)
-            raise GuardFailed(str(e)) from None
-    except (GuardFailed, ZeroDivisionError):
-        pass
+        if isinstance(e, GuardFailed) and e.guard is not None and not isinstance(cf, CompiledPage) \
+                and {"block_size", "head_size", "dtype_bytes"} <= sizes.keys() and e.guard in cf.page_free() \
+                and not cf.outside_domain(tried):  # no page fits: the last page tried below would fail so
+            raise e from None  # (a page's regions may fail otherwise at other pages: tried in turn)
     trial += [sizes.get("block_size", 1) * k for k in (3, 8)]  # (a family that reads no block_size: any page)
     last = None
     for page in trial:

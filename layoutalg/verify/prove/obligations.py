@@ -133,17 +133,13 @@ class Model:
         self.part = self.fdef.page is not None  # one region of a page: its box need not start at 0 or be dense
         self._n = 0
         self.guard_hit = False
-        self._assumed = None  # (the flags it was made under, `assumptions`)
 
     def rebound(self, bounds: dict | None, vocabulary: dict | None = None) -> None:
-        """Bound the symbolic sizes by `bounds` (None: the declared domain) from the next query
-        on. The terms, and the side conditions read so far, stay: a hunt that widens its bounds
-        asks one model (`configurations.witnesses`), where a model a bound would read the spec
-        again."""
-        vocabulary = self.lib.vocabulary() if vocabulary is None else vocabulary
-        domain = {n: (p.lo, p.hi) for n, p in vocabulary.items() if n in self.sizes}
+        """Bound the symbolic sizes by `bounds` (None: the declared domain) from the next query on;
+        the terms and side conditions stay (a hunt that widens its bounds reads the spec once)."""
+        domain = {n: (p.lo, p.hi) for n, p in (vocabulary or self.lib.vocabulary()).items() if n in self.sizes}
         self.bounds = {n: (domain if bounds is None else bounds).get(n, domain[n]) for n in domain}
-        self._assumed = None
+        self._assumed = None  # (the flags it was made under, `assumptions`)
 
     # -- assumptions
     def assumptions(self) -> list:
@@ -245,19 +241,15 @@ class Model:
         return self.r.page("local") == self.sizes["page_size"]
 
     def solve(self, violation, budget: "Budget", seeds: int = 1, how=None) -> tuple[str, z3.ModelRef | None]:
-        """sat (with a model), unsat, or unknown, decided by Z3's deterministic resource
-        limit (`budget.rlimit`), so the same query gives the same answer on any machine and
-        under any load. Nonlinear queries are sensitive to the solver's random seed, so the
-        budget may be shared by a small, fixed portfolio of seeds. The wall-clock limit is
-        a last guard only: when it decides, `guard_hit` is set and the result is not final.
-        `how`: the obligation whose query this is (None: an ordinary query), for how `z3ops.ask`
-        asks it (its `first_try` and `blast`).
-        """
+        """sat (with a model), unsat, or unknown (`UNDECIDED`), as `z3ops.ask` decides within
+        `budget.rlimit`, shared by a fixed portfolio of `seeds` (nonlinear queries are sensitive to
+        the seed). Where the wall-clock guard decides, `guard_hit` is set: the result is not final.
+        `how`: the obligation asked (None: an ordinary query), whose `first_try` and `blast` say
+        how `ask` asks it."""
         first, blast = (True, True) if how is None else (how.first_try, how.blast)
         for seed in range(seeds):
             assumed = self.assumptions()
-            # the side conditions last: the violation's terms (read before this) and the
-            # assumptions' may each have added definitions
+            # the side conditions last: the violation's terms (read before this) and the assumptions' add definitions
             res, s = ask([*assumed, violation, *self.ops.side], budget.rlimit // seeds, budget.guard_s, seed,
                          first=first, blast=blast)
             if res == z3.sat:
