@@ -465,10 +465,12 @@ _UNBLASTED = []
 def _unblasted():
     """Z3's default tactic for nonlinear integers (`qfnia`) without its first stage, which
     writes every integer as a 64-bit vector and bit-blasts the query (`nla2bv`): given vectors
-    of 2 bits, that stage cannot encode the query and gives way at once to the SMT and nlsat
-    stages. It decides bounded queries, satisfiable or not, where those stages may not, so it
-    stays in the default tactic; on an identity of nested divisions its SAT search only costs
-    time (a tenth of a second to a second a query) before the SMT stage settles it."""
+    of 2 bits, that stage fails at once on any query with an integer that needs more, and gives
+    way to the SMT and nlsat stages (where every integer fits, it may find a model; what it
+    encodes is marked an under-approximation, so it never answers unsat). With 64 bits it
+    decides bounded queries, satisfiable or not, where those stages may not, so it stays in the
+    default tactic; on an identity of nested divisions its SAT search only costs time (a tenth
+    of a second to a second a query) before the SMT stage settles it."""
     if not _UNBLASTED:
         _UNBLASTED.append(z3.With("qfnia", nla2bv_max_bv_size=2))
     return _UNBLASTED[0].solver()
