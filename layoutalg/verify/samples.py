@@ -39,18 +39,17 @@ class NeverServed(GuardFailed):
 def fitted_instance(cf: CompiledFamily, sizes: dict):
     """The family's instance at `sizes`, with page_size chosen to fit its local layout.
     Raises `NeverServed` where its guards hold but its grid is not the worker group."""
-    trial = []
+    trial, later = [], [sizes.get("block_size", 1) * k for k in (3, 8)]  # (a family that reads no block_size: any page)
     try:
         trial.append(fitted_page(cf, {"block_size": 1, "head_size": 1, "dtype_bytes": 1, **sizes}))
         if isinstance(cf, CompiledPage):  # a page padded to the runtime's page: with room to spare too
             trial.append(trial[0] + 2 * sizes.get("block_size", 1))
     except (GuardFailed, ZeroDivisionError) as e:
-        tried = {**sizes, "page_size": sizes.get("block_size", 1) * 8}
         if isinstance(e, GuardFailed) and e.guard is not None and not isinstance(cf, CompiledPage) \
                 and {"block_size", "head_size", "dtype_bytes"} <= sizes.keys() and e.guard in cf.page_free() \
-                and not cf.outside_domain(tried):  # no page fits: the last page tried below would fail so
-            raise e from None  # (a page's regions may fail otherwise at other pages: tried in turn)
-    trial += [sizes.get("block_size", 1) * k for k in (3, 8)]  # (a family that reads no block_size: any page)
+                and not cf.outside_domain({**sizes, "page_size": later[-1]}):  # no page fits: the last one tried
+            raise e from None  # below would fail so (a page's regions may fail otherwise at other pages: tried in turn)
+    trial += later
     last = None
     for page in trial:
         try:
