@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .errors import ConfigError
 from .record import named_tuple
+from .verdicts import Check, Reason
 
 
 @named_tuple
@@ -73,29 +74,32 @@ CHECK_PAGE_LIMIT = 1 << 22
 """The largest page (bytes) `check` enumerates byte by byte; a spec beyond it is refused."""
 
 
-def outside(name: str, value: int, lo: int, hi: int) -> str:
-    """'' when `lo <= value <= hi`, else the sentence every domain check says: past a name's
+def outside(name: str, value: int, lo: int, hi: int) -> Reason | None:
+    """None when `lo <= value <= hi`, else the reason every domain check gives: past a name's
     declared bounds nothing is proved.
 
     Examples:
-        >>> outside("tp", 2, 1, 1024)
-        ''
+        >>> outside("tp", 2, 1, 1024) is None
+        True
         >>> outside("tp", 4096, 1, 1024)
-        'tp = 4096 is outside the proved domain [1, 1024]'
+        Reason('domain', 'tp = 4096 is outside the proved domain [1, 1024]', name='tp', expected=(1, 1024), actual=4096)
     """
-    return "" if lo <= value <= hi else f"{name} = {value} is outside the proved domain [{lo}, {hi}]"
+    if lo <= value <= hi:
+        return None
+    return Reason(Check.DOMAIN, f"{name} = {value} is outside the proved domain [{lo}, {hi}]", name=name,
+                  expected=(lo, hi), actual=value)
 
 
-def in_domain(sizes: dict) -> str:
-    """'' when every built-in size lies inside `DOMAIN`, else which one does not.
+def in_domain(sizes: dict) -> Reason | None:
+    """None when every built-in size lies inside `DOMAIN`, else the reason of the first that does not.
 
     Examples:
-        >>> in_domain({"tp": 2, "dcp": 1})
-        ''
+        >>> in_domain({"tp": 2, "dcp": 1}) is None
+        True
         >>> in_domain({"tp": 4096})
-        'tp = 4096 is outside the proved domain [1, 1024]'
+        Reason('domain', 'tp = 4096 is outside the proved domain [1, 1024]', name='tp', expected=(1, 1024), actual=4096)
     """
-    return next((why for n, v in sizes.items() if n in DOMAIN for why in [outside(n, v, *DOMAIN[n])] if why), "")
+    return next((why for n, v in sizes.items() if n in DOMAIN for why in [outside(n, v, *DOMAIN[n])] if why), None)
 
 
 def default_head_size(serves: str) -> int:

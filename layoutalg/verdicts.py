@@ -1,4 +1,5 @@
-"""Verdicts: the closed sets of words a proof or a derivation answers with, as enums.
+"""Verdicts: the closed sets of words a proof or a derivation answers with, as enums, and the
+reasons a check refuses with, as records (`Reason`, of a `Check`).
 
 A `Word` is a `str` (an enum with `str` mixed in) that reads, prints, formats, hashes, pickles
 to JSON and compares exactly as its bare word: `Verdict.PROVED == "proved"`, `f"{v:<8}"`,
@@ -54,3 +55,98 @@ class Verdict(Word):
     PROVED = "proved"
     REFUTED = "refuted"
     UNKNOWN = "unknown"
+
+
+class Check(Word):
+    """What a refusal is about: the test of a layer, a page, a plan or a claim that refused."""
+
+    DOMAIN = "domain"        # a size lies outside the domain declared for its name
+    MISSING = "missing"      # a family reads a runtime name the layer does not give (`Reason.name`)
+    GUARD = "guard"          # a family's guard, case or exact division refuses the sizes
+    GROUP = "group"          # the ranks that run are not the grid's (`expected`: the grid's, `actual`: the run's)
+    PAGE = "page"            # the page is not the layout's (`expected`: the layout's bytes, `actual`: the page's)
+    TENSOR = "tensor"        # the tensors given (or none) are not those the family reads (`dim`: the dimension)
+    TILING = "tiling"        # the ranks' layouts do not tile the canonical page
+    AMBIGUOUS = "ambiguous"  # two families take one tensor and are not shown to read it alike
+    LIBRARY = "library"      # no family of the library serves the layer, not even a fallback
+    KERNEL = "kernel"        # the engine writes the blocks in a layout no spec describes (its kernel's, a state's)
+    SEQUENCE = "sequence"    # a `sequence` claim (a token's place) fails, or is not shown where it is relied on
+    ENGINE = "engine"        # the grid places a rank's heads or tokens otherwise than the engine does
+    FORMAT = "format"        # a canonical index is not shown to name one engine element at both configurations
+    PLAN = "plan"            # a copy plan is no plan of the pages it names
+    UNPROVED = "unproved"    # what a conversion rests on is not proved for all sizes
+    STALE = "stale"          # the files changed since they were read: a record would be of other bytes
+
+
+_REASON_FIELDS = ("check", "family", "name", "dim", "expected", "actual")
+
+
+class Reason(str):
+    """Why a check refused: the sentence it says (a `str`, so a reason prints, formats, joins,
+    compares and goes to JSON as the sentence always did) and what the sentence is about as
+    fields, set once where the reason is made and read-only after:
+
+    - `check`: a `Check`, the test that refused (a word outside the set raises `ValueError`);
+    - `family`: the family refused, where one was (`by` names it and says it first);
+    - `name`: the runtime name it is about (missing, out of its domain, a tensor's dim);
+    - `dim`, `expected`, `actual`: the dimension and the values that differ, where the
+      sentence compares two (a tensor's stride, a page's bytes, a grid's ranks).
+
+    A function that says why across a module line returns a `Reason` or None, never ''; one
+    that wraps another's reason keeps its fields (`said`), so a layer's reasons say which test
+    refused and where without anyone reading the sentence back.
+
+    Examples:
+        >>> why = Reason(Check.TENSOR, "dimension 2 has stride 4, expected 1", dim=2, expected=1, actual=4)
+        >>> (why == "dimension 2 has stride 4, expected 1", why.check is Check.TENSOR, why.dim, why.expected)
+        (True, True, 2, 1)
+        >>> said = why.said("tensor (key): ").by("split_nhd")
+        >>> (str(said), said.family, said.check, said.actual)
+        ('split_nhd: tensor (key): dimension 2 has stride 4, expected 1', 'split_nhd', 'tensor', 4)
+        >>> Reason("stride", "no such check")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'stride' is not a valid Check
+        >>> why.dim = 3
+        Traceback (most recent call last):
+        ...
+        AttributeError: a Reason is read-only: its fields are set where it is made
+    """
+
+    def __new__(cls, check, text: str, *, family: str | None = None, name: str | None = None,
+                dim: int | None = None, expected=None, actual=None):
+        if not isinstance(text, str) or not text:
+            raise ValueError(f"a Reason says why in words, not {text!r}")
+        out = super().__new__(cls, text)
+        for field, value in zip(_REASON_FIELDS, (Check.of(check), family, name, dim, expected, actual)):
+            object.__setattr__(out, field, value)
+        return out
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a Reason is read-only: its fields are set where it is made")
+
+    __delattr__ = __setattr__
+
+    def __repr__(self) -> str:
+        fields = "".join(f", {f}={getattr(self, f)!r}" for f in _REASON_FIELDS[1:] if getattr(self, f) is not None)
+        return f"Reason({self.check.value!r}, {str(self)!r}{fields})"
+
+    def __reduce__(self):  # (a str's own reduction would rebuild it from the sentence alone)
+        return _reason, (str(self),) + tuple(getattr(self, f) for f in _REASON_FIELDS)
+
+    def fields(self) -> dict:
+        """The fields that are set, by name (`check` always)."""
+        return {f: getattr(self, f) for f in _REASON_FIELDS if getattr(self, f) is not None}
+
+    def said(self, before: str = "", after: str = "", **fields) -> "Reason":
+        """The same reason in a longer sentence (`before` + this one + `after`), its fields kept
+        unless `fields` gives them anew."""
+        return Reason(**{**self.fields(), **fields}, text=before + self + after)
+
+    def by(self, family: str) -> "Reason":
+        """The reason a family gives, said as `family: sentence` and with `family` set."""
+        return self.said(f"{family}: ", family=family)
+
+
+def _reason(text, check, *fields):
+    return Reason(check, text, **dict(zip(_REASON_FIELDS[1:], fields)))

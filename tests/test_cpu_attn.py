@@ -93,12 +93,12 @@ class CPUAttentionBackend:
 def test_the_adapter_reads_the_backend_by_name():
     spec = types.SimpleNamespace(dtype=torch.float32, block_size=32, head_size=64)
     member = enum.Enum("AttentionBackendEnum", {"CPU_ATTN": "my.own.Backend"}).CPU_ATTN  # a path a deployment set
-    assert adapter.cpu_attn_layout(_config(CPUAttentionBackend, "vec"), "a", spec) == (1, "")
-    assert adapter.cpu_attn_layout(_config(member, "vec16"), "a", spec) == (1, "")
-    assert adapter.cpu_attn_layout(_config(CPUAttentionBackend, "vec"), "b", spec) == (0, "")  # no layer object
+    assert adapter.cpu_attn_layout(_config(CPUAttentionBackend, "vec"), "a", spec) == (1, None)
+    assert adapter.cpu_attn_layout(_config(member, "vec16"), "a", spec) == (1, None)
+    assert adapter.cpu_attn_layout(_config(CPUAttentionBackend, "vec"), "b", spec) == (0, None)  # no layer object
     assert adapter.cpu_attn_layout(_config(types.SimpleNamespace(get_name=lambda: "FLASH_ATTN")), "a", spec)[0] == 0
     amx, why = adapter.cpu_attn_layout(_config(CPUAttentionBackend, "amx"), "a", spec)
-    assert amx == 2 and "kernel 'amx'" in why
+    assert amx == 2 and "kernel 'amx'" in why and why.check == "kernel"
     assert adapter.cpu_attn_layout(_config(CPUAttentionBackend, "vec", "fp8_e4m3"), "a", spec)[0] == 2
 
 

@@ -32,7 +32,7 @@ def test_the_shipped_grid_numbers_ranks_as_vllm_does():
         sizes = dict(tp=tp, pcp=pcp, dcp=dcp, interleave=2, total_heads=total, heads=max(1, total // tp),
                      block_size=4, head_size=4, dtype_bytes=2, per_token_head_quant=0)
         r = Reading(lib, "split_nhd", {**sizes, "page_size": 2 * 4 * sizes["heads"] * 4 * 2})
-        assert [off_the_engine(r, rank) for rank in range(tp * pcp)] == [""] * (tp * pcp)
+        assert [off_the_engine(r, rank) for rank in range(tp * pcp)] == [None] * (tp * pcp)
 
 
 @pytest.mark.parametrize("ranks, said", [

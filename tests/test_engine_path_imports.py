@@ -102,7 +102,7 @@ def test_a_reshard_across_cp_imports_no_prover(specs):
     proc = _engine(specs)  # nothing on record yet: refused, saying how to prove it
     assert proc.returncode != 0
     assert "layoutalg prove --family split_hnd" in proc.stderr, proc.stderr
-    assert record(load_default(specs), "split_hnd") == ""
+    assert record(load_default(specs), "split_hnd") is None
     proc = _engine(specs)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -116,7 +116,7 @@ def test_the_record_is_believed_only_for_the_spec_it_was_proved_of(specs):
     from layoutalg.plans import conversion as data
     from layoutalg.runtime.derive import compiled_library, forget_compiled
     from layoutalg.verify.conversions import record
-    assert record(load_default(specs), "split_hnd") == ""
+    assert record(load_default(specs), "split_hnd") is None
     a, b = _group("tp=2", 4, specs), _group("tp=8,dcp=2,interleave=2", 2, specs)
     assert data.conversion("split_hnd", b["sizes"], a["sizes"], specs).k == 2
     path = os.path.join(specs, "split_hnd.lal")
@@ -142,6 +142,7 @@ def test_a_family_whose_sequence_is_refuted_is_not_recorded(tmp_path, monkeypatc
     monkeypatch.setenv("LAYOUTALG_CACHE", str(tmp_path / "cache"))
     why = record(_library(tmp_path, HALF), "halfseq")
     assert "sequence-order" in why and "not proved for all sizes" in why
+    assert (why.check, why.family) == ("unproved", "halfseq"), repr(why)  # which test refused, not only its words
 
 
 def test_a_spec_edited_after_it_was_read_is_not_recorded(tmp_path, monkeypatch):
@@ -158,4 +159,5 @@ def test_a_spec_edited_after_it_was_read_is_not_recorded(tmp_path, monkeypatch):
         f.write("\n# edited while the prover ran\n")
     why = record(lib, "split_hnd")
     assert why.startswith("not recorded: ") and "grids.lal changed since the library was read" in why, why
+    assert why.check == "stale", repr(why)
     assert not os.path.exists(record_path("split_hnd", str(tmp_path / "split_hnd.lal")))

@@ -444,7 +444,7 @@ def test_state_layers_map_onto_their_families(make, n_groups):
     assert default["layers.0.mixer"].canonical_page_size_bytes == 2 * spec.page_size_bytes  # opaque, as vLLM
     out = derive_canonical_mappings(state_config(2, 1, n_groups), kv, {}, state_layers=True)["layers.0.mixer"]
     layer, why = state_layer(spec, 2, state_config(2, 1, n_groups).model_config)
-    assert why == "" and layer.kind == spec.mamba_type
+    assert why is None and layer.kind == spec.mamba_type
     res = Deriver().derive(layer, None, layoutalg_parallel(2))
     assert res.result == "certified" and out == res.mappings[1]
     assert out.canonical_page_size_bytes == (make(1, n_groups) if make is mamba2_spec else make(1)).page_size_bytes

@@ -21,10 +21,10 @@ Examples:
     >>> L, R = namedtuple("L", "extent local canonical"), namedtuple("R", "extent rank canonical replica")
     >>> local = [L(4, 1, 1), L(2, 4, 8)]                  # 2 heads of 4 bytes, head-major
     >>> ranks = [R(2, 1, 4, False)]                       # tp=2: a rank holds heads 2r, 2r+1
-    >>> broken(chains(local, ranks, 8, 2, 16))
-    ''
+    >>> broken(chains(local, ranks, 8, 2, 16)) is None
+    True
     >>> broken(chains(local, [R(2, 1, 8, False)], 8, 2, 16))
-    'the canonical page is not tiled exactly: layout (4,2,2):(1,8,8) is not compact: no mode has stride 4'
+    Reason('tiling', 'the canonical page is not tiled exactly: layout (4,2,2):(1,8,8) is not compact: no mode has stride 4')
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from math import prod
 from .ops import NotCompact, right_inverse
 from .layout import Layout
 from ..record import named_tuple
+from ..verdicts import Check, Reason
 
 
 @named_tuple
@@ -64,8 +65,9 @@ def _names(digits) -> tuple:
     return names if all(isinstance(n, str) for n in names) else ()
 
 
-def broken(chains: list[Chain], eq=operator.eq) -> str:
-    """'' when every chain holds, else what the first one that does not says.
+def broken(chains: list[Chain], eq=operator.eq) -> Reason | None:
+    """None when every chain holds, else what the first one that does not says (`expected`: the
+    slots a chain must cover, `actual`: what its digits cover, where those differ).
 
     Pre-conditions: `eq` is sound: it answers True only for sizes equal everywhere it is
     used (a symbolic `eq` that cannot decide answers False, so "not shown" reads as broken;
@@ -75,10 +77,12 @@ def broken(chains: list[Chain], eq=operator.eq) -> str:
         try:
             right_inverse(lay, eq)
         except NotCompact as e:
-            return f"the {what} is not tiled exactly: {_stuck(what, lay, names, e) if names and e.run is not None else e}"
+            return Reason(Check.TILING, f"the {what} is not tiled exactly: "
+                          f"{_stuck(what, lay, names, e) if names and e.run is not None else e}")
         if not eq(prod(lay.shape), size):
-            return f"the {what} has {size} slots but its digits cover {prod(lay.shape)}"
-    return ""
+            return Reason(Check.TILING, f"the {what} has {size} slots but its digits cover {prod(lay.shape)}",
+                          expected=size, actual=prod(lay.shape))
+    return None
 
 
 def _stuck(what: str, lay: Layout, names: tuple, e: NotCompact) -> str:

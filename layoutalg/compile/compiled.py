@@ -19,20 +19,26 @@ from .. import params
 from ..errors import ConfigError, LayoutalgError
 from .instance import Bound, Instance, LocalDigit, RankDigit  # noqa: F401 - Bound: the families' bounds
 from ..record import named_tuple, record
+from ..verdicts import Check, Reason
 
 
 class GuardFailed(LayoutalgError):
-    """The family does not apply to this configuration; the layer fails closed. `guard`: the
-    (variant, index) of the printed guard that failed, where one did (`CompiledFamily.page_free`)."""
+    """The family does not apply to this configuration; the layer fails closed. `reason`: why,
+    as a `Reason` (a guard's by default, `check` says another test's); `guard`: the (variant,
+    index) of the printed guard that failed, where one did (`CompiledFamily.page_free`)."""
 
     guard: tuple | None = None
+
+    def __init__(self, why: str, check: Check = Check.GUARD):
+        self.reason = why if isinstance(why, Reason) else Reason(check, why)
+        super().__init__(str(self.reason))
 
 
 class MissingName(GuardFailed):
     """The family reads a runtime name the layer does not give (`name`)."""
 
     def __init__(self, message: str, name: str):
-        super().__init__(message)
+        super().__init__(Reason(Check.MISSING, message, name=name))
         self.name = name
 
 
@@ -73,18 +79,20 @@ class _Guard(Exception):
         self.variant, self.index = variant, index
 
 
-def misfit(inst: Instance, page: int, group: int) -> str:
-    """Why an instance does not fit the layer the runtime holds ('' when it does).
+def misfit(inst: Instance, page: int, group: int) -> Reason | None:
+    """Why an instance does not fit the layer the runtime holds (None when it does).
 
     Every family, the fallback included, applies only where its local layout is exactly
     the page and its grid is the worker group (`group` = tp * pcp ranks): what the runtime
     demands, what `check` samples and what the prover assumes.
     """
     if inst.local_page != page:
-        return f"layout holds {inst.local_page} bytes but the page is {page}"
+        return Reason(Check.PAGE, f"layout holds {inst.local_page} bytes but the page is {page}",
+                      expected=inst.local_page, actual=page)
     if inst.world != group:
-        return f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}"
-    return ""
+        return Reason(Check.GROUP, f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}",
+                      expected=inst.world, actual=group)
+    return None
 
 
 def stage_grid(cf) -> bool:
@@ -114,7 +122,7 @@ def group_of(cf, sizes: dict) -> int:
 
 def at_page(cf, sizes: dict, page: int) -> tuple:
     """(the instance of family `cf` at `sizes` holding a page of `page` bytes, why the runtime
-    would not serve a layer so (`misfit`, against the family's group; '' where it would)): the
+    would not serve a layer so (`misfit`, against the family's group; None where it would)): the
     one way the runtime, `check`'s samples, recognition and the CLI ask whether a family holds a
     page. Raises `GuardFailed` where the family's guards fail there."""
     inst = cf.evaluate({**sizes, "page_size": page})
@@ -287,14 +295,14 @@ class CompiledFamily:
     def tensor_dims(self) -> int:
         return len(self.tensor)
 
-    def outside_domain(self, sizes: dict) -> str:
-        """'' when every name the family reads lies in its proved bounds, else which one does not:
+    def outside_domain(self, sizes: dict) -> Reason | None:
+        """None when every name the family reads lies in its proved bounds, else which one does not:
         past the declared domain nothing is proved, so the family fails closed there."""
         for name, lo, hi in self.bounds:  # (every configuration a layer or a sample reads passes here)
             value = sizes.get(name)
             if value is not None and not lo <= value <= hi:
                 return params.outside(name, value, lo, hi)
-        return ""
+        return None
 
     def evaluate(self, sizes: dict, bounded: bool = True) -> Instance:
         """The numeric digit table at `sizes` (a value for each runtime name the family reads).
@@ -302,9 +310,9 @@ class CompiledFamily:
         Raises `GuardFailed` naming the spec line of the first guard that fails, or the
         runtime name the family reads that `sizes` does not give.
         """
-        outside = self.outside_domain(sizes) if bounded else ""  # unbounded: tools probing a layout's size
+        outside = self.outside_domain(sizes) if bounded else None  # unbounded: tools probing a layout's size
         if outside:
-            raise GuardFailed(f"{self.where}: {outside}")
+            raise GuardFailed(outside.said(f"{self.where}: "))
         for k, fn in enumerate(self._variants):
             try:
                 out = fn(sizes)
@@ -416,12 +424,12 @@ class CompiledPage:
         return tuple(sorted({b for _, cf in self.parts for b in cf.bounds}
                             | {b for cf in self.local_pads + self.canonical_pads for b in cf.bounds}))
 
-    def outside_domain(self, sizes: dict) -> str:
+    def outside_domain(self, sizes: dict) -> Reason | None:
         for cf in (*(cf for _, cf in self.parts), *self.local_pads, *self.canonical_pads):
             why = cf.outside_domain(sizes)
             if why:
                 return why
-        return ""
+        return None
 
     def evaluate(self, sizes: dict, bounded: bool = True) -> Page:
         """Every region's instance at `sizes`; raises `GuardFailed` as `CompiledFamily.evaluate`."""

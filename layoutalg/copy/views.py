@@ -14,6 +14,7 @@ import torch
 
 from ..errors import LayoutMismatch
 from ..mapping import MAX_STRETCHES, CanonicalPageMapping
+from ..verdicts import Reason
 
 
 def page_bytes(pages: torch.Tensor, page_size: int, name: str = "pages", op: str = "page_bytes") -> torch.Tensor:
@@ -95,7 +96,8 @@ def layer_bytes(kv, m: CanonicalPageMapping, name: str = "kv", op: str = "layer_
             from ..runtime.tensors import as_it_lies
             from ..runtime.records import TensorLayout
             t = TensorLayout(tuple(kv.shape), tuple(kv.stride()), kv.element_size())
-            why = as_it_lies(t, kv.shape[0], m.local_page_size_bytes, True, m.reads[0])[1]
+            lies = as_it_lies(t, kv.shape[0], m.local_page_size_bytes, True, m.reads[0])
+            why = lies if isinstance(lies, Reason) else None
         if why:
             raise LayoutMismatch(f"{op}: {name} has dims {tuple(kv.shape)}: {why}; give its pages as (blocks, page), "
                                  f"or derive the mapping with this tensor")

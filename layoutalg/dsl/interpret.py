@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .library import Library
 from .tree import (Agnostic, BoolOp, Call, Compare, Fn, LayoutDef, Let, Name, Neg, Not, Num, Ranks, Replica,
                    Require, World, grouped)
+from ..verdicts import Check, Reason
 
 
 class Ops:
@@ -334,13 +335,13 @@ def rank_digits(rext: list, rank: int) -> dict[str, int]:
     return digits
 
 
-def misplaced_token(r: Reading, rank: int) -> str:
-    """'' where every local token of `rank` lands at its place in the sequence (canonical
+def misplaced_token(r: Reading, rank: int) -> Reason | None:
+    """None where every local token of `rank` lands at its place in the sequence (canonical
     index `seq` equal to the grid's `token(t)`, for a family that says `sequence seq`), else
     the first that does not, said (ints only; a `LookupError` where the claim cannot be read)."""
     seq = r.fdef.sequence
     if seq is None or r.layout("local")[0].regions:  # (a page of regions: each region's own claim)
-        return ""
+        return None
     digits = rank_digits(r.rank_extents(), rank)
     ext = r.extents("local")
     why = _miscounted(r, seq.id, ext[seq.id])
@@ -351,17 +352,20 @@ def misplaced_token(r: Reading, rank: int) -> str:
         got, want = r.shard(index, digits)[seq.id], r.sequence_place(index, digits)
         if got != want:
             shown = ", ".join(f"{n}={v}" for n, v in index.items())
-            return (f"rank {rank} puts local ({shown}) at canonical {seq.id}={got}, but its place in the sequence "
-                    f"is token({index[seq.id]}) = {want}")
+            return Reason(Check.SEQUENCE, f"rank {rank} puts local ({shown}) at canonical {seq.id}={got}, but its "
+                          f"place in the sequence is token({index[seq.id]}) = {want}", name=seq.id, expected=want,
+                          actual=got)
         if placed.setdefault(want, index[seq.id]) != index[seq.id]:
-            return (f"rank {rank} sends local {seq.id}={placed[want]} and {seq.id}={index[seq.id]} to one place in "
-                    f"the sequence, {want}: two tokens, one place")
-    return ""
+            return Reason(Check.SEQUENCE, f"rank {rank} sends local {seq.id}={placed[want]} and "
+                          f"{seq.id}={index[seq.id]} to one place in the sequence, {want}: two tokens, one place",
+                          name=seq.id)
+    return None
 
 
-def off_the_engine(r: Reading, rank: int) -> str:
-    """'' where the grid's placements give `rank` the KV heads and tokens vLLM gives it, else the
-    first that differs, said (ints only; placements the grid does not define are not read).
+def off_the_engine(r: Reading, rank: int) -> Reason | None:
+    """None where the grid's placements give `rank` the KV heads and tokens vLLM gives it, else the
+    first that differs, said (ints only; placements the grid does not define are not read; `name`:
+    the placement, `head` or `token`; `expected`: vLLM's, `actual`: the grid's).
 
     vLLM numbers a worker group's ranks rank = (stage * pcp + pcp_rank) * tp + tp_rank, with
     dcp_rank = tp_rank % dcp. TP rank tp_rank holds KV heads [s * heads, (s + 1) * heads),
@@ -386,8 +390,9 @@ def off_the_engine(r: Reading, rank: int) -> str:
         for h in range(heads):
             got, want = placed("head", h), (tp_rank // share) * heads + h
             if got != want:
-                return (f"rank {rank} (its digits {shown}) holds head({h}) = {got} by the grid, but vLLM's rank "
-                        f"{rank} (tp_rank {tp_rank}) holds KV head {want} there")
+                return Reason(Check.ENGINE, f"rank {rank} (its digits {shown}) holds head({h}) = {got} by the grid, "
+                              f"but vLLM's rank {rank} (tp_rank {tp_rank}) holds KV head {want} there", name="head",
+                              expected=want, actual=got)
     block, every = sizes["block_size"], sizes["interleave"] if type(sizes["interleave"]) is int else 1
     if _one_arg(r, "token") and type(block) is int and every > 0:
         replicas = env.get("pcp_replicas", 0) == 1
@@ -395,30 +400,34 @@ def off_the_engine(r: Reading, rank: int) -> str:
         for t in range(block):
             got, want = placed("token", t), ((t // every) * cp + c) * every + t % every
             if got != want:
-                return (f"rank {rank} (its digits {shown}) holds token({t}) = {got} by the grid, but vLLM's rank "
-                        f"{rank} (pcp_rank {pcp_rank}, dcp_rank {tp_rank % dcp}) holds token {want} there")
-    return ""
+                return Reason(Check.ENGINE, f"rank {rank} (its digits {shown}) holds token({t}) = {got} by the grid, "
+                              f"but vLLM's rank {rank} (pcp_rank {pcp_rank}, dcp_rank {tp_rank % dcp}) holds token "
+                              f"{want} there", name="token", expected=want, actual=got)
+    return None
 
 
 def _one_arg(r: Reading, fn: str) -> bool:
     return fn in r.placements and len(r.fns[fn].params) == 1
 
 
-def _miscounted(r: Reading, seq: str, local: int) -> str:
+def _miscounted(r: Reading, seq: str, local: int) -> Reason | None:
     """Why the `sequence` index does not run over a page's tokens (local: the block's
-    block_size; canonical: block_size * cp, the grid's `cp` or 1), or ''."""
+    block_size; canonical: block_size * cp, the grid's `cp` or 1), or None."""
     tokens = r.env.get("block_size")
     if not isinstance(tokens, int):
-        return f"`sequence {seq}` claims the page's tokens, but the family never reads block_size (tokens per block)"
+        return Reason(Check.SEQUENCE, f"`sequence {seq}` claims the page's tokens, but the family never reads "
+                      f"block_size (tokens per block)", name=seq)
     if local != tokens:
-        return (f"`sequence {seq}` claims the page's tokens, but the local index {seq} runs over {local} place(s) "
-                f"where a block holds block_size = {tokens} tokens")
+        return Reason(Check.SEQUENCE, f"`sequence {seq}` claims the page's tokens, but the local index {seq} runs "
+                      f"over {local} place(s) where a block holds block_size = {tokens} tokens", name=seq,
+                      expected=tokens, actual=local)
     cp = r.token_shards()
     canon = r.extents("canonical")[seq]
     if canon != tokens * cp:
-        return (f"`sequence {seq}` claims the page's tokens, but the canonical index {seq} runs over {canon} "
-                f"place(s) where a canonical page holds block_size * cp = {tokens} * {cp} tokens")
-    return ""
+        return Reason(Check.SEQUENCE, f"`sequence {seq}` claims the page's tokens, but the canonical index {seq} runs "
+                      f"over {canon} place(s) where a canonical page holds block_size * cp = {tokens} * {cp} tokens",
+                      name=seq, expected=tokens * cp, actual=canon)
+    return None
 
 
 def byte_map(r: Reading, rank: int) -> dict[int, int]:

@@ -27,6 +27,7 @@ from ..errors import ConfigError, MissingNames
 from .lower import TilingError, lower
 from ..mapping import MAX_STRETCHES, TensorView
 from ..record import replace
+from ..verdicts import Check, Reason
 from .formats import layer_dtypes, assumed_id, format_id, names_data
 from .records import (CERTIFIED, FALLBACK, NO_MAPPINGS, OMITTED, OPAQUE, LayerResult, LayerSpec, ParallelConfig,
                       TensorLayout, as_int)
@@ -83,14 +84,16 @@ class Deriver:
                               f"the names they read: {', '.join(sorted(self.names))}")
         world = parallel.world_size if parallel.world_size is not None else parallel.tp * parallel.pcp
         if world not in (parallel.tp * parallel.pcp, parallel.tp * parallel.pcp * parallel.pp):
-            return LayerResult(NO_MAPPINGS, None, (), (f"world size {world} is neither tp * pcp nor tp * pcp * pp",))
+            return LayerResult(NO_MAPPINGS, None, (), (Reason(
+                Check.GROUP, f"world size {world} is neither tp * pcp nor tp * pcp * pp", actual=world),))
         if layer.page_size_bytes is None:
-            return LayerResult(OMITTED, None, (), ("the page size is unknown",))
+            return LayerResult(OMITTED, None, (), (Reason(Check.PAGE, "the page size is unknown"),))
         if layer.page_size_bytes < 1:
-            return LayerResult(NO_MAPPINGS, None, (), (f"the page is {layer.page_size_bytes} bytes: "
-                                                       "no family holds an empty or negative page",))
+            return LayerResult(NO_MAPPINGS, None, (), (Reason(Check.PAGE, f"the page is {layer.page_size_bytes} bytes: "
+                                                              "no family holds an empty or negative page",
+                                                              actual=layer.page_size_bytes),))
         sizes = _sizes(layer, tensor, parallel)
-        reasons = [f"{why}: no family reads this layer but the fallback" for n, v in layer.sizes
+        reasons = [why.said(after=": no family reads this layer but the fallback") for n, v in layer.sizes
                    if n in self.domains for why in [params.outside(n, v, *self.domains[n])] if why]
         # a name given out of its domain is a misdeclared deployment (`aiter_kv = 3`): a family
         # that does not read it must not take the layer in its place
@@ -98,9 +101,9 @@ class Deriver:
         kind = self._by_kind.get(layer.kind, []) if not reasons else []
         for k, cf in enumerate(kind):
             runs = apply_family(cf, sizes, layer, tensor, num_blocks, world=parallel.world_size)
-            if isinstance(runs, str):
-                reasons.append(f"{cf.name}: {runs}")
-                missing[cf.name] = getattr(runs, "missing", None)
+            if isinstance(runs, Reason):
+                reasons.append(runs.by(cf.name))
+                missing[cf.name] = runs.name if runs.check is Check.MISSING else None
                 continue
             why = _taken_twice(cf, runs, kind[k + 1:], sizes, layer, tensor, num_blocks)
             if not why:
@@ -119,19 +122,19 @@ class Deriver:
                                f"gives {', '.join(sorted(n for n, _ in layer.sizes)) or 'no runtime name'}")
         readers = _tensor_readers(kind, sizes, layer.page_size_bytes) if tensor is None else []
         if readers:  # the fallback's page is the rank's bytes as its tensor lays them out, and none was given
-            reasons.append(f"derived from its sizes alone (no tensor), and families {', '.join(readers)} of kind "
-                           f"'{layer.kind}' would each hold this page, its bytes lying as their tensor says: an "
-                           f"opaque page of the sizes "
-                           f"alone would share one format id between engines whose bytes lie otherwise (NHD and "
-                           f"HND); derive the layer with its tensor")
+            reasons.append(Reason(Check.TENSOR, f"derived from its sizes alone (no tensor), and families "
+                                  f"{', '.join(readers)} of kind '{layer.kind}' would each hold this page, its bytes "
+                                  f"lying as their tensor says: an opaque page of the sizes alone would share one "
+                                  f"format id between engines whose bytes lie otherwise (NHD and HND); derive the "
+                                  f"layer with its tensor"))
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         if self.fallback is None:
-            reasons.append(f"no family serves '{layer.kind}' here and the library declares no fallback"
-                           if not reasons else "the library declares no fallback")
+            reasons.append(Reason(Check.LIBRARY, f"no family serves '{layer.kind}' here and the library declares no "
+                                  f"fallback" if not reasons else "the library declares no fallback"))
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         runs = apply_family(self.fallback, sizes, layer, tensor, num_blocks, fallback=True, world=parallel.world_size)
-        if isinstance(runs, str):  # not even the fallback holds the page: no mapping beats a partial copy
-            reasons.append(f"{self.fallback.name} (fallback): {runs}")
+        if isinstance(runs, Reason):  # not even the fallback holds the page: no mapping beats a partial copy
+            reasons.append(runs.said(f"{self.fallback.name} (fallback): ", family=self.fallback.name))
             return LayerResult(NO_MAPPINGS, None, (), tuple(reasons))
         return LayerResult(OPAQUE, self.fallback.name, runs, tuple(reasons))
 
@@ -153,8 +156,8 @@ def _tensor_readers(kind: list, sizes: dict, page: int) -> list[str]:
     return out
 
 
-def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
-    """Why the layer `cf` takes is not certainly its (''): a family tried after it takes the same
+def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> Reason | None:
+    """Why the layer `cf` takes is not certainly its (None when it is): a family tried after it takes the same
     tensor too, and the two are not shown to read it alike, so the preference alone would choose
     between two readings of one tensor. Shown alike: one place in a block's page for every
     tensor byte (their views), one tensor shape and strides, and one reading of their terms,
@@ -164,32 +167,23 @@ def _taken_twice(cf, runs, later, sizes, layer, tensor, num_blocks) -> str:
     mine = _placed(runs)
     for other in later:
         theirs = apply_family(other, sizes, layer, tensor, num_blocks)  # (the group checked where it took the layer)
-        if isinstance(theirs, str):
+        if isinstance(theirs, Reason):
             continue
         if _placed(theirs) != mine:
-            return (f"{cf.name} and {other.name} both take this tensor and place its bytes in a block's page "
-                    f"differently: no runtime name the layer gives tells them apart, so neither reading is certain "
-                    f"(a guard one requires and the other refuses would)")
+            return Reason(Check.AMBIGUOUS, f"{cf.name} and {other.name} both take this tensor and place its bytes in a "
+                          f"block's page differently: no runtime name the layer gives tells them apart, so neither "
+                          f"reading is certain (a guard one requires and the other refuses would)", family=cf.name)
         if not (cf.reading and cf.reading == other.reading):
-            return (f"families {cf.name} and {other.name} both take this tensor, and they are not shown to read it "
-                    f"alike (nor to be offered no one layer) for every size: neither reading is certain, so the layer "
-                    f"is refused (`layoutalg check` of the library says so; a guard one requires and the other "
-                    f"refuses would tell them apart)")
-    return ""
+            return Reason(Check.AMBIGUOUS, f"families {cf.name} and {other.name} both take this tensor, and they are "
+                          f"not shown to read it alike (nor to be offered no one layer) for every size: neither "
+                          f"reading is certain, so the layer is refused (`layoutalg check` of the library says so; a "
+                          f"guard one requires and the other refuses would tell them apart)", family=cf.name)
+    return None
 
 
 def _placed(runs) -> list:
     """Where each rank's tensors lie in a block's page, and their shapes, strides and elements."""
     return [tuple((v.placing, v.shape, v.strides, v.element) for v in m.tensors) for m in runs]
-
-
-class _Why(str):
-    """Why a family does not hold a layer; `missing`: the runtime name it read and the layer lacks."""
-
-    def __new__(cls, text: str, missing: str | None = None):
-        out = super().__new__(cls, text)
-        out.missing = missing
-        return out
 
 
 def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
@@ -207,28 +201,31 @@ def _check_arguments(layer, tensor, parallel, num_blocks) -> int | None:
 
 def apply_family(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: TensorLayout | None, num_blocks,
            fallback: bool = False, world: int | None = None):
-    """Every rank's mappings where `cf` describes the layer exactly, else why not (a string).
+    """Every rank's mappings where `cf` describes the layer exactly, else why not (a `Reason`).
     `sizes` may give `pp`: only a stage grid's family reads it (no other family's reading or
     format id sees it); `world`, where the caller gives one, must be the family's group."""
     if "pp" in sizes and not stage_grid(cf):
         sizes = {k: v for k, v in sizes.items() if k != "pp"}
     group = group_of(cf, sizes)
     if world is not None and world != group:
-        return (f"the caller's world is {world} ranks but this family's grid is one group of "
-                f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group} ranks")
+        return Reason(Check.GROUP, f"the caller's world is {world} ranks but this family's grid is one group of "
+                      f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group} ranks", expected=group,
+                      actual=world)
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
-        return f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
-            f", got a list of {len(tensor)} tensors" if isinstance(tensor, tuple) else "")
+        return Reason(Check.TENSOR, f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
+            f", got a list of {len(tensor)} tensors" if isinstance(tensor, tuple) else ""), expected=cf.tensor_dims + 1,
+            actual=len(tensor.shape) if isinstance(tensor, TensorLayout) else None)
     try:
         inst = cf.evaluate(sizes)
         views = cf.tensor_views(inst) if isinstance(cf, CompiledPage) else \
             (TensorView("kv", 0, inst.tensor_shape, inst.tensor_strides, inst.element, outer=cf.tensor_outer),) \
             if inst.tensor_shape else ()
     except GuardFailed as e:
-        return _Why(str(e), getattr(e, "name", None))
+        return e.reason
     if views and views[0].segments > MAX_STRETCHES:
-        return (f"its tensor holds the page in {views[0].segments} stretches apart (dims before the block), more "
-                f"than the {MAX_STRETCHES} a copy takes")
+        return Reason(Check.TENSOR, f"its tensor holds the page in {views[0].segments} stretches apart (dims before "
+                      f"the block), more than the {MAX_STRETCHES} a copy takes", expected=MAX_STRETCHES,
+                      actual=views[0].segments)
     if isinstance(tensor, TensorLayout) and len(views) > 1 and raw_page(tensor, num_blocks, layer.page_size_bytes):
         one = stacked(views, tensor, num_blocks, layer.page_size_bytes)  # its views stacked before the block?
         views = (one,) if isinstance(one, TensorView) else views  # (else `mismatch_views` says why not)
@@ -236,13 +233,14 @@ def apply_family(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: Tens
            _mismatch(inst, cf, layer, tensor, num_blocks)) or misfit(inst, layer.page_size_bytes, group)
     box = () if fallback else getattr(inst, "local_form", None)
     if not why and not views and isinstance(tensor, TensorLayout):
-        views, why = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback, box=box)
+        views = as_it_lies(tensor, num_blocks, layer.page_size_bytes, in_order=not fallback, box=box)
+        why = views if isinstance(views, Reason) else None
     if why:
         return why
     try:
         runs = lower(inst, cf.layout_id)
     except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
-        return str(e)
+        return Reason(Check.TILING, str(e))
     tensors = tensor if isinstance(tensor, tuple) else (tensor,) if isinstance(tensor, TensorLayout) else ()
     if len(tensors) == len(views):  # each view with the element type its tensor names
         views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))
@@ -266,8 +264,9 @@ def _sizes(layer: LayerSpec, tensor: TensorLayout | None, parallel: ParallelConf
         pp=parallel.pp, **dict(layer.sizes))
 
 
-def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: TensorLayout | None, num_blocks) -> str:
-    """Why the instance does not describe this layer's tensor ('' when it does): a family
+def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: TensorLayout | None,
+              num_blocks) -> Reason | None:
+    """Why the instance does not describe this layer's tensor (None when it does): a family
     that reads the tensor must find its shape, strides and page in each block. (That the
     layout is the page and the grid the group is `compiled.misfit`, for every family.)
     Dims before the block dim (`cf.tensor_outer`) are matched by extent: their strides are
@@ -275,20 +274,23 @@ def _mismatch(inst: Instance, cf: CompiledFamily, layer: LayerSpec, tensor: Tens
     page, names, k = layer.page_size_bytes, cf.tensor, cf.tensor_outer
     if inst.tensor_shape:  # the family reads a tensor: recognise it by shape and strides
         if tensor is None:
-            return "no KV tensor to recognise"
+            return Reason(Check.TENSOR, "no KV tensor to recognise")
         blocks = num_blocks if num_blocks is not None else (tensor.shape[k] if len(tensor.shape) > k else None)
         expected = inst.tensor_shape[:k] + (blocks,) + inst.tensor_shape[k:]
         dims = ", ".join(names[:k] + ("block",) + names[k:])
         if tensor.shape != expected:
-            return f"KV tensor shape {tensor.shape} is not {expected} = ({dims})"
+            return Reason(Check.TENSOR, f"KV tensor shape {tensor.shape} is not {expected} = ({dims})",
+                          expected=expected, actual=tensor.shape)
         for dim, (name, want, got) in enumerate(zip(names[k:], inst.tensor_strides[k:], tensor.stride[k + 1:]),
                                                 start=k + 1):
             if want != got:
-                return f"KV tensor dimension {dim} ({name}) has stride {got}, expected {want} (elements)"
+                return Reason(Check.TENSOR, f"KV tensor dimension {dim} ({name}) has stride {got}, expected {want} "
+                              f"(elements)", name=name, dim=dim, expected=want, actual=got)
         held = prod(inst.tensor_shape) * tensor.element_size
         if held != page:
-            return f"KV tensor holds {held} bytes per block but the page is {page}"
-    return ""
+            return Reason(Check.TENSOR, f"KV tensor holds {held} bytes per block but the page is {page}",
+                          expected=page, actual=held)
+    return None
 
 
 class Held:

@@ -43,8 +43,8 @@ def certify(inst: Instance) -> Layout:
     return copy_map(inst)
 
 
-def _target_out_of_range(inst: Instance) -> str:
-    """'' when every canonical index stays inside its extent, else which one leaves it."""
+def _target_out_of_range(inst: Instance) -> str | None:
+    """None when every canonical index stays inside its extent, else which one leaves it."""
     for k, (extent, base, terms) in enumerate(inst.targets):
         lo = hi = base
         for s, n in terms:
@@ -54,7 +54,7 @@ def _target_out_of_range(inst: Instance) -> str:
                 lo += s * (n - 1)
         if lo < 0 or hi >= extent:
             return f"canonical index {k} ranges over [{lo}, {hi}] outside [0, {extent})"
-    return ""
+    return None
 
 
 def copy_map(inst: Instance) -> Layout:
@@ -320,11 +320,11 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
 
 # ---- the reference's start-up check: do a configuration's runs tile both pages ------------
 
-def _partition(pieces, size) -> str:
-    """'' when the (offset, bytes) `pieces` tile [0, size) exactly, else the first gap or overlap."""
+def _partition(pieces, size) -> str | None:
+    """None when the (offset, bytes) `pieces` tile [0, size) exactly, else the first gap or overlap."""
     flaw = intervals.flaw([(lo, n, None) for lo, n in pieces], size)
     if flaw is None:
-        return ""
+        return None
     a, b = flaw.start, flaw.end
     if flaw.kind != "end":
         return f"bytes [{a}, {b}) are {'not covered' if flaw.kind == 'gap' else 'covered twice'}"

@@ -12,7 +12,7 @@ from .. import params
 from ..errors import ConfigError
 from ..mapping import CanonicalPageMapping
 from ..record import record
-from ..verdicts import Word
+from ..verdicts import Reason, Word
 
 
 class Outcome(Word):
@@ -156,8 +156,8 @@ class ParallelConfig:
         # ranks would each get a mapping: refuse it by name.
         for field, name in (("tp", "tp"), ("pcp", "pcp"), ("dcp", "dcp"), ("interleave", "interleave"),
                             ("total_kv_heads", "total_heads"), ("pp", "pp")):
-            why = "" if getattr(self, field) is None else params.outside(name, getattr(self, field),
-                                                                         *params.DOMAIN[name])
+            why = None if getattr(self, field) is None else params.outside(name, getattr(self, field),
+                                                                           *params.DOMAIN[name])
             if why:
                 raise ConfigError(f"ParallelConfig.{field}: {why}")
 
@@ -219,10 +219,14 @@ class LayerResult:
     result: Outcome  # certified | opaque | no_mappings | omitted (a plain word is read as its Outcome)
     family: str | None
     mappings: tuple[CanonicalPageMapping, ...]
-    reasons: tuple[str, ...] = ()  # why candidate families did not apply
+    reasons: tuple[Reason, ...] = ()  # why candidate families did not apply, each a sentence with its fields
 
     def __post_init__(self):
         object.__setattr__(self, "result", Outcome.of(self.result))  # a word outside the four is refused
+        bare = [r for r in self.reasons if not isinstance(r, Reason)]
+        if bare:  # a reason says which test refused (`Reason.check`): a bare sentence says it to no program
+            raise TypeError(f"LayerResult.reasons: each is a Reason (`verdicts.Reason`), got "
+                            f"{type(bare[0]).__name__} {bare[0]!r}")
 
 
 _DERIVED = ("tp", "pcp", "dcp", "interleave", "total_heads", "heads", "block_size", "head_size", "dtype_bytes",

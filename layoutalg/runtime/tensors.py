@@ -1,7 +1,7 @@
 """The engine's tensors against a family's page: whether a tensor holds each block's page where
 the family reads it, and the views a layer's tensors give its pages (`stacked`, `as_it_lies`,
-`raw_page`, `view_mismatch`). Every refusal names the tensor, the dimension and the expected
-versus the actual stride.
+`raw_page`, `view_mismatch`). Every refusal is a `Reason` of check `tensor` that names the
+tensor, the dimension and the expected versus the actual stride, in words and in its fields.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from math import prod
 
 from ..mapping import TensorView
 from ..record import named_tuple
+from ..verdicts import Check, Reason
 from .records import TensorLayout
 
 
@@ -26,8 +27,12 @@ def block_tensor(shape: tuple, strides: tuple, element: int, outer: int, blocks:
                         tuple(s * blocks for s in strides[:outer]) + (step,) + tuple(strides[outer:]), element)
 
 
-def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tuple | None = ()) -> tuple[tuple, str]:
-    """(views, why not) for a family whose spec names no tensor dims (MLA's latent rows, the
+def _no(text: str, **fields) -> Reason:
+    return Reason(Check.TENSOR, text, **fields)
+
+
+def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tuple | None = ()) -> tuple | Reason:
+    """The views, else why not (a `Reason`), for a family whose spec names no tensor dims (MLA's latent rows, the
     opaque fallback) given one tensor: it reads block `b`'s page as the bytes of `t[b]` in
     memory, so `t` must be block first with each block one dense page. A certified family
     reads them in the tensor's own index order (`in_order`: its dims after the block
@@ -39,29 +44,32 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tupl
     group regions of other rows (quantised split KV: the data, then the scales). The fallback takes
     them in any order, its format covering the strides (`physical_layout`). The view (the tensor as given) lets a copy
     plan refuse another tensor of one size. The fallback gets no view, as before, where the
-    tensor is no such block-first page: a copy plan then refuses it.
+    tensor is no such block-first page (no views, and no reason): a copy plan then refuses it.
 
     Examples:
-        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 6, 1), 2), 3, 48, True)[0][0].strides
+        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 6, 1), 2), 3, 48, True)[0].strides
         (6, 1)
-        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 1, 4), 2), 3, 48, True)[1]
-        'KV tensor dimension 2 has stride 4, expected 1 (elements): the family reads a block as its elements in row-major order (its spec names no tensor dims)'
-        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 1, 4), 2), 3, 48, False)[0][0].strides
+        >>> why = as_it_lies(TensorLayout((3, 4, 6), (24, 1, 4), 2), 3, 48, True)
+        >>> str(why), (why.dim, why.expected, why.actual)
+        ('KV tensor dimension 2 has stride 4, expected 1 (elements): the family reads a block as its elements in row-major order (its spec names no tensor dims)', (2, 1, 4))
+        >>> as_it_lies(TensorLayout((3, 4, 6), (24, 1, 4), 2), 3, 48, False)[0].strides
         (1, 4)
     """
-    def no(why):
-        return (), why if in_order else ""
+    def no(text, **fields):
+        return _no(text, **fields) if in_order else ()
     if not t.shape:
         return no("the KV tensor has no block dimension")
     if num_blocks is not None and t.shape[0] != num_blocks:
-        return no(f"KV tensor dimension 0 (block) has {t.shape[0]} blocks, the layer {num_blocks}")
+        return no(f"KV tensor dimension 0 (block) has {t.shape[0]} blocks, the layer {num_blocks}", dim=0,
+                  expected=num_blocks, actual=t.shape[0])
     held = prod(t.shape[1:]) * t.element_size
     if held != page:
-        return no(f"KV tensor holds {held} bytes per block but the page is {page}")
+        return no(f"KV tensor holds {held} bytes per block but the page is {page}", expected=page, actual=held)
     gap = dense_gap(t.shape, t.stride, row_major=in_order)
     if gap:
         return no(f"KV tensor dimension {gap.dim} has stride {gap.stride}, expected {gap.expected} (elements): the family "
-                  f"reads a block as its elements in row-major order (its spec names no tensor dims)")
+                  f"reads a block as its elements in row-major order (its spec names no tensor dims)", dim=gap.dim,
+                  expected=gap.expected, actual=gap.stride)
     if box is None and len([n for n in t.shape[1:] if n != 1]) > 1:
         return no(f"KV tensor dims {tuple(t.shape[1:])} are not the family's page of regions, which names no tensor "
                   f"dims: it reads a given tensor only as flat (blocks, page) elements")
@@ -74,7 +82,7 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tupl
                       f"{sorted(mine)}, the family's local index box {tuple(e for e, _ in dims)} "
                       f"({element}-byte elements) at {sorted(spec)}: neither groups the other, so the tensor's "
                       f"dims are not the spec's indices (its spec names no tensor dims)")
-    return (TensorView("kv", 0, tuple(t.shape[1:]), tuple(t.stride[1:]), t.element_size),), ""
+    return (TensorView("kv", 0, tuple(t.shape[1:]), tuple(t.stride[1:]), t.element_size),)
 
 
 def _cuts(dims) -> set:
@@ -126,39 +134,42 @@ def physical_layout(tensors: tuple) -> tuple:
     return tuple((t.shape[1:], t.stride[1:], t.element_size) for t in tensors)
 
 
-def mismatch_views(views: tuple, tensors, num_blocks, page: int) -> str:
-    """Why a page's tensors are not the ones its family views ('' when they are, or when the
+def mismatch_views(views: tuple, tensors, num_blocks, page: int) -> Reason | None:
+    """Why a page's tensors are not the ones its family views (None when they are, or when the
     layer gives none: then its kind and sizes alone select the family, and copy plans check
     the tensors they are given against the mapping's views)."""
     if tensors is None:
-        return ""
+        return None
     names = ", ".join(v.name for v in views)
     if not views:
-        return ""  # a page whose spec names no tensors is read from its sizes alone
+        return None  # a page whose spec names no tensors is read from its sizes alone
     if isinstance(tensors, TensorLayout):
         if len(views) > 1 or views[0].element == 1 and len(tensors.shape) == 2:  # no view of the page: its bytes
             why = raw_page(tensors, num_blocks, page)
             if why and len(views) > 1:  # (a stack of the views is one view of an outer dim: not here)
-                why = f"{why}; nor are its views stacked before the block: it {stacked(views, tensors, num_blocks, page)}"
-            return f"the page is viewed by {len(views)} tensor(s) ({names}) and one tensor {why}" if why else ""
+                why = why.said(after=f"; nor are its views stacked before the block: it "
+                                     f"{stacked(views, tensors, num_blocks, page)}")
+            return why and why.said(f"the page is viewed by {len(views)} tensor(s) ({names}) and one tensor ")
         # a page one tensor views whole (quantised KV: data, scales and padding in its rows)
         why = view_mismatch(views[0], tensors.shape, tensors.stride, tensors.element_size, num_blocks)
         if not why and (views[0].offset, views[0].bytes_per_block) != (0, page):
-            why = (f"it views bytes [{views[0].offset}, {views[0].offset + views[0].bytes_per_block}) of a "
-                   f"block but the page is {page} bytes: one tensor must hold the whole page")
-        return f"tensor ({views[0].name}): {why}" if why else ""
+            why = _no(f"it views bytes [{views[0].offset}, {views[0].offset + views[0].bytes_per_block}) of a "
+                      f"block but the page is {page} bytes: one tensor must hold the whole page", name=views[0].name,
+                      expected=page, actual=views[0].bytes_per_block)
+        return why and why.said(f"tensor ({views[0].name}): ")
     if len(tensors) != len(views):
-        return f"the layer gives {len(tensors)} tensor(s) but the page is viewed by {len(views)} ({names})"
+        return _no(f"the layer gives {len(tensors)} tensor(s) but the page is viewed by {len(views)} ({names})",
+                   expected=len(views), actual=len(tensors))
     for i, (v, t) in enumerate(zip(views, tensors)):
         why = view_mismatch(v, t.shape, t.stride, t.element_size, num_blocks)
         if why:
-            return f"tensor {i} ({v.name}): {why}"
-    return ""
+            return why.said(f"tensor {i} ({v.name}): ")
+    return None
 
 
 def stacked(views: tuple, t: TensorLayout, num_blocks, page: int):
     """One tensor holding a page's views stacked before the block, as a `TensorView` of its outer
-    dim (one stretch of the page a view), else why not (a string). vLLM v0 allocates a layer's
+    dim (one stretch of the page a view), else why not (a `Reason`). vLLM v0 allocates a layer's
     key and value caches as one `(2, num_blocks, ...)` buffer: slice i holds view i of every
     block, one dense stretch a block. The views must follow one another from byte 0 in equal
     stretches (the slices of one tensor are alike), each of the tensor's elements.
@@ -167,67 +178,75 @@ def stacked(views: tuple, t: TensorLayout, num_blocks, page: int):
         >>> kv = (TensorView("key", 0, (2, 4), (4, 1), 2), TensorView("value", 16, (4, 2), (2, 1), 2))
         >>> stacked(kv, TensorLayout((2, 5, 8), (40, 8, 1), 2), 5, 32)
         TensorView(name='key|value', offset=0, shape=(2, 8), strides=(8, 1), element=2, dtype='', outer=1)
-        >>> stacked(kv, TensorLayout((5, 2, 8), (16, 8, 1), 2), 5, 32)
+        >>> str(stacked(kv, TensorLayout((5, 2, 8), (16, 8, 1), 2), 5, 32))
         'has shape (5, 2, 8), not (2, 5, ...): the 2 views, then the blocks'
     """
     n, e = len(views), t.element_size
     if len(t.shape) < 3 or t.shape[0] != n or num_blocks is not None and t.shape[1] != num_blocks:
-        return f"has shape {t.shape}, not ({n}, {'blocks' if num_blocks is None else num_blocks}, ...): the {n} " \
-               f"views, then the blocks"
+        return _no(f"has shape {t.shape}, not ({n}, {'blocks' if num_blocks is None else num_blocks}, ...): the {n} "
+                   f"views, then the blocks", actual=t.shape)
     if page % n or any((v.offset, v.bytes_per_block) != (i * (page // n), page // n) for i, v in enumerate(views)):
-        return f"stacks {n} slices alike, but the views ({', '.join(v.name for v in views)}) are not {n} equal " \
-               f"stretches of the {page}-byte page, one after another"
+        return _no(f"stacks {n} slices alike, but the views ({', '.join(v.name for v in views)}) are not {n} equal "
+                   f"stretches of the {page}-byte page, one after another")
     if any(v.element not in (e, 1) and e != 1 for v in views) or prod(t.shape[2:]) * e != page // n:
-        return f"holds {prod(t.shape[2:]) * e} bytes a slice of a block ({e}-byte elements), not a {page // n}-byte view"
+        return _no(f"holds {prod(t.shape[2:]) * e} bytes a slice of a block ({e}-byte elements), not a {page // n}-byte "
+                   f"view", expected=page // n, actual=prod(t.shape[2:]) * e)
     gap = dense_gap(t.shape[1:], t.stride[1:])
     if gap:
-        return f"has stride {gap.stride} in dimension {gap.dim + 1}, expected {gap.expected}: a slice of a block is " \
-               f"no dense stretch"
+        return _no(f"has stride {gap.stride} in dimension {gap.dim + 1}, expected {gap.expected}: a slice of a block is "
+                   f"no dense stretch", dim=gap.dim + 1, expected=gap.expected, actual=gap.stride)
     return TensorView("|".join(v.name for v in views), 0, (n,) + tuple(t.shape[2:]),
                       (page // n // e,) + tuple(t.stride[2:]), e, t.dtype, outer=1)
 
 
-def raw_page(t: TensorLayout, num_blocks, page: int) -> str:
-    """Why `t` is not a page's raw bytes ('' when it is): bytes (one-byte elements), the block
+def raw_page(t: TensorLayout, num_blocks, page: int) -> Reason | None:
+    """Why `t` is not a page's raw bytes (None when it is): bytes (one-byte elements), the block
     dim first, each block one dense `page`-byte stretch of memory, the blocks apart. It is how
     vLLM allocates a Mamba layer's pages (`(num_blocks, 1, 1, page bytes)` int8) and how a copy
     plan takes a page of regions in one tensor (`copy.views.page_bytes`): the spec's views say
     where each region lies in it.
 
     Examples:
-        >>> raw_page(TensorLayout((3, 1, 1, 96), (96, 96, 96, 1), 1), 3, 96)
-        ''
+        >>> raw_page(TensorLayout((3, 1, 1, 96), (96, 96, 96, 1), 1), 3, 96) is None
+        True
         >>> raw_page(TensorLayout((3, 48), (48, 1), 2), 3, 96)
-        'is of 2-byte elements, not the raw bytes (uint8 or int8) of the page'
+        Reason('tensor', 'is of 2-byte elements, not the raw bytes (uint8 or int8) of the page', expected=1, actual=2)
     """
     if t.element_size != 1 or t.dtype not in ("", "torch.uint8", "torch.int8"):  # (as copy plans take raw bytes)
         what = f"{t.element_size}-byte" if t.element_size != 1 else t.dtype
-        return f"is of {what} elements, not the raw bytes (uint8 or int8) of the page"
+        return _no(f"is of {what} elements, not the raw bytes (uint8 or int8) of the page", expected=1,
+                   actual=t.element_size if t.element_size != 1 else t.dtype)
     blocks = t.shape[0] if t.shape else None
     if len(t.shape) < 2 or num_blocks is not None and blocks != num_blocks:
-        return f"has shape {t.shape}, not ({'blocks' if num_blocks is None else num_blocks}, ...) of the page's bytes"
+        return _no(f"has shape {t.shape}, not ({'blocks' if num_blocks is None else num_blocks}, ...) of the page's "
+                   f"bytes", actual=t.shape)
     if prod(t.shape[1:]) != page:
-        return f"holds {prod(t.shape[1:])} bytes a block (shape {t.shape}), not the {page}-byte page"
+        return _no(f"holds {prod(t.shape[1:])} bytes a block (shape {t.shape}), not the {page}-byte page",
+                   expected=page, actual=prod(t.shape[1:]))
     gap = dense_gap(t.shape, t.stride)
     if gap:
-        return f"has stride {gap.stride} in dimension {gap.dim}, expected {gap.expected}: a block is no dense page"
+        return _no(f"has stride {gap.stride} in dimension {gap.dim}, expected {gap.expected}: a block is no dense page",
+                   dim=gap.dim, expected=gap.expected, actual=gap.stride)
     if blocks > 1 and t.stride[0] < page:
-        return f"has block stride {t.stride[0]} bytes, less than the {page}-byte page"
-    return ""
+        return _no(f"has block stride {t.stride[0]} bytes, less than the {page}-byte page", dim=0, expected=page,
+                   actual=t.stride[0])
+    return None
 
 
-def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_blocks=None) -> str:
-    """Why a tensor of `shape` and `stride` (elements) is not view `v` ('' when it is). The
+def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_blocks=None) -> Reason | None:
+    """Why a tensor of `shape` and `stride` (elements) is not view `v` (None when it is). The
     strides of dims before the block dim (`v.outer`) are the tensor's own: `copy.views`
     checks that they keep its segments apart."""
     k = v.outer
     blocks = num_blocks if num_blocks is not None else (shape[k] if len(shape) > k else None)
     expected = tuple(v.shape[:k]) + (blocks,) + tuple(v.shape[k:])
     if tuple(shape) != expected:
-        return f"shape {tuple(shape)} is not {expected} ({'the outer dims, ' if k else ''}blocks, then the view's dims)"
+        return _no(f"shape {tuple(shape)} is not {expected} ({'the outer dims, ' if k else ''}blocks, then the view's "
+                   f"dims)", name=v.name, expected=expected, actual=tuple(shape))
     if element != v.element:
-        return f"elements of {element} bytes, expected {v.element}"
+        return _no(f"elements of {element} bytes, expected {v.element}", name=v.name, expected=v.element, actual=element)
     for dim, (want, got, extent) in enumerate(zip(v.strides[k:], stride[k + 1:], shape[k + 1:]), start=k + 1):
         if want != got and extent != 1:  # a dim of one element has no stride to misread
-            return f"dimension {dim} has stride {got}, expected {want} (elements)"
-    return ""
+            return _no(f"dimension {dim} has stride {got}, expected {want} (elements)", name=v.name, dim=dim,
+                       expected=want, actual=got)
+    return None

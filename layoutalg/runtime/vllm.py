@@ -29,6 +29,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..mapping import CanonicalPageMapping
 from ..record import replace
+from ..verdicts import Check, Reason
 from .derive import Deriver
 from .records import LayerResult, LayerSpec, Outcome, ParallelConfig, TensorLayout, as_int
 
@@ -36,9 +37,8 @@ _DERIVERS: dict = {}
 _log = logging.getLogger("layoutalg")
 _MISSING = object()
 
-# A non-integral tokens_per_state (a Fraction such as 1/2: several states per token) has
-# no integer form. Any value but 1 fails the MLA family's `compress_ratio == 1` guard;
-# this one also reads as what it is, "not one state per token".
+# A non-integral tokens_per_state (a Fraction such as 1/2: several states per token) has no integer form. Any
+# value but 1 fails the MLA family's `compress_ratio == 1` guard; this one also reads as "not one state per token".
 _NON_INTEGRAL_RATIO = 2
 
 
@@ -159,10 +159,9 @@ def engine_kind(vllm_config, name: str) -> str | None:
 
 
 CPU_ATTN = "cpu_attn_layout"
-"""The name a layer says vLLM's CPU attention backend with (`specs/grids.lal`): its tensor has
-packed HND's shape, but its vec kernels' cache write stores a head's K dim-major, then its V
-(`specs/cpu_attn.lal`, 1); AMX, Arm and fp8 KV tile a block otherwise (2: no family but the
-fallback). Any other backend: 0, what a layer that says nothing gets."""
+"""The name a layer says vLLM's CPU attention backend with (`specs/grids.lal`): its tensor has packed HND's
+shape, but its vec kernels' cache write stores a head's K dim-major, then its V (`specs/cpu_attn.lal`, 1); AMX,
+Arm and fp8 KV tile a block otherwise (2: no family but the fallback). Any other backend: 0, as a silent layer."""
 
 CPU_ATTN_ISAS = ("vec", "vec16")
 """The CPU backend's kernels (`layer.isa`) whose cache write `specs/cpu_attn.lal` describes, each
@@ -191,7 +190,7 @@ def backend_name(backend) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec", unseen=None) -> tuple[int, str]:
+def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec", unseen=None) -> tuple[int, Reason | None]:
     """(the `cpu_attn_layout` of attention layer `name`, why a CPU layer is no family's): 0 unless
     its layer object's backend (`attn_backend`; `unseen`, where this process holds no layer
     object of that name) is vLLM's CPU_ATTN; then 1 where the kernel vLLM chose for it
@@ -202,7 +201,7 @@ def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec", u
     layer = context.get(name) if isinstance(context, dict) else None
     backend = getattr(layer, "attn_backend", None) if layer is not None else unseen
     if backend_name(backend) != "CPU_ATTN":
-        return 0, ""
+        return 0, None
     cache = getattr(getattr(vllm_config, "cache_config", None), "cache_dtype", "auto")
     isa = getattr(layer, "isa", None)
     if isa is None:
@@ -216,11 +215,12 @@ def cpu_attn_layout(vllm_config, name: str, spec, path: str = "kv_cache_spec", u
             isa = choose(_field(spec, path, "dtype"), _field(spec, path, "block_size"),
                          _field(spec, path, "head_size"), cache) if callable(choose) else None
         except Exception as e:  # vLLM refuses the layer itself (fp8 without AVX-512): no kernel, no layout
-            return 2, f"vLLM's CPU attention backend chooses no kernel for this layer: {e}"
+            return 2, Reason(Check.KERNEL, f"vLLM's CPU attention backend chooses no kernel for this layer: {e}")
     if str(cache).startswith("fp8") or isa not in CPU_ATTN_ISAS:
-        return 2, (f"vLLM's CPU attention backend with kernel {isa!r} and cache dtype {cache!r}: its blocks are "
-                   f"not the layout of its {'/'.join(CPU_ATTN_ISAS)} kernels with an unquantised cache (specs/cpu_attn.lal)")
-    return 1, ""
+        return 2, Reason(Check.KERNEL, f"vLLM's CPU attention backend with kernel {isa!r} and cache dtype {cache!r}: "
+                         f"its blocks are not the layout of its {'/'.join(CPU_ATTN_ISAS)} kernels with an unquantised "
+                         f"cache (specs/cpu_attn.lal)")
+    return 1, None
 
 
 def layer_spec(spec, path: str = "kv_cache_spec", kinds: dict | None = None, engine: str | None = None) -> LayerSpec:
@@ -326,17 +326,17 @@ def state_kind(mamba_type) -> str | None:
 
 
 def state_layer(spec, tp: int, model, path: str = "kv_cache_spec",
-                gdn_recurrent: str | None = None) -> tuple[LayerSpec | None, str]:
+                gdn_recurrent: str | None = None) -> tuple[LayerSpec | None, Reason | None]:
     """The state family's `LayerSpec` of a `MambaSpec`, or (None, why it stays opaque)."""
     given = _field(spec, path, "mamba_type", None)
     mamba_type = state_kind(given)
     read = STATE_KINDS.get(mamba_type)
     if read is None:
-        return None, (f"mamba_type {given!r} has no state family (known: {', '.join(STATE_KINDS)}, or vLLM's "
-                      f"MambaAttentionBackendEnum {', '.join(STATE_BACKENDS)})")
+        return None, Reason(Check.LIBRARY, f"mamba_type {given!r} has no state family (known: "
+                            f"{', '.join(STATE_KINDS)}, or vLLM's MambaAttentionBackendEnum {', '.join(STATE_BACKENDS)})")
     layout = os.environ.get("VLLM_SSM_CONV_STATE_LAYOUT", "SD").upper()  # as vLLM's is_conv_state_dim_first
     if layout not in ("SD", "DS"):
-        return None, f"VLLM_SSM_CONV_STATE_LAYOUT is {layout!r}, neither SD nor DS"
+        return None, Reason(Check.KERNEL, f"VLLM_SSM_CONV_STATE_LAYOUT is {layout!r}, neither SD nor DS")
     shapes, dtypes = _field(spec, path, "shapes"), _field(spec, path, "dtypes")
     try:
         shapes = tuple(tuple(as_int(x, f"{path}.shapes") for x in s) for s in shapes)
@@ -349,8 +349,8 @@ def state_layer(spec, tp: int, model, path: str = "kv_cache_spec",
         sizes.update(conv_bytes=as_int(dtypes[0].itemsize, f"{path}.dtypes[0]"),
                      ssm_bytes=as_int(dtypes[1].itemsize, f"{path}.dtypes[1]"))
     except (ValueError, TypeError, AttributeError, ConfigError) as e:
-        return None, f"{mamba_type} state not read from its spec: {e}"
-    return LayerSpec(mamba_type, _page_size(spec, "mamba", path), sizes=sizes), ""
+        return None, Reason(Check.MISSING, f"{mamba_type} state not read from its spec: {e}")
+    return LayerSpec(mamba_type, _page_size(spec, "mamba", path), sizes=sizes), None
 
 
 def _size(pc, name: str, default=_MISSING) -> int:
@@ -463,7 +463,7 @@ def derive_canonical_mappings(vllm_config, kv_cache_config, kv_caches: dict,
     for name, spec in layer_specs(kv_cache_config):
         try:
             engine = engine_kind(vllm_config, name)
-            layer, why = layer_spec(spec, kinds=kinds, engine=engine), ""
+            layer, why = layer_spec(spec, kinds=kinds, engine=engine), None
             cpu = 0
             if layer.kind == "attention":
                 cpu, why = cpu_attn_layout(vllm_config, name, spec)
@@ -584,8 +584,8 @@ def _spec_format(fmt: str, spec, opaque: bool, vllm_config=None, kinds=None) -> 
 
 def _derive(deriver: Deriver, layer: LayerSpec, tensor, parallel, num_blocks, cls: str) -> LayerResult:
     if layer.kind == "other":
-        return LayerResult(Outcome.OMITTED, None, (), (f"{cls} is neither an attention nor a Mamba spec, "
-                                                 "so vLLM gives it no canonical mapping",))
+        return LayerResult(Outcome.OMITTED, None, (), (Reason(Check.LIBRARY, f"{cls} is neither an attention nor a "
+                                                              "Mamba spec, so vLLM gives it no canonical mapping"),))
     return deriver.derive(layer, tensor, parallel, num_blocks, strict=False)  # a layer it cannot read: opaque
 
 

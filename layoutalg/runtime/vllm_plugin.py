@@ -22,6 +22,7 @@ import logging
 import os
 
 from ..errors import ConfigError
+from ..verdicts import Check, Reason
 
 SWITCH = "LAYOUTALG_VLLM"
 TESTED = ("0.32.0",)
@@ -176,8 +177,8 @@ def certified_agnostic(vllm_config, kv_cache_config) -> list[str]:
     return names
 
 
-def unseen_kernel(vllm_config, kv_cache_config) -> str:
-    """Why the gate cannot vouch for an attention layer of vLLM's CPU platform, else ''.
+def unseen_kernel(vllm_config, kv_cache_config) -> Reason | None:
+    """Why the gate cannot vouch for an attention layer of vLLM's CPU platform, else None.
 
     vLLM's CPU backend writes a layer with the kernel it chooses for it; a kernel whose blocks no
     spec describes (AMX, for bfloat16 at a multiple of 32 tokens a block, on a host that has it)
@@ -186,21 +187,21 @@ def unseen_kernel(vllm_config, kv_cache_config) -> str:
     layer object where this process holds it (a worker), else of the backend vLLM's CPU platform
     gives every attention layer (vLLM's engine core runs no model: the kernel the backend will
     choose), so the engine core and every worker agree. Off the CPU platform, or where vLLM's
-    modules are not importable: ''."""
+    modules are not importable: None. The reason names the layer (`name`)."""
     from .vllm import cpu_attn_layout, layer_specs, spec_kind
     try:
         from vllm.platforms import current_platform
         if not current_platform.is_cpu():
-            return ""
+            return None
         from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
     except Exception:  # noqa: BLE001 - no vLLM CPU backend here: nothing to foresee
-        return ""
+        return None
     for name, spec in layer_specs(kv_cache_config):
         if spec_kind(spec) == "attention":
             code, why = cpu_attn_layout(vllm_config, name, spec, unseen=CPUAttentionBackend)
             if code == 2:
-                return f"layer {name}: {why}"
-    return ""
+                return Reason(Check.KERNEL, f"layer {name}: {why}", name=name)
+    return None
 
 
 def as_vllm(m, base):

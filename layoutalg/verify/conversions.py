@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import z3
 
-from ..verdicts import Verdict
+from ..verdicts import Check, Reason, Verdict
 from ..compile.codegen import compile_named
 from ..compile.compiled import GuardFailed
 from ..dsl.interpret import Reading
@@ -154,11 +154,11 @@ def _names(lib, family: str) -> dict:
     return out
 
 
-def record(lib, family: str, rlimit: int | None = None) -> str:
+def record(lib, family: str, rlimit: int | None = None) -> Reason | None:
     """Prove for all sizes what `family`'s page conversions rest on (`data.REQUIRED` in every
     data region: from `layoutalg prove`'s cached table where it holds the row, else proved and
     cached a row at a time, `store.row`) and keep the record the runtime reads
-    (`plans.conversion.facts`). Returns '' where it was kept, else why not (a family without
+    (`plans.conversion.facts`). Returns None where it was kept, else why not (a family without
     `sequence` has no conversions: nothing is kept)."""
     from .prove import RLIMIT, store
     from .prove.runner import Budgets, one_format, prove_obligation
@@ -166,16 +166,16 @@ def record(lib, family: str, rlimit: int | None = None) -> str:
     rlimit = rlimit or RLIMIT
     fdef = lib.family_def(family) if family in lib.families else None
     if fdef is None or fdef.page is not None or fdef.sequence is None:
-        return f"{family}: no family of canonical pages with a `sequence` index"
+        return Reason(Check.SEQUENCE, f"{family}: no family of canonical pages with a `sequence` index", family=family)
     try:
         names = _names(lib, family)
     except LayoutalgError as e:
-        return str(e)
+        return Reason(Check.FORMAT, str(e), family=family)
     files = set(store.dependencies(lib, family))
     parsed = {m.path: m.digest for m in lib.modules}  # the bytes proved are those `lib` was parsed from
     changed = _changed(files, parsed)
     if changed:
-        return changed
+        return Reason(Check.STALE, changed, family=family)
     before = {p: parsed[p] for p in files}
     table = store.read(store.proof_key(lib, family, rlimit)) or []
     budgets = Budgets.of(rlimit)
@@ -195,14 +195,15 @@ def record(lib, family: str, rlimit: int | None = None) -> str:
             else:
                 why.append(f"{name}{f' ({region})' if region else ''}: {r.status}, {r.detail or r.method}")
     if why:
-        return f"{family}: its page conversions are not proved for all sizes: " + "; ".join(why)
+        return Reason(Check.UNPROVED, f"{family}: its page conversions are not proved for all sizes: " + "; ".join(why),
+                      family=family)
     changed = _changed(files, parsed)  # (the proof key re-reads the files: an edit meanwhile keys the old proof)
     if changed:
-        return changed
+        return Reason(Check.STALE, changed, family=family)
     before.update({p: parsed[p] for p in files if p not in before})
     data.write(family, fdef.span.file, compile_named(lib, family).layout_id, fdef.sequence.id, names, rows,
                tuple(before.items()))
-    return ""
+    return None
 
 
 def _changed(files, parsed: dict) -> str:

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from ..dsl.interpret import LETS_MEMO, Reading, Lazy, index_box, rank_digits
 from ..dsl.tree import BinOp, Call, Name, Neg, Num
+from ..verdicts import Check, Reason
 
 NO_TOKEN = -1
 
@@ -259,8 +260,8 @@ def meaning(lib, family: str, sizes: dict) -> tuple[list, list]:
     return element, token
 
 
-def unkept(lib, family: str, big: dict, small: dict, conv) -> str:
-    """'' where the conversion `conv` (`PageConversion`) gives every engine element of a
+def unkept(lib, family: str, big: dict, small: dict, conv) -> Reason | None:
+    """None where the conversion `conv` (`PageConversion`) gives every engine element of a
     big page back in its small pages, at these sizes; else the first byte it does not, said."""
     eb, tb = meaning(lib, family, big)
     es, ts = meaning(lib, family, small)
@@ -277,18 +278,20 @@ def unkept(lib, family: str, big: dict, small: dict, conv) -> str:
                 j, c = divmod(at_small + b, conv.small_page)  # part j of the big page, its byte c
                 small_tok = ts[c] + j * tokens if ts[c] >= 0 and tokens else ts[c]
                 if (es[c], small_tok) != (eb[x], tb[x]):
-                    return (f"byte {x} of the big page (token {tb[x]}) is byte {c} of small page {j}, which holds "
-                            f"another element of the engine's (token {small_tok}): the canonical index names one "
-                            f"element at {_shown(big)} and another at {_shown(small)}")
-    return "" if compared else "the conversion moves no byte an engine element is written to: nothing is shown kept"
+                    return Reason(Check.FORMAT, f"byte {x} of the big page (token {tb[x]}) is byte {c} of small page "
+                                  f"{j}, which holds another element of the engine's (token {small_tok}): the "
+                                  f"canonical index names one element at {_shown(big)} and another at {_shown(small)}",
+                                  family=family)
+    return None if compared else Reason(Check.FORMAT, "the conversion moves no byte an engine element is written to: "
+                                        "nothing is shown kept", family=family)
 
 
 def _shown(sizes: dict) -> str:
     return ", ".join(f"{k}={sizes[k]}" for k in ("tp", "pcp", "dcp", "interleave") if k in sizes)
 
 
-def unkept_between(lib, family: str, big: dict, small: dict) -> str:
-    """'' where a big page at `big` sizes holds, at each canonical index, the engine element the
+def unkept_between(lib, family: str, big: dict, small: dict) -> Reason | None:
+    """None where a big page at `big` sizes holds, at each canonical index, the engine element the
     small pages at `small` sizes hold at that index (the sequence index split into a part and a
     token of the part, as a conversion joins them), else the first that differs, said. No
     conversion is made: the canonical layouts are read as the spec writes them."""
@@ -306,10 +309,12 @@ def unkept_between(lib, family: str, big: dict, small: dict) -> str:
             compared += 1
             small_tok = ts[c] + j * tokens if ts[c] >= 0 else ts[c]
             if (es[c], small_tok) != (eb[x], tb[x]):
-                return (f"canonical byte {x} of a page at {_shown(big)} (token {tb[x]}) holds another element of "
-                        f"the engine's than byte {c} of its part {j} at {_shown(small)} (token {small_tok}): "
-                        f"a canonical index names one element under one and another under the other")
-    return "" if compared else "no byte of the two pages holds an element to compare"
+                return Reason(Check.FORMAT, f"canonical byte {x} of a page at {_shown(big)} (token {tb[x]}) holds "
+                              f"another element of the engine's than byte {c} of its part {j} at {_shown(small)} "
+                              f"(token {small_tok}): a canonical index names one element under one and another "
+                              f"under the other", family=family)
+    return None if compared else Reason(Check.FORMAT, "no byte of the two pages holds an element to compare",
+                                        family=family)
 
 
 def spec_coordinates(lib, family: str, big: dict, small: dict, k: int, token: str):

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from .samples import fitted_instance
 from ..compile.compiled import CompiledPage, GuardFailed, at_page
 from ..runtime.lower import TilingError
+from ..verdicts import Reason
 
 BLOCKS = (1, 2, 3)
 MAX_PAGE = 1 << 12
@@ -74,7 +75,7 @@ def _taken(cf, sizes: dict, tensors: tuple, blocks: int):
         runs = apply_family(cf, sizes, _layer(cf, sizes), tensors[0] if len(tensors) == 1 else tensors, blocks)
     except (GuardFailed, TilingError, ArithmeticError, LookupError):
         return None
-    return None if isinstance(runs, str) else runs
+    return None if isinstance(runs, Reason) else runs
 
 
 def _read_apart(lib, a: str, b: str, sizes: dict, ma, mb) -> str:

@@ -9,6 +9,7 @@ import itertools
 from .. import params
 from ..compile.compiled import CompiledFamily, CompiledPage, GuardFailed, at_page, fitted_page, group_of, misfit
 from ..dsl.library import Library
+from ..verdicts import Check
 
 DEFAULT_DOMAIN = params.SAMPLES
 """The configurations `check` enumerates for the built-in names (page_size is fitted to each)."""
@@ -62,4 +63,4 @@ def fitted_instance(cf: CompiledFamily, sizes: dict):
             raise NeverServed(misfit(inst, inst.local_page, group))
         if not why:  # what the runtime demands
             return inst, {**sizes, "page_size": page}
-    raise last or GuardFailed("no page size fits the local layout")
+    raise last or GuardFailed("no page size fits the local layout", Check.PAGE)

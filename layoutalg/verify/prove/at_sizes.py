@@ -12,7 +12,7 @@ import itertools
 
 import z3
 
-from ...verdicts import Verdict
+from ...verdicts import Check, Reason, Verdict
 from ... import params
 from ...compile.compiled import GuardFailed
 from ...dsl.interpret import paths
@@ -69,8 +69,8 @@ def structure_at_sizes(lib: Library, family: str, row: Row, cf, by_path: dict) -
     return row
 
 
-def unserved_part(lib: Library, family: str, budgets) -> str:
-    """'' unless the family's guards admit a configuration whose grid is not the worker group
+def unserved_part(lib: Library, family: str, budgets) -> Reason | None:
+    """None unless the family's guards admit a configuration whose grid is not the worker group
     (its world is not tp * pcp): the runtime never serves it, so no row proved there counts.
     Says the grid's `world` and a witness. A grid whose world is tp * pcp as written asks Z3 nothing."""
     for path in paths(lib, family):
@@ -84,12 +84,13 @@ def unserved_part(lib: Library, family: str, budgets) -> str:
             continue
         if status == "sat":
             world = value(model, m.r.world)
-            return (f"where its guards hold, its grid's world ({world} ranks) is not the worker group the runtime "
-                    f"runs (tp * pcp ranks, times pp for a stage grid, one that reads pp), e.g. at {sizes_text(m, model)}")
-    return ""
+            return Reason(Check.GROUP, f"where its guards hold, its grid's world ({world} ranks) is not the worker "
+                          f"group the runtime runs (tp * pcp ranks, times pp for a stage grid, one that reads pp), "
+                          f"e.g. at {sizes_text(m, model)}", family=family, expected=world)
+    return None
 
 
-def never_applies(lib: Library, family: str, budgets, unserved: str, bounds: dict) -> str:
+def never_applies(lib: Library, family: str, budgets, unserved: Reason | None, bounds: dict) -> str:
     """Why no configuration passes: the grid is never the worker group (`unserved`), the page
     never fits, or the guards never hold (asked within `bounds`, small sizes for a readable witness)."""
     where = where_in_spec(lib, family, "page-size")

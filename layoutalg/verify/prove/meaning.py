@@ -29,7 +29,7 @@ import time
 
 import z3
 
-from ...verdicts import Verdict
+from ...verdicts import Check, Reason, Verdict
 from ...dsl.interpret import Reading, paths
 from ...dsl.library import Library
 from ...ir.family import resolve
@@ -247,10 +247,11 @@ def explain(m, model, w: Witness, where: str, sizes: str) -> str:
     return f"{where}: the canonical page means another thing on a single rank holding it ({single}), with {sizes}"
 
 
-def unshown(lib, family: str, configurations, budget, sides=("store", "load")) -> str:
+def unshown(lib, family: str, configurations, budget, sides=("store", "load")) -> Reason | None:
     """Why the pages of `family` at these configurations (sizes dicts) are not shown to be one
-    format (`one-format` at each, symbolic rank and index, its sizes numbers), or ''."""
-    return verdict(lib, family, configurations, budget, sides)[1]
+    format (`one-format` at each, symbolic rank and index, its sizes numbers), or None."""
+    why = verdict(lib, family, configurations, budget, sides)[1]
+    return Reason(Check.FORMAT, why, family=family) if why else None
 
 
 def verdict(lib, family: str, configurations, budget, sides=("store", "load")) -> tuple[str, str]:

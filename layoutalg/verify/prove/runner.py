@@ -82,7 +82,7 @@ def prove_applies(lib: Library, family: str, budgets: Budgets, quick: bool = Fal
             shown = found
     live = [p for p, (s, _) in status.items() if s == "live"]
     unknown = [p for p, (s, _) in status.items() if s == UNDECIDED]
-    unserved = "" if quick else unserved_part(lib, family, budgets)
+    unserved = None if quick else unserved_part(lib, family, budgets)
     if live:
         used = names_used(lib, family)  # (once: it reads the family's files)
         example = ", ".join(f"{k}={v}" for k, v in shown[0].items() if k in used)

@@ -23,7 +23,7 @@ from typing import NamedTuple, Sequence
 
 import z3
 
-from ....verdicts import Verdict
+from ....verdicts import Check, Reason, Verdict
 from ....dsl.interpret import Reading
 from ....dsl.library import Library
 from ..obligations import Budget, Model, value
@@ -53,9 +53,10 @@ def prove_cross_plans(lib: Library, family: str, store: dict, load: dict, cross,
                                              for j, plans in enumerate(cross.parts)], budget)
 
 
-def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, sides=("store", "load")) -> str:
+def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget,
+                     sides=("store", "load")) -> Reason | None:
     """Why the `sequence` claim (canonical index t is the token's place, the grid's token(t),
-    a bijection of a page's tokens) is not shown, or '': proved for all sizes in every part
+    a bijection of a page's tokens) is not shown (a `Reason` of check `sequence`), or None: proved for all sizes in every part
     (the `sequence-order` row, from the proof cache), and the family shown to apply at both
     configurations. The plans and conversions are checked by canonical indices, the small
     page's token shifted by its part, which is the token's own place only where it holds."""
@@ -63,7 +64,7 @@ def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, 
     for part in lib.parts_of(family):  # for all sizes first: a bijection of the tokens, never at two sizes alone
         why = sequence_unproved(lib, part, budget)
         if why:
-            return why + ("" if part == family else f" in region {part!r}")
+            return why.said(after="" if part == family else f" in region {part!r}")
     for side, sizes in zip(sides, (store, load)):
         for part in lib.parts_of(family):
             try:  # (a token's place is no matter of the page's size: the page is not assumed)
@@ -72,23 +73,26 @@ def sequence_unshown(lib, family: str, store: dict, load: dict, budget: Budget, 
                 applies, _ = solve_query(m, None, z3.BoolVal(True), budget)
                 status = solve_query(m, None, violation, budget)[0] if applies == "sat" else None
             except (ArithmeticError, LookupError, TypeError) as e:
-                return f"the {side} configuration's `sequence` claim cannot be read ({e})"
+                return Reason(Check.SEQUENCE, f"the {side} configuration's `sequence` claim cannot be read ({e})",
+                              family=part)
             if applies != "sat":  # assumptions that contradict each other would show any claim
-                return (f"the family is not shown to apply at the {side} configuration (its cases and guards "
-                        f"{'do not hold' if applies == 'unsat' else 'are undecided'} there): its `sequence` claim "
-                        f"shows nothing")
+                return Reason(Check.SEQUENCE, f"the family is not shown to apply at the {side} configuration (its "
+                              f"cases and guards {'do not hold' if applies == 'unsat' else 'are undecided'} there): "
+                              f"its `sequence` claim shows nothing", family=part)
             if status != "unsat":
-                return (f"pages of another cp are joined by the canonical `sequence` index, the token's place only "
-                        f"where the claim holds (every local token t at canonical t = token(t)); at the {side} "
-                        f"configuration it is {'refuted' if status == 'sat' else 'undecided'}"
-                        f"{'' if part == family else f' in region {part!r}'} (`layoutalg prove` shows a counterexample)")
-    return ""
+                return Reason(Check.SEQUENCE, f"pages of another cp are joined by the canonical `sequence` index, the "
+                              f"token's place only where the claim holds (every local token t at canonical t = "
+                              f"token(t)); at the {side} configuration it is "
+                              f"{'refuted' if status == 'sat' else 'undecided'}"
+                              f"{'' if part == family else f' in region {part!r}'} (`layoutalg prove` shows a "
+                              f"counterexample)", family=part)
+    return None
 
 
-def sequence_unproved(lib, part: str, budget: Budget) -> str:
+def sequence_unproved(lib, part: str, budget: Budget) -> Reason | None:
     """Why the part's `sequence` claim (canonical index t is the token's place in the
     sequence, the grid's token(t), a bijection of the page's tokens) is not proved for all
-    sizes, or ''. Across another cp or block size a plan or conversion joins pages by
+    sizes, or None. Across another cp or block size a plan or conversion joins pages by
     canonical indices, the small page's token shifted by its part: that is the token's own
     place only where the claim holds (a shard map placing tokens by another fn, or two
     tokens at one place, would otherwise be proved). The row comes from the proof cache."""
@@ -97,10 +101,10 @@ def sequence_unproved(lib, part: str, budget: Budget) -> str:
     row = store.row(lib, part, "sequence-order", budget.rlimit,
                     lambda: prove_obligation(lib, part, "sequence-order", {}, Budgets.of(budget.rlimit, budget.guard_s)))
     if row.status == Verdict.PROVED and row.method.startswith("symbolic: all sizes"):
-        return ""
-    return f"pages of another cp or block size are matched by the canonical index " \
-           f"'{lib.family_def(part).sequence.id}', the token's place only where `sequence` holds; sequence-order is " \
-           f"not proved for all sizes ({row.status}: {row.detail or row.method})"
+        return None
+    return Reason(Check.SEQUENCE, f"pages of another cp or block size are matched by the canonical index "
+                  f"'{lib.family_def(part).sequence.id}', the token's place only where `sequence` holds; sequence-order "
+                  f"is not proved for all sizes ({row.status}: {row.detail or row.method})", family=part)
 
 
 class _Cross(NamedTuple):
@@ -190,26 +194,27 @@ def _fresh(lib, family, store, load) -> tuple[Model, Model]:
             Model(lib, family, tuple(Reading(lib, family, load).taken), sizes=load, tag="y."))
 
 
-def _malformed(plans, mx: Model, my: Model, cross=None) -> str:
-    """What makes the plans no plan of this pair at all ('' when nothing): one per consumer
+def _malformed(plans, mx: Model, my: Model, cross=None) -> Reason | None:
+    """What makes the plans no plan of this pair at all (None when nothing): one per consumer
     rank of the load grid, each for the spec's own pages, runs of non-negative integers
     reading producers of the store grid."""
     from ....plans.reshard import DirectPlan, DirectRun
     if not all(isinstance(p, DirectPlan) and all(isinstance(r, DirectRun) for r in p.runs) for p in plans):
-        return "the plans must be DirectPlans of DirectRuns"
+        return Reason(Check.PLAN, "the plans must be DirectPlans of DirectRuns")
     consumers = sorted(p.consumer for p in plans if type(p.consumer) is int)
     if len(consumers) != len(plans) or consumers != list(range(my.r.world)):
-        return f"plans for consumer ranks {consumers}, expected one for each of the {my.r.world} ranks"
+        return Reason(Check.PLAN, f"plans for consumer ranks {consumers}, expected one for each of the {my.r.world} ranks",
+                      expected=my.r.world, actual=len(consumers))
     for p in plans:
         if p.local_page_size_bytes != my.r.page("local") or p.producer_page_size_bytes != mx.r.page("local"):
-            return (f"consumer rank {p.consumer}: the plan is for {p.producer_page_size_bytes}-byte producer and "
-                    f"{p.local_page_size_bytes}-byte consumer pages; the spec's are {mx.r.page('local')} and "
-                    f"{my.r.page('local')} bytes")
+            return Reason(Check.PLAN, f"consumer rank {p.consumer}: the plan is for {p.producer_page_size_bytes}-byte "
+                          f"producer and {p.local_page_size_bytes}-byte consumer pages; the spec's are "
+                          f"{mx.r.page('local')} and {my.r.page('local')} bytes")
         for k, r in enumerate(p.runs):
             if any(type(v) is not int or v < 0 for v in r) or r.producer >= _producers(mx, cross):
-                return (f"consumer rank {p.consumer}: run {k} {tuple(r)} is not non-negative integers reading one "
-                        f"of the {_producers(mx, cross)} producers")
-    return ""
+                return Reason(Check.PLAN, f"consumer rank {p.consumer}: run {k} {tuple(r)} is not non-negative integers "
+                              f"reading one of the {_producers(mx, cross)} producers")
+    return None
 
 
 def _pick(m: Model, plan):

@@ -11,6 +11,7 @@ import sympy
 import z3
 
 from ....mapping import rank_and_part
+from ....verdicts import Check, Reason
 from ..obligations import Model, query, value
 from ..witness import Shard
 from .symplan import DIVISIONS, PER_SIDE, Cross, NotEstablished, SymbolicRun
@@ -250,54 +251,57 @@ def same_shape(mx: Model, my: Model, cross: Cross | None = None):
     return z3.And(*[ex[n] == ey[n] for n in ex], mx.element("canonical") == my.element("canonical"), *page)
 
 
-def case_atoms(fam, built) -> tuple[dict, str]:
+def case_atoms(fam, built) -> tuple[dict, Reason | None]:
     """The one table of derived sizes (atoms) Z3 reads for every plan of a case, and what keeps
     it from being each plan's own as the runtime reads it (`symplan.evaluate`: the family's
-    atoms, then the plan's) ('' when nothing): every plan of the case defines the same atoms,
+    atoms, then the plan's) (None when nothing): every plan of the case defines the same atoms,
     and none otherwise than the family does."""
     table = dict(built[0].atoms) if built else {}
     for p in built:
         for s in {*p.atoms, *table}:
             if p.atoms.get(s) != table.get(s):
                 said = lambda a: a.text if a is not None else "nothing"  # noqa: E731
-                return table, (f"consumer rank {p.consumer}'s plan defines {s} as {said(p.atoms.get(s))}, "
-                               f"consumer rank {built[0].consumer}'s as {said(table.get(s))}")
+                return table, Reason(Check.PLAN, f"consumer rank {p.consumer}'s plan defines {s} as "
+                                     f"{said(p.atoms.get(s))}, consumer rank {built[0].consumer}'s as "
+                                     f"{said(table.get(s))}", name=str(s))
     for s, a in table.items():
         if fam.atoms.by_symbol.get(s, a) != a:
-            return table, f"the plans define {s} as {a.text}, the family as {fam.atoms.by_symbol[s].text}"
-    return {**fam.atoms.by_symbol, **table}, ""
+            return table, Reason(Check.PLAN, f"the plans define {s} as {a.text}, the family as "
+                                 f"{fam.atoms.by_symbol[s].text}", name=str(s))
+    return {**fam.atoms.by_symbol, **table}, None
 
 
-def unread(pairs, z: "Terms") -> str:
-    """What keeps a case from meaning one thing to Z3 and to the runtime ('' when nothing):
+def unread(pairs, z: "Terms") -> Reason | None:
+    """What keeps a case from meaning one thing to Z3 and to the runtime (None when nothing):
     no derived size (atom) under the name of a size, which the runtime would take for the
     size where a plan does not define it; the domain, pairs (dividend, divisor), each divisor
     a positive whole number and each dividend a polynomial in sizes alone (a derived size
     there is read with Z3's division, shown exact only inside the domain it would decide)."""
     for s, a in z.atoms.items():
         if s.name in z.sizes:
-            return f"the plans define {s.name} as {a.text}, the name of a size"
+            return Reason(Check.PLAN, f"the plans define {s.name} as {a.text}, the name of a size", name=s.name)
     for a, b in pairs:
         if not (isinstance(b, int) or getattr(b, "is_Integer", False)) or int(b) <= 0:
-            return f"the case's domain divides {a} by {b}, not by a positive whole number"
+            return Reason(Check.PLAN, f"the case's domain divides {a} by {b}, not by a positive whole number")
         e = sympy.sympify(a)
         odd = [s for s in e.free_symbols if s in z.atoms or s.name not in z.sizes]
         if odd or not e.is_polynomial():
-            return f"the case's domain reads {a}, whose {odd[0] if odd else 'form'} is no size"
-    return ""
+            return Reason(Check.PLAN, f"the case's domain reads {a}, whose {odd[0] if odd else 'form'} is no size")
+    return None
 
 
-def malformed(built) -> str:
-    """What makes `built` no plan at all ('' when nothing): consumers and producers are ranks,
+def malformed(built) -> Reason | None:
+    """What makes `built` no plan at all (None when nothing): consumers and producers are ranks,
     plain ints (a float would be truncated by one check and compared exactly by another), and
     every division of its sizes is one the language has."""
     for p in built:
         if type(p.consumer) is not int or any(type(r.producer) is not int for r in p.runs):
-            return f"consumer {p.consumer!r} reads producers {[r.producer for r in p.runs]!r}: ranks are ints"
+            return Reason(Check.PLAN, f"consumer {p.consumer!r} reads producers {[r.producer for r in p.runs]!r}: "
+                          f"ranks are ints")
         bad = [a.op for a in p.atoms.values() if a.op not in DIVISIONS]
         if bad:
-            return f"a division {bad[0]!r} of its sizes is none of /, //, %"
-    return ""
+            return Reason(Check.PLAN, f"a division {bad[0]!r} of its sizes is none of /, //, %")
+    return None
 
 
 def grid_short(mx: Model, my: Model):

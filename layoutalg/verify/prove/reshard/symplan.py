@@ -316,7 +316,7 @@ def block_ratio(store: dict, load: dict, read: bool, domain=None) -> tuple[int, 
     for side, v in zip(("store", "load"), given):
         if v is not None and (type(v) is not int or v < 1):
             raise LayoutalgError(f"the {side} configuration's block_size is {v!r}, not a whole number of at least 1")
-        why = "" if v is None or domain is None else params.outside("block_size", v, domain.lo, domain.hi)
+        why = None if v is None or domain is None else params.outside("block_size", v, domain.lo, domain.hi)
         if why:
             raise LayoutalgError(f"the {side} configuration's {why}")
     if given[0] == given[1]:
