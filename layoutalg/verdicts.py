@@ -63,9 +63,9 @@ class Check(Word):
     DOMAIN = "domain"        # a size lies outside the domain declared for its name
     MISSING = "missing"      # a family reads a runtime name the layer does not give (`Reason.name`)
     GUARD = "guard"          # a family's guard, case or exact division refuses the sizes
-    GROUP = "group"          # the ranks that run are not the grid's (`expected`: the grid's, `actual`: the run's)
-    PAGE = "page"            # the page is not the layout's (`expected`: the layout's bytes, `actual`: the page's)
-    TENSOR = "tensor"        # the tensors given (or none) are not those the family reads (`dim`: the dimension)
+    GROUP = "group"          # the grid's ranks are not those that run (`expected`: those that run, `actual`: the grid's)
+    PAGE = "page"            # the layout is not the layer's page (`expected`: the page's bytes, `actual`: the layout's)
+    TENSOR = "tensor"        # the tensors given (or none) are not those the family reads (`expected`: the family's)
     TILING = "tiling"        # the ranks' layouts do not tile the canonical page
     AMBIGUOUS = "ambiguous"  # two families take one tensor and are not shown to read it alike
     LIBRARY = "library"      # no family of the library serves the layer, not even a fallback
@@ -88,9 +88,11 @@ class Reason(str):
 
     - `check`: a `Check`, the test that refused (a word outside the set raises `ValueError`);
     - `family`: the family refused, where one was (`by` names it and says it first);
-    - `name`: the runtime name it is about (missing, out of its domain, a tensor's dim);
+    - `name`: the name it is about: a runtime name (missing, out of its domain), a tensor's
+      dim or view, the engine's layer, a size a plan defines;
     - `dim`, `expected`, `actual`: the dimension and the values that differ, where the
-      sentence compares two (a tensor's stride, a page's bytes, a grid's ranks).
+      sentence compares two: `expected` what the test demands of the thing it checks (a
+      tensor, a family's layout or grid, a size), `actual` what that thing has.
 
     A function that says why across a module line returns a `Reason` or None, never ''; one
     that wraps another's reason keeps its fields (`said`), so a layer's reasons say which test
@@ -122,7 +124,7 @@ class Reason(str):
             object.__setattr__(out, field, value)
         return out
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name, *value):
         raise AttributeError("a Reason is read-only: its fields are set where it is made")
 
     __delattr__ = __setattr__

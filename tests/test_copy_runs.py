@@ -85,5 +85,6 @@ def test_one_certificate_breaks_the_same_way_on_both_paths():
             assert fast_copy_map(bad) is None, what  # the fast path hands the naming to certify
         except TilingError as e:
             assert f"the {what} " in str(e)
-        with pytest.raises(TilingError, match=f"the {what} "):
+        with pytest.raises(TilingError, match=f"the {what} ") as e:
             lower(bad)
+        assert (e.value.reason.check, e.value.reason.family) == ("tiling", "split_nhd")  # the chain's reason, kept

@@ -97,6 +97,25 @@ def test_a_reason_keeps_its_fields_through_pickle_copy_and_wrapping_and_goes_to_
         Reason(Check.PAGE, "")
     with pytest.raises(AttributeError, match="read-only"):
         why.check = Check.PAGE
+    with pytest.raises(AttributeError, match="read-only"):
+        del why.dim
+
+
+def test_the_errors_that_carry_a_reason_keep_it_through_pickle():
+    from layoutalg.compile.compiled import MissingName
+    from layoutalg.runtime.lower import TilingError
+    for e in (MissingName("reads 'total_heads'", "total_heads"), GuardFailed("no case holds"),
+              GuardFailed(Reason(Check.DOMAIN, "tp = 0 is outside", name="tp")), TilingError("gap")):
+        again = pickle.loads(pickle.dumps(e))
+        assert (type(again), str(again), again.reason.fields()) == (type(e), str(e), e.reason.fields())
+    assert pickle.loads(pickle.dumps(MissingName("m", "heads"))).name == "heads"
+
+
+def test_a_layer_result_keeps_any_sequence_of_reasons_as_a_tuple():
+    why = Reason(Check.PAGE, "the page size is unknown")
+    assert LayerResult("omitted", None, (), [why]).reasons == (why,)
+    with pytest.raises(TypeError, match="a tuple of Reasons, got generator"):
+        LayerResult("omitted", None, (), (r for r in [why]))  # (read once, it would be lost)
 
 
 def test_the_refusing_functions_answer_none_or_a_reason():
@@ -105,13 +124,17 @@ def test_the_refusing_functions_answer_none_or_a_reason():
     inst, fits = at_page(cf, sizes, LAYER.page_size_bytes)
     assert fits is None
     _, short = at_page(cf, sizes, LAYER.page_size_bytes // 2)
-    assert (short.check, short.expected, short.actual) == (Check.PAGE, LAYER.page_size_bytes, LAYER.page_size_bytes // 2)
+    # expected: what the test demands of the thing it checks (here the family's layout); actual: what it has
+    page = LAYER.page_size_bytes
+    assert (short.check, short.expected, short.actual) == (Check.PAGE, page // 2, page)
     with pytest.raises(GuardFailed) as e:
         cf.evaluate({**sizes, "tp": 4096, "page_size": 1})
     assert (e.value.reason.check, e.value.reason.name, e.value.reason.actual) == (Check.DOMAIN, "tp", 4096)
     assert str(e.value) == e.value.reason
     assert raw_page(TensorLayout((3, 96), (96, 1), 1), 3, 96) is None
     assert raw_page(TensorLayout((3, 96), (192, 2), 1), 3, 96).dim == 1
+    fp8 = raw_page(TensorLayout((3, 96), (96, 1), 1, "torch.float8_e4m3fn"), 3, 96)  # one byte, but no raw byte
+    assert (fp8.expected, fp8.actual) == (("torch.uint8", "torch.int8"), "torch.float8_e4m3fn")
     view = TensorView("kv", 0, (4, 8), (8, 1), 2)
     assert view_mismatch(view, (3, 4, 8), (32, 8, 1), 2) is None
     odd = view_mismatch(view, (3, 4, 8), (32, 1, 4), 2)

@@ -41,6 +41,9 @@ class MissingName(GuardFailed):
         super().__init__(Reason(Check.MISSING, message, name=name))
         self.name = name
 
+    def __reduce__(self):  # (an exception is rebuilt from its args: here the message and the name)
+        return type(self), (str(self), self.name), self.__dict__
+
 
 # A divisor must be positive: what the prover assumes (Z3 reads `a // b` by its definition
 # for b > 0), so a configuration that divides by zero or a negative number fails closed.
@@ -88,10 +91,10 @@ def misfit(inst: Instance, page: int, group: int) -> Reason | None:
     """
     if inst.local_page != page:
         return Reason(Check.PAGE, f"layout holds {inst.local_page} bytes but the page is {page}",
-                      expected=inst.local_page, actual=page)
+                      expected=page, actual=inst.local_page)
     if inst.world != group:
         return Reason(Check.GROUP, f"the grid has {inst.world} ranks but the worker group has tp * pcp = {group}",
-                      expected=inst.world, actual=group)
+                      expected=group, actual=inst.world)
     return None
 
 

@@ -209,8 +209,8 @@ def apply_family(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: Tens
     group = group_of(cf, sizes)
     if world is not None and world != group:
         return Reason(Check.GROUP, f"the caller's world is {world} ranks but this family's grid is one group of "
-                      f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group} ranks", expected=group,
-                      actual=world)
+                      f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group} ranks", expected=world,
+                      actual=group)
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
         return Reason(Check.TENSOR, f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
             f", got a list of {len(tensor)} tensors" if isinstance(tensor, tuple) else ""), expected=cf.tensor_dims + 1,
@@ -240,7 +240,7 @@ def apply_family(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: Tens
     try:
         runs = lower(inst, cf.layout_id)
     except TilingError as e:  # the spec does not tile at these sizes: fail closed, say why
-        return Reason(Check.TILING, str(e))
+        return e.reason
     tensors = tensor if isinstance(tensor, tuple) else (tensor,) if isinstance(tensor, TensorLayout) else ()
     if len(tensors) == len(views):  # each view with the element type its tensor names
         views = tuple(v._replace(dtype=t.dtype) for v, t in zip(views, tensors))

@@ -22,11 +22,17 @@ from ..errors import LayoutalgError
 from ..algebra.layout import Layout
 from ..mapping import CanonicalPageMapping, CopyRun, Tiling
 from ..record import named_tuple
+from ..verdicts import Check, Reason
 from ..algebra.tiling import broken, chains
 
 
 class TilingError(LayoutalgError):
-    """A family's instance is not an exact tiling: the spec is wrong for this configuration."""
+    """A family's instance is not an exact tiling: the spec is wrong for this configuration.
+    `reason`: why, as a `Reason` of check `tiling` (with a broken chain's fields, where one broke)."""
+
+    def __init__(self, why, family: str | None = None):
+        self.reason = why if isinstance(why, Reason) else Reason(Check.TILING, str(why), family=family)
+        super().__init__(str(self.reason))
 
 
 def certify(inst: Instance) -> Layout:
@@ -39,11 +45,11 @@ def certify(inst: Instance) -> Layout:
     why = broken(chains(inst.local, inst.ranks, inst.local_page, inst.world, inst.canonical_page)) or \
         _target_out_of_range(inst)
     if why:
-        raise TilingError(f"{inst.family}: {why}")
+        raise TilingError(why.said(f"{inst.family}: ", family=inst.family))
     return copy_map(inst)
 
 
-def _target_out_of_range(inst: Instance) -> str | None:
+def _target_out_of_range(inst: Instance) -> Reason | None:
     """None when every canonical index stays inside its extent, else which one leaves it."""
     for k, (extent, base, terms) in enumerate(inst.targets):
         lo = hi = base
@@ -53,7 +59,8 @@ def _target_out_of_range(inst: Instance) -> str | None:
             else:
                 lo += s * (n - 1)
         if lo < 0 or hi >= extent:
-            return f"canonical index {k} ranges over [{lo}, {hi}] outside [0, {extent})"
+            return Reason(Check.TILING, f"canonical index {k} ranges over [{lo}, {hi}] outside [0, {extent})",
+                          dim=k, expected=(0, extent - 1), actual=(lo, hi))
     return None
 
 
@@ -105,7 +112,7 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     for ls, n, cs in modes:
         if ls != run:
             raise TilingError(f"{inst.family}: the local page is not tiled exactly: "
-                              f"no digit has local stride {run}")
+                              f"no digit has local stride {run}", family=inst.family)
         run *= n
         if out and out[-1][1] * out[-1][0] == cs:
             out[-1] = (out[-1][0] * n, out[-1][1])
@@ -117,7 +124,7 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     for cs, n in owners:
         if cs != size:
             raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: "
-                              f"no digit has canonical stride {size}")
+                              f"no digit has canonical stride {size}", family=inst.family)
         size *= n
     world = 1
     for rs, n in sorted((r.rank, r.extent) for r in inst.ranks if r.extent != 1):
@@ -170,7 +177,7 @@ def check_injective(modes, what: str, family: str) -> None:
     for s, n in sorted((s, n) for n, s in modes if n != 1):
         if s <= reach:
             raise TilingError(f"{family}: the {what} is not shown one-to-one: a digit of stride {s} "
-                              f"lands inside the {reach + 1} offsets the smaller digits reach")
+                              f"lands inside the {reach + 1} offsets the smaller digits reach", family=family)
         reach += (n - 1) * s
 
 
@@ -186,13 +193,13 @@ def region_plan(inst: Instance, region: str) -> StridedRuns:
     for n, _, cs, rep in inst.ranks:
         if rep and n != 1 and cs != 0:
             raise TilingError(f"{inst.family}: in {where} a replica rank digit moves the canonical offset "
-                              f"(stride {cs}): replicas must hold the same bytes")
+                              f"(stride {cs}): replicas must hold the same bytes", family=inst.family)
     if prod(r.extent for r in inst.ranks) != inst.world:
         raise TilingError(f"{inst.family}: the rank grid has {inst.world} slots but its digits cover "
-                          f"{prod(r.extent for r in inst.ranks)}")
+                          f"{prod(r.extent for r in inst.ranks)}", family=inst.family)
     why = _target_out_of_range(inst)
     if why:
-        raise TilingError(f"{inst.family}: {where}: {why}")
+        raise TilingError(why.said(f"{inst.family}: {where}: ", family=inst.family))
     return strided_runs(inst.local, inst.local_base)
 
 
@@ -270,11 +277,11 @@ def _sweep(pieces, size: int, what: str, family: str) -> None:
     a, b, before, after = flaw.start, flaw.end, flaw.before, flaw.after
     if flaw.kind == "end":
         raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {a}"
-                          + (f" (the last, '{before}', ends there)" if before else ""))
+                          + (f" (the last, '{before}', ends there)" if before else ""), family=family)
     gap = (f"bytes [{a}, {b}) belong to no region (after '{before}')" if flaw.kind == "gap" and before else
            f"bytes [{a}, {b}) belong to no region (before '{after}')" if flaw.kind == "gap" else
            f"byte {a} lies in two regions, '{before}' and '{after}'")
-    raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}")
+    raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}", family=family)
 
 
 def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
@@ -287,7 +294,7 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
     count += sum(len(pad_fragments(p)) for p in page.local_pads + page.canonical_pads)
     if count > MAX_PAGE_FRAGMENTS:
         raise TilingError(f"{page.family}: the page has {count} fragments over all ranks, more than the "
-                          f"{MAX_PAGE_FRAGMENTS} its tiling is checked on at run time")
+                          f"{MAX_PAGE_FRAGMENTS} its tiling is checked on at run time", family=page.family)
     local, canonical = [], []
     for r, inst, (offsets, fs, nf, ls, cs) in plans:
         local += [(lo + i * ls, fs, r) for lo, _ in offsets for i in range(nf)]

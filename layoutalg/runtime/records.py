@@ -223,7 +223,11 @@ class LayerResult:
 
     def __post_init__(self):
         object.__setattr__(self, "result", Outcome.of(self.result))  # a word outside the four is refused
-        bare = [r for r in self.reasons if not isinstance(r, Reason)]
+        reasons = tuple(self.reasons) if isinstance(self.reasons, (tuple, list)) else self.reasons
+        if not isinstance(reasons, tuple):
+            raise TypeError(f"LayerResult.reasons: a tuple of Reasons, got {type(reasons).__name__}")
+        object.__setattr__(self, "reasons", reasons)
+        bare = [r for r in reasons if not isinstance(r, Reason)]
         if bare:  # a reason says which test refused (`Reason.check`): a bare sentence says it to no program
             raise TypeError(f"LayerResult.reasons: each is a Reason (`verdicts.Reason`), got "
                             f"{type(bare[0]).__name__} {bare[0]!r}")

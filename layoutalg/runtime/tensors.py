@@ -67,9 +67,9 @@ def as_it_lies(t: TensorLayout, num_blocks, page: int, in_order: bool, box: tupl
         return no(f"KV tensor holds {held} bytes per block but the page is {page}", expected=page, actual=held)
     gap = dense_gap(t.shape, t.stride, row_major=in_order)
     if gap:
-        return no(f"KV tensor dimension {gap.dim} has stride {gap.stride}, expected {gap.expected} (elements): the family "
-                  f"reads a block as its elements in row-major order (its spec names no tensor dims)", dim=gap.dim,
-                  expected=gap.expected, actual=gap.stride)
+        return no(f"KV tensor dimension {gap.dim} has stride {gap.stride}, expected {gap.expected} (elements): the "
+                  f"family reads a block as its elements in row-major order (its spec names no tensor dims)",
+                  dim=gap.dim, expected=gap.expected, actual=gap.stride)
     if box is None and len([n for n in t.shape[1:] if n != 1]) > 1:
         return no(f"KV tensor dims {tuple(t.shape[1:])} are not the family's page of regions, which names no tensor "
                   f"dims: it reads a given tensor only as flat (blocks, page) elements")
@@ -189,12 +189,12 @@ def stacked(views: tuple, t: TensorLayout, num_blocks, page: int):
         return _no(f"stacks {n} slices alike, but the views ({', '.join(v.name for v in views)}) are not {n} equal "
                    f"stretches of the {page}-byte page, one after another")
     if any(v.element not in (e, 1) and e != 1 for v in views) or prod(t.shape[2:]) * e != page // n:
-        return _no(f"holds {prod(t.shape[2:]) * e} bytes a slice of a block ({e}-byte elements), not a {page // n}-byte "
-                   f"view", expected=page // n, actual=prod(t.shape[2:]) * e)
+        return _no(f"holds {prod(t.shape[2:]) * e} bytes a slice of a block ({e}-byte elements), not a "
+                   f"{page // n}-byte view", expected=page // n, actual=prod(t.shape[2:]) * e)
     gap = dense_gap(t.shape[1:], t.stride[1:])
     if gap:
-        return _no(f"has stride {gap.stride} in dimension {gap.dim + 1}, expected {gap.expected}: a slice of a block is "
-                   f"no dense stretch", dim=gap.dim + 1, expected=gap.expected, actual=gap.stride)
+        return _no(f"has stride {gap.stride} in dimension {gap.dim + 1}, expected {gap.expected}: a slice of a block "
+                   f"is no dense stretch", dim=gap.dim + 1, expected=gap.expected, actual=gap.stride)
     return TensorView("|".join(v.name for v in views), 0, (n,) + tuple(t.shape[2:]),
                       (page // n // e,) + tuple(t.stride[2:]), e, t.dtype, outer=1)
 
@@ -214,8 +214,9 @@ def raw_page(t: TensorLayout, num_blocks, page: int) -> Reason | None:
     """
     if t.element_size != 1 or t.dtype not in ("", "torch.uint8", "torch.int8"):  # (as copy plans take raw bytes)
         what = f"{t.element_size}-byte" if t.element_size != 1 else t.dtype
-        return _no(f"is of {what} elements, not the raw bytes (uint8 or int8) of the page", expected=1,
-                   actual=t.element_size if t.element_size != 1 else t.dtype)
+        return _no(f"is of {what} elements, not the raw bytes (uint8 or int8) of the page",
+                   **(dict(expected=1, actual=t.element_size) if t.element_size != 1 else
+                      dict(expected=("torch.uint8", "torch.int8"), actual=t.dtype)))
     blocks = t.shape[0] if t.shape else None
     if len(t.shape) < 2 or num_blocks is not None and blocks != num_blocks:
         return _no(f"has shape {t.shape}, not ({'blocks' if num_blocks is None else num_blocks}, ...) of the page's "
@@ -244,7 +245,8 @@ def view_mismatch(v: TensorView, shape: tuple, stride: tuple, element: int, num_
         return _no(f"shape {tuple(shape)} is not {expected} ({'the outer dims, ' if k else ''}blocks, then the view's "
                    f"dims)", name=v.name, expected=expected, actual=tuple(shape))
     if element != v.element:
-        return _no(f"elements of {element} bytes, expected {v.element}", name=v.name, expected=v.element, actual=element)
+        return _no(f"elements of {element} bytes, expected {v.element}", name=v.name, expected=v.element,
+                   actual=element)
     for dim, (want, got, extent) in enumerate(zip(v.strides[k:], stride[k + 1:], shape[k + 1:]), start=k + 1):
         if want != got and extent != 1:  # a dim of one element has no stride to misread
             return _no(f"dimension {dim} has stride {got}, expected {want} (elements)", name=v.name, dim=dim,

@@ -349,7 +349,7 @@ def state_layer(spec, tp: int, model, path: str = "kv_cache_spec",
         sizes.update(conv_bytes=as_int(dtypes[0].itemsize, f"{path}.dtypes[0]"),
                      ssm_bytes=as_int(dtypes[1].itemsize, f"{path}.dtypes[1]"))
     except (ValueError, TypeError, AttributeError, ConfigError) as e:
-        return None, Reason(Check.MISSING, f"{mamba_type} state not read from its spec: {e}")
+        return None, Reason(Check.TENSOR, f"{mamba_type} state not read from its spec: {e}")
     return LayerSpec(mamba_type, _page_size(spec, "mamba", path), sizes=sizes), None
 
 

@@ -86,7 +86,7 @@ def unserved_part(lib: Library, family: str, budgets) -> Reason | None:
             world = value(model, m.r.world)
             return Reason(Check.GROUP, f"where its guards hold, its grid's world ({world} ranks) is not the worker "
                           f"group the runtime runs (tp * pcp ranks, times pp for a stage grid, one that reads pp), "
-                          f"e.g. at {sizes_text(m, model)}", family=family, expected=world)
+                          f"e.g. at {sizes_text(m, model)}", family=family, actual=world)
     return None
 
 

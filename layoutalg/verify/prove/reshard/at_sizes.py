@@ -204,7 +204,7 @@ def _malformed(plans, mx: Model, my: Model, cross=None) -> Reason | None:
     consumers = sorted(p.consumer for p in plans if type(p.consumer) is int)
     if len(consumers) != len(plans) or consumers != list(range(my.r.world)):
         return Reason(Check.PLAN, f"plans for consumer ranks {consumers}, expected one for each of the {my.r.world} ranks",
-                      expected=my.r.world, actual=len(consumers))
+                      expected=tuple(range(my.r.world)), actual=tuple(consumers))
     for p in plans:
         if p.local_page_size_bytes != my.r.page("local") or p.producer_page_size_bytes != mx.r.page("local"):
             return Reason(Check.PLAN, f"consumer rank {p.consumer}: the plan is for {p.producer_page_size_bytes}-byte "
