@@ -25,6 +25,7 @@ Examples:
 from __future__ import annotations
 
 import enum
+import functools
 
 
 class Word(str, enum.Enum):
@@ -79,6 +80,7 @@ class Check(Word):
 
 
 _REASON_FIELDS = ("check", "family", "name", "dim", "expected", "actual")
+_FIELDS = frozenset(_REASON_FIELDS)
 
 
 class Reason(str):
@@ -119,9 +121,10 @@ class Reason(str):
                 dim: int | None = None, expected=None, actual=None):
         if not isinstance(text, str) or not text:
             raise ValueError(f"a Reason says why in words, not {text!r}")
-        out = super().__new__(cls, text)
-        for field, value in zip(_REASON_FIELDS, (Check.of(check), family, name, dim, expected, actual)):
-            object.__setattr__(out, field, value)
+        out = str.__new__(cls, text)
+        # (a layer's derivation makes a few a family it refuses: set in one step, not six)
+        out.__dict__.update(check=check if check.__class__ is Check else Check.of(check), family=family, name=name,
+                            dim=dim, expected=expected, actual=actual)
         return out
 
     def __setattr__(self, name, *value):
@@ -143,12 +146,41 @@ class Reason(str):
     def said(self, before: str = "", after: str = "", **fields) -> "Reason":
         """The same reason in a longer sentence (`before` + this one + `after`), its fields kept
         unless `fields` gives them anew."""
-        return Reason(**{**self.fields(), **fields}, text=before + self + after)
+        if not fields.keys() <= _FIELDS:
+            raise TypeError(f"a Reason has no field {', '.join(sorted(fields.keys() - _FIELDS))}")
+        if "check" in fields:
+            fields["check"] = Check.of(fields["check"])
+        out = str.__new__(Reason, before + self + after)
+        out.__dict__.update(self.__dict__, **fields)
+        return out
 
     def by(self, family: str) -> "Reason":
-        """The reason a family gives, said as `family: sentence` and with `family` set."""
-        return self.said(f"{family}: ", family=family)
+        """The reason a family gives, said as `family: sentence` and with `family` set (one
+        object for one reason of one family: a library refuses alike in every layer it refuses)."""
+        try:
+            return _by(self, tuple(self.__dict__.values()), family)
+        except TypeError:  # a field that is no hashable value
+            return self.said(f"{family}: ", family=family)
+
+    @staticmethod
+    def shared(check, text: str, **fields) -> "Reason":
+        """`Reason(check, text, **fields)`, one object for one sentence and fields: for a refusal
+        said alike in every layer it refuses (a family's guard, its tensor's dimensions)."""
+        try:
+            return _shared(Check.of(check), text, tuple(fields.items()))
+        except TypeError:  # a field that is no hashable value
+            return Reason(check, text, **fields)
 
 
 def _reason(text, check, *fields):
     return Reason(check, text, **dict(zip(_REASON_FIELDS[1:], fields)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _by(reason: Reason, fields: tuple, family: str) -> Reason:  # (`fields`: the key tells reasons of one sentence apart)
+    return reason.said(f"{family}: ", family=family)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared(check: Check, text: str, fields: tuple) -> Reason:
+    return Reason(check, text, **dict(fields))

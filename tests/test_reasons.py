@@ -101,6 +101,16 @@ def test_a_reason_keeps_its_fields_through_pickle_copy_and_wrapping_and_goes_to_
         del why.dim
 
 
+def test_reasons_said_alike_in_every_layer_are_one_object_and_keep_their_own_fields():
+    one, other = Reason(Check.PAGE, "x", expected=1), Reason(Check.PAGE, "x", expected=2)  # one sentence
+    assert one.by("f") is one.by("f") and (one.by("f").expected, other.by("f").expected) == (1, 2)
+    assert other.by("g") == "g: x" and other.by("g").family == "g"
+    assert Reason.shared("guard", "g") is Reason.shared(Check.GUARD, "g")
+    assert Reason.shared("tensor", "t", expected=4).expected == 4 != Reason.shared("tensor", "t", expected=5).expected
+    listed = Reason(Check.PLAN, "p", expected=[0, 1])  # a field no cache can key: made anew, never refused
+    assert listed.by("f").expected == [0, 1] and Reason.shared("plan", "p", actual=[1]).actual == [1]
+
+
 def test_the_errors_that_carry_a_reason_keep_it_through_pickle():
     from layoutalg.compile.compiled import MissingName
     from layoutalg.runtime.lower import TilingError

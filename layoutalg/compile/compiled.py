@@ -28,10 +28,22 @@ class GuardFailed(LayoutalgError):
     index) of the printed guard that failed, where one did (`CompiledFamily.page_free`)."""
 
     guard: tuple | None = None
+    _check = Check.GUARD
 
     def __init__(self, why: str, check: Check = Check.GUARD):
-        self.reason = why if isinstance(why, Reason) else Reason(check, why)
-        super().__init__(str(self.reason))
+        super().__init__(why)
+        if isinstance(why, Reason):
+            self._reason = why
+        elif check is not Check.GUARD:
+            self._check = Check.of(check)
+
+    @property
+    def reason(self) -> Reason:
+        """Why, as a `Reason`: made when first read (a sample scan raises thousands, and reads few)."""
+        made = self.__dict__.get("_reason")
+        if made is None:
+            made = self._reason = Reason.shared(self._check, str(self))
+        return made
 
 
 class MissingName(GuardFailed):

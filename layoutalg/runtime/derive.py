@@ -212,7 +212,7 @@ def apply_family(cf: CompiledFamily, sizes: dict, layer: LayerSpec, tensor: Tens
                       f"{'tp * pcp * pp' if stage_grid(cf) else 'tp * pcp'} = {group} ranks", expected=world,
                       actual=group)
     if cf.tensor_dims and (not isinstance(tensor, TensorLayout) or len(tensor.shape) != cf.tensor_dims + 1):
-        return Reason(Check.TENSOR, f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
+        return Reason.shared(Check.TENSOR, f"needs a KV tensor of {cf.tensor_dims + 1} dimensions" + (
             f", got a list of {len(tensor)} tensors" if isinstance(tensor, tuple) else ""), expected=cf.tensor_dims + 1,
             actual=len(tensor.shape) if isinstance(tensor, TensorLayout) else None)
     try:
