@@ -161,3 +161,22 @@ def test_a_spec_edited_after_it_was_read_is_not_recorded(tmp_path, monkeypatch):
     assert why.startswith("not recorded: ") and "grids.lal changed since the library was read" in why, why
     assert why.check == "stale", repr(why)
     assert not os.path.exists(record_path("split_hnd", str(tmp_path / "split_hnd.lal")))
+
+
+def test_prove_keeps_the_record_in_the_worker_that_proved_the_rows_and_from_the_cache_after(specs, monkeypatch):
+    """`layoutalg prove` keeps a family's record where its rows were just proved (the worker), so
+    the run ends with the table; rows read from the cache are recorded by the parent, as before."""
+    import io
+    from layoutalg.cli import prove
+    from layoutalg.plans.conversion import record_path
+    path = record_path("split_hnd", os.path.join(specs, "split_hnd.lal"))
+    handed = []
+    keep = prove._record_conversions
+    monkeypatch.setattr(prove, "_record_conversions", lambda lib, names, *a: (handed.append(list(names)),
+                                                                               keep(lib, names, *a)))
+    _unrecorded(specs)
+    prove.prove_paths([specs], use_cache=False, out=io.StringIO())
+    assert os.path.exists(path) and handed == [[]]  # kept by the worker: nothing left for the parent
+    _unrecorded(specs)
+    prove.prove_paths([specs], out=io.StringIO())
+    assert os.path.exists(path) and handed[1] == ["split_hnd"]  # the table from the cache: the parent keeps it

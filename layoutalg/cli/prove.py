@@ -13,14 +13,20 @@ from ..dsl.library import load, spec_files
 from ..verify.prove.store import OBLIGATIONS, Row, cacheable, describe, proof_key, read as _read, write as _write
 
 
-def _prove_one(args) -> tuple[str, list[dict], float, str]:
+def _prove_one(args) -> tuple[str, list[dict], float, str, bool]:
+    """(family, its rows, seconds, the proof key of the bytes read, whether its page conversions'
+    record was kept here: in the worker, beside the rows it rests on, not after the whole table)."""
     from ..verify.prove.runner import Budgets, prove_family, to_json  # Z3 and sympy load only when something is proved
     paths, family, rlimit, guard_s, only = args
     lib = load(paths)
     key = proof_key(lib, family, rlimit)  # of the bytes this worker read, which may be newer than the parent's
     t = time.perf_counter()
-    rows = prove_family(lib, family, Budgets.of(rlimit, guard_s), only=only)
-    return family, to_json(rows), time.perf_counter() - t, key
+    data = to_json(prove_family(lib, family, Budgets.of(rlimit, guard_s), only=only))
+    seconds = time.perf_counter() - t
+    if only is not None or not _recordable(lib, family, data):
+        return family, data, seconds, key, False
+    from ..verify.conversions import record  # (it checks the files are still the bytes these rows are of)
+    return family, data, seconds, key, record(lib, family, rlimit, table=data) is None
 
 
 def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
@@ -92,8 +98,11 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     args = [(files, fam, rlimit, guard_s, only) for fam in heaviest_first(lib, [fam for fam, _ in todo])]
     keys = dict(todo)
 
+    recorded = set()
+
     def finish(result, k):
-        fam, data, seconds, key = result
+        fam, data, seconds, key, kept = result
+        recorded.update([fam] if kept else [])
         rows[fam] = data
         _progress(fam, data, seconds, k, len(args))
         if key != keys[fam]:  # what the key covers changed under the run: these rows are of other bytes
@@ -110,7 +119,7 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     out_rows = [Row(**r) for fam in names for r in rows[fam]]
     _table(out_rows, cached, out)
     if only is None:  # (a conversion rests on three rows of the whole table: never on a part of one)
-        _record_conversions(lib, names, rows, rlimit)
+        _record_conversions(lib, [fam for fam in names if fam not in recorded], rows, rlimit)
     return out_rows
 
 
@@ -119,11 +128,17 @@ def _record_conversions(lib, names, rows: dict, rlimit: int) -> None:
     record its page conversions rest on at run time (`verify.conversions.record`, from the table)."""
     from ..verify.conversions import record
     for fam in names:
-        fdef = lib.family_def(fam)
-        if fdef.page is None and fdef.sequence is not None and all(
-                r["status"] == Verdict.PROVED for r in rows[fam]
-                if r["obligation"] in ("sequence-order", "one-format", "digits-match-spec")):
+        if _recordable(lib, fam, rows[fam]):
             record(lib, fam, rlimit)
+
+
+def _recordable(lib, fam: str, rows: list[dict]) -> bool:
+    """Whether `fam` is a family of canonical pages with a `sequence` index whose table proves
+    every row its page conversions rest on."""
+    fdef = lib.family_def(fam)
+    return fdef.page is None and fdef.sequence is not None and all(
+        r["status"] == Verdict.PROVED for r in rows if r["obligation"] in ("sequence-order", "one-format",
+                                                                         "digits-match-spec"))
 
 
 def _table(rows: list, cached: set, out) -> None:

@@ -154,10 +154,11 @@ def _names(lib, family: str) -> dict:
     return out
 
 
-def record(lib, family: str, rlimit: int | None = None) -> Reason | None:
+def record(lib, family: str, rlimit: int | None = None, table: list[dict] | None = None) -> Reason | None:
     """Prove for all sizes what `family`'s page conversions rest on (`data.REQUIRED` in every
-    data region: from `layoutalg prove`'s cached table where it holds the row, else proved and
-    cached a row at a time, `store.row`) and keep the record the runtime reads
+    data region: from `table`, the rows of `family`'s table where the caller has just proved them
+    from these bytes, else `layoutalg prove`'s cached table where it holds the row, else proved
+    and cached a row at a time, `store.row`) and keep the record the runtime reads
     (`plans.conversion.facts`). Returns None where it was kept, else why not (a family without
     `sequence` has no conversions: nothing is kept)."""
     from .prove import RLIMIT, store
@@ -177,7 +178,8 @@ def record(lib, family: str, rlimit: int | None = None) -> Reason | None:
     if changed:
         return Reason(Check.STALE, changed, family=family)
     before = {p: parsed[p] for p in files}
-    table = store.read(store.proof_key(lib, family, rlimit)) or []
+    if table is None:  # (`prove`'s worker gives the rows it has just proved of these bytes)
+        table = store.read(store.proof_key(lib, family, rlimit)) or []
     budgets = Budgets.of(rlimit)
     provers = {"sequence-order": lambda part: prove_obligation(lib, part, "sequence-order", {}, budgets),
                "one-format": lambda part: one_format(lib, part, budgets),
