@@ -61,7 +61,14 @@ def check_source(source: str, guards: tuple[int, ...], atoms: int) -> ast.Module
 
 def checked_code(name: str, source: str, guards, atoms):
     """The bytecode of a family's `source`, which `check_source` admits first (`UnsafeSource` else)."""
-    tree = check_source(source, tuple(len(g) for g in guards), len(atoms))
+    return _checked_code(name, source, tuple(len(g) for g in guards), len(atoms))
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_code(name: str, source: str, guards: tuple, atoms: int):
+    # once a process for one source: a prover compiles a page's parts again with the page, and
+    # keeps a family's record where it compiled it (what is checked is the text and the counts)
+    tree = check_source(source, guards, atoms)
     try:
         return compile(tree, f"<layoutalg family {name}>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
