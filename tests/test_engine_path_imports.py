@@ -163,20 +163,31 @@ def test_a_spec_edited_after_it_was_read_is_not_recorded(tmp_path, monkeypatch):
     assert not os.path.exists(record_path("split_hnd", str(tmp_path / "split_hnd.lal")))
 
 
-def test_prove_keeps_the_record_in_the_worker_that_proved_the_rows_and_from_the_cache_after(specs, monkeypatch):
-    """`layoutalg prove` keeps a family's record where its rows were just proved (the worker), so
-    the run ends with the table; rows read from the cache are recorded by the parent, as before."""
-    import io
+KEEPER = textwrap.dedent("""
+    import io, os, sys
     from layoutalg.cli import prove
     from layoutalg.plans.conversion import record_path
+    specs, first, second = sys.argv[1:]
+    handed, keep = [], prove._record_conversions
+    prove._record_conversions = lambda lib, names, *a: (handed.append(list(names)), keep(lib, names, *a))
+    os.environ["LAYOUTALG_CACHE"] = first  # the fork server starts here, under another cache
+    prove.prove_paths([specs], out=io.StringIO(), only=["shard-in-range"])
+    os.environ["LAYOUTALG_CACHE"] = second
     path = record_path("split_hnd", os.path.join(specs, "split_hnd.lal"))
-    handed = []
-    keep = prove._record_conversions
-    monkeypatch.setattr(prove, "_record_conversions", lambda lib, names, *a: (handed.append(list(names)),
-                                                                               keep(lib, names, *a)))
-    _unrecorded(specs)
     prove.prove_paths([specs], use_cache=False, out=io.StringIO())
-    assert os.path.exists(path) and handed == [[]]  # kept by the worker: nothing left for the parent
-    _unrecorded(specs)
-    prove.prove_paths([specs], out=io.StringIO())
-    assert os.path.exists(path) and handed[1] == ["split_hnd"]  # the table from the cache: the parent keeps it
+    kept = os.path.exists(path)
+    os.remove(path)
+    prove.prove_paths([specs], out=io.StringIO())  # the rows from the cache
+    print(kept, os.path.exists(path), handed)  # (a run of `only` rows records nothing)
+""")
+
+
+def test_prove_keeps_the_record_in_the_worker_that_proved_the_rows_and_from_the_cache_after(specs, tmp_path):
+    """`layoutalg prove` keeps a family's record where its rows were just proved (the worker), so
+    the run ends with the table, in the cache the caller names, whatever the cache was when the
+    fork server started; rows read from the cache are recorded by the parent, as before."""
+    args = [specs, str(tmp_path / "first"), str(tmp_path / "second")]
+    proc = subprocess.run([sys.executable, "-c", KEEPER, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[-2] == "True True [[], ['split_hnd']]", proc.stdout

@@ -17,7 +17,10 @@ def _prove_one(args) -> tuple[str, list[dict], float, str, bool]:
     """(family, its rows, seconds, the proof key of the bytes read, whether its page conversions'
     record was kept here: in the worker, beside the rows it rests on, not after the whole table)."""
     from ..verify.prove.runner import Budgets, prove_family, to_json  # Z3 and sympy load only when something is proved
-    paths, family, rlimit, guard_s, only = args
+    paths, family, rlimit, guard_s, only, cache = args
+    # the parent's cache folder, whatever the fork server's was when it started (a process of its
+    # own: the setting dies with it): the rows are written there, and so is the record kept here
+    os.environ["LAYOUTALG_CACHE"] = cache
     lib = load(paths)
     key = proof_key(lib, family, rlimit)  # of the bytes this worker read, which may be newer than the parent's
     t = time.perf_counter()
@@ -95,7 +98,10 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     if todo:
         from ..ir.family import check_layouts
         check_layouts(lib)
-    args = [(files, fam, rlimit, guard_s, only) for fam in heaviest_first(lib, [fam for fam, _ in todo])]
+    from ..compile.cache import cache_dir
+    folder = cache_dir()
+    cache = str(folder) if folder is not None else "off"
+    args = [(files, fam, rlimit, guard_s, only, cache) for fam in heaviest_first(lib, [fam for fam, _ in todo])]
     keys = dict(todo)
 
     recorded = set()
