@@ -255,6 +255,7 @@ def test_an_entry_runs_its_bytecode_without_parsing_its_source_again(cache_folde
     from layoutalg.compile import whitelist
     compiled_library(lib)
     monkeypatch.setattr(whitelist, "check_source", lambda *a: pytest.fail("the source was parsed again"))
+    whitelist._checked_code.cache_clear()  # (this process admitted the source when it compiled the library)
     assert derive_fresh(lib).result == "certified"
 
 
@@ -494,6 +495,7 @@ def test_a_load_through_the_index_hashes_and_parses_nothing(empty_cache_folder, 
     for module in (cache, sources):  # the cache's keys and the files' digests
         monkeypatch.setattr(module, "sha256_hex", lambda *a: pytest.fail("a file was hashed"))
     monkeypatch.setattr(whitelist, "check_source", lambda *a: pytest.fail("the source was parsed again"))
+    whitelist._checked_code.cache_clear()  # (this process admitted the source when it compiled the library)
     assert derive_fresh(folder).mappings == good
 
 

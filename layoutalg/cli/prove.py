@@ -29,7 +29,10 @@ def _prove_one(args) -> tuple[str, list[dict], float, str, bool]:
     if only is not None or not _recordable(lib, family, data):
         return family, data, seconds, key, False
     from ..verify.conversions import record  # (it checks the files are still the bytes these rows are of)
-    return family, data, seconds, key, record(lib, family, rlimit, table=data) is None
+    try:
+        return family, data, seconds, key, record(lib, family, rlimit, table=data) is None
+    except OSError:  # (a cache folder it cannot write: the parent tries again after the table, and says why)
+        return family, data, seconds, key, False
 
 
 def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
@@ -174,9 +177,10 @@ def _reshard_one(args) -> tuple[list[dict], list | str | None]:
     from ..verify.prove.reshard import prove_all_sizes
     from ..verify.prove.reshard.at_sizes import recording
     from ..verify.prove.runner import Budget, to_json
-    paths, family, x, y, rlimit, guard_s, use_cache, steps = args
-    if not use_cache:  # this worker is a process of its own (`_fresh_processes`): the setting dies with it
-        os.environ["LAYOUTALG_CACHE"] = "off"
+    paths, family, x, y, rlimit, guard_s, cache, steps = args
+    # this worker is a process of its own (`_fresh_processes`): the setting dies with it; the
+    # parent's folder (or "off"), whatever the fork server's was when it started
+    os.environ["LAYOUTALG_CACHE"] = cache
     lib = load(paths)
     if not steps:  # (recording builds each step's chains: only where they are written)
         return to_json(prove_all_sizes(lib, family, x, y, Budget(rlimit, guard_s))), None
@@ -212,7 +216,9 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
             raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
     x, y = parse_config(store, also=("block_size",)), parse_config(load_, also=("block_size",))
     files = [str(f.resolve()) for f in spec_files(paths)]
-    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S, use_cache,
+    from ..compile.cache import cache_dir
+    folder = cache_dir() if use_cache else None
+    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S, str(folder) if folder is not None else "off",
              None if steps is None else (store, load_)) for n in names]
     with _fresh_processes(max(1, min(jobs, len(args)))) as pool:
         done = list(pool.map(_reshard_one, args))
