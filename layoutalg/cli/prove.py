@@ -35,6 +35,14 @@ def _prove_one(args) -> tuple[str, list[dict], float, str, bool]:
         return family, data, seconds, key, False
 
 
+def _cache_setting(use_cache: bool = True) -> str:
+    """The `LAYOUTALG_CACHE` a worker sets first: this process's cache folder, or "off" (a worker
+    is forked from a fork server that may have started under another setting)."""
+    from ..compile.cache import cache_dir
+    folder = cache_dir() if use_cache else None
+    return str(folder) if folder is not None else "off"
+
+
 def _fresh_processes(jobs: int) -> ProcessPoolExecutor:
     """Workers that each prove one family, starting from the same state.
 
@@ -101,10 +109,8 @@ def prove_paths(paths, rlimit: int | None = None, jobs: int = 1, use_cache: bool
     if todo:
         from ..ir.family import check_layouts
         check_layouts(lib)
-    from ..compile.cache import cache_dir
-    folder = cache_dir()
-    cache = str(folder) if folder is not None else "off"
-    args = [(files, fam, rlimit, guard_s, only, cache) for fam in heaviest_first(lib, [fam for fam, _ in todo])]
+    args = [(files, fam, rlimit, guard_s, only, _cache_setting()) for fam in
+            heaviest_first(lib, [fam for fam, _ in todo])]
     keys = dict(todo)
 
     recorded = set()
@@ -216,9 +222,7 @@ def prove_reshard(paths, family: str | None, store: str, load_: str, rlimit: int
             raise LayoutalgError(f"prove --reshard: no family {n!r}; the loaded ones: {', '.join(lib.families)}")
     x, y = parse_config(store, also=("block_size",)), parse_config(load_, also=("block_size",))
     files = [str(f.resolve()) for f in spec_files(paths)]
-    from ..compile.cache import cache_dir
-    folder = cache_dir() if use_cache else None
-    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S, str(folder) if folder is not None else "off",
+    args = [(files, n, x, y, rlimit or RLIMIT, guard_s or GUARD_S, _cache_setting(use_cache),
              None if steps is None else (store, load_)) for n in names]
     with _fresh_processes(max(1, min(jobs, len(args)))) as pool:
         done = list(pool.map(_reshard_one, args))

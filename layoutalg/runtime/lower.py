@@ -28,10 +28,12 @@ from ..algebra.tiling import broken, chains
 
 class TilingError(LayoutalgError):
     """A family's instance is not an exact tiling: the spec is wrong for this configuration.
-    `reason`: why, as a `Reason` of check `tiling` (with a broken chain's fields, where one broke)."""
+    `reason`: why, as a `Reason` of check `tiling` (with a broken chain's fields, where one broke),
+    said by `family` where one is named (`family: why`)."""
 
     def __init__(self, why, family: str | None = None):
-        self.reason = why if isinstance(why, Reason) else Reason(Check.TILING, str(why), family=family)
+        reason = why if isinstance(why, Reason) else Reason(Check.TILING, str(why))
+        self.reason = reason.by(family) if family is not None else reason
         super().__init__(str(self.reason))
 
 
@@ -45,7 +47,7 @@ def certify(inst: Instance) -> Layout:
     why = broken(chains(inst.local, inst.ranks, inst.local_page, inst.world, inst.canonical_page)) or \
         _target_out_of_range(inst)
     if why:
-        raise TilingError(why.said(f"{inst.family}: ", family=inst.family))
+        raise TilingError(why, inst.family)
     return copy_map(inst)
 
 
@@ -111,8 +113,8 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     run, out = 1, []
     for ls, n, cs in modes:
         if ls != run:
-            raise TilingError(f"{inst.family}: the local page is not tiled exactly: "
-                              f"no digit has local stride {run}", family=inst.family)
+            raise TilingError(f"the local page is not tiled exactly: "
+                              f"no digit has local stride {run}", inst.family)
         run *= n
         if out and out[-1][1] * out[-1][0] == cs:
             out[-1] = (out[-1][0] * n, out[-1][1])
@@ -123,8 +125,8 @@ def fast_copy_map(inst: Instance) -> list[tuple[int, int]]:
     size = 1
     for cs, n in owners:
         if cs != size:
-            raise TilingError(f"{inst.family}: the canonical page is not tiled exactly: "
-                              f"no digit has canonical stride {size}", family=inst.family)
+            raise TilingError(f"the canonical page is not tiled exactly: "
+                              f"no digit has canonical stride {size}", inst.family)
         size *= n
     world = 1
     for rs, n in sorted((r.rank, r.extent) for r in inst.ranks if r.extent != 1):
@@ -176,8 +178,8 @@ def check_injective(modes, what: str, family: str) -> None:
     reach = 0
     for s, n in sorted((s, n) for n, s in modes if n != 1):
         if s <= reach:
-            raise TilingError(f"{family}: the {what} is not shown one-to-one: a digit of stride {s} "
-                              f"lands inside the {reach + 1} offsets the smaller digits reach", family=family)
+            raise TilingError(f"the {what} is not shown one-to-one: a digit of stride {s} "
+                              f"lands inside the {reach + 1} offsets the smaller digits reach", family)
         reach += (n - 1) * s
 
 
@@ -192,14 +194,14 @@ def region_plan(inst: Instance, region: str) -> StridedRuns:
     check_injective(owners, f"canonical image of {where} (its writers)", inst.family)
     for n, _, cs, rep in inst.ranks:
         if rep and n != 1 and cs != 0:
-            raise TilingError(f"{inst.family}: in {where} a replica rank digit moves the canonical offset "
-                              f"(stride {cs}): replicas must hold the same bytes", family=inst.family)
+            raise TilingError(f"in {where} a replica rank digit moves the canonical offset "
+                              f"(stride {cs}): replicas must hold the same bytes", inst.family)
     if prod(r.extent for r in inst.ranks) != inst.world:
-        raise TilingError(f"{inst.family}: the rank grid has {inst.world} slots but its digits cover "
-                          f"{prod(r.extent for r in inst.ranks)}", family=inst.family)
+        raise TilingError(f"the rank grid has {inst.world} slots but its digits cover "
+                          f"{prod(r.extent for r in inst.ranks)}", inst.family)
     why = _target_out_of_range(inst)
     if why:
-        raise TilingError(why.said(f"{inst.family}: {where}: ", family=inst.family))
+        raise TilingError(why.said(f"{where}: "), inst.family)
     return strided_runs(inst.local, inst.local_base)
 
 
@@ -276,12 +278,12 @@ def _sweep(pieces, size: int, what: str, family: str) -> None:
         return
     a, b, before, after = flaw.start, flaw.end, flaw.before, flaw.after
     if flaw.kind == "end":
-        raise TilingError(f"{family}: the {what} has {size} bytes but its regions and pads cover {a}"
-                          + (f" (the last, '{before}', ends there)" if before else ""), family=family)
+        raise TilingError(f"the {what} has {size} bytes but its regions and pads cover {a}"
+                          + (f" (the last, '{before}', ends there)" if before else ""), family)
     gap = (f"bytes [{a}, {b}) belong to no region (after '{before}')" if flaw.kind == "gap" and before else
            f"bytes [{a}, {b}) belong to no region (before '{after}')" if flaw.kind == "gap" else
            f"byte {a} lies in two regions, '{before}' and '{after}'")
-    raise TilingError(f"{family}: the {what} is not tiled exactly by its regions and pads: {gap}", family=family)
+    raise TilingError(f"the {what} is not tiled exactly by its regions and pads: {gap}", family)
 
 
 def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
@@ -293,8 +295,8 @@ def lower_page(page, layout_id: str = "") -> tuple[CanonicalPageMapping, ...]:
     count = sum(len(p[0]) * p[2] * inst.world for _, inst, p in plans)
     count += sum(len(pad_fragments(p)) for p in page.local_pads + page.canonical_pads)
     if count > MAX_PAGE_FRAGMENTS:
-        raise TilingError(f"{page.family}: the page has {count} fragments over all ranks, more than the "
-                          f"{MAX_PAGE_FRAGMENTS} its tiling is checked on at run time", family=page.family)
+        raise TilingError(f"the page has {count} fragments over all ranks, more than the "
+                          f"{MAX_PAGE_FRAGMENTS} its tiling is checked on at run time", page.family)
     local, canonical = [], []
     for r, inst, (offsets, fs, nf, ls, cs) in plans:
         local += [(lo + i * ls, fs, r) for lo, _ in offsets for i in range(nf)]

@@ -167,7 +167,7 @@ def record(lib, family: str, rlimit: int | None = None, table: list[dict] | None
     rlimit = rlimit or RLIMIT
     fdef = lib.family_def(family) if family in lib.families else None
     if fdef is None or fdef.page is not None or fdef.sequence is None:
-        return Reason(Check.SEQUENCE, f"{family}: no family of canonical pages with a `sequence` index", family=family)
+        return Reason(Check.SEQUENCE, "no family of canonical pages with a `sequence` index").by(family)
     try:
         names = _names(lib, family)
     except LayoutalgError as e:
@@ -197,8 +197,7 @@ def record(lib, family: str, rlimit: int | None = None, table: list[dict] | None
             else:
                 why.append(f"{name}{f' ({region})' if region else ''}: {r.status}, {r.detail or r.method}")
     if why:
-        return Reason(Check.UNPROVED, f"{family}: its page conversions are not proved for all sizes: " + "; ".join(why),
-                      family=family)
+        return Reason(Check.UNPROVED, "its page conversions are not proved for all sizes: " + "; ".join(why)).by(family)
     changed = _changed(files, parsed)  # (the proof key re-reads the files: an edit meanwhile keys the old proof)
     if changed:
         return Reason(Check.STALE, changed, family=family)
